@@ -1,0 +1,31 @@
+//! Command-line subcommands.
+
+pub(crate) mod progress;
+pub(crate) mod stats;
+
+use std::process::ExitCode;
+
+/// How a subcommand failed, which decides the exit code.
+#[derive(Debug)]
+pub(crate) enum Failure {
+    /// The input was bad (unreadable, not a snapshot, malformed): exit code 2.
+    BadInput(anyhow::Error),
+    /// Anything else (e.g. writing output failed): exit code 1.
+    Other(anyhow::Error),
+}
+
+impl Failure {
+    /// Print one line to stderr and return the exit code.
+    pub(crate) fn report(self) -> ExitCode {
+        match self {
+            Failure::BadInput(e) => {
+                eprintln!("vramscope: error: {e:#}");
+                ExitCode::from(2)
+            }
+            Failure::Other(e) => {
+                eprintln!("vramscope: error: {e:#}");
+                ExitCode::from(1)
+            }
+        }
+    }
+}

@@ -1,0 +1,133 @@
+//! `vramscope stats FILE [--json]`.
+
+use std::fs::File;
+use std::io::{BufReader, Write};
+use std::path::PathBuf;
+
+use anyhow::{Context, anyhow};
+use clap::Args;
+use humansize::{BINARY, format_size};
+use serde::Serialize;
+use vramscope_shared::{DeviceStats, ReadOptions, Snapshot, read_snapshot};
+
+use super::Failure;
+use super::progress::ProgressReader;
+
+/// Arguments of `vramscope stats`.
+#[derive(Debug, Args)]
+pub(crate) struct StatsArgs {
+    /// Snapshot file (pickle from `torch.cuda.memory._dump_snapshot`, plain, gzip or zstd).
+    file: PathBuf,
+    /// Print one JSON object instead of the human summary.
+    #[arg(long)]
+    json: bool,
+    /// Most memory the reader may use, in bytes (guards against hostile files).
+    #[arg(long, default_value_t = ReadOptions::default().memory_budget)]
+    memory_budget: u64,
+}
+
+/// The JSON object `stats --json` prints. Other tools parse it: add fields,
+/// never rename or remove them.
+#[derive(Serialize)]
+struct StatsJson<'a> {
+    file: String,
+    format_version: &'static str,
+    devices: &'a [DeviceStats],
+}
+
+/// Open and read a snapshot file, with a progress bar for slow reads.
+pub(crate) fn load(path: &PathBuf, memory_budget: u64) -> Result<Snapshot, Failure> {
+    let file = File::open(path)
+        .with_context(|| format!("cannot open {}", path.display()))
+        .map_err(Failure::BadInput)?;
+    let size = file.metadata().map(|m| m.len()).unwrap_or(0);
+    let label = path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
+    let mut reader = ProgressReader::new(BufReader::with_capacity(1 << 20, file), size, &label);
+    let result = read_snapshot(&mut reader, &ReadOptions { memory_budget });
+    reader.finish();
+    result.map_err(|e| Failure::BadInput(anyhow!("{e} (file: {})", path.display())))
+}
+
+/// Run the subcommand.
+pub(crate) fn run(args: &StatsArgs) -> Result<(), Failure> {
+    let snapshot = load(&args.file, args.memory_budget)?;
+    let stats = snapshot.stats();
+    let mut out = std::io::stdout().lock();
+    let written = if args.json {
+        let json = StatsJson {
+            file: args.file.display().to_string(),
+            format_version: stats.format_version,
+            devices: &stats.devices,
+        };
+        serde_json::to_writer(&mut out, &json).map_err(std::io::Error::from).and_then(|()| writeln!(out))
+    } else {
+        write_summary(&mut out, &args.file, &snapshot, &stats.devices)
+    };
+    written.context("cannot write to stdout").map_err(Failure::Other)
+}
+
+fn bytes(n: u64) -> String {
+    format_size(n, BINARY)
+}
+
+fn percent(part: u64, whole: u64) -> String {
+    if whole == 0 { "0%".to_owned() } else { format!("{:.1}%", part as f64 * 100.0 / whole as f64) }
+}
+
+fn write_summary(out: &mut impl Write, path: &std::path::Path, snap: &Snapshot, devices: &[DeviceStats]) -> std::io::Result<()> {
+    let protocol = snap.protocol.map_or("0/1".to_owned(), |p| p.to_string());
+    writeln!(
+        out,
+        "{}: PyTorch memory snapshot, format {}{}, pickle protocol {protocol}, compression {:?}",
+        path.display(),
+        snap.format.as_str(),
+        if snap.format.as_str() == "2.5" { "+" } else { "" },
+        snap.compression
+    )?;
+    writeln!(
+        out,
+        "{} distinct frames, {} distinct stacks, {} annotations",
+        snap.frames.frame_count(),
+        snap.frames.stack_count(),
+        snap.annotations.len()
+    )?;
+    if let Some(conf) = snap.allocator_settings.as_ref().and_then(|s| s.alloc_conf.as_deref()) {
+        writeln!(out, "PYTORCH_CUDA_ALLOC_CONF: {:?}", conf)?;
+    }
+    if devices.is_empty() {
+        writeln!(out, "no device has segments or a trace")?;
+    }
+    for d in devices {
+        writeln!(out)?;
+        let wrapped = if d.trace_wrapped { " (trace starts mid-run: ring buffer wrapped)" } else { "" };
+        writeln!(out, "device {}: {} segments, {} trace entries{wrapped}", d.device, d.segments, d.trace_entries)?;
+        let peak = |p: Option<u64>| match p {
+            Some(p) if d.peak_is_window_only => format!("   peak {} (within the trace window)", bytes(p)),
+            Some(p) => format!("   peak {}", bytes(p)),
+            None => "   peak unknown (no trace)".to_owned(),
+        };
+        writeln!(out, "  reserved            {:>12}{}", bytes(d.reserved_bytes), peak(d.reserved_peak_bytes))?;
+        writeln!(out, "  allocated           {:>12}", bytes(d.allocated_bytes))?;
+        writeln!(out, "  active              {:>12}", bytes(d.active_bytes))?;
+        writeln!(out, "  requested           {:>12}{}", bytes(d.requested_bytes), peak(d.requested_peak_bytes))?;
+        writeln!(
+            out,
+            "  cached, not in use  {:>12}   ({} of reserved)",
+            bytes(d.reserved_unallocated_bytes),
+            percent(d.reserved_unallocated_bytes, d.reserved_bytes)
+        )?;
+        writeln!(out, "  inactive split      {:>12}", bytes(d.inactive_split_bytes))?;
+        writeln!(
+            out,
+            "  largest free block  {:>12}   (of {} free in total)",
+            bytes(d.largest_free_block_bytes),
+            bytes(d.free_bytes)
+        )?;
+        writeln!(out, "  rounding waste      {:>12}", bytes(d.internal_waste_bytes))?;
+        writeln!(out, "  OOMs                {:>12}", d.ooms)?;
+    }
+    for w in &snap.warnings {
+        writeln!(out, "note: {w}")?;
+    }
+    Ok(())
+}

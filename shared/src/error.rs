@@ -1,0 +1,132 @@
+//! Errors of the snapshot reader.
+//!
+//! Every error says what was wrong and where: a byte offset into the
+//! (decompressed) pickle stream, and for schema errors the field path such as
+//! `segments[3].blocks[0].size`.
+
+use thiserror::Error;
+
+/// Why a snapshot could not be read.
+///
+/// [`ReadError::kind`] gives a stable, machine-readable name for each variant;
+/// tests and the server's API rely on those names.
+#[derive(Debug, Error)]
+pub enum ReadError {
+    /// The stream ended before the pickle's STOP opcode.
+    #[error("truncated input: the pickle stream ends at byte {offset} while {context}")]
+    Truncated {
+        /// Bytes of pickle stream read before the end.
+        offset: u64,
+        /// What the reader was in the middle of.
+        context: &'static str,
+    },
+    /// An opcode that would import or call Python code. Never executed.
+    #[error(
+        "refused pickle opcode {name} (0x{opcode:02x}) at byte {offset}: a memory snapshot holds only plain \
+         data, and vramscope never imports or calls anything named in a pickle"
+    )]
+    ForbiddenOpcode {
+        /// The opcode byte.
+        opcode: u8,
+        /// Its name in Python's `pickletools`.
+        name: &'static str,
+        /// Where it stands in the stream.
+        offset: u64,
+    },
+    /// A byte that is no pickle opcode this reader knows.
+    #[error("unknown or unsupported pickle opcode 0x{opcode:02x} at byte {offset}{hint}")]
+    UnknownOpcode {
+        /// The opcode byte.
+        opcode: u8,
+        /// Where it stands in the stream.
+        offset: u64,
+        /// Extra explanation, may be empty.
+        hint: &'static str,
+    },
+    /// A valid pickle that holds something other than a memory snapshot.
+    #[error("not a PyTorch memory snapshot: {0}")]
+    NotASnapshot(String),
+    /// A field holds a value of the wrong type or out of range.
+    #[error("{path}: expected {expected}, found {found}")]
+    WrongType {
+        /// Field path, e.g. `segments[2].total_size`.
+        path: String,
+        /// What the schema wants.
+        expected: &'static str,
+        /// What the file holds.
+        found: String,
+    },
+    /// Reading would take more memory than the configured budget.
+    #[error(
+        "memory budget exceeded at byte {offset}: {what} would bring the reader to {needed} bytes, \
+         over the budget of {budget} bytes (raise it with ReadOptions::memory_budget / --memory-budget)"
+    )]
+    MemoryBudget {
+        /// What was being allocated.
+        what: String,
+        /// Bytes the reader would hold.
+        needed: u64,
+        /// The budget.
+        budget: u64,
+        /// Where in the stream.
+        offset: u64,
+    },
+    /// Nesting beyond what any snapshot has.
+    #[error("{path}: nesting deeper than {limit} levels")]
+    TooDeep {
+        /// Field path where the limit was hit.
+        path: String,
+        /// The limit.
+        limit: usize,
+    },
+    /// A container that contains itself where the schema needs a tree.
+    #[error("{path}: a container that contains itself (a reference cycle through the pickle memo)")]
+    Cycle {
+        /// Field path where the cycle closes.
+        path: String,
+    },
+    /// A malformed pickle: stack underflow, missing MARK, bad memo index...
+    #[error("malformed pickle at byte {offset}: {message}")]
+    BadPickle {
+        /// Where the problem was found.
+        offset: u64,
+        /// What was wrong.
+        message: String,
+    },
+    /// A gzip or zstd stream that could not be decompressed.
+    #[error("bad {format} compression: {message}")]
+    BadCompression {
+        /// `gzip` or `zstd`.
+        format: &'static str,
+        /// The decompressor's message.
+        message: String,
+    },
+    /// An I/O error from the underlying reader (never from the parser itself).
+    #[error("read error at byte {offset}: {source}")]
+    Io {
+        /// Bytes consumed before the error.
+        offset: u64,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl ReadError {
+    /// A stable name for the error's kind, used in tests and API responses.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ReadError::Truncated { .. } => "truncated",
+            ReadError::ForbiddenOpcode { .. } => "forbidden_opcode",
+            ReadError::UnknownOpcode { .. } => "unknown_opcode",
+            ReadError::NotASnapshot(_) => "not_a_snapshot",
+            ReadError::WrongType { .. } => "wrong_type",
+            ReadError::MemoryBudget { .. } => "memory_budget",
+            ReadError::TooDeep { .. } => "too_deep",
+            ReadError::Cycle { .. } => "cycle",
+            ReadError::BadPickle { .. } => "bad_pickle",
+            ReadError::BadCompression { .. } => "bad_compression",
+            ReadError::Io { .. } => "io",
+        }
+    }
+}

@@ -1,0 +1,12 @@
+//! vramscope's shared crate: the PyTorch memory-snapshot model, its reader,
+//! timelines and analysis. Compiles for native targets and wasm32; does no I/O
+//! beyond reading from a caller's [`std::io::Read`].
+
+pub mod error;
+pub mod pickle;
+pub mod snapshot;
+pub mod stats;
+
+pub use error::ReadError;
+pub use snapshot::{ReadOptions, Snapshot, read_snapshot, read_snapshot_bytes};
+pub use stats::{DeviceStats, SnapshotStats};

@@ -1,0 +1,403 @@
+//! Where the pickle machine keeps what it builds: an arena of containers,
+//! interned strings, side tables for the rare wide values, the memo, and the
+//! memory budget that bounds all of them.
+
+use indexmap::IndexSet;
+use rustc_hash::FxBuildHasher;
+
+use super::value::{INLINE_INT_MAX, INLINE_INT_MIN, ObjId, StrId, V, Value};
+use crate::error::ReadError;
+
+/// An integer wider than the 60 bits a [`Value`] holds inline.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BigInt {
+    /// Fits in 128 bits (addresses at or above 2^63 land here).
+    I128(i128),
+    /// Wider than 128 bits; kept only as its width, since no snapshot field
+    /// can hold it. Reading it as a number is an error.
+    TooWide {
+        /// Width of the encoding in bytes.
+        bytes: u32,
+    },
+}
+
+/// A container in the arena.
+#[derive(Debug)]
+pub enum ObjKind {
+    /// A Python list.
+    List(Vec<Value>),
+    /// A Python tuple.
+    Tuple(Vec<Value>),
+    /// A Python dict, as (key, value) pairs in insertion order. A repeated key
+    /// is not deduplicated on insert; lookups scan from the end so the last
+    /// write wins, as in Python.
+    Dict(Vec<(Value, Value)>),
+    /// A Python set or frozenset.
+    Set(Vec<Value>),
+    /// A container already converted (to a trace row, stack or frame) that
+    /// other holders still reference.
+    Forward(Value),
+    /// A freed slot, waiting for reuse.
+    Free,
+}
+
+/// A container with its bookkeeping.
+#[derive(Debug)]
+pub struct Obj {
+    /// What the container holds.
+    pub kind: ObjKind,
+    /// Byte offset of the opcode that created it, for error messages.
+    pub offset: u64,
+    /// The memo slot that refers to it, if any (the memo is not counted in `refs`).
+    memo_slot: u32,
+    /// Holders besides the memo: stack slots and containers. Only ever
+    /// incremented (on memo GET and DUP), so it overestimates; an object with
+    /// `refs == 1` is certainly held by one place only.
+    refs: u32,
+}
+
+const NO_MEMO: u32 = u32::MAX;
+/// Rough per-object cost used by the budget: the `Obj` itself plus allocator overhead.
+const OBJ_COST: u64 = 64;
+
+/// The pickle machine's heap.
+pub struct Heap {
+    objs: Vec<Obj>,
+    free: Vec<ObjId>,
+    strings: IndexSet<Box<str>, FxBuildHasher>,
+    bigs: Vec<BigInt>,
+    floats: Vec<f64>,
+    byte_strings: Vec<Box<[u8]>>,
+    memo: Vec<Option<Value>>,
+    charged: u64,
+    budget: u64,
+}
+
+impl Heap {
+    /// An empty heap that refuses to grow past `budget` bytes (approximately
+    /// accounted: containers, strings, memo and stack).
+    pub fn new(budget: u64) -> Heap {
+        Heap {
+            objs: Vec::new(),
+            free: Vec::new(),
+            strings: IndexSet::default(),
+            bigs: Vec::new(),
+            floats: Vec::new(),
+            byte_strings: Vec::new(),
+            memo: Vec::new(),
+            charged: 0,
+            budget,
+        }
+    }
+
+    /// Account for `bytes` more memory, or fail if that passes the budget.
+    #[inline]
+    pub fn charge(&mut self, bytes: u64, what: impl FnOnce() -> String, offset: u64) -> Result<(), ReadError> {
+        let needed = self.charged.saturating_add(bytes);
+        if needed > self.budget {
+            return Err(ReadError::MemoryBudget { what: what(), needed, budget: self.budget, offset });
+        }
+        self.charged = needed;
+        Ok(())
+    }
+
+    fn release(&mut self, bytes: u64) {
+        self.charged = self.charged.saturating_sub(bytes);
+    }
+
+    /// The budget in bytes.
+    pub fn budget(&self) -> u64 {
+        self.budget
+    }
+
+    /// Bytes still free under the budget.
+    pub fn budget_left(&self) -> u64 {
+        self.budget.saturating_sub(self.charged)
+    }
+
+    /// Bytes currently accounted to the budget.
+    pub fn charged(&self) -> u64 {
+        self.charged
+    }
+
+    /// Intern a string, returning its id.
+    pub fn intern(&mut self, s: &str, offset: u64) -> Result<StrId, ReadError> {
+        if let Some(id) = self.strings.get_index_of(s) {
+            return Ok(id as StrId);
+        }
+        self.charge(s.len() as u64 + 32, || format!("a string of {} bytes", s.len()), offset)?;
+        let (id, _) = self.strings.insert_full(s.into());
+        Ok(id as StrId)
+    }
+
+    /// The id of a string already interned, without interning it.
+    pub fn lookup_str(&self, s: &str) -> Option<StrId> {
+        self.strings.get_index_of(s).map(|i| i as StrId)
+    }
+
+    /// The text of an interned string.
+    pub fn str(&self, id: StrId) -> &str {
+        self.strings.get_index(id as usize).map(|s| &**s).unwrap_or("")
+    }
+
+    /// Take the string table out of the heap (after parsing).
+    pub fn take_strings(&mut self) -> IndexSet<Box<str>, FxBuildHasher> {
+        std::mem::take(&mut self.strings)
+    }
+
+    /// Make an integer value, inline when it fits.
+    pub fn int(&mut self, i: i128) -> Value {
+        if (INLINE_INT_MIN as i128..=INLINE_INT_MAX as i128).contains(&i) {
+            Value::small_int(i as i64)
+        } else {
+            self.bigs.push(BigInt::I128(i));
+            Value::big(self.bigs.len() as u32 - 1)
+        }
+    }
+
+    /// Make a value for an integer too wide for 128 bits.
+    pub fn too_wide_int(&mut self, bytes: u32) -> Value {
+        self.bigs.push(BigInt::TooWide { bytes });
+        Value::big(self.bigs.len() as u32 - 1)
+    }
+
+    /// The integer behind a value, if it is one (`bool` counts, as in Python).
+    pub fn as_int(&self, v: Value) -> Option<Result<i128, u32>> {
+        match v.get() {
+            V::Int(i) => Some(Ok(i as i128)),
+            V::Bool(b) => Some(Ok(b as i128)),
+            V::Big(idx) => match self.bigs.get(idx as usize) {
+                Some(BigInt::I128(i)) => Some(Ok(*i)),
+                Some(BigInt::TooWide { bytes }) => Some(Err(*bytes)),
+                None => None,
+            },
+            _ => None,
+        }
+    }
+
+    /// Make a float value.
+    pub fn float(&mut self, f: f64) -> Value {
+        self.floats.push(f);
+        Value::float(self.floats.len() as u32 - 1)
+    }
+
+    /// The float behind a value index.
+    pub fn float_at(&self, idx: u32) -> f64 {
+        self.floats.get(idx as usize).copied().unwrap_or(f64::NAN)
+    }
+
+    /// Store a byte string.
+    pub fn bytes(&mut self, b: Box<[u8]>) -> Value {
+        self.byte_strings.push(b);
+        Value::bytes(self.byte_strings.len() as u32 - 1)
+    }
+
+    /// The length of a stored byte string.
+    pub fn bytes_len(&self, idx: u32) -> usize {
+        self.byte_strings.get(idx as usize).map_or(0, |b| b.len())
+    }
+
+    /// Allocate a container; the caller's stack slot is its one holder.
+    pub fn alloc(&mut self, kind: ObjKind, offset: u64) -> Result<Value, ReadError> {
+        self.charge(OBJ_COST, || "a container".to_owned(), offset)?;
+        let obj = Obj { kind, offset, memo_slot: NO_MEMO, refs: 1 };
+        let id = match self.free.pop() {
+            Some(id) => {
+                self.objs[id as usize] = obj;
+                id
+            }
+            None => {
+                self.objs.push(obj);
+                self.objs.len() as ObjId - 1
+            }
+        };
+        Ok(Value::obj(id))
+    }
+
+    /// The container behind an id.
+    #[inline]
+    pub fn obj(&self, id: ObjId) -> &Obj {
+        &self.objs[id as usize]
+    }
+
+    /// The container behind an id, mutably.
+    #[inline]
+    pub fn obj_mut(&mut self, id: ObjId) -> &mut Obj {
+        &mut self.objs[id as usize]
+    }
+
+    /// Follow forwarding: a converted container stands for its conversion.
+    #[inline]
+    pub fn resolve(&self, v: Value) -> Value {
+        match v.get() {
+            V::Obj(id) => match self.objs[id as usize].kind {
+                ObjKind::Forward(to) => to,
+                _ => v,
+            },
+            _ => v,
+        }
+    }
+
+    /// A container was duplicated (memo GET, DUP): one more holder.
+    #[inline]
+    pub fn add_ref(&mut self, v: Value) {
+        if let V::Obj(id) = v.get() {
+            let o = &mut self.objs[id as usize];
+            o.refs = o.refs.saturating_add(1);
+        }
+    }
+
+    /// Replace a container by what it was converted to. When its one holder
+    /// is the one consuming it, the slot is freed and the memo (which may still
+    /// name it) is pointed at the conversion; otherwise it stays as a forward.
+    pub fn convert(&mut self, id: ObjId, to: Value) {
+        let o = &mut self.objs[id as usize];
+        let items = match &o.kind {
+            ObjKind::List(v) | ObjKind::Tuple(v) | ObjKind::Set(v) => v.capacity() as u64 * 8,
+            ObjKind::Dict(v) => v.capacity() as u64 * 16,
+            ObjKind::Forward(_) | ObjKind::Free => 0,
+        };
+        if o.refs <= 1 {
+            let memo_slot = o.memo_slot;
+            o.kind = ObjKind::Free;
+            o.memo_slot = NO_MEMO;
+            if memo_slot != NO_MEMO
+                && let Some(slot) = self.memo.get_mut(memo_slot as usize)
+            {
+                *slot = Some(to);
+            }
+            self.free.push(id);
+            self.release(items + OBJ_COST);
+        } else {
+            o.kind = ObjKind::Forward(to);
+            self.release(items);
+        }
+    }
+
+    /// Push onto a container's item list with budget accounting.
+    #[inline]
+    pub fn push_item(&mut self, id: ObjId, item: Value, offset: u64) -> Result<(), ReadError> {
+        let o = &mut self.objs[id as usize];
+        match &mut o.kind {
+            ObjKind::List(v) | ObjKind::Set(v) => {
+                if v.len() == v.capacity() {
+                    let grow = (v.capacity().max(4)) as u64 * 8;
+                    self.charge(grow, || "a list's items".to_owned(), offset)?;
+                    if let ObjKind::List(v) | ObjKind::Set(v) = &mut self.objs[id as usize].kind {
+                        v.reserve(v.capacity().max(4));
+                        v.push(item);
+                    }
+                } else {
+                    v.push(item);
+                }
+                Ok(())
+            }
+            _ => Err(ReadError::BadPickle {
+                offset,
+                message: format!("APPEND to a {} (only lists and sets take items)", kind_name(&o.kind)),
+            }),
+        }
+    }
+
+    /// Set a dict item with budget accounting.
+    #[inline]
+    pub fn set_item(&mut self, id: ObjId, key: Value, value: Value, offset: u64) -> Result<(), ReadError> {
+        let o = &mut self.objs[id as usize];
+        match &mut o.kind {
+            ObjKind::Dict(v) => {
+                if v.len() == v.capacity() {
+                    let grow = (v.capacity().max(8)) as u64 * 16;
+                    self.charge(grow, || "a dict's items".to_owned(), offset)?;
+                    if let ObjKind::Dict(v) = &mut self.objs[id as usize].kind {
+                        v.reserve(v.capacity().max(8));
+                        v.push((key, value));
+                    }
+                } else {
+                    v.push((key, value));
+                }
+                Ok(())
+            }
+            _ => Err(ReadError::BadPickle {
+                offset,
+                message: format!("SETITEM on a {} (only dicts take items)", kind_name(&o.kind)),
+            }),
+        }
+    }
+
+    /// Store a value in the memo.
+    pub fn memo_put(&mut self, slot: u64, v: Value, offset: u64) -> Result<(), ReadError> {
+        // Memo indices are sequential in every pickler; allow sparse ones only
+        // within the budget (a claimed index of 2^32 must not allocate 32 GB).
+        let slot_usize = usize::try_from(slot).ok().filter(|s| *s < u32::MAX as usize - 1).ok_or_else(|| {
+            ReadError::BadPickle { offset, message: format!("memo index {slot} is out of range") }
+        })?;
+        if slot_usize >= self.memo.len() {
+            let grow = (slot_usize + 1 - self.memo.len()) as u64 * 8;
+            self.charge(grow, || format!("memo slot {slot}"), offset)?;
+            self.memo.resize(slot_usize + 1, None);
+        }
+        if let V::Obj(id) = v.get() {
+            let o = &mut self.objs[id as usize];
+            if o.memo_slot == NO_MEMO {
+                o.memo_slot = slot_usize as u32;
+            } else {
+                // Named by two memo slots: count the second as a holder so
+                // the object is never freed under the other slot.
+                o.refs = o.refs.saturating_add(1);
+            }
+        }
+        self.memo[slot_usize] = Some(v);
+        Ok(())
+    }
+
+    /// The number of memo slots in use (the next MEMOIZE index).
+    pub fn memo_len(&self) -> u64 {
+        self.memo.len() as u64
+    }
+
+    /// Fetch a value from the memo (the caller adds the reference).
+    pub fn memo_get(&self, slot: u64, offset: u64) -> Result<Value, ReadError> {
+        usize::try_from(slot)
+            .ok()
+            .and_then(|s| self.memo.get(s).copied().flatten())
+            .ok_or_else(|| ReadError::BadPickle {
+                offset,
+                message: format!("memo GET of index {slot}, which was never stored"),
+            })
+    }
+
+    /// A short description of a value's type, for error messages.
+    pub fn describe(&self, v: Value) -> String {
+        match self.resolve(v).get() {
+            V::None => "None".into(),
+            V::Bool(b) => format!("bool {}", if b { "True" } else { "False" }),
+            V::Int(i) => format!("int {i}"),
+            V::Big(_) => match self.as_int(v) {
+                Some(Ok(i)) => format!("int {i}"),
+                _ => "an int wider than 128 bits".into(),
+            },
+            V::Float(i) => format!("float {}", self.float_at(i)),
+            V::Str(s) => {
+                let text = self.str(s);
+                let short: String = text.chars().take(40).collect();
+                format!("str {short:?}")
+            }
+            V::Bytes(i) => format!("bytes of length {}", self.bytes_len(i)),
+            V::Obj(id) => kind_name(&self.obj(id).kind).into(),
+            V::Row(_) => "a trace entry".into(),
+            V::Stack(_) => "a list of frames".into(),
+            V::Frame(_) => "a frame dict".into(),
+        }
+    }
+}
+
+fn kind_name(kind: &ObjKind) -> &'static str {
+    match kind {
+        ObjKind::List(_) => "list",
+        ObjKind::Tuple(_) => "tuple",
+        ObjKind::Dict(_) => "dict",
+        ObjKind::Set(_) => "set",
+        ObjKind::Forward(_) => "converted container",
+        ObjKind::Free => "freed container",
+    }
+}

@@ -1,0 +1,525 @@
+//! The pickle virtual machine: runs the opcodes of protocols 2 to 5 over a
+//! [`Heap`], with a hook that lets the caller convert list items as they are
+//! appended (how trace entries become columns without ever existing as a tree).
+
+use std::io::Read;
+
+use super::heap::{Heap, ObjKind};
+use super::source::Source;
+use super::value::{V, Value};
+use crate::error::ReadError;
+
+/// Called by the machine as it builds the object graph.
+pub trait Hooks {
+    /// An item is about to be appended to a list. Return the value to store
+    /// instead (the item itself, or what it was converted to).
+    fn on_append(&mut self, heap: &mut Heap, item: Value, offset: u64) -> Result<Value, ReadError>;
+}
+
+/// Hooks that change nothing.
+pub struct NoHooks;
+
+impl Hooks for NoHooks {
+    fn on_append(&mut self, _heap: &mut Heap, item: Value, _offset: u64) -> Result<Value, ReadError> {
+        Ok(item)
+    }
+}
+
+/// The newest pickle protocol this reader knows.
+pub const HIGHEST_PROTOCOL: u8 = 5;
+
+struct Machine<'a, R, H> {
+    src: Source<R>,
+    heap: &'a mut Heap,
+    hooks: &'a mut H,
+    stack: Vec<Value>,
+    marks: Vec<usize>,
+    protocol: Option<u8>,
+}
+
+/// What running a pickle produced.
+pub struct Outcome {
+    /// The pickled object.
+    pub root: Value,
+    /// The protocol from the PROTO opcode (`None` for protocol 0/1 streams).
+    pub protocol: Option<u8>,
+    /// Bytes of pickle consumed.
+    pub bytes: u64,
+}
+
+/// Run a pickle stream to its STOP opcode.
+pub fn run<R: Read, H: Hooks>(input: R, heap: &mut Heap, hooks: &mut H) -> Result<Outcome, ReadError> {
+    let mut m = Machine { src: Source::new(input), heap, hooks, stack: Vec::new(), marks: Vec::new(), protocol: None };
+    let root = m.run()?;
+    Ok(Outcome { root, protocol: m.protocol, bytes: m.src.offset() })
+}
+
+fn forbidden(opcode: u8) -> Option<&'static str> {
+    Some(match opcode {
+        b'c' => "GLOBAL",
+        0x93 => "STACK_GLOBAL",
+        b'R' => "REDUCE",
+        b'b' => "BUILD",
+        b'i' => "INST",
+        b'o' => "OBJ",
+        0x81 => "NEWOBJ",
+        0x92 => "NEWOBJ_EX",
+        b'P' => "PERSID",
+        b'Q' => "BINPERSID",
+        0x82 => "EXT1",
+        0x83 => "EXT2",
+        0x84 => "EXT4",
+        _ => return None,
+    })
+}
+
+/// Decode a little-endian two's-complement integer of any width (LONG1/LONG4).
+fn decode_long(heap: &mut Heap, bytes: &[u8]) -> Value {
+    if bytes.is_empty() {
+        return Value::small_int(0);
+    }
+    let negative = bytes[bytes.len() - 1] & 0x80 != 0;
+    let fill = if negative { 0xff } else { 0x00 };
+    // Drop redundant sign-extension bytes: a value padded to 20 bytes is still
+    // a small number.
+    let mut len = bytes.len();
+    while len > 1 && bytes[len - 1] == fill && (bytes[len - 2] & 0x80 != 0) == negative {
+        len -= 1;
+    }
+    if len > 16 {
+        return heap.too_wide_int(bytes.len() as u32);
+    }
+    let mut buf = [fill; 16];
+    buf[..len].copy_from_slice(&bytes[..len]);
+    heap.int(i128::from_le_bytes(buf))
+}
+
+impl<R: Read, H: Hooks> Machine<'_, R, H> {
+    #[inline]
+    fn push(&mut self, v: Value) -> Result<(), ReadError> {
+        if self.stack.len() == self.stack.capacity() {
+            let grow = self.stack.capacity().max(64) as u64 * 8;
+            let offset = self.src.offset();
+            self.heap.charge(grow, || "the pickle stack".to_owned(), offset)?;
+            self.stack.reserve(self.stack.capacity().max(64));
+        }
+        self.stack.push(v);
+        Ok(())
+    }
+
+    #[inline]
+    fn pop(&mut self, at: u64) -> Result<Value, ReadError> {
+        let floor = self.marks.last().copied().unwrap_or(0);
+        if self.stack.len() <= floor {
+            return Err(underflow(at));
+        }
+        self.stack.pop().ok_or_else(|| underflow(at))
+    }
+
+    #[inline]
+    fn top(&self, at: u64) -> Result<Value, ReadError> {
+        self.stack.last().copied().ok_or_else(|| underflow(at))
+    }
+
+    fn pop_mark(&mut self, at: u64) -> Result<usize, ReadError> {
+        self.marks.pop().ok_or_else(|| ReadError::BadPickle {
+            offset: at,
+            message: "an opcode that needs a MARK found none".to_owned(),
+        })
+    }
+
+    /// The container just below a MARK (the target of APPENDS / SETITEMS).
+    fn target_below(&self, mark: usize, at: u64) -> Result<Value, ReadError> {
+        if mark == 0 {
+            return Err(underflow(at));
+        }
+        Ok(self.stack[mark - 1])
+    }
+
+    fn target_obj(&self, v: Value, at: u64, op: &str) -> Result<u32, ReadError> {
+        v.as_obj().ok_or_else(|| ReadError::BadPickle {
+            offset: at,
+            message: format!("{op} on {}, which is not a container", self.heap.describe(v)),
+        })
+    }
+
+    fn string(&mut self, len: u64, at: u64, latin1: bool) -> Result<Value, ReadError> {
+        let len = self.claim(len, at, "a string")?;
+        let bytes = self.src.take(len, "reading a string")?;
+        let id = if latin1 {
+            let s: String = bytes.iter().map(|&b| b as char).collect();
+            self.heap.intern(&s, at)?
+        } else {
+            let s = std::str::from_utf8(bytes).map_err(|e| ReadError::BadPickle {
+                offset: at,
+                message: format!("string is not valid UTF-8 ({e})"),
+            })?;
+            self.heap.intern(s, at)?
+        };
+        if len > 1 << 20 {
+            self.src.shrink();
+        }
+        Ok(Value::str(id))
+    }
+
+    fn byte_string(&mut self, len: u64, at: u64) -> Result<Value, ReadError> {
+        let len = self.claim(len, at, "a byte string")?;
+        let bytes: Box<[u8]> = self.src.take(len, "reading a byte string")?.into();
+        self.heap.charge(len as u64, || format!("a byte string of {len} bytes"), at)?;
+        Ok(self.heap.bytes(bytes))
+    }
+
+    /// Check a length read from the stream against the budget before
+    /// reading that many bytes.
+    fn claim(&mut self, len: u64, at: u64, what: &str) -> Result<usize, ReadError> {
+        if len > self.heap.budget_left() {
+            return Err(ReadError::MemoryBudget {
+                what: format!("{what} claiming {len} bytes"),
+                needed: self.heap.charged().saturating_add(len),
+                budget: self.heap.budget(),
+                offset: at,
+            });
+        }
+        usize::try_from(len).map_err(|_| ReadError::BadPickle { offset: at, message: format!("length {len} too large") })
+    }
+
+    fn text_int(&mut self, at: u64, context: &'static str) -> Result<i128, ReadError> {
+        let line = self.src.line(context)?;
+        let text = String::from_utf8_lossy(&line);
+        let t = text.trim().trim_end_matches('L');
+        t.parse::<i128>().map_err(|_| ReadError::BadPickle { offset: at, message: format!("bad integer {t:?} in {context}") })
+    }
+
+    fn new_container(&mut self, kind: ObjKind, at: u64) -> Result<(), ReadError> {
+        let v = self.heap.alloc(kind, at)?;
+        self.push(v)
+    }
+
+    fn items_from_mark(&mut self, at: u64) -> Result<Vec<Value>, ReadError> {
+        let mark = self.pop_mark(at)?;
+        Ok(self.stack.split_off(mark))
+    }
+
+    fn append(&mut self, list: Value, items: &[Value], at: u64) -> Result<(), ReadError> {
+        let id = self.target_obj(list, at, "APPEND")?;
+        for &item in items {
+            let item = self.hooks.on_append(self.heap, item, at)?;
+            self.heap.push_item(id, item, at)?;
+        }
+        Ok(())
+    }
+
+    fn run(&mut self) -> Result<Value, ReadError> {
+        loop {
+            let at = self.src.offset();
+            let Some(op) = self.src.next_u8()? else {
+                return Err(ReadError::Truncated { offset: at, context: "expecting the next opcode (no STOP yet)" });
+            };
+            match op {
+                0x80 => {
+                    let p = self.src.u8("reading PROTO")?;
+                    if p > HIGHEST_PROTOCOL {
+                        return Err(ReadError::UnknownOpcode {
+                            opcode: op,
+                            offset: at,
+                            hint: ": pickle protocol newer than 5",
+                        });
+                    }
+                    self.protocol = Some(p);
+                }
+                0x95 => {
+                    // FRAME: a length hint for buffered readers; we buffer anyway.
+                    self.src.le::<8>("reading FRAME")?;
+                }
+                b'.' => {
+                    return self.pop(at).map_err(|_| ReadError::BadPickle {
+                        offset: at,
+                        message: "STOP with an empty stack".to_owned(),
+                    });
+                }
+                b'(' => self.marks.push(self.stack.len()),
+                b'0' => {
+                    if self.stack.len() > self.marks.last().copied().unwrap_or(0) {
+                        self.stack.pop();
+                    } else {
+                        self.pop_mark(at)?;
+                    }
+                }
+                b'1' => {
+                    let mark = self.pop_mark(at)?;
+                    self.stack.truncate(mark);
+                }
+                b'2' => {
+                    let v = self.top(at)?;
+                    self.heap.add_ref(v);
+                    self.push(v)?;
+                }
+                // Integers.
+                b'J' => {
+                    let v = i32::from_le_bytes(self.src.le::<4>("reading BININT")?);
+                    self.push(Value::small_int(v as i64))?;
+                }
+                b'K' => {
+                    let v = self.src.u8("reading BININT1")?;
+                    self.push(Value::small_int(v as i64))?;
+                }
+                b'M' => {
+                    let v = u16::from_le_bytes(self.src.le::<2>("reading BININT2")?);
+                    self.push(Value::small_int(v as i64))?;
+                }
+                0x8a => {
+                    let n = self.src.u8("reading LONG1")? as usize;
+                    let bytes = self.src.take(n, "reading LONG1")?;
+                    let mut tmp = [0u8; 255];
+                    tmp[..n].copy_from_slice(bytes);
+                    let v = decode_long(self.heap, &tmp[..n]);
+                    self.push(v)?;
+                }
+                0x8b => {
+                    let n = i32::from_le_bytes(self.src.le::<4>("reading LONG4")?);
+                    if n < 0 {
+                        return Err(ReadError::BadPickle { offset: at, message: "LONG4 with a negative length".into() });
+                    }
+                    let n = self.claim(n as u64, at, "a LONG4 integer")?;
+                    let bytes = self.src.take(n, "reading LONG4")?.to_vec();
+                    let v = decode_long(self.heap, &bytes);
+                    self.push(v)?;
+                }
+                b'I' => {
+                    // Protocol 0 INT; "01"/"00" are True/False.
+                    let line = self.src.line("reading INT")?;
+                    let v = match line.as_slice() {
+                        b"01" => Value::bool(true),
+                        b"00" => Value::bool(false),
+                        _ => {
+                            let t = String::from_utf8_lossy(&line);
+                            let i = t.trim().parse::<i128>().map_err(|_| ReadError::BadPickle {
+                                offset: at,
+                                message: format!("bad INT {t:?}"),
+                            })?;
+                            self.heap.int(i)
+                        }
+                    };
+                    self.push(v)?;
+                }
+                b'L' => {
+                    let i = self.text_int(at, "reading LONG")?;
+                    let v = self.heap.int(i);
+                    self.push(v)?;
+                }
+                b'N' => self.push(Value::NONE)?,
+                0x88 => self.push(Value::bool(true))?,
+                0x89 => self.push(Value::bool(false))?,
+                b'G' => {
+                    let f = f64::from_be_bytes(self.src.le::<8>("reading BINFLOAT")?);
+                    let v = self.heap.float(f);
+                    self.push(v)?;
+                }
+                b'F' => {
+                    let line = self.src.line("reading FLOAT")?;
+                    let t = String::from_utf8_lossy(&line);
+                    let f = t.trim().parse::<f64>().map_err(|_| ReadError::BadPickle {
+                        offset: at,
+                        message: format!("bad FLOAT {t:?}"),
+                    })?;
+                    let v = self.heap.float(f);
+                    self.push(v)?;
+                }
+                // Strings.
+                0x8c => {
+                    let n = self.src.u8("reading SHORT_BINUNICODE")? as u64;
+                    let v = self.string(n, at, false)?;
+                    self.push(v)?;
+                }
+                b'X' => {
+                    let n = u32::from_le_bytes(self.src.le::<4>("reading BINUNICODE")?) as u64;
+                    let v = self.string(n, at, false)?;
+                    self.push(v)?;
+                }
+                0x8d => {
+                    let n = u64::from_le_bytes(self.src.le::<8>("reading BINUNICODE8")?);
+                    let v = self.string(n, at, false)?;
+                    self.push(v)?;
+                }
+                b'U' => {
+                    let n = self.src.u8("reading SHORT_BINSTRING")? as u64;
+                    let v = self.string(n, at, true)?;
+                    self.push(v)?;
+                }
+                b'T' => {
+                    let n = i32::from_le_bytes(self.src.le::<4>("reading BINSTRING")?);
+                    if n < 0 {
+                        return Err(ReadError::BadPickle { offset: at, message: "BINSTRING with a negative length".into() });
+                    }
+                    let v = self.string(n as u64, at, true)?;
+                    self.push(v)?;
+                }
+                b'C' => {
+                    let n = self.src.u8("reading SHORT_BINBYTES")? as u64;
+                    let v = self.byte_string(n, at)?;
+                    self.push(v)?;
+                }
+                b'B' => {
+                    let n = u32::from_le_bytes(self.src.le::<4>("reading BINBYTES")?) as u64;
+                    let v = self.byte_string(n, at)?;
+                    self.push(v)?;
+                }
+                0x8e | 0x96 => {
+                    let n = u64::from_le_bytes(self.src.le::<8>("reading BINBYTES8")?);
+                    let v = self.byte_string(n, at)?;
+                    self.push(v)?;
+                }
+                // Containers.
+                b']' => self.new_container(ObjKind::List(Vec::new()), at)?,
+                b')' => self.new_container(ObjKind::Tuple(Vec::new()), at)?,
+                b'}' => self.new_container(ObjKind::Dict(Vec::new()), at)?,
+                0x8f => self.new_container(ObjKind::Set(Vec::new()), at)?,
+                b'l' => {
+                    let items = self.items_from_mark(at)?;
+                    let v = self.heap.alloc(ObjKind::List(Vec::new()), at)?;
+                    self.append(v, &items, at)?;
+                    self.push(v)?;
+                }
+                b't' => {
+                    let items = self.items_from_mark(at)?;
+                    self.heap.charge(items.len() as u64 * 8, || "a tuple".into(), at)?;
+                    self.new_container(ObjKind::Tuple(items), at)?;
+                }
+                0x85..=0x87 => {
+                    let n = (op - 0x84) as usize;
+                    let floor = self.marks.last().copied().unwrap_or(0);
+                    if self.stack.len() < floor + n {
+                        return Err(underflow(at));
+                    }
+                    let items = self.stack.split_off(self.stack.len() - n);
+                    self.new_container(ObjKind::Tuple(items), at)?;
+                }
+                b'd' => {
+                    let items = self.items_from_mark(at)?;
+                    let v = self.heap.alloc(ObjKind::Dict(Vec::new()), at)?;
+                    self.set_items(v, &items, at)?;
+                    self.push(v)?;
+                }
+                b'a' => {
+                    let item = self.pop(at)?;
+                    let list = self.top(at)?;
+                    self.append(list, &[item], at)?;
+                }
+                b'e' => {
+                    let mark = self.pop_mark(at)?;
+                    let list = self.target_below(mark, at)?;
+                    let items = self.stack.split_off(mark);
+                    self.append(list, &items, at)?;
+                }
+                b's' => {
+                    let value = self.pop(at)?;
+                    let key = self.pop(at)?;
+                    let dict = self.top(at)?;
+                    self.set_items(dict, &[key, value], at)?;
+                }
+                b'u' => {
+                    let mark = self.pop_mark(at)?;
+                    let dict = self.target_below(mark, at)?;
+                    let items = self.stack.split_off(mark);
+                    self.set_items(dict, &items, at)?;
+                }
+                0x90 => {
+                    let mark = self.pop_mark(at)?;
+                    let set = self.target_below(mark, at)?;
+                    let items = self.stack.split_off(mark);
+                    let id = self.target_obj(set, at, "ADDITEMS")?;
+                    for item in items {
+                        self.heap.push_item(id, item, at)?;
+                    }
+                }
+                0x91 => {
+                    let items = self.items_from_mark(at)?;
+                    self.heap.charge(items.len() as u64 * 8, || "a frozenset".into(), at)?;
+                    self.new_container(ObjKind::Set(items), at)?;
+                }
+                // Memo.
+                0x94 => {
+                    let v = self.top(at)?;
+                    let slot = self.heap.memo_len();
+                    self.heap.memo_put(slot, v, at)?;
+                }
+                b'q' => {
+                    let slot = self.src.u8("reading BINPUT")? as u64;
+                    let v = self.top(at)?;
+                    self.heap.memo_put(slot, v, at)?;
+                }
+                b'r' => {
+                    let slot = u32::from_le_bytes(self.src.le::<4>("reading LONG_BINPUT")?) as u64;
+                    let v = self.top(at)?;
+                    self.heap.memo_put(slot, v, at)?;
+                }
+                b'p' => {
+                    let slot = self.text_int(at, "reading PUT")?;
+                    let v = self.top(at)?;
+                    self.heap.memo_put(u64::try_from(slot).unwrap_or(u64::MAX), v, at)?;
+                }
+                b'h' => {
+                    let slot = self.src.u8("reading BINGET")? as u64;
+                    self.memo_get(slot, at)?;
+                }
+                b'j' => {
+                    let slot = u32::from_le_bytes(self.src.le::<4>("reading LONG_BINGET")?) as u64;
+                    self.memo_get(slot, at)?;
+                }
+                b'g' => {
+                    let slot = self.text_int(at, "reading GET")?;
+                    self.memo_get(u64::try_from(slot).unwrap_or(u64::MAX), at)?;
+                }
+                0x97 | 0x98 => {
+                    return Err(ReadError::UnknownOpcode {
+                        opcode: op,
+                        offset: at,
+                        hint: ": out-of-band buffers (protocol 5 NEXT_BUFFER/READONLY_BUFFER) never occur in snapshots",
+                    });
+                }
+                b'S' | b'V' => {
+                    return Err(ReadError::UnknownOpcode {
+                        opcode: op,
+                        offset: at,
+                        hint: ": protocol 0 text strings are not supported; snapshots are written with protocol 2 or newer",
+                    });
+                }
+                _ => {
+                    if let Some(name) = forbidden(op) {
+                        return Err(ReadError::ForbiddenOpcode { opcode: op, name, offset: at });
+                    }
+                    return Err(ReadError::UnknownOpcode { opcode: op, offset: at, hint: "" });
+                }
+            }
+        }
+    }
+
+    fn memo_get(&mut self, slot: u64, at: u64) -> Result<(), ReadError> {
+        let v = self.heap.memo_get(slot, at)?;
+        self.heap.add_ref(v);
+        self.push(v)
+    }
+
+    fn set_items(&mut self, dict: Value, items: &[Value], at: u64) -> Result<(), ReadError> {
+        if items.len() % 2 != 0 {
+            return Err(ReadError::BadPickle { offset: at, message: "SETITEMS with an odd number of items".into() });
+        }
+        let id = self.target_obj(dict, at, "SETITEMS")?;
+        for pair in items.chunks_exact(2) {
+            if let V::Obj(key) = pair[0].get()
+                && !matches!(self.heap.obj(key).kind, ObjKind::Tuple(_) | ObjKind::Forward(_))
+            {
+                return Err(ReadError::BadPickle {
+                    offset: at,
+                    message: format!("unhashable dict key: {}", self.heap.describe(pair[0])),
+                });
+            }
+            self.heap.set_item(id, pair[0], pair[1], at)?;
+        }
+        Ok(())
+    }
+}
+
+fn underflow(at: u64) -> ReadError {
+    ReadError::BadPickle { offset: at, message: "stack underflow (an opcode needs more values than the stack holds)".into() }
+}

@@ -1,0 +1,12 @@
+//! The snapshot model and its reader.
+
+pub(crate) mod decompress;
+pub mod frames;
+pub mod model;
+mod read;
+pub mod trace;
+
+pub use frames::{EMPTY_STACK, Frame, FrameId, FrameTable, StackId, StrId, Strings};
+pub use model::*;
+pub use read::{ReadOptions, read_snapshot, read_snapshot_bytes};
+pub use trace::{Action, TraceColumns, TraceEntry};

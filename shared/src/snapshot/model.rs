@@ -1,0 +1,252 @@
+//! The typed snapshot model: what `torch.cuda.memory._snapshot()` holds, with
+//! strings and stacks interned and the trace stored as columns.
+
+use serde::Serialize;
+
+use super::frames::{FrameTable, StackId, Strings};
+use super::trace::TraceColumns;
+
+/// A whole snapshot file, read.
+#[derive(Debug)]
+pub struct Snapshot {
+    /// Which generation of PyTorch's format the file has.
+    pub format: FormatVersion,
+    /// The pickle protocol (2 to 5; `None` for a protocol 0/1 stream).
+    pub protocol: Option<u8>,
+    /// How the file was compressed.
+    pub compression: Compression,
+    /// Every string the snapshot names (file names, function names, metadata).
+    pub strings: Strings,
+    /// Interned frames and stacks.
+    pub frames: FrameTable,
+    /// One entry per device that has segments or a trace, sorted by device.
+    pub devices: Vec<DeviceSnapshot>,
+    /// `allocator_settings` (PyTorch 2.3+), if present.
+    pub allocator_settings: Option<AllocatorSettings>,
+    /// `external_annotations` (record_function ranges, PyTorch 2.5+).
+    pub annotations: Vec<Annotation>,
+    /// Things the reader noticed but could not represent (unknown top-level
+    /// keys, unknown trace-entry keys), each said once.
+    pub warnings: Vec<String>,
+}
+
+/// The generation of the snapshot format, named by the earliest PyTorch
+/// version that writes it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub enum FormatVersion {
+    /// PyTorch 1.13: a bare list of segments; blocks without addresses.
+    #[serde(rename = "1.13")]
+    V1_13,
+    /// PyTorch 2.0: `{segments, device_traces}`, blocks carry `history`.
+    #[serde(rename = "2.0")]
+    V2_0,
+    /// PyTorch 2.1/2.2: blocks carry `address` and `frames`.
+    #[serde(rename = "2.1")]
+    V2_1,
+    /// PyTorch 2.3/2.4: adds `allocator_settings`.
+    #[serde(rename = "2.3")]
+    V2_3,
+    /// PyTorch 2.5 and later: adds `external_annotations`.
+    #[serde(rename = "2.5")]
+    V2_5,
+}
+
+impl FormatVersion {
+    /// The version string used in JSON output.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FormatVersion::V1_13 => "1.13",
+            FormatVersion::V2_0 => "2.0",
+            FormatVersion::V2_1 => "2.1",
+            FormatVersion::V2_3 => "2.3",
+            FormatVersion::V2_5 => "2.5",
+        }
+    }
+}
+
+/// Compression detected from the file's magic bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Compression {
+    /// A plain pickle.
+    None,
+    /// gzip (`1f 8b`).
+    Gzip,
+    /// zstd (`28 b5 2f fd`).
+    Zstd,
+}
+
+/// One device's memory at snapshot time and its trace.
+#[derive(Debug)]
+pub struct DeviceSnapshot {
+    /// CUDA device index.
+    pub device: u32,
+    /// Segments (cudaMalloc'd or expandable ranges) at snapshot time, by address.
+    pub segments: Vec<Segment>,
+    /// The device's trace (empty when history was not recorded).
+    pub trace: TraceColumns,
+    /// Whether the file had a trace list for this device at all.
+    pub has_trace: bool,
+}
+
+/// A segment: one cudaMalloc (or one expandable reservation's mapped range).
+#[derive(Clone, Debug)]
+pub struct Segment {
+    /// Start address.
+    pub address: u64,
+    /// Bytes reserved from CUDA.
+    pub total_size: u64,
+    /// Bytes in `active_allocated` blocks, as PyTorch reported.
+    pub allocated_size: u64,
+    /// Bytes in `active_*` blocks, as PyTorch reported.
+    pub active_size: u64,
+    /// Requested (unrounded) bytes of live blocks, as PyTorch reported.
+    pub requested_size: u64,
+    /// Raw `cudaStream_t` the segment belongs to.
+    pub stream: u64,
+    /// Pool the segment was allocated for.
+    pub segment_type: SegmentType,
+    /// `(0, 0)` for the default pool; anything else is a private pool (CUDA graphs, MemPool).
+    pub pool_id: (i64, i64),
+    /// An expandable segment (`expandable_segments:True`).
+    pub is_expandable: bool,
+    /// Stack of the cudaMalloc that created it (empty if not recorded).
+    pub stack: StackId,
+    /// Blocks tiling the segment in address order.
+    pub blocks: Vec<Block>,
+}
+
+/// Which pool a segment serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SegmentType {
+    /// Requests over 1 MiB.
+    Large,
+    /// Requests up to 1 MiB (2 MiB segments).
+    Small,
+    /// Not recorded or an unknown value.
+    Unknown,
+}
+
+/// A block inside a segment.
+#[derive(Clone, Debug)]
+pub struct Block {
+    /// Start address (derived by tiling for 1.13/2.0 files that lack it).
+    pub address: u64,
+    /// Rounded size the allocator reserved for it.
+    pub size: u64,
+    /// Size the program asked for (equals `size` where the file lacks it).
+    pub requested_size: u64,
+    /// Allocation state.
+    pub state: BlockState,
+    /// Stack of the allocation (empty if not recorded).
+    pub stack: StackId,
+    /// PyTorch 2.0 per-block history (`history` key), oldest first.
+    pub history: Vec<HistoryEntry>,
+}
+
+impl Block {
+    /// Bytes lost to rounding: size minus requested size.
+    pub fn internal_waste(&self) -> u64 {
+        if self.state == BlockState::ActiveAllocated { self.size.saturating_sub(self.requested_size) } else { 0 }
+    }
+}
+
+/// The state of a block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BlockState {
+    /// Allocated and in use.
+    ActiveAllocated,
+    /// Freed by the program, waiting for stream events (`record_stream`).
+    ActivePendingFree,
+    /// Free, cached by the allocator.
+    Inactive,
+    /// A state string this reader does not know.
+    Unknown,
+}
+
+impl BlockState {
+    /// Counted in `active_bytes`.
+    pub fn is_active(self) -> bool {
+        matches!(self, BlockState::ActiveAllocated | BlockState::ActivePendingFree)
+    }
+}
+
+/// One entry of a PyTorch 2.0 block's `history`.
+#[derive(Clone, Copy, Debug)]
+pub struct HistoryEntry {
+    /// Address of the allocation.
+    pub addr: u64,
+    /// Requested size (`real_size`).
+    pub real_size: u64,
+    /// Stack of the allocation.
+    pub stack: StackId,
+}
+
+/// `allocator_settings`: the typed fields the analysis needs, plus every key as written.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct AllocatorSettings {
+    /// The raw `PYTORCH_CUDA_ALLOC_CONF` string.
+    pub alloc_conf: Option<String>,
+    /// `max_split_size` in bytes; `None` when unlimited (-1).
+    pub max_split_size: Option<u64>,
+    /// `expandable_segments`.
+    pub expandable_segments: bool,
+    /// `garbage_collection_threshold`.
+    pub garbage_collection_threshold: f64,
+    /// `roundup_power2_divisions` as (interval start in MiB, divisions), by interval.
+    pub roundup_power2_divisions: Vec<(u64, u64)>,
+    /// Every key as written, in file order.
+    pub raw: Vec<(String, PyValue)>,
+}
+
+/// A plain Python value, for the parts of a snapshot with no fixed schema.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum PyValue {
+    /// `None`.
+    None,
+    /// `bool`.
+    Bool(bool),
+    /// `int` (up to 128 bits).
+    Int(i128),
+    /// `float`.
+    Float(f64),
+    /// `str`.
+    Str(String),
+    /// `list`, `tuple` or `set`.
+    List(Vec<PyValue>),
+    /// `dict` with keys as text.
+    Dict(Vec<(String, PyValue)>),
+}
+
+/// An `external_annotations` entry: one end of a `record_function` range.
+#[derive(Clone, Debug, Serialize)]
+pub struct Annotation {
+    /// Device the annotation was recorded on.
+    pub device: u32,
+    /// `START` or `END`.
+    pub stage: AnnotationStage,
+    /// The range's name (e.g. `step12`, `Optimizer.step#AdamW.step`).
+    pub name: String,
+    /// Time in microseconds since the epoch.
+    pub time_us: i64,
+}
+
+/// Which end of a range an annotation marks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum AnnotationStage {
+    /// The range opens.
+    Start,
+    /// The range closes.
+    End,
+}
+
+impl Snapshot {
+    /// The device with this index, if the snapshot has it.
+    pub fn device(&self, device: u32) -> Option<&DeviceSnapshot> {
+        self.devices.iter().find(|d| d.device == device)
+    }
+}

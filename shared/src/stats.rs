@@ -1,0 +1,174 @@
+//! PyTorch's own memory counters, recomputed from a snapshot alone.
+//!
+//! Each figure matches a key of `torch.cuda.memory_stats()` at snapshot time
+//! (checked to the byte against the corpus's oracle files):
+//! - `reserved_bytes`: sum of segment sizes (`reserved_bytes.all.current`);
+//! - `allocated_bytes`: `active_allocated` block sizes (`allocated_bytes.all.current`);
+//! - `active_bytes`: all `active_*` blocks (`active_bytes.all.current`);
+//! - `requested_bytes`: requested sizes of `active_*` blocks, pending frees
+//!   included, since PyTorch releases them at `free_completed`
+//!   (`requested_bytes.all.current`);
+//! - `inactive_split_bytes`: free blocks of split, non-expandable segments
+//!   (`inactive_split_bytes.all.current`);
+//! - peaks: the trace replayed from the state at its first entry, which is
+//!   the final state minus the trace's net effect.
+
+use serde::Serialize;
+
+use crate::snapshot::{Action, BlockState, DeviceSnapshot, Snapshot};
+
+/// The figures `vramscope stats --json` prints for a file.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct SnapshotStats {
+    /// The snapshot format generation, e.g. `"2.5"` (meaning 2.5 or later).
+    pub format_version: &'static str,
+    /// One entry per device with segments or a trace.
+    pub devices: Vec<DeviceStats>,
+}
+
+/// One device's figures.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct DeviceStats {
+    /// CUDA device index.
+    pub device: u32,
+    /// Segments at snapshot time.
+    pub segments: usize,
+    /// Entries in the device's trace.
+    pub trace_entries: usize,
+    /// The trace does not reach back to an empty allocator: the ring buffer
+    /// wrapped (or recording started after memory was already in use).
+    pub trace_wrapped: bool,
+    /// Bytes reserved from CUDA.
+    pub reserved_bytes: u64,
+    /// Bytes in allocated blocks (rounded sizes).
+    pub allocated_bytes: u64,
+    /// Bytes in active blocks (allocated plus pending free).
+    pub active_bytes: u64,
+    /// Requested (unrounded) bytes of active blocks.
+    pub requested_bytes: u64,
+    /// Free bytes inside split segments, which cannot be returned to CUDA.
+    pub inactive_split_bytes: u64,
+    /// Highest reserved bytes over the trace; `None` without a trace.
+    pub reserved_peak_bytes: Option<u64>,
+    /// Highest requested bytes over the trace; `None` without a trace.
+    pub requested_peak_bytes: Option<u64>,
+    /// The peaks cover only the trace's window (it wrapped), not the whole run.
+    pub peak_is_window_only: bool,
+    /// The largest free (inactive) block.
+    pub largest_free_block_bytes: u64,
+    /// All free (inactive) bytes.
+    pub free_bytes: u64,
+    /// Reserved minus allocated: memory held by the cache but not in use.
+    pub reserved_unallocated_bytes: u64,
+    /// Rounding waste of allocated blocks: size minus requested size.
+    pub internal_waste_bytes: u64,
+    /// `oom` entries in the trace.
+    pub ooms: usize,
+}
+
+impl Snapshot {
+    /// Recompute PyTorch's counters for every device.
+    pub fn stats(&self) -> SnapshotStats {
+        SnapshotStats {
+            format_version: self.format.as_str(),
+            devices: self.devices.iter().map(DeviceStats::of).collect(),
+        }
+    }
+}
+
+/// Running totals of the trace's effect on reserved and requested bytes.
+#[derive(Default)]
+struct Replay {
+    reserved: i128,
+    requested: i128,
+    peak_reserved: i128,
+    peak_requested: i128,
+}
+
+impl Replay {
+    fn step(&mut self, action: Action, size: u64) {
+        let size = size as i128;
+        match action {
+            Action::SegmentAlloc | Action::SegmentMap => self.reserved += size,
+            Action::SegmentFree | Action::SegmentUnmap => self.reserved -= size,
+            Action::Alloc => self.requested += size,
+            Action::FreeCompleted => self.requested -= size,
+            _ => return,
+        }
+        self.peak_reserved = self.peak_reserved.max(self.reserved);
+        self.peak_requested = self.peak_requested.max(self.requested);
+    }
+}
+
+impl DeviceStats {
+    /// Compute a device's figures.
+    pub fn of(device: &DeviceSnapshot) -> DeviceStats {
+        let blocks = || device.segments.iter().flat_map(|s| s.blocks.iter());
+        let reserved_bytes: u64 = device.segments.iter().map(|s| s.total_size).sum();
+        let sum_where = |f: &dyn Fn(BlockState) -> bool| -> u64 { blocks().filter(|b| f(b.state)).map(|b| b.size).sum() };
+        let allocated_bytes = sum_where(&|s| s == BlockState::ActiveAllocated);
+        let active_bytes = sum_where(&|s| s.is_active());
+        let free_bytes = sum_where(&|s| s == BlockState::Inactive);
+        let requested_bytes: u64 = blocks().filter(|b| b.state.is_active()).map(|b| b.requested_size).sum();
+        let inactive_split_bytes: u64 = device
+            .segments
+            .iter()
+            .filter(|s| s.blocks.len() > 1 && !s.is_expandable)
+            .flat_map(|s| s.blocks.iter())
+            .filter(|b| b.state == BlockState::Inactive)
+            .map(|b| b.size)
+            .sum();
+        let largest_free_block_bytes =
+            blocks().filter(|b| b.state == BlockState::Inactive).map(|b| b.size).max().unwrap_or(0);
+        let internal_waste_bytes = blocks().map(|b| b.internal_waste()).sum();
+
+        // The state at the trace's first entry is the final state minus the
+        // trace's net effect; replaying from there gives the peaks.
+        let trace = &device.trace;
+        let mut net = Replay::default();
+        for i in 0..trace.len() {
+            net.step(trace.action(i), trace.sizes()[i]);
+        }
+        let start_reserved = reserved_bytes as i128 - net.reserved;
+        let start_requested = requested_bytes as i128 - net.requested;
+        let trace_wrapped = !trace.is_empty() && (start_reserved != 0 || start_requested != 0);
+        let (reserved_peak_bytes, requested_peak_bytes) = if trace.is_empty() {
+            (None, None)
+        } else {
+            let mut replay = Replay {
+                reserved: start_reserved,
+                requested: start_requested,
+                peak_reserved: start_reserved,
+                peak_requested: start_requested,
+            };
+            for i in 0..trace.len() {
+                replay.step(trace.action(i), trace.sizes()[i]);
+            }
+            (Some(clamp(replay.peak_reserved)), Some(clamp(replay.peak_requested)))
+        };
+
+        DeviceStats {
+            device: device.device,
+            segments: device.segments.len(),
+            trace_entries: trace.len(),
+            trace_wrapped,
+            reserved_bytes,
+            allocated_bytes,
+            active_bytes,
+            requested_bytes,
+            inactive_split_bytes,
+            reserved_peak_bytes,
+            requested_peak_bytes,
+            peak_is_window_only: trace_wrapped,
+            largest_free_block_bytes,
+            free_bytes,
+            reserved_unallocated_bytes: reserved_bytes.saturating_sub(allocated_bytes),
+            internal_waste_bytes,
+            ooms: trace.count(Action::Oom),
+        }
+    }
+}
+
+fn clamp(v: i128) -> u64 {
+    u64::try_from(v.max(0)).unwrap_or(u64::MAX)
+}
