@@ -3,6 +3,7 @@
 //! beyond reading from a caller's [`std::io::Read`].
 
 pub mod error;
+pub mod index;
 pub mod pickle;
 pub mod snapshot;
 pub mod stats;

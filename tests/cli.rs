@@ -1,0 +1,75 @@
+//! The `vramscope` command line, run as a user would.
+
+mod common;
+
+use std::process::Command;
+
+fn vramscope() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_vramscope"))
+}
+
+#[test]
+fn stats_json_has_the_documented_shape() {
+    let file = common::fixture_corpus().join("oom_leak.pickle");
+    let out = vramscope().args(["stats", "--json"]).arg(&file).output().expect("run");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    assert_eq!(v["file"], file.display().to_string());
+    assert_eq!(v["format_version"], "2.5");
+    let d = &v["devices"][0];
+    for key in [
+        "device",
+        "segments",
+        "trace_entries",
+        "trace_wrapped",
+        "reserved_bytes",
+        "allocated_bytes",
+        "active_bytes",
+        "requested_bytes",
+        "inactive_split_bytes",
+        "reserved_peak_bytes",
+        "requested_peak_bytes",
+        "peak_is_window_only",
+        "largest_free_block_bytes",
+        "ooms",
+    ] {
+        assert!(!d[key].is_null(), "missing {key} in {d}");
+    }
+    assert_eq!(d["ooms"], 1);
+    assert_eq!(d["reserved_bytes"], 2902458368u64);
+}
+
+#[test]
+fn stats_prints_a_human_summary() {
+    let file = common::fixture_corpus().join("ring_overflow.pickle");
+    let out = vramscope().arg("stats").arg(&file).output().expect("run");
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("device 0: 3 segments, 20000 trace entries"), "{text}");
+    assert!(text.contains("ring buffer wrapped"), "{text}");
+    assert!(text.contains("within the trace window"), "{text}");
+    assert!(out.stderr.is_empty(), "a fast read shows no progress bar");
+}
+
+#[test]
+fn bad_input_exits_2_with_one_line_naming_the_file() {
+    let dir = common::synthetic_dir();
+    for name in ["truncated_half.pickle", "global_reduce.pickle", "not_a_snapshot_int.pickle", "no/such/file"] {
+        let path = dir.join(name);
+        let out = vramscope().arg("stats").arg(&path).output().expect("run");
+        assert_eq!(out.status.code(), Some(2), "{name}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.trim_end().lines().count(), 1, "{name}: {err}");
+        assert!(err.contains(&path.display().to_string()), "{name}: {err}");
+        assert!(out.stdout.is_empty());
+    }
+}
+
+#[test]
+fn state_only_snapshot_has_unknown_peaks() {
+    let file = common::fixture_corpus().join("state_only.pickle");
+    let out = vramscope().args(["stats", "--json"]).arg(&file).output().expect("run");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert!(v["devices"][0]["reserved_peak_bytes"].is_null());
+    assert_eq!(v["devices"][0]["trace_entries"], 0);
+}
