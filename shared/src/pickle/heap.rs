@@ -57,6 +57,8 @@ pub struct Obj {
 }
 
 const NO_MEMO: u32 = u32::MAX;
+/// How many emptied buffers of each kind to keep for reuse.
+const SPARE_BUFFERS: usize = 256;
 /// Rough per-object cost used by the budget: the `Obj` itself plus allocator overhead.
 const OBJ_COST: u64 = 64;
 
@@ -68,7 +70,11 @@ pub struct Heap {
     bigs: Vec<BigInt>,
     floats: Vec<f64>,
     byte_strings: Vec<Box<[u8]>>,
-    memo: Vec<Option<Value>>,
+    memo: Vec<Value>,
+    /// Emptied item buffers kept for reuse: a trace has millions of small
+    /// dicts and lists, and recycling their buffers saves a malloc/free each.
+    spare_pairs: Vec<Vec<(Value, Value)>>,
+    spare_items: Vec<Vec<Value>>,
     charged: u64,
     budget: u64,
 }
@@ -85,6 +91,8 @@ impl Heap {
             floats: Vec::new(),
             byte_strings: Vec::new(),
             memo: Vec::new(),
+            spare_pairs: Vec::new(),
+            spare_items: Vec::new(),
             charged: 0,
             budget,
         }
@@ -200,6 +208,23 @@ impl Heap {
     /// Allocate a container; the caller's stack slot is its one holder.
     pub fn alloc(&mut self, kind: ObjKind, offset: u64) -> Result<Value, ReadError> {
         self.charge(OBJ_COST, || "a container".to_owned(), offset)?;
+        let kind = match kind {
+            ObjKind::Dict(v) if v.is_empty() => match self.spare_pairs.pop() {
+                Some(spare) => {
+                    self.charge(spare.capacity() as u64 * 16, || "a dict's items".to_owned(), offset)?;
+                    ObjKind::Dict(spare)
+                }
+                None => ObjKind::Dict(v),
+            },
+            ObjKind::List(v) if v.is_empty() => match self.spare_items.pop() {
+                Some(spare) => {
+                    self.charge(spare.capacity() as u64 * 8, || "a list's items".to_owned(), offset)?;
+                    ObjKind::List(spare)
+                }
+                None => ObjKind::List(v),
+            },
+            other => other,
+        };
         let obj = Obj { kind, offset, memo_slot: NO_MEMO, refs: 1 };
         let id = match self.free.pop() {
             Some(id) => {
@@ -257,6 +282,19 @@ impl Heap {
             ObjKind::Dict(v) => v.capacity() as u64 * 16,
             ObjKind::Forward(_) | ObjKind::Free => 0,
         };
+        let old = std::mem::replace(&mut o.kind, ObjKind::Forward(to));
+        match old {
+            ObjKind::Dict(mut v) if self.spare_pairs.len() < SPARE_BUFFERS && v.capacity() <= 64 => {
+                v.clear();
+                self.spare_pairs.push(v);
+            }
+            ObjKind::List(mut v) if self.spare_items.len() < SPARE_BUFFERS && v.capacity() <= 64 => {
+                v.clear();
+                self.spare_items.push(v);
+            }
+            _ => {}
+        }
+        let o = &mut self.objs[id as usize];
         if o.refs <= 1 {
             let memo_slot = o.memo_slot;
             o.kind = ObjKind::Free;
@@ -264,12 +302,11 @@ impl Heap {
             if memo_slot != NO_MEMO
                 && let Some(slot) = self.memo.get_mut(memo_slot as usize)
             {
-                *slot = Some(to);
+                *slot = to;
             }
             self.free.push(id);
             self.release(items + OBJ_COST);
         } else {
-            o.kind = ObjKind::Forward(to);
             self.release(items);
         }
     }
@@ -334,7 +371,7 @@ impl Heap {
         if slot_usize >= self.memo.len() {
             let grow = (slot_usize + 1 - self.memo.len()) as u64 * 8;
             self.charge(grow, || format!("memo slot {slot}"), offset)?;
-            self.memo.resize(slot_usize + 1, None);
+            self.memo.resize(slot_usize + 1, Value::UNSET);
         }
         if let V::Obj(id) = v.get() {
             let o = &mut self.objs[id as usize];
@@ -346,7 +383,7 @@ impl Heap {
                 o.refs = o.refs.saturating_add(1);
             }
         }
-        self.memo[slot_usize] = Some(v);
+        self.memo[slot_usize] = v;
         Ok(())
     }
 
@@ -359,7 +396,8 @@ impl Heap {
     pub fn memo_get(&self, slot: u64, offset: u64) -> Result<Value, ReadError> {
         usize::try_from(slot)
             .ok()
-            .and_then(|s| self.memo.get(s).copied().flatten())
+            .and_then(|s| self.memo.get(s).copied())
+            .filter(|v| *v != Value::UNSET)
             .ok_or_else(|| ReadError::BadPickle {
                 offset,
                 message: format!("memo GET of index {slot}, which was never stored"),

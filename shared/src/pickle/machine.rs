@@ -408,8 +408,13 @@ impl<R: Read, H: Hooks> Machine<'_, R, H> {
                 b'e' => {
                     let mark = self.pop_mark(at)?;
                     let list = self.target_below(mark, at)?;
-                    let items = self.stack.split_off(mark);
-                    self.append(list, &items, at)?;
+                    // Work on the items in place: APPENDS comes once per 1000
+                    // trace entries, SETITEMS once per entry; no Vec per batch.
+                    let stack = std::mem::take(&mut self.stack);
+                    let result = self.append(list, &stack[mark..], at);
+                    self.stack = stack;
+                    self.stack.truncate(mark);
+                    result?;
                 }
                 b's' => {
                     let value = self.pop(at)?;
@@ -420,8 +425,11 @@ impl<R: Read, H: Hooks> Machine<'_, R, H> {
                 b'u' => {
                     let mark = self.pop_mark(at)?;
                     let dict = self.target_below(mark, at)?;
-                    let items = self.stack.split_off(mark);
-                    self.set_items(dict, &items, at)?;
+                    let stack = std::mem::take(&mut self.stack);
+                    let result = self.set_items(dict, &stack[mark..], at);
+                    self.stack = stack;
+                    self.stack.truncate(mark);
+                    result?;
                 }
                 0x90 => {
                     let mark = self.pop_mark(at)?;

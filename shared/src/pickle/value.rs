@@ -31,6 +31,8 @@ const T_OBJ: u64 = 7;
 const T_ROW: u64 = 8;
 const T_STACK: u64 = 9;
 const T_FRAME: u64 = 10;
+/// Marks a memo slot that was never stored (never a value on the stack).
+const T_UNSET: u64 = 15;
 
 /// The largest integer stored inline; larger ones go to the heap's big-int table.
 pub(crate) const INLINE_INT_MAX: i64 = (1 << 59) - 1;
@@ -67,6 +69,9 @@ pub enum V {
 impl Value {
     /// Python `None`.
     pub const NONE: Value = Value(T_NONE);
+    /// An empty memo slot. Keeps the memo at eight bytes a slot, where
+    /// `Option<Value>` would take sixteen.
+    pub(crate) const UNSET: Value = Value(T_UNSET);
 
     const fn pack(tag: u64, payload: u64) -> Value {
         Value((payload << TAG_BITS) | tag)
@@ -127,6 +132,7 @@ impl Value {
             T_OBJ => V::Obj(payload as u32),
             T_ROW => V::Row(payload as u32),
             T_STACK => V::Stack(payload as u32),
+            // T_UNSET never leaves the memo (memo_get refuses it).
             _ => V::Frame(payload as u32),
         }
     }
