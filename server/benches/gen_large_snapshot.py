@@ -113,9 +113,8 @@ def allocation_size(size: int) -> int:
 class Allocator:
     """Caching-allocator model that records a PyTorch-shaped trace."""
 
-    def __init__(self, rng: random.Random, target: int):
+    def __init__(self, rng: random.Random):
         self.rng = rng
-        self.target = target
         self.trace: list[dict] = []
         self.free_lists = {True: [], False: []}  # small pool? -> sorted [(size, addr)]
         self.blocks: dict[int, Block] = {}
@@ -457,7 +456,7 @@ def simulate(target: int, seed: int):
     rng = random.Random(seed)
     fr = Frames(rng)
     w = build_workload(rng, fr)
-    a = Allocator(rng, target)
+    a = Allocator(rng)
     annotations: list[dict] = []
     layers, d, tokens_max = w["layers"], w["d"], w["tokens_max"]
     ops, flat = w["ops"], w["flat"]
