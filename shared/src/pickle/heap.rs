@@ -34,6 +34,14 @@ pub enum ObjKind {
     Dict(Vec<(Value, Value)>),
     /// A Python set or frozenset.
     Set(Vec<Value>),
+    /// A list holding only the consecutive trace rows `start..start + len`,
+    /// as device trace lists do: a range instead of eight bytes a row.
+    Rows {
+        /// First row.
+        start: u32,
+        /// Number of rows.
+        len: u32,
+    },
     /// A container already converted (to a trace row, stack or frame) that
     /// other holders still reference.
     Forward(Value),
@@ -103,10 +111,15 @@ impl Heap {
     pub fn charge(&mut self, bytes: u64, what: impl FnOnce() -> String, offset: u64) -> Result<(), ReadError> {
         let needed = self.charged.saturating_add(bytes);
         if needed > self.budget {
-            return Err(ReadError::MemoryBudget { what: what(), needed, budget: self.budget, offset });
+            return Err(self.over_budget(what(), needed, offset));
         }
         self.charged = needed;
         Ok(())
+    }
+
+    #[cold]
+    fn over_budget(&self, what: String, needed: u64, offset: u64) -> ReadError {
+        ReadError::MemoryBudget { what, needed, budget: self.budget, offset }
     }
 
     fn release(&mut self, bytes: u64) {
@@ -154,6 +167,7 @@ impl Heap {
     }
 
     /// Make an integer value, inline when it fits.
+    #[inline]
     pub fn int(&mut self, i: i128) -> Value {
         if (INLINE_INT_MIN as i128..=INLINE_INT_MAX as i128).contains(&i) {
             Value::small_int(i as i64)
@@ -263,6 +277,12 @@ impl Heap {
         }
     }
 
+    /// Whether a container has a single holder (besides the memo).
+    #[inline]
+    pub fn has_single_holder(&self, id: ObjId) -> bool {
+        self.objs[id as usize].refs <= 1
+    }
+
     /// A container was duplicated (memo GET, DUP): one more holder.
     #[inline]
     pub fn add_ref(&mut self, v: Value) {
@@ -280,7 +300,7 @@ impl Heap {
         let items = match &o.kind {
             ObjKind::List(v) | ObjKind::Tuple(v) | ObjKind::Set(v) => v.capacity() as u64 * 8,
             ObjKind::Dict(v) => v.capacity() as u64 * 16,
-            ObjKind::Forward(_) | ObjKind::Free => 0,
+            ObjKind::Rows { .. } | ObjKind::Forward(_) | ObjKind::Free => 0,
         };
         let old = std::mem::replace(&mut o.kind, ObjKind::Forward(to));
         match old {
@@ -314,6 +334,25 @@ impl Heap {
     /// Push onto a container's item list with budget accounting.
     #[inline]
     pub fn push_item(&mut self, id: ObjId, item: Value, offset: u64) -> Result<(), ReadError> {
+        let o = &mut self.objs[id as usize];
+        if let V::Row(row) = item.get() {
+            match &mut o.kind {
+                ObjKind::List(v) if v.is_empty() => {
+                    o.kind = ObjKind::Rows { start: row, len: 1 };
+                    return Ok(());
+                }
+                ObjKind::Rows { start, len } if start.checked_add(*len) == Some(row) => {
+                    *len += 1;
+                    return Ok(());
+                }
+                _ => {}
+            }
+        }
+        if let ObjKind::Rows { start, len } = o.kind {
+            // Anything but the next row: fall back to a plain list.
+            self.charge(len as u64 * 8, || "a list's items".to_owned(), offset)?;
+            self.objs[id as usize].kind = ObjKind::List((start..start + len).map(Value::row).collect());
+        }
         let o = &mut self.objs[id as usize];
         match &mut o.kind {
             ObjKind::List(v) | ObjKind::Set(v) => {
@@ -431,7 +470,7 @@ impl Heap {
 
 fn kind_name(kind: &ObjKind) -> &'static str {
     match kind {
-        ObjKind::List(_) => "list",
+        ObjKind::List(_) | ObjKind::Rows { .. } => "list",
         ObjKind::Tuple(_) => "tuple",
         ObjKind::Dict(_) => "dict",
         ObjKind::Set(_) => "set",

@@ -14,6 +14,11 @@ pub trait Hooks {
     /// An item is about to be appended to a list. Return the value to store
     /// instead (the item itself, or what it was converted to).
     fn on_append(&mut self, heap: &mut Heap, item: Value, offset: u64) -> Result<Value, ReadError>;
+
+    /// A dict just received its items (SETITEMS with fewer than a full batch
+    /// of 1000, so the pickler wrote it whole). Return a value to replace the
+    /// dict on the stack, or `None` to leave it.
+    fn on_dict_complete(&mut self, heap: &mut Heap, dict: Value, offset: u64) -> Result<Option<Value>, ReadError>;
 }
 
 /// Hooks that change nothing.
@@ -23,7 +28,14 @@ impl Hooks for NoHooks {
     fn on_append(&mut self, _heap: &mut Heap, item: Value, _offset: u64) -> Result<Value, ReadError> {
         Ok(item)
     }
+
+    fn on_dict_complete(&mut self, _heap: &mut Heap, _dict: Value, _offset: u64) -> Result<Option<Value>, ReadError> {
+        Ok(None)
+    }
 }
+
+/// Python's pickler writes SETITEMS/APPENDS in batches of this many items.
+const PICKLER_BATCH: usize = 1000;
 
 /// The newest pickle protocol this reader knows.
 pub const HIGHEST_PROTOCOL: u8 = 5;
@@ -35,6 +47,9 @@ struct Machine<'a, R, H> {
     stack: Vec<Value>,
     marks: Vec<usize>,
     protocol: Option<u8>,
+    /// The last UTF-8 string read and its id. PyTorch writes a fresh
+    /// `compile_context` string into every trace entry; this skips hashing it.
+    last_string: (Vec<u8>, Option<u32>),
 }
 
 /// What running a pickle produced.
@@ -49,7 +64,15 @@ pub struct Outcome {
 
 /// Run a pickle stream to its STOP opcode.
 pub fn run<R: Read, H: Hooks>(input: R, heap: &mut Heap, hooks: &mut H) -> Result<Outcome, ReadError> {
-    let mut m = Machine { src: Source::new(input), heap, hooks, stack: Vec::new(), marks: Vec::new(), protocol: None };
+    let mut m = Machine {
+        src: Source::new(input),
+        heap,
+        hooks,
+        stack: Vec::new(),
+        marks: Vec::new(),
+        protocol: None,
+        last_string: (Vec::new(), None),
+    };
     let root = m.run()?;
     Ok(Outcome { root, protocol: m.protocol, bytes: m.src.offset() })
 }
@@ -77,6 +100,13 @@ fn forbidden(opcode: u8) -> Option<&'static str> {
 fn decode_long(heap: &mut Heap, bytes: &[u8]) -> Value {
     if bytes.is_empty() {
         return Value::small_int(0);
+    }
+    // Fast path: addresses and times fit in eight bytes.
+    if bytes.len() <= 8 {
+        let negative = bytes[bytes.len() - 1] & 0x80 != 0;
+        let mut buf = if negative { [0xff; 8] } else { [0; 8] };
+        buf[..bytes.len()].copy_from_slice(bytes);
+        return heap.int(i64::from_le_bytes(buf) as i128);
     }
     let negative = bytes[bytes.len() - 1] & 0x80 != 0;
     let fill = if negative { 0xff } else { 0x00 };
@@ -146,6 +176,12 @@ impl<R: Read, H: Hooks> Machine<'_, R, H> {
     fn string(&mut self, len: u64, at: u64, latin1: bool) -> Result<Value, ReadError> {
         let len = self.claim(len, at, "a string")?;
         let bytes = self.src.take(len, "reading a string")?;
+        if !latin1
+            && let (last, Some(id)) = &self.last_string
+            && last.as_slice() == bytes
+        {
+            return Ok(Value::str(*id));
+        }
         let id = if latin1 {
             let s: String = bytes.iter().map(|&b| b as char).collect();
             self.heap.intern(&s, at)?
@@ -154,7 +190,13 @@ impl<R: Read, H: Hooks> Machine<'_, R, H> {
                 offset: at,
                 message: format!("string is not valid UTF-8 ({e})"),
             })?;
-            self.heap.intern(s, at)?
+            let id = self.heap.intern(s, at)?;
+            if len <= 64 {
+                self.last_string.0.clear();
+                self.last_string.0.extend_from_slice(bytes);
+                self.last_string.1 = Some(id);
+            }
+            id
         };
         if len > 1 << 20 {
             self.src.shrink();
@@ -270,9 +312,7 @@ impl<R: Read, H: Hooks> Machine<'_, R, H> {
                 0x8a => {
                     let n = self.src.u8("reading LONG1")? as usize;
                     let bytes = self.src.take(n, "reading LONG1")?;
-                    let mut tmp = [0u8; 255];
-                    tmp[..n].copy_from_slice(bytes);
-                    let v = decode_long(self.heap, &tmp[..n]);
+                    let v = decode_long(self.heap, bytes);
                     self.push(v)?;
                 }
                 0x8b => {
@@ -426,10 +466,20 @@ impl<R: Read, H: Hooks> Machine<'_, R, H> {
                     let mark = self.pop_mark(at)?;
                     let dict = self.target_below(mark, at)?;
                     let stack = std::mem::take(&mut self.stack);
+                    let pairs = (stack.len() - mark) / 2;
                     let result = self.set_items(dict, &stack[mark..], at);
                     self.stack = stack;
                     self.stack.truncate(mark);
                     result?;
+                    // A dict written in one short batch is complete: let the
+                    // hooks convert it now, while it has a single holder,
+                    // rather than when it is appended (after up to 1000
+                    // later entries may have fetched its parts from the memo).
+                    if pairs < PICKLER_BATCH
+                        && let Some(replacement) = self.hooks.on_dict_complete(self.heap, dict, at)?
+                    {
+                        self.stack[mark - 1] = replacement;
+                    }
                 }
                 0x90 => {
                     let mark = self.pop_mark(at)?;

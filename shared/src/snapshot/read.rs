@@ -107,22 +107,42 @@ struct Reader {
 
 impl Hooks for Reader {
     /// Convert a trace entry (a dict with an `action` key) into a row of the
-    /// trace columns the moment it is appended to its list.
+    /// trace columns as soon as it is complete and held by the stack alone:
+    /// its slot is freed and the memo names the row, so the trace never
+    /// exists as a tree. Its frames list is converted with it, while the next
+    /// entry that shares the list has not fetched it yet.
+    fn on_dict_complete(&mut self, heap: &mut Heap, dict: Value, offset: u64) -> Result<Option<Value>, ReadError> {
+        let V::Obj(id) = dict.get() else { return Ok(None) };
+        if !heap.has_single_holder(id) {
+            return Ok(None);
+        }
+        self.convert_if_entry(heap, id, offset)
+    }
+
+    /// Entries not converted when completed (a dict with several holders,
+    /// or built some other way) are converted when appended to their list.
     #[inline]
     fn on_append(&mut self, heap: &mut Heap, item: Value, offset: u64) -> Result<Value, ReadError> {
         let item = heap.resolve(item);
         let V::Obj(id) = item.get() else { return Ok(item) };
-        let ObjKind::Dict(items) = &heap.obj(id).kind else { return Ok(item) };
-        let action_key = Value::str(ACTION);
-        if !items.iter().any(|(k, _)| *k == action_key) {
-            return Ok(item);
+        Ok(self.convert_if_entry(heap, id, offset)?.unwrap_or(item))
+    }
+}
+
+/// The rows of one device's trace list.
+enum DeviceRows {
+    /// Consecutive rows (the list was stored as a range).
+    Range(std::ops::Range<u32>),
+    /// Any other order.
+    Scattered(Vec<u32>),
+}
+
+impl DeviceRows {
+    fn len(&self) -> usize {
+        match self {
+            DeviceRows::Range(r) => r.len(),
+            DeviceRows::Scattered(v) => v.len(),
         }
-        self.entry_items.clear();
-        self.entry_items.extend_from_slice(items);
-        heap.charge(ROW_COST, || "the trace columns".to_owned(), offset)?;
-        let row = self.convert_entry(heap, id)?;
-        heap.convert(id, Value::row(row));
-        Ok(Value::row(row))
     }
 }
 
@@ -185,10 +205,12 @@ fn dict_items(heap: &Heap, v: Value, path: PathFn<'_>) -> Result<Vec<(Value, Val
 /// The items of a list or tuple, or a type error.
 fn list_items(heap: &Heap, v: Value, path: PathFn<'_>) -> Result<Vec<Value>, ReadError> {
     let v = heap.resolve(v);
-    if let V::Obj(id) = v.get()
-        && let ObjKind::List(items) | ObjKind::Tuple(items) = &heap.obj(id).kind
-    {
-        return Ok(items.clone());
+    if let V::Obj(id) = v.get() {
+        match &heap.obj(id).kind {
+            ObjKind::List(items) | ObjKind::Tuple(items) => return Ok(items.clone()),
+            ObjKind::Rows { start, len } => return Ok((*start..start + len).map(Value::row).collect()),
+            _ => {}
+        }
     }
     Err(wrong(heap, path, "a list", v))
 }
@@ -200,6 +222,21 @@ fn get(items: &[(Value, Value)], key: StrId) -> Option<Value> {
 }
 
 impl Reader {
+    #[inline]
+    fn convert_if_entry(&mut self, heap: &mut Heap, id: ObjId, offset: u64) -> Result<Option<Value>, ReadError> {
+        let ObjKind::Dict(items) = &heap.obj(id).kind else { return Ok(None) };
+        let action_key = Value::str(ACTION);
+        if !items.iter().any(|(k, _)| *k == action_key) {
+            return Ok(None);
+        }
+        self.entry_items.clear();
+        self.entry_items.extend_from_slice(items);
+        heap.charge(ROW_COST, || "the trace columns".to_owned(), offset)?;
+        let row = self.convert_entry(heap, id)?;
+        heap.convert(id, Value::row(row));
+        Ok(Some(Value::row(row)))
+    }
+
     fn convert_entry(&mut self, heap: &mut Heap, id: ObjId) -> Result<u32, ReadError> {
         let row = self.trace.action.len() as u32;
         let at = heap.obj(id).offset;
@@ -332,7 +369,7 @@ impl Reader {
         let root = heap.resolve(root);
         let (segments_value, top) = match root.get() {
             V::Obj(id) => match &heap.obj(id).kind {
-                ObjKind::List(_) => (root, None),
+                ObjKind::List(_) | ObjKind::Rows { .. } => (root, None),
                 ObjKind::Dict(items) => {
                     let items = items.clone();
                     let Some(segments) = get(&items, SEGMENTS) else {
@@ -358,7 +395,7 @@ impl Reader {
             by_device.push((device, segment));
         }
 
-        let mut device_rows: Vec<Vec<u32>> = Vec::new();
+        let mut device_rows: Vec<DeviceRows> = Vec::new();
         let mut settings = None;
         let mut annotations = Vec::new();
         let mut format = if top.is_none() { FormatVersion::V1_13 } else { FormatVersion::V2_1 };
@@ -550,10 +587,17 @@ impl Reader {
     }
 
     /// `device_traces`: one list of rows per device index.
-    fn device_traces(&mut self, heap: &mut Heap, v: Value) -> Result<Vec<Vec<u32>>, ReadError> {
+    fn device_traces(&mut self, heap: &mut Heap, v: Value) -> Result<Vec<DeviceRows>, ReadError> {
         let lists = list_items(heap, v, &|| "device_traces".to_owned())?;
         let mut out = Vec::with_capacity(lists.len());
         for (d, list) in lists.into_iter().enumerate() {
+            // The usual case: a range of consecutive rows, nothing to copy.
+            if let V::Obj(id) = heap.resolve(list).get()
+                && let ObjKind::Rows { start, len } = heap.obj(id).kind
+            {
+                out.push(DeviceRows::Range(start..start + len));
+                continue;
+            }
             let items = list_items(heap, list, &|| format!("device_traces[{d}]"))?;
             let mut rows = Vec::with_capacity(items.len());
             for (k, item) in items.into_iter().enumerate() {
@@ -569,35 +613,43 @@ impl Reader {
                     }
                 }
             }
-            out.push(rows);
+            out.push(DeviceRows::Scattered(rows));
         }
         Ok(out)
     }
 
-    fn assemble_devices(&mut self, segments: Vec<(u32, Segment)>, rows: Vec<Vec<u32>>) -> Vec<DeviceSnapshot> {
+    fn assemble_devices(&mut self, segments: Vec<(u32, Segment)>, rows: Vec<DeviceRows>) -> Vec<DeviceSnapshot> {
         let mut ids: Vec<u32> = segments.iter().map(|(d, _)| *d).collect();
-        ids.extend(rows.iter().enumerate().filter(|(_, r)| !r.is_empty()).map(|(d, _)| d as u32));
+        ids.extend(rows.iter().enumerate().filter(|(_, r)| r.len() > 0).map(|(d, _)| d as u32));
         ids.sort_unstable();
         ids.dedup();
 
         // Fast path: device lists hold consecutive, ascending rows covering
         // the whole column store (always so for real files): split, no copy.
         let mut expected = 0u32;
-        let contiguous = rows.iter().all(|r| {
-            let ok = r.iter().enumerate().all(|(k, &row)| row == expected + k as u32);
-            expected += r.len() as u32;
-            ok
+        let contiguous = rows.iter().all(|r| match r {
+            DeviceRows::Range(range) => {
+                let ok = range.start == expected || range.is_empty();
+                expected += range.len() as u32;
+                ok
+            }
+            DeviceRows::Scattered(list) => list.is_empty(),
         }) && expected as usize == self.trace.len();
         let mut traces: Vec<TraceColumns> = if contiguous {
             let mut parts = Vec::with_capacity(rows.len());
             for r in rows.iter().rev() {
                 let at = self.trace.len() - r.len();
-                parts.push(self.trace.split_off(at));
+                parts.push(if at == 0 { std::mem::take(&mut self.trace) } else { self.trace.split_off(at) });
             }
             parts.reverse();
             parts
         } else {
-            rows.iter().map(|r| self.trace.gather(r)).collect()
+            rows.iter()
+                .map(|r| match r {
+                    DeviceRows::Range(range) => self.trace.gather(&range.clone().collect::<Vec<_>>()),
+                    DeviceRows::Scattered(list) => self.trace.gather(list),
+                })
+                .collect()
         };
         self.trace = TraceColumns::default();
 
@@ -763,6 +815,7 @@ fn py_value_inner(
                     }
                     PyValue::Dict(out)
                 }
+                ObjKind::Rows { len, .. } => PyValue::List(vec![PyValue::Str("a trace entry".into()); *len as usize]),
                 ObjKind::Forward(_) | ObjKind::Free => PyValue::None,
             };
             on_path.pop();
