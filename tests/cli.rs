@@ -73,3 +73,22 @@ fn state_only_snapshot_has_unknown_peaks() {
     assert!(v["devices"][0]["reserved_peak_bytes"].is_null());
     assert_eq!(v["devices"][0]["trace_entries"], 0);
 }
+
+/// Regression: `vramscope stats F | head -1` printed "Broken pipe" and failed.
+#[test]
+fn regression_stats_into_a_closed_pipe_exits_quietly() {
+    let file = common::fixture_corpus().join("oom_leak.pickle");
+    let mut child = vramscope()
+        .arg("stats")
+        .arg(&file)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    // Hang up before the summary is written (reading the file takes longer
+    // than this), as `head` does once it has its lines.
+    drop(child.stdout.take());
+    let out = child.wait_with_output().expect("wait");
+    assert_eq!(out.status.code(), Some(0));
+    assert!(out.stderr.is_empty(), "{}", String::from_utf8_lossy(&out.stderr));
+}

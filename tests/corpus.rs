@@ -12,9 +12,7 @@ use vramscope_shared::snapshot::{Action, BlockState, EMPTY_STACK};
 fn check(dir: &Path, name: &str) {
     let snapshot = common::read(&dir.join(format!("{name}.pickle")));
     let oracle = common::json(&dir.join(format!("{name}.stats.json")));
-    let stat = |key: &str| {
-        oracle["memory_stats"][key].as_u64().unwrap_or_else(|| panic!("{name}: oracle lacks {key}"))
-    };
+    let stat = |key: &str| oracle["memory_stats"][key].as_u64().unwrap_or_else(|| panic!("{name}: oracle lacks {key}"));
     let stats = snapshot.stats();
     assert_eq!(stats.devices.len(), 1, "{name}: one device");
     let d = &stats.devices[0];
@@ -45,8 +43,7 @@ fn check(dir: &Path, name: &str) {
     }
     // The per-segment figures PyTorch wrote agree with the blocks.
     for seg in &snapshot.devices[0].segments {
-        let allocated: u64 =
-            seg.blocks.iter().filter(|b| b.state == BlockState::ActiveAllocated).map(|b| b.size).sum();
+        let allocated: u64 = seg.blocks.iter().filter(|b| b.state == BlockState::ActiveAllocated).map(|b| b.size).sum();
         assert_eq!(seg.allocated_size, allocated, "{name}: segment at {:#x}", seg.address);
         let tiled: u64 = seg.blocks.iter().map(|b| b.size).sum();
         assert_eq!(seg.total_size, tiled, "{name}: blocks tile the segment at {:#x}", seg.address);

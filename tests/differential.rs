@@ -48,9 +48,14 @@ fn frames(rng: &mut Rng) -> Value {
     )
 }
 
+/// Expected segments: (address, total size, [(block size, state)]).
+type ExpectedSegments = Vec<(u64, u64, Vec<(u64, &'static str)>)>;
+/// Expected trace rows: (action, address, size).
+type ExpectedTrace = Vec<(&'static str, u64, u64)>;
+
 /// A random snapshot in today's format, as serde-pickle values, plus what we
 /// expect to read back.
-fn random_snapshot(rng: &mut Rng) -> (Value, Vec<(u64, u64, Vec<(u64, &'static str)>)>, Vec<(&'static str, u64, u64)>) {
+fn random_snapshot(rng: &mut Rng) -> (Value, ExpectedSegments, ExpectedTrace) {
     let mut segments = Vec::new();
     let mut expected_segments = Vec::new();
     let mut addr = 0x7f00_0000_0000u64;
@@ -111,7 +116,10 @@ fn random_snapshot(rng: &mut Rng) -> (Value, Vec<(u64, u64, Vec<(u64, &'static s
     let snapshot = dict(vec![
         ("segments", Value::List(segments)),
         ("device_traces", Value::List(vec![Value::List(trace)])),
-        ("allocator_settings", dict(vec![("expandable_segments", Value::Bool(false)), ("max_split_size", Value::I64(-1))])),
+        (
+            "allocator_settings",
+            dict(vec![("expandable_segments", Value::Bool(false)), ("max_split_size", Value::I64(-1))]),
+        ),
         ("external_annotations", Value::List(vec![])),
     ]);
     (snapshot, expected_segments, expected_trace)

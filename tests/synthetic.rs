@@ -80,7 +80,8 @@ fn every_synthetic_file_reads_as_python_says() {
 #[test]
 fn every_protocol_reads_the_same() {
     let reference = read_snapshot(open("current.p4.pickle"), &ReadOptions::default()).expect("p4");
-    for file in ["current.p2.pickle", "current.p3.pickle", "current.p5.pickle", "current.p4.pickle.gz", "current.p4.pickle.zst"]
+    for file in
+        ["current.p2.pickle", "current.p3.pickle", "current.p5.pickle", "current.p4.pickle.gz", "current.p4.pickle.zst"]
     {
         let other = read_snapshot(open(file), &ReadOptions::default()).unwrap_or_else(|e| panic!("{file}: {e}"));
         assert_eq!(other.stats(), reference.stats(), "{file}");

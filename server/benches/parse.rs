@@ -52,17 +52,13 @@ fn main() {
         Ok(p) => inputs.push(("large_1500k".to_owned(), p)),
         Err(e) => notes.push(format!("large input unavailable: {e}")),
     }
-    let corpus = std::env::var_os("VRAMSCOPE_CORPUS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root.join("../shared/corpus"));
+    let corpus =
+        std::env::var_os("VRAMSCOPE_CORPUS").map(PathBuf::from).unwrap_or_else(|| root.join("../shared/corpus"));
     let gpt = corpus.join("gpt_long.pickle");
     if gpt.is_file() {
         inputs.push(("gpt_long".to_owned(), gpt));
     } else {
-        notes.push(format!(
-            "skipped gpt_long: {} not found (set VRAMSCOPE_CORPUS)",
-            gpt.display()
-        ));
+        notes.push(format!("skipped gpt_long: {} not found (set VRAMSCOPE_CORPUS)", gpt.display()));
     }
     let have_time = Path::new(GNU_TIME).is_file();
     if !have_time {
@@ -70,17 +66,11 @@ fn main() {
     }
 
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
-    let sizes: Vec<String> = inputs
-        .iter()
-        .map(|(name, p)| format!("{name} {:.1} MB", file_len(p) as f64 / 1e6))
-        .collect();
+    let sizes: Vec<String> =
+        inputs.iter().map(|(name, p)| format!("{name} {:.1} MB", file_len(p) as f64 / 1e6)).collect();
     println!(
         "vramscope parse bench: {cores} cores, {runs} runs each; inputs: {}",
-        if sizes.is_empty() {
-            "none".to_owned()
-        } else {
-            sizes.join(", ")
-        }
+        if sizes.is_empty() { "none".to_owned() } else { sizes.join(", ") }
     );
     for n in &notes {
         println!("note: {n}");
@@ -90,9 +80,7 @@ fn main() {
     }
 
     let ours_exe = env!("CARGO_BIN_EXE_vramscope");
-    let mut table = Table::new(&[
-        "input", "what", "best", "median", "peak RSS", "RSS/file", "entries", "target",
-    ]);
+    let mut table = Table::new(&["input", "what", "best", "median", "peak RSS", "RSS/file", "entries", "target"]);
     for (name, path) in &inputs {
         let size = file_len(path);
         warm_page_cache(path);
@@ -131,10 +119,7 @@ fn main() {
 
         let rss_ratio = ours.max_rss().map(|r| r as f64 / size as f64);
         let rss_target = match rss_ratio {
-            Some(r) => format!(
-                "RSS < {TARGET_RSS_RATIO}x file: {}",
-                pass(r < TARGET_RSS_RATIO)
-            ),
+            Some(r) => format!("RSS < {TARGET_RSS_RATIO}x file: {}", pass(r < TARGET_RSS_RATIO)),
             None => String::new(),
         };
         table.row(vec![
@@ -145,9 +130,7 @@ fn main() {
             fmt_mb(ours.max_rss()),
             fmt_ratio(rss_ratio),
             entries.map_or_else(|| "-".to_owned(), |n| n.to_string()),
-            ours_err
-                .as_ref()
-                .map_or(rss_target, |e| format!("ERROR: {e}")),
+            ours_err.as_ref().map_or(rss_target, |e| format!("ERROR: {e}")),
         ]);
         table.row(vec![
             name.clone(),
@@ -170,10 +153,7 @@ fn main() {
             String::new(),
             String::new(),
             speed_best.map_or_else(String::new, |s| {
-                format!(
-                    "≥{TARGET_SPEEDUP}x faster (best): {}",
-                    pass(s >= TARGET_SPEEDUP)
-                )
+                format!("≥{TARGET_SPEEDUP}x faster (best): {}", pass(s >= TARGET_SPEEDUP))
             }),
         ]);
 
@@ -242,11 +222,7 @@ fn target_dir(root: &Path) -> PathBuf {
     match std::env::var_os("CARGO_TARGET_DIR") {
         Some(dir) => {
             let dir = PathBuf::from(dir);
-            if dir.is_absolute() {
-                dir
-            } else {
-                root.join(dir)
-            }
+            if dir.is_absolute() { dir } else { root.join(dir) }
         }
         None => root.join("target"),
     }
@@ -260,11 +236,7 @@ fn ensure_large(root: &Path, python: &str) -> Result<PathBuf, String> {
     }
     std::fs::create_dir_all(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/gen_large_snapshot.py");
-    println!(
-        "generating {} with {} ...",
-        path.display(),
-        script.display()
-    );
+    println!("generating {} with {} ...", path.display(), script.display());
     let status = Command::new(python)
         .arg(&script)
         .arg(&path)
@@ -306,28 +278,19 @@ struct Measured {
 fn run_measured(spec: &CommandSpec, have_time: bool) -> Result<Measured, String> {
     let mut cmd = if have_time {
         let mut c = Command::new(GNU_TIME);
-        c.arg("-f")
-            .arg(format!("{TIME_MARK} %e %M"))
-            .arg(&spec.program);
+        c.arg("-f").arg(format!("{TIME_MARK} %e %M")).arg(&spec.program);
         c
     } else {
         Command::new(&spec.program)
     };
     cmd.args(&spec.args).stdin(Stdio::null());
     let start = Instant::now();
-    let out = cmd
-        .output()
-        .map_err(|e| format!("spawn {}: {e}", spec.program))?;
+    let out = cmd.output().map_err(|e| format!("spawn {}: {e}", spec.program))?;
     let wall = start.elapsed();
     let stderr = String::from_utf8_lossy(&out.stderr);
     if !out.status.success() {
-        let tail: String = stderr
-            .lines()
-            .rfind(|l| !l.starts_with(TIME_MARK))
-            .unwrap_or("")
-            .chars()
-            .take(160)
-            .collect();
+        let tail: String =
+            stderr.lines().rfind(|l| !l.starts_with(TIME_MARK)).unwrap_or("").chars().take(160).collect();
         return Err(format!("exit {}: {tail}", out.status));
     }
     // GNU time prints its line last; `%M` is the child's max RSS in KiB.
@@ -338,17 +301,12 @@ fn run_measured(spec: &CommandSpec, have_time: bool) -> Result<Measured, String>
         .and_then(|rest| rest.split_whitespace().nth(1))
         .and_then(|kib| kib.parse::<u64>().ok())
         .map(|kib| kib * 1024);
-    Ok(Measured {
-        wall,
-        max_rss,
-        stdout: out.stdout,
-    })
+    Ok(Measured { wall, max_rss, stdout: out.stdout })
 }
 
 /// Sum of `devices[].trace_entries` in `vramscope stats --json` output.
 fn trace_entries(stdout: &[u8]) -> Result<u64, String> {
-    let v: serde_json::Value =
-        serde_json::from_slice(stdout).map_err(|e| format!("stats output is not JSON: {e}"))?;
+    let v: serde_json::Value = serde_json::from_slice(stdout).map_err(|e| format!("stats output is not JSON: {e}"))?;
     let Some(devices) = v.get("devices").and_then(|d| d.as_array()) else {
         return Err("stats JSON has no devices[]".to_owned());
     };
@@ -372,17 +330,12 @@ struct LibTimes {
 }
 
 fn bench_library(path: &Path, runs: usize) -> Result<LibTimes, String> {
-    let mut t = LibTimes {
-        read: Samples::default(),
-        stats: Samples::default(),
-        index: Samples::default(),
-    };
+    let mut t = LibTimes { read: Samples::default(), stats: Samples::default(), index: Samples::default() };
     let options = ReadOptions::default();
     for _ in 0..runs {
         let file = File::open(path).map_err(|e| format!("open {}: {e}", path.display()))?;
         let start = Instant::now();
-        let snapshot = read_snapshot(BufReader::new(file), &options)
-            .map_err(|e| format!("read_snapshot: {e}"))?;
+        let snapshot = read_snapshot(BufReader::new(file), &options).map_err(|e| format!("read_snapshot: {e}"))?;
         t.read.push_wall(start.elapsed());
 
         // Results are bound (not dropped) so that freeing them is not timed.
@@ -471,9 +424,7 @@ struct Table {
 
 impl Table {
     fn new(header: &[&str]) -> Self {
-        Self {
-            rows: vec![header.iter().map(|s| (*s).to_owned()).collect()],
-        }
+        Self { rows: vec![header.iter().map(|s| (*s).to_owned()).collect()] }
     }
 
     fn row(&mut self, cells: Vec<String>) {
@@ -483,14 +434,7 @@ impl Table {
     fn print(&self) {
         let cols = self.rows.iter().map(Vec::len).max().unwrap_or(0);
         let widths: Vec<usize> = (0..cols)
-            .map(|c| {
-                self.rows
-                    .iter()
-                    .filter_map(|r| r.get(c))
-                    .map(|s| s.chars().count())
-                    .max()
-                    .unwrap_or(0)
-            })
+            .map(|c| self.rows.iter().filter_map(|r| r.get(c)).map(|s| s.chars().count()).max().unwrap_or(0))
             .collect();
         for (i, row) in self.rows.iter().enumerate() {
             let line: Vec<String> = row

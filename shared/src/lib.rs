@@ -7,6 +7,7 @@ pub mod index;
 pub mod pickle;
 pub mod snapshot;
 pub mod stats;
+pub mod timeline;
 
 pub use error::ReadError;
 pub use snapshot::{ReadOptions, Snapshot, read_snapshot, read_snapshot_bytes};

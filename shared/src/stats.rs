@@ -76,7 +76,9 @@ impl Snapshot {
     }
 }
 
-/// Running totals of the trace's effect on reserved and requested bytes.
+/// Running totals of the trace's effect on reserved and requested bytes,
+/// relative to the state at its first entry; the peaks start at zero (the
+/// start itself).
 #[derive(Default)]
 struct Replay {
     reserved: i128,
@@ -105,7 +107,8 @@ impl DeviceStats {
     pub fn of(device: &DeviceSnapshot) -> DeviceStats {
         let blocks = || device.segments.iter().flat_map(|s| s.blocks.iter());
         let reserved_bytes: u64 = device.segments.iter().map(|s| s.total_size).sum();
-        let sum_where = |f: &dyn Fn(BlockState) -> bool| -> u64 { blocks().filter(|b| f(b.state)).map(|b| b.size).sum() };
+        let sum_where =
+            |f: &dyn Fn(BlockState) -> bool| -> u64 { blocks().filter(|b| f(b.state)).map(|b| b.size).sum() };
         let allocated_bytes = sum_where(&|s| s == BlockState::ActiveAllocated);
         let active_bytes = sum_where(&|s| s.is_active());
         let free_bytes = sum_where(&|s| s == BlockState::Inactive);
@@ -123,28 +126,20 @@ impl DeviceStats {
         let internal_waste_bytes = blocks().map(|b| b.internal_waste()).sum();
 
         // The state at the trace's first entry is the final state minus the
-        // trace's net effect; replaying from there gives the peaks.
+        // trace's net effect. One pass gives both the net effect and the
+        // highest point relative to the start; the peak is start + that.
         let trace = &device.trace;
-        let mut net = Replay::default();
+        let mut replay = Replay::default();
         for i in 0..trace.len() {
-            net.step(trace.action(i), trace.sizes()[i]);
+            replay.step(trace.action(i), trace.sizes()[i]);
         }
-        let start_reserved = reserved_bytes as i128 - net.reserved;
-        let start_requested = requested_bytes as i128 - net.requested;
+        let start_reserved = reserved_bytes as i128 - replay.reserved;
+        let start_requested = requested_bytes as i128 - replay.requested;
         let trace_wrapped = !trace.is_empty() && (start_reserved != 0 || start_requested != 0);
         let (reserved_peak_bytes, requested_peak_bytes) = if trace.is_empty() {
             (None, None)
         } else {
-            let mut replay = Replay {
-                reserved: start_reserved,
-                requested: start_requested,
-                peak_reserved: start_reserved,
-                peak_requested: start_requested,
-            };
-            for i in 0..trace.len() {
-                replay.step(trace.action(i), trace.sizes()[i]);
-            }
-            (Some(clamp(replay.peak_reserved)), Some(clamp(replay.peak_requested)))
+            (Some(clamp(start_reserved + replay.peak_reserved)), Some(clamp(start_requested + replay.peak_requested)))
         };
 
         DeviceStats {

@@ -8,6 +8,7 @@ use anyhow::{Context, anyhow};
 use clap::Args;
 use humansize::{BINARY, format_size};
 use serde::Serialize;
+use vramscope_shared::snapshot::Compression;
 use vramscope_shared::{DeviceStats, ReadOptions, Snapshot, read_snapshot};
 
 use super::Failure;
@@ -37,9 +38,8 @@ struct StatsJson<'a> {
 
 /// Open and read a snapshot file, with a progress bar for slow reads.
 pub(crate) fn load(path: &PathBuf, memory_budget: u64) -> Result<Snapshot, Failure> {
-    let file = File::open(path)
-        .with_context(|| format!("cannot open {}", path.display()))
-        .map_err(Failure::BadInput)?;
+    let file =
+        File::open(path).with_context(|| format!("cannot open {}", path.display())).map_err(Failure::BadInput)?;
     let size = file.metadata().map(|m| m.len()).unwrap_or(0);
     let label = path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
     let mut reader = ProgressReader::new(BufReader::with_capacity(1 << 20, file), size, &label);
@@ -63,7 +63,11 @@ pub(crate) fn run(args: &StatsArgs) -> Result<(), Failure> {
     } else {
         write_summary(&mut out, &args.file, &snapshot, &stats.devices)
     };
-    written.context("cannot write to stdout").map_err(Failure::Other)
+    match written {
+        // `vramscope stats F | head` closes the pipe early: not an error.
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other.context("cannot write to stdout").map_err(Failure::Other),
+    }
 }
 
 fn bytes(n: u64) -> String {
@@ -74,15 +78,24 @@ fn percent(part: u64, whole: u64) -> String {
     if whole == 0 { "0%".to_owned() } else { format!("{:.1}%", part as f64 * 100.0 / whole as f64) }
 }
 
-fn write_summary(out: &mut impl Write, path: &std::path::Path, snap: &Snapshot, devices: &[DeviceStats]) -> std::io::Result<()> {
+fn write_summary(
+    out: &mut impl Write,
+    path: &std::path::Path,
+    snap: &Snapshot,
+    devices: &[DeviceStats],
+) -> std::io::Result<()> {
     let protocol = snap.protocol.map_or("0/1".to_owned(), |p| p.to_string());
     writeln!(
         out,
-        "{}: PyTorch memory snapshot, format {}{}, pickle protocol {protocol}, compression {:?}",
+        "{}: PyTorch memory snapshot, format {}{}, pickle protocol {protocol}, {}",
         path.display(),
         snap.format.as_str(),
         if snap.format.as_str() == "2.5" { "+" } else { "" },
-        snap.compression
+        match snap.compression {
+            Compression::None => "uncompressed",
+            Compression::Gzip => "gzip-compressed",
+            Compression::Zstd => "zstd-compressed",
+        }
     )?;
     writeln!(
         out,

@@ -49,6 +49,19 @@ pub enum ObjKind {
     Free,
 }
 
+/// Which empty container an EMPTY_* opcode makes.
+#[derive(Clone, Copy, Debug)]
+pub enum EmptyKind {
+    /// EMPTY_LIST.
+    List,
+    /// EMPTY_TUPLE.
+    Tuple,
+    /// EMPTY_DICT.
+    Dict,
+    /// EMPTY_SET.
+    Set,
+}
+
 /// A container with its bookkeeping.
 #[derive(Debug)]
 pub struct Obj {
@@ -222,35 +235,52 @@ impl Heap {
     /// Allocate a container; the caller's stack slot is its one holder.
     pub fn alloc(&mut self, kind: ObjKind, offset: u64) -> Result<Value, ReadError> {
         self.charge(OBJ_COST, || "a container".to_owned(), offset)?;
-        let kind = match kind {
-            ObjKind::Dict(v) if v.is_empty() => match self.spare_pairs.pop() {
+        Ok(self.place(kind, offset))
+    }
+
+    /// Allocate an empty list, dict, tuple or set (the EMPTY_* opcodes, one
+    /// or two per trace entry), reusing a spare item buffer when there is one.
+    #[inline]
+    pub fn alloc_empty(&mut self, kind: EmptyKind, offset: u64) -> Result<Value, ReadError> {
+        let (kind, items_cost) = match kind {
+            EmptyKind::Dict => match self.spare_pairs.pop() {
                 Some(spare) => {
-                    self.charge(spare.capacity() as u64 * 16, || "a dict's items".to_owned(), offset)?;
-                    ObjKind::Dict(spare)
+                    let cost = spare.capacity() as u64 * 16;
+                    (ObjKind::Dict(spare), cost)
                 }
-                None => ObjKind::Dict(v),
+                None => (ObjKind::Dict(Vec::new()), 0),
             },
-            ObjKind::List(v) if v.is_empty() => match self.spare_items.pop() {
+            EmptyKind::List => match self.spare_items.pop() {
                 Some(spare) => {
-                    self.charge(spare.capacity() as u64 * 8, || "a list's items".to_owned(), offset)?;
-                    ObjKind::List(spare)
+                    let cost = spare.capacity() as u64 * 8;
+                    (ObjKind::List(spare), cost)
                 }
-                None => ObjKind::List(v),
+                None => (ObjKind::List(Vec::new()), 0),
             },
-            other => other,
+            EmptyKind::Tuple => (ObjKind::Tuple(Vec::new()), 0),
+            EmptyKind::Set => (ObjKind::Set(Vec::new()), 0),
         };
-        let obj = Obj { kind, offset, memo_slot: NO_MEMO, refs: 1 };
+        self.charge(OBJ_COST + items_cost, || "a container".to_owned(), offset)?;
+        Ok(self.place(kind, offset))
+    }
+
+    #[inline]
+    fn place(&mut self, kind: ObjKind, offset: u64) -> Value {
         let id = match self.free.pop() {
             Some(id) => {
-                self.objs[id as usize] = obj;
+                let slot = &mut self.objs[id as usize];
+                slot.kind = kind;
+                slot.offset = offset;
+                slot.memo_slot = NO_MEMO;
+                slot.refs = 1;
                 id
             }
             None => {
-                self.objs.push(obj);
+                self.objs.push(Obj { kind, offset, memo_slot: NO_MEMO, refs: 1 });
                 self.objs.len() as ObjId - 1
             }
         };
-        Ok(Value::obj(id))
+        Value::obj(id)
     }
 
     /// The container behind an id.
@@ -375,38 +405,48 @@ impl Heap {
         }
     }
 
-    /// Set a dict item with budget accounting.
+    /// Add (key, value) pairs to a dict (SETITEMS), reserving once.
     #[inline]
-    pub fn set_item(&mut self, id: ObjId, key: Value, value: Value, offset: u64) -> Result<(), ReadError> {
-        let o = &mut self.objs[id as usize];
-        match &mut o.kind {
-            ObjKind::Dict(v) => {
-                if v.len() == v.capacity() {
-                    let grow = (v.capacity().max(8)) as u64 * 16;
-                    self.charge(grow, || "a dict's items".to_owned(), offset)?;
-                    if let ObjKind::Dict(v) = &mut self.objs[id as usize].kind {
-                        v.reserve(v.capacity().max(8));
-                        v.push((key, value));
-                    }
-                } else {
-                    v.push((key, value));
-                }
-                Ok(())
+    pub fn extend_dict(&mut self, id: ObjId, pairs: &[Value], offset: u64) -> Result<(), ReadError> {
+        for key in pairs.iter().step_by(2) {
+            if let V::Obj(k) = key.get()
+                && !matches!(self.objs[k as usize].kind, ObjKind::Tuple(_) | ObjKind::Forward(_))
+            {
+                return Err(ReadError::BadPickle {
+                    offset,
+                    message: format!("unhashable dict key: {}", self.describe(*key)),
+                });
             }
-            _ => Err(ReadError::BadPickle {
-                offset,
-                message: format!("SETITEM on a {} (only dicts take items)", kind_name(&o.kind)),
-            }),
         }
+        let n = pairs.len() / 2;
+        let ObjKind::Dict(v) = &mut self.objs[id as usize].kind else {
+            let kind = kind_name(&self.objs[id as usize].kind);
+            return Err(ReadError::BadPickle {
+                offset,
+                message: format!("SETITEMS on a {kind} (only dicts take items)"),
+            });
+        };
+        if v.capacity() - v.len() < n {
+            let grow = (n.max(v.capacity())) as u64 * 16;
+            self.charge(grow, || "a dict's items".to_owned(), offset)?;
+            if let ObjKind::Dict(v) = &mut self.objs[id as usize].kind {
+                v.reserve(n.max(v.capacity()));
+            }
+        }
+        if let ObjKind::Dict(v) = &mut self.objs[id as usize].kind {
+            v.extend(pairs.chunks_exact(2).map(|p| (p[0], p[1])));
+        }
+        Ok(())
     }
 
     /// Store a value in the memo.
     pub fn memo_put(&mut self, slot: u64, v: Value, offset: u64) -> Result<(), ReadError> {
         // Memo indices are sequential in every pickler; allow sparse ones only
         // within the budget (a claimed index of 2^32 must not allocate 32 GB).
-        let slot_usize = usize::try_from(slot).ok().filter(|s| *s < u32::MAX as usize - 1).ok_or_else(|| {
-            ReadError::BadPickle { offset, message: format!("memo index {slot} is out of range") }
-        })?;
+        let slot_usize = usize::try_from(slot)
+            .ok()
+            .filter(|s| *s < u32::MAX as usize - 1)
+            .ok_or_else(|| ReadError::BadPickle { offset, message: format!("memo index {slot} is out of range") })?;
         if slot_usize >= self.memo.len() {
             let grow = (slot_usize + 1 - self.memo.len()) as u64 * 8;
             self.charge(grow, || format!("memo slot {slot}"), offset)?;
@@ -431,16 +471,16 @@ impl Heap {
         self.memo.len() as u64
     }
 
-    /// Fetch a value from the memo (the caller adds the reference).
-    pub fn memo_get(&self, slot: u64, offset: u64) -> Result<Value, ReadError> {
-        usize::try_from(slot)
-            .ok()
-            .and_then(|s| self.memo.get(s).copied())
-            .filter(|v| *v != Value::UNSET)
-            .ok_or_else(|| ReadError::BadPickle {
-                offset,
-                message: format!("memo GET of index {slot}, which was never stored"),
-            })
+    /// Fetch a value from the memo and count the new holder.
+    #[inline]
+    pub fn memo_get(&mut self, slot: u64, offset: u64) -> Result<Value, ReadError> {
+        match self.memo.get(slot as usize).copied() {
+            Some(v) if v != Value::UNSET && slot <= usize::MAX as u64 => {
+                self.add_ref(v);
+                Ok(v)
+            }
+            _ => Err(memo_miss(slot, offset)),
+        }
     }
 
     /// A short description of a value's type, for error messages.
@@ -466,6 +506,11 @@ impl Heap {
             V::Frame(_) => "a frame dict".into(),
         }
     }
+}
+
+#[cold]
+fn memo_miss(slot: u64, offset: u64) -> ReadError {
+    ReadError::BadPickle { offset, message: format!("memo GET of index {slot}, which was never stored") }
 }
 
 fn kind_name(kind: &ObjKind) -> &'static str {

@@ -4,9 +4,9 @@
 
 use std::io::Read;
 
-use super::heap::{Heap, ObjKind};
+use super::heap::{EmptyKind, Heap, ObjKind};
 use super::source::Source;
-use super::value::{V, Value};
+use super::value::Value;
 use crate::error::ReadError;
 
 /// Called by the machine as it builds the object graph.
@@ -222,14 +222,22 @@ impl<R: Read, H: Hooks> Machine<'_, R, H> {
                 offset: at,
             });
         }
-        usize::try_from(len).map_err(|_| ReadError::BadPickle { offset: at, message: format!("length {len} too large") })
+        usize::try_from(len)
+            .map_err(|_| ReadError::BadPickle { offset: at, message: format!("length {len} too large") })
     }
 
     fn text_int(&mut self, at: u64, context: &'static str) -> Result<i128, ReadError> {
         let line = self.src.line(context)?;
         let text = String::from_utf8_lossy(&line);
         let t = text.trim().trim_end_matches('L');
-        t.parse::<i128>().map_err(|_| ReadError::BadPickle { offset: at, message: format!("bad integer {t:?} in {context}") })
+        t.parse::<i128>()
+            .map_err(|_| ReadError::BadPickle { offset: at, message: format!("bad integer {t:?} in {context}") })
+    }
+
+    #[inline]
+    fn new_empty(&mut self, kind: EmptyKind, at: u64) -> Result<(), ReadError> {
+        let v = self.heap.alloc_empty(kind, at)?;
+        self.push(v)
     }
 
     fn new_container(&mut self, kind: ObjKind, at: u64) -> Result<(), ReadError> {
@@ -318,7 +326,10 @@ impl<R: Read, H: Hooks> Machine<'_, R, H> {
                 0x8b => {
                     let n = i32::from_le_bytes(self.src.le::<4>("reading LONG4")?);
                     if n < 0 {
-                        return Err(ReadError::BadPickle { offset: at, message: "LONG4 with a negative length".into() });
+                        return Err(ReadError::BadPickle {
+                            offset: at,
+                            message: "LONG4 with a negative length".into(),
+                        });
                     }
                     let n = self.claim(n as u64, at, "a LONG4 integer")?;
                     let bytes = self.src.take(n, "reading LONG4")?.to_vec();
@@ -333,10 +344,10 @@ impl<R: Read, H: Hooks> Machine<'_, R, H> {
                         b"00" => Value::bool(false),
                         _ => {
                             let t = String::from_utf8_lossy(&line);
-                            let i = t.trim().parse::<i128>().map_err(|_| ReadError::BadPickle {
-                                offset: at,
-                                message: format!("bad INT {t:?}"),
-                            })?;
+                            let i = t
+                                .trim()
+                                .parse::<i128>()
+                                .map_err(|_| ReadError::BadPickle { offset: at, message: format!("bad INT {t:?}") })?;
                             self.heap.int(i)
                         }
                     };
@@ -358,10 +369,10 @@ impl<R: Read, H: Hooks> Machine<'_, R, H> {
                 b'F' => {
                     let line = self.src.line("reading FLOAT")?;
                     let t = String::from_utf8_lossy(&line);
-                    let f = t.trim().parse::<f64>().map_err(|_| ReadError::BadPickle {
-                        offset: at,
-                        message: format!("bad FLOAT {t:?}"),
-                    })?;
+                    let f = t
+                        .trim()
+                        .parse::<f64>()
+                        .map_err(|_| ReadError::BadPickle { offset: at, message: format!("bad FLOAT {t:?}") })?;
                     let v = self.heap.float(f);
                     self.push(v)?;
                 }
@@ -389,7 +400,10 @@ impl<R: Read, H: Hooks> Machine<'_, R, H> {
                 b'T' => {
                     let n = i32::from_le_bytes(self.src.le::<4>("reading BINSTRING")?);
                     if n < 0 {
-                        return Err(ReadError::BadPickle { offset: at, message: "BINSTRING with a negative length".into() });
+                        return Err(ReadError::BadPickle {
+                            offset: at,
+                            message: "BINSTRING with a negative length".into(),
+                        });
                     }
                     let v = self.string(n as u64, at, true)?;
                     self.push(v)?;
@@ -410,10 +424,10 @@ impl<R: Read, H: Hooks> Machine<'_, R, H> {
                     self.push(v)?;
                 }
                 // Containers.
-                b']' => self.new_container(ObjKind::List(Vec::new()), at)?,
-                b')' => self.new_container(ObjKind::Tuple(Vec::new()), at)?,
-                b'}' => self.new_container(ObjKind::Dict(Vec::new()), at)?,
-                0x8f => self.new_container(ObjKind::Set(Vec::new()), at)?,
+                b']' => self.new_empty(EmptyKind::List, at)?,
+                b')' => self.new_empty(EmptyKind::Tuple, at)?,
+                b'}' => self.new_empty(EmptyKind::Dict, at)?,
+                0x8f => self.new_empty(EmptyKind::Set, at)?,
                 b'l' => {
                     let items = self.items_from_mark(at)?;
                     let v = self.heap.alloc(ObjKind::List(Vec::new()), at)?;
@@ -552,32 +566,24 @@ impl<R: Read, H: Hooks> Machine<'_, R, H> {
         }
     }
 
+    #[inline]
     fn memo_get(&mut self, slot: u64, at: u64) -> Result<(), ReadError> {
         let v = self.heap.memo_get(slot, at)?;
-        self.heap.add_ref(v);
         self.push(v)
     }
 
     fn set_items(&mut self, dict: Value, items: &[Value], at: u64) -> Result<(), ReadError> {
-        if items.len() % 2 != 0 {
+        if !items.len().is_multiple_of(2) {
             return Err(ReadError::BadPickle { offset: at, message: "SETITEMS with an odd number of items".into() });
         }
         let id = self.target_obj(dict, at, "SETITEMS")?;
-        for pair in items.chunks_exact(2) {
-            if let V::Obj(key) = pair[0].get()
-                && !matches!(self.heap.obj(key).kind, ObjKind::Tuple(_) | ObjKind::Forward(_))
-            {
-                return Err(ReadError::BadPickle {
-                    offset: at,
-                    message: format!("unhashable dict key: {}", self.heap.describe(pair[0])),
-                });
-            }
-            self.heap.set_item(id, pair[0], pair[1], at)?;
-        }
-        Ok(())
+        self.heap.extend_dict(id, items, at)
     }
 }
 
 fn underflow(at: u64) -> ReadError {
-    ReadError::BadPickle { offset: at, message: "stack underflow (an opcode needs more values than the stack holds)".into() }
+    ReadError::BadPickle {
+        offset: at,
+        message: "stack underflow (an opcode needs more values than the stack holds)".into(),
+    }
 }

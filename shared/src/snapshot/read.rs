@@ -272,7 +272,10 @@ impl Reader {
                 }
                 other => {
                     if self.unknown_entry_keys.insert(other) {
-                        self.warnings.push(format!("trace entries carry an unknown key {:?} (kept out of the model)", heap.str(other)));
+                        self.warnings.push(format!(
+                            "trace entries carry an unknown key {:?} (kept out of the model)",
+                            heap.str(other)
+                        ));
                     }
                 }
             }
@@ -318,15 +321,13 @@ impl Reader {
             _ => return Err(wrong(heap, path, "a list of frame dicts", v)),
         };
         self.stack_frames.clear();
+        // Index instead of iterating: converting a frame mutates the heap.
+        let item_at = |heap: &Heap, j: usize| match &heap.obj(list).kind {
+            ObjKind::List(items) | ObjKind::Tuple(items) => items.get(j).copied(),
+            _ => None,
+        };
         let mut j = 0;
-        loop {
-            let item = match &heap.obj(list).kind {
-                ObjKind::List(items) | ObjKind::Tuple(items) => match items.get(j) {
-                    Some(&item) => item,
-                    None => break,
-                },
-                _ => break,
-            };
+        while let Some(item) = item_at(heap, j) {
             let frame_path = || format!("{}[{j}]", path());
             let frame = self.frame_of(heap, item, &frame_path)?;
             self.stack_frames.push(frame);
@@ -352,9 +353,11 @@ impl Reader {
                     V::Str(FILENAME) => frame.filename = as_str(heap, v, &|| field("filename"))?,
                     V::Str(NAME) => frame.name = as_str(heap, v, &|| field("name"))?,
                     // C++ frames can carry line -1 written as an unsigned 2^64-1.
-                    V::Str(LINE) => frame.line = as_u64(heap, v, &|| field("line"))
-                        .map(|l| l as i64)
-                        .or_else(|_| as_i64(heap, v, &|| field("line")))?,
+                    V::Str(LINE) => {
+                        frame.line = as_u64(heap, v, &|| field("line"))
+                            .map(|l| l as i64)
+                            .or_else(|_| as_i64(heap, v, &|| field("line")))?
+                    }
                     _ => {} // fx_node_* and other annotations: not modelled yet.
                 }
             }
@@ -487,7 +490,8 @@ impl Reader {
             next_address = block.address.saturating_add(block.size);
             blocks.push(block);
         }
-        let sum = |f: fn(&Block) -> bool, size: fn(&Block) -> u64| blocks.iter().filter(|b| f(b)).map(size).sum::<u64>();
+        let sum =
+            |f: fn(&Block) -> bool, size: fn(&Block) -> u64| blocks.iter().filter(|b| f(b)).map(size).sum::<u64>();
         let allocated_size = match opt_u64(heap, ALLOCATED_SIZE, "allocated_size")? {
             Some(v) => v,
             None => sum(|b| b.state == BlockState::ActiveAllocated, |b| b.size),

@@ -1,0 +1,1270 @@
+//! Level-of-detail timeline data: for a window of a device's trace and a
+//! pixel width, per-pixel buckets of the memory curves, the largest
+//! allocations visible at that zoom, and markers (OOMs, the start of a
+//! wrapped trace). An answer's size is bounded by the pixel width and the
+//! allocation cap, never by the trace (a trace can have 1.5M+ entries).
+//!
+//! # The curves
+//!
+//! Each curve has one value per trace row, the state *after* that row's
+//! event, replayed from the state at the trace's first entry (the final
+//! state minus the trace's net effect, as in [`crate::stats`]):
+//! - `allocated`: requested (unrounded) bytes of blocks the program holds.
+//!   `alloc` adds its size, `free_requested` subtracts it. Trace entries carry
+//!   only requested sizes, so this is *not* PyTorch's rounded
+//!   `allocated_bytes`; that needs the allocator simulator.
+//! - `active`: requested bytes of allocated *and* pending-free blocks.
+//!   `alloc` adds, `free_completed` subtracts (a pending free still occupies
+//!   its block). This is PyTorch's `requested_bytes` counter, the curve whose
+//!   peak [`crate::DeviceStats::requested_peak_bytes`] reports.
+//! - `reserved`: bytes reserved from CUDA. `segment_alloc`/`segment_map`
+//!   add, `segment_free`/`segment_unmap` subtract. Its peak is
+//!   [`crate::DeviceStats::reserved_peak_bytes`].
+//!
+//! A value that inconsistent input would drive below zero is clamped to 0.
+//!
+//! # The axes and windows
+//!
+//! On [`Axis::Event`] row `r` sits at `x = r`; on [`Axis::Time`] at its
+//! `time_us`. `time_us` is non-decreasing in real files; where it is not,
+//! a row's time is taken as the running maximum of the times so far, so the
+//! axis stays in row order and binary search stays valid. Windows and
+//! buckets are half-open, `[start, end)`; [`TimelineIndex::extent`] is
+//! half-open too (the time extent ends one microsecond after the last row).
+//!
+//! # Costs
+//!
+//! Per device, with `n` rows and `m` allocations: 24 B/row for the curves,
+//! 8 B/row for the times, about 5 B/row for the min/max tables, 32 B and
+//! about 8 B per allocation for the allocation index, plus its checkpoints
+//! (bounded to about 16 B per allocation, see `AllocationIndex`).
+//! A query costs `O(px · (log n + BLOCK))` for the buckets and
+//! `O((k + C) · log m)` for the `k` largest allocations, `C` being the
+//! checkpoint stride (256 for ordinary traces).
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::index::{DeviceIndex, SnapshotIndex};
+use crate::snapshot::{Action, BlockState, DeviceSnapshot, Snapshot, StackId};
+
+/// Rows per block of the min/max tables. A bucket scans at most two partial
+/// blocks row by row and looks the full blocks between them up in O(1).
+const BLOCK: usize = 128;
+
+/// The most buckets a query returns, whatever `px` asks for: a guard against
+/// a request that would allocate gigabytes. Wider than any screen.
+pub const MAX_PX: u32 = 1 << 16;
+
+/// The smallest checkpoint stride of the allocation index, in rows.
+const MIN_CHECKPOINT_STRIDE: u64 = 256;
+
+/// The x axis of a timeline.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Axis {
+    /// Wall time, `time_us` (microseconds since the epoch); only for traces
+    /// that record times (PyTorch 2.2+).
+    Time,
+    /// Event order: row `r` of the trace is at `x = r`.
+    Event,
+}
+
+/// Precomputed timeline data of every device of a snapshot with a trace.
+/// Owns its data (no borrow of the snapshot), so a server can keep it beside
+/// the snapshot or instead of parts of it.
+#[derive(Debug, Default)]
+pub struct TimelineIndex {
+    devices: Vec<DeviceTimeline>,
+}
+
+/// One window of a timeline, ready to draw.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct TimelineWindow {
+    /// CUDA device index.
+    pub device: u32,
+    /// The x axis of `start`, `end` and every x below.
+    pub axis: Axis,
+    /// Window start (inclusive).
+    pub start: i64,
+    /// Window end (exclusive).
+    pub end: i64,
+    /// Buckets tiling `[start, end)` in order, `x1` of one being `x0` of the
+    /// next: `min(px, end - start)` of them, so a window narrower than `px`
+    /// x units gets one bucket per unit (on [`Axis::Event`], one per row).
+    pub buckets: Vec<Bucket>,
+    /// The largest allocations alive somewhere in the window and at least
+    /// [`TimelineWindow::min_visible_size`] bytes, largest first (ties in
+    /// order of allocation), at most `max_allocations` of them. Nothing is
+    /// lumped away for good: a narrower window has fewer competitors, and
+    /// smaller ones appear.
+    pub allocations: Vec<VisibleAllocation>,
+    /// More allocations qualified than `max_allocations` let through.
+    pub more_allocations: bool,
+    /// The size threshold used for `allocations`: the window's highest curve
+    /// value divided by `2 · px`, at least 1. An allocation smaller than this
+    /// is under one pixel row of a plot up to `2 · px` pixels tall, whose y
+    /// axis spans the window's peak.
+    pub min_visible_size: u64,
+    /// Markers in the window, in x order, at most one per kind per bucket.
+    pub markers: Vec<Marker>,
+    /// The trace does not reach back to an empty allocator (the ring buffer
+    /// wrapped or recording started late); same test as
+    /// [`crate::DeviceStats::trace_wrapped`].
+    pub trace_wrapped: bool,
+}
+
+/// The curves over one bucket `[x0, x1)`.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Bucket {
+    /// Bucket start (inclusive).
+    pub x0: i64,
+    /// Bucket end (exclusive).
+    pub x1: i64,
+    /// Requested bytes of allocated blocks (falls at `free_requested`).
+    pub allocated: Range3,
+    /// Bytes reserved from CUDA.
+    pub reserved: Range3,
+    /// Requested bytes of allocated and pending-free blocks (falls at
+    /// `free_completed`).
+    pub active: Range3,
+    /// Trace rows in the bucket.
+    pub events: u32,
+}
+
+/// A curve over a bucket.
+///
+/// With events: `min`/`max` over the values after each event in the bucket
+/// (on [`Axis::Time`], also the value carried in from before the first event
+/// when that event comes after `x0`, since the curve holds it until then),
+/// `last` the value after the bucket's last event. Without events:
+/// `min = max = last` = the value carried in from the previous row (the
+/// state at the trace's start before row 0).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Range3 {
+    /// Lowest value.
+    pub min: u64,
+    /// Highest value.
+    pub max: u64,
+    /// Value at the end of the bucket.
+    pub last: u64,
+}
+
+/// An allocation to draw as a bar from `start` to `end`.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VisibleAllocation {
+    /// Block address.
+    pub addr: u64,
+    /// Requested size in bytes.
+    pub size: u64,
+    /// Stack id of the allocation (see [`crate::snapshot::FrameTable`]).
+    pub stack: StackId,
+    /// x of the `alloc` row; the extent's start for a ghost (allocated
+    /// before the trace). Always set, so every bar can be drawn alike.
+    pub start: i64,
+    /// x of the `free_completed` row; the extent's end for an allocation
+    /// still alive (or pending free) at the end.
+    pub end: i64,
+    /// Row of the `alloc`; `None` for a ghost.
+    pub alloc_row: Option<u32>,
+    /// Row of the `free_requested`, if freed (the pending-free window runs
+    /// from here to `free_row`).
+    pub free_requested_row: Option<u32>,
+    /// Row of the `free_completed`; `None` while alive at the end.
+    pub free_row: Option<u32>,
+}
+
+/// A point of interest on the x axis.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Marker {
+    /// x of the row.
+    pub x: i64,
+    /// The (first) row marked.
+    pub row: u32,
+    /// What is marked.
+    pub kind: MarkerKind,
+    /// Rows of this kind merged into this marker (all in one bucket).
+    pub count: u32,
+}
+
+/// What a [`Marker`] marks.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[serde(rename_all = "snake_case")]
+pub enum MarkerKind {
+    /// An `oom` entry: an allocation failed.
+    Oom,
+    /// The first row of a wrapped trace: history before it was lost.
+    WindowStart,
+}
+
+impl TimelineIndex {
+    /// Precompute the timelines of every device that has trace rows.
+    pub fn build(snapshot: &Snapshot, index: &SnapshotIndex) -> TimelineIndex {
+        let devices = snapshot
+            .devices
+            .iter()
+            .filter(|d| !d.trace.is_empty())
+            .filter_map(|d| {
+                let intervals = index.devices.iter().find(|i| i.device == d.device)?;
+                Some(DeviceTimeline::build(d, intervals))
+            })
+            .collect();
+        TimelineIndex { devices }
+    }
+
+    /// Devices with a timeline, in snapshot order.
+    pub fn devices(&self) -> impl Iterator<Item = u32> + '_ {
+        self.devices.iter().map(|d| d.device)
+    }
+
+    /// Approximate heap bytes held, for memory accounting.
+    pub fn heap_bytes(&self) -> usize {
+        self.devices.iter().map(DeviceTimeline::heap_bytes).sum()
+    }
+
+    /// Full x range of a device's trace on that axis, half-open: `(0, rows)`
+    /// on [`Axis::Event`], `(first time_us, last time_us + 1)` on
+    /// [`Axis::Time`]. `None` for an unknown device, a device without trace
+    /// rows, or [`Axis::Time`] on a trace without times.
+    pub fn extent(&self, device: u32, axis: Axis) -> Option<(i64, i64)> {
+        self.device(device)?.extent(axis)
+    }
+
+    /// The window `[start, end)` of a device's timeline at `px` buckets
+    /// (capped at [`MAX_PX`]), with at most `max_allocations` allocations.
+    /// The window may reach past the extent: buckets there carry the state
+    /// at the trace's start or end. `None` where [`TimelineIndex::extent`]
+    /// is `None`, or when `px == 0` or `end <= start`.
+    pub fn query(
+        &self,
+        device: u32,
+        axis: Axis,
+        start: i64,
+        end: i64,
+        px: u32,
+        max_allocations: usize,
+    ) -> Option<TimelineWindow> {
+        let d = self.device(device)?;
+        d.extent(axis)?;
+        if px == 0 || end <= start {
+            return None;
+        }
+        Some(d.query(axis, start, end, px.min(MAX_PX), max_allocations))
+    }
+
+    fn device(&self, device: u32) -> Option<&DeviceTimeline> {
+        self.devices.iter().find(|d| d.device == device)
+    }
+}
+
+/// One device's precomputed timeline.
+#[derive(Debug)]
+struct DeviceTimeline {
+    device: u32,
+    rows: usize,
+    /// Running maximum of `time_us` per row; `None` without times.
+    times: Option<Vec<i64>>,
+    allocated: Curve,
+    active: Curve,
+    reserved: Curve,
+    /// Rows of `oom` entries, ascending.
+    oom_rows: Vec<u32>,
+    trace_wrapped: bool,
+    allocations: AllocationIndex,
+}
+
+impl DeviceTimeline {
+    fn build(device: &DeviceSnapshot, intervals: &DeviceIndex) -> DeviceTimeline {
+        let trace = &device.trace;
+        let n = trace.len();
+        let sizes = trace.sizes();
+
+        // Net effect of the trace on each curve, to find the state at its start.
+        let (mut net_alloc, mut net_active, mut net_reserved) = (0i128, 0i128, 0i128);
+        let mut oom_rows = Vec::new();
+        for (i, &size) in sizes.iter().enumerate() {
+            let s = i128::from(size);
+            match trace.action(i) {
+                Action::Alloc => {
+                    net_alloc += s;
+                    net_active += s;
+                }
+                Action::FreeRequested => net_alloc -= s,
+                Action::FreeCompleted => net_active -= s,
+                Action::SegmentAlloc | Action::SegmentMap => net_reserved += s,
+                Action::SegmentFree | Action::SegmentUnmap => net_reserved -= s,
+                Action::Oom => oom_rows.push(i as u32),
+                Action::Snapshot | Action::Other => {}
+            }
+        }
+        let blocks = || device.segments.iter().flat_map(|s| s.blocks.iter());
+        let final_reserved: i128 = device.segments.iter().map(|s| i128::from(s.total_size)).sum();
+        let final_active: i128 = blocks().filter(|b| b.state.is_active()).map(|b| i128::from(b.requested_size)).sum();
+        let final_alloc: i128 =
+            blocks().filter(|b| b.state == BlockState::ActiveAllocated).map(|b| i128::from(b.requested_size)).sum();
+        let (mut alloc, mut active, mut reserved) =
+            (final_alloc - net_alloc, final_active - net_active, final_reserved - net_reserved);
+        // Same test as stats.rs (its `requested` is our `active`).
+        let trace_wrapped = reserved != 0 || active != 0;
+        let starts = (clamp(alloc), clamp(active), clamp(reserved));
+
+        let mut v_alloc = Vec::with_capacity(n);
+        let mut v_active = Vec::with_capacity(n);
+        let mut v_reserved = Vec::with_capacity(n);
+        for (i, &size) in sizes.iter().enumerate() {
+            let s = i128::from(size);
+            match trace.action(i) {
+                Action::Alloc => {
+                    alloc += s;
+                    active += s;
+                }
+                Action::FreeRequested => alloc -= s,
+                Action::FreeCompleted => active -= s,
+                Action::SegmentAlloc | Action::SegmentMap => reserved += s,
+                Action::SegmentFree | Action::SegmentUnmap => reserved -= s,
+                _ => {}
+            }
+            v_alloc.push(clamp(alloc));
+            v_active.push(clamp(active));
+            v_reserved.push(clamp(reserved));
+        }
+
+        let times = trace.has_time().then(|| {
+            let mut max = i64::MIN;
+            trace
+                .times_us()
+                .iter()
+                .map(|&t| {
+                    max = max.max(t);
+                    max
+                })
+                .collect()
+        });
+
+        DeviceTimeline {
+            device: device.device,
+            rows: n,
+            times,
+            allocated: Curve::new(starts.0, v_alloc),
+            active: Curve::new(starts.1, v_active),
+            reserved: Curve::new(starts.2, v_reserved),
+            oom_rows,
+            trace_wrapped,
+            allocations: AllocationIndex::build(intervals, n, MIN_CHECKPOINT_STRIDE, None),
+        }
+    }
+
+    fn heap_bytes(&self) -> usize {
+        self.times.as_ref().map_or(0, |t| t.len() * 8)
+            + self.allocated.heap_bytes()
+            + self.active.heap_bytes()
+            + self.reserved.heap_bytes()
+            + self.oom_rows.len() * 4
+            + self.allocations.heap_bytes()
+    }
+
+    fn extent(&self, axis: Axis) -> Option<(i64, i64)> {
+        if self.rows == 0 {
+            return None;
+        }
+        match axis {
+            Axis::Event => Some((0, i64::try_from(self.rows).unwrap_or(i64::MAX))),
+            Axis::Time => {
+                let times = self.times.as_ref()?;
+                Some((*times.first()?, times.last()?.saturating_add(1)))
+            }
+        }
+    }
+
+    /// x of row `row` (which must be `< rows`).
+    fn x_of(&self, axis: Axis, row: usize) -> i64 {
+        match (axis, &self.times) {
+            (Axis::Time, Some(t)) => t[row],
+            _ => row as i64,
+        }
+    }
+
+    /// The first row at or after x.
+    fn row_at(&self, axis: Axis, x: i64) -> usize {
+        match (axis, &self.times) {
+            (Axis::Time, Some(t)) => t.partition_point(|&v| v < x),
+            _ => x.clamp(0, self.rows as i64) as usize,
+        }
+    }
+
+    fn query(&self, axis: Axis, start: i64, end: i64, px: u32, max_allocations: usize) -> TimelineWindow {
+        let width = i128::from(end) - i128::from(start);
+        let count = width.min(i128::from(px)) as usize;
+        // Bucket edges in x and the first row at or after each edge.
+        let xs: Vec<i64> =
+            (0..=count).map(|i| (i128::from(start) + width * i as i128 / count as i128) as i64).collect();
+        let rows: Vec<usize> = xs.iter().map(|&x| self.row_at(axis, x)).collect();
+        let carry = |a: usize, x0: i64| axis == Axis::Time && a < self.rows && self.x_of(axis, a) > x0;
+
+        let mut buckets = Vec::with_capacity(count);
+        let mut markers = Vec::new();
+        let mut window_start_marked = false;
+        for i in 0..count {
+            let (x0, x1, a, b) = (xs[i], xs[i + 1], rows[i], rows[i + 1]);
+            let c = carry(a, x0);
+            buckets.push(Bucket {
+                x0,
+                x1,
+                allocated: self.allocated.range3(a, b, c),
+                reserved: self.reserved.range3(a, b, c),
+                active: self.active.range3(a, b, c),
+                events: u32::try_from(b - a).unwrap_or(u32::MAX),
+            });
+            if a >= b {
+                continue;
+            }
+            if self.trace_wrapped && a == 0 && !window_start_marked {
+                window_start_marked = true;
+                markers.push(Marker { x: self.x_of(axis, 0), row: 0, kind: MarkerKind::WindowStart, count: 1 });
+            }
+            // One marker per bucket, however many OOMs it holds: bounded by px.
+            let lo = self.oom_rows.partition_point(|&r| (r as usize) < a);
+            let hi = self.oom_rows.partition_point(|&r| (r as usize) < b);
+            if let Some(&row) = self.oom_rows.get(lo).filter(|_| lo < hi) {
+                markers.push(Marker {
+                    x: self.x_of(axis, row as usize),
+                    row,
+                    kind: MarkerKind::Oom,
+                    count: u32::try_from(hi - lo).unwrap_or(u32::MAX),
+                });
+            }
+        }
+
+        let peak = buckets.iter().map(|b| b.reserved.max.max(b.active.max).max(b.allocated.max)).max().unwrap_or(0);
+        let min_visible_size = (peak / (2 * u64::from(px))).max(1);
+        let (pa, pb) = self.window_positions(axis, start, end);
+        let mut found = self.allocations.top_k(pa, pb, min_visible_size, max_allocations.saturating_add(1));
+        let more_allocations = found.len() > max_allocations;
+        found.truncate(max_allocations);
+        let (ext_start, ext_end) = self.extent(axis).unwrap_or((start, end));
+        let allocations = found
+            .into_iter()
+            .map(|k| {
+                let it = &self.allocations.items[k as usize];
+                let alloc_row = it.lo.checked_sub(1);
+                let free_row = (it.hi as usize <= self.rows).then(|| it.hi - 1);
+                VisibleAllocation {
+                    addr: it.addr,
+                    size: it.size,
+                    stack: it.stack,
+                    start: alloc_row.map_or(ext_start, |r| self.x_of(axis, r as usize)),
+                    end: free_row.map_or(ext_end, |r| self.x_of(axis, r as usize)),
+                    alloc_row,
+                    free_requested_row: (it.free_requested != NONE).then_some(it.free_requested),
+                    free_row,
+                }
+            })
+            .collect();
+
+        TimelineWindow {
+            device: self.device,
+            axis,
+            start,
+            end,
+            buckets,
+            allocations,
+            more_allocations,
+            min_visible_size,
+            markers,
+            trace_wrapped: self.trace_wrapped,
+        }
+    }
+
+    /// The states a window shows, as positions `[pa, pb)`: position 0 is the
+    /// state before row 0, position `r + 1` the state after row `r`.
+    ///
+    /// On [`Axis::Event`], x = r shows the state after row r; x < 0 the
+    /// state before the trace, x >= rows the final state. On [`Axis::Time`],
+    /// the window shows the states after its rows, plus the state carried in
+    /// at `start` unless a row sits exactly at `start`.
+    fn window_positions(&self, axis: Axis, start: i64, end: i64) -> (u64, u64) {
+        let n = self.rows as i64;
+        let (sa, sb) = match (axis, &self.times) {
+            (Axis::Time, Some(t)) => {
+                let ra = t.partition_point(|&v| v < start);
+                let rb = t.partition_point(|&v| v < end);
+                let sa = if t.get(ra) == Some(&start) { ra as i64 } else { ra as i64 - 1 };
+                (sa, (rb as i64).max(sa + 1))
+            }
+            _ => {
+                let sa = start.clamp(-1, n - 1);
+                (sa, end.clamp(sa + 1, n))
+            }
+        };
+        ((sa + 1) as u64, (sb + 1) as u64)
+    }
+}
+
+/// A curve: its value before the trace, after each row, and min/max tables.
+#[derive(Debug)]
+struct Curve {
+    start: u64,
+    values: Vec<u64>,
+    /// `levels[k][j]` = (min, max) over blocks `j .. j + 2^k` (a sparse
+    /// table over blocks of [`BLOCK`] rows): any run of whole blocks is the
+    /// union of two overlapping entries.
+    levels: Vec<Vec<(u64, u64)>>,
+}
+
+impl Curve {
+    fn new(start: u64, values: Vec<u64>) -> Curve {
+        let blocks: Vec<(u64, u64)> = values.chunks(BLOCK).map(scan).collect();
+        let mut levels = vec![blocks];
+        let mut span = 1;
+        while let Some(prev) = levels.last().filter(|p| p.len() > span) {
+            let next = (0..prev.len() - span).map(|j| merge(prev[j], prev[j + span])).collect();
+            levels.push(next);
+            span *= 2;
+        }
+        Curve { start, values, levels }
+    }
+
+    fn heap_bytes(&self) -> usize {
+        self.values.len() * 8 + self.levels.iter().map(|l| l.len() * 16).sum::<usize>()
+    }
+
+    /// Value before row `a`.
+    fn before(&self, a: usize) -> u64 {
+        if a == 0 { self.start } else { self.values.get(a - 1).copied().unwrap_or(self.start) }
+    }
+
+    /// (min, max) over rows `a..b`, `a < b <= len`.
+    fn min_max(&self, a: usize, b: usize) -> (u64, u64) {
+        let first_full = a.div_ceil(BLOCK);
+        let end_full = b / BLOCK;
+        if first_full >= end_full {
+            return scan(&self.values[a..b]);
+        }
+        let k = (end_full - first_full).ilog2() as usize;
+        let level = &self.levels[k];
+        let mid = merge(level[first_full], level[end_full - (1 << k)]);
+        let head = scan(&self.values[a..first_full * BLOCK]);
+        let tail = scan(&self.values[end_full * BLOCK..b]);
+        merge(merge(head, mid), tail)
+    }
+
+    fn range3(&self, a: usize, b: usize, carry_in: bool) -> Range3 {
+        if a >= b {
+            let v = self.before(a);
+            return Range3 { min: v, max: v, last: v };
+        }
+        let (mut min, mut max) = self.min_max(a, b);
+        if carry_in {
+            let v = self.before(a);
+            min = min.min(v);
+            max = max.max(v);
+        }
+        Range3 { min, max, last: self.values[b - 1] }
+    }
+}
+
+/// (min, max) of a slice; (MAX, 0) for an empty one, the identity of [`merge`].
+fn scan(values: &[u64]) -> (u64, u64) {
+    values.iter().fold((u64::MAX, 0), |(lo, hi), &v| (lo.min(v), hi.max(v)))
+}
+
+fn merge(a: (u64, u64), b: (u64, u64)) -> (u64, u64) {
+    (a.0.min(b.0), a.1.max(b.1))
+}
+
+fn clamp(v: i128) -> u64 {
+    u64::try_from(v.max(0)).unwrap_or(u64::MAX)
+}
+
+/// "No row" in [`AllocItem::free_requested`].
+const NONE: u32 = u32::MAX;
+
+/// An allocation's life in state positions (0 = before row 0, `r + 1` =
+/// after row `r`): alive at positions `lo..hi`.
+#[derive(Clone, Copy, Debug)]
+struct AllocItem {
+    addr: u64,
+    size: u64,
+    stack: StackId,
+    /// `alloc_row + 1`, or 0 for a ghost.
+    lo: u32,
+    /// `free_completed_row + 1`, or `rows + 1` when alive at the end.
+    hi: u32,
+    /// Row of the `free_requested`, or [`NONE`].
+    free_requested: u32,
+}
+
+/// Finds the `k` largest allocations alive somewhere in a range of
+/// positions `[pa, pb)`, exactly, with memory linear in the allocations.
+///
+/// An allocation meets the range iff it is alive at `pa` or starts inside
+/// `(pa, pb)`; the two sets are disjoint and handled apart:
+/// - *starts inside*: `items` is sorted by start, so these are one run of
+///   it; a max-by-size segment tree over `items` yields the run's largest
+///   one by one (a heap of sub-runs), `O(log m)` each.
+/// - *alive at `pa`*: every `stride` positions a checkpoint lists the
+///   allocations alive there, largest first. Alive at `pa` means alive at
+///   the checkpoint `cp <= pa` before it and not dead by `pa`, or started in
+///   `(cp, pa]` and not dead by `pa`. The first kind is a scan of the
+///   checkpoint's list that skips at most `stride` dead ones (one death per
+///   row); the second joins the run above (which then starts after `cp`),
+///   rejecting at most `stride` dead ones (one start per row).
+///
+/// So a query costs `O((k + stride) · log m)`. The stride starts at
+/// [`MIN_CHECKPOINT_STRIDE`] and doubles until the checkpoint lists hold at
+/// most `max(4m, 65536)` ids, which bounds memory; a trace with a huge live
+/// set (many long-lived allocations) gets a longer stride, trading query
+/// time for memory.
+#[derive(Debug, Default)]
+struct AllocationIndex {
+    /// Allocations of nonzero size, sorted by `lo` (then index order).
+    items: Vec<AllocItem>,
+    /// Iterative segment tree over `items`: `tree[m + i] = i`, each inner node
+    /// the larger of its children by (size, then lower index).
+    tree: Vec<u32>,
+    stride: u64,
+    /// Checkpoint `j` (at position `j · stride`) lists
+    /// `checkpoint_ids[checkpoint_starts[j]..checkpoint_starts[j + 1]]`.
+    checkpoint_starts: Vec<u32>,
+    checkpoint_ids: Vec<u32>,
+}
+
+impl AllocationIndex {
+    /// `budget`: most checkpoint ids to hold; `None` for the default.
+    fn build(intervals: &DeviceIndex, rows: usize, min_stride: u64, budget: Option<u64>) -> AllocationIndex {
+        let end = u32::try_from(rows + 1).unwrap_or(u32::MAX);
+        // Rows past the trace would mean an index of another trace: skip them
+        // rather than index out of bounds later.
+        let in_trace = |row: Option<u32>| row.is_none_or(|r| (r as usize) < rows);
+        let mut items: Vec<AllocItem> = intervals
+            .allocations
+            .iter()
+            .filter(|a| a.size > 0 && in_trace(a.alloc_row) && in_trace(a.free_completed_row))
+            .map(|a| AllocItem {
+                addr: a.addr,
+                size: a.size,
+                stack: a.stack,
+                lo: a.alloc_row.map_or(0, |r| r.saturating_add(1)),
+                hi: a.free_completed_row.map_or(end, |r| r.saturating_add(1)),
+                free_requested: a.free_requested_row.unwrap_or(NONE),
+            })
+            .collect();
+        items.sort_by_key(|it| it.lo); // stable: ties keep index order
+        let m = items.len();
+
+        let mut tree = vec![0u32; 2 * m];
+        for (i, slot) in tree[m..].iter_mut().enumerate() {
+            *slot = i as u32;
+        }
+        for i in (1..m).rev() {
+            tree[i] = larger(&items, tree[2 * i], tree[2 * i + 1]);
+        }
+
+        // Checkpoint j lies in [lo, hi) iff ceil(lo/s) <= j < ceil(hi/s).
+        let span = |it: &AllocItem, s: u64| (u64::from(it.hi).div_ceil(s), u64::from(it.lo).div_ceil(s));
+        let budget = budget.unwrap_or((4 * m as u64).max(1 << 16));
+        let mut stride = min_stride.max(1);
+        while stride <= rows as u64 {
+            let total: u64 = items.iter().map(|it| span(it, stride)).map(|(h, l)| h.saturating_sub(l)).sum();
+            if total <= budget {
+                break;
+            }
+            stride *= 2;
+        }
+        let checkpoints = rows / stride as usize + 1;
+        let mut counts = vec![0u32; checkpoints + 1];
+        for it in &items {
+            let (h, l) = span(it, stride);
+            for j in l..h.min(checkpoints as u64) {
+                counts[j as usize + 1] += 1;
+            }
+        }
+        for j in 0..checkpoints {
+            counts[j + 1] += counts[j];
+        }
+        let checkpoint_starts = counts;
+        let mut cursor = checkpoint_starts.clone();
+        let mut checkpoint_ids = vec![0u32; checkpoint_starts[checkpoints] as usize];
+        // Filling in size order leaves every list sorted.
+        let mut order: Vec<u32> = (0..m as u32).collect();
+        order.sort_by_key(|&i| (Reverse(items[i as usize].size), i));
+        for &i in &order {
+            let (h, l) = span(&items[i as usize], stride);
+            for j in l..h.min(checkpoints as u64) {
+                let slot = &mut cursor[j as usize];
+                checkpoint_ids[*slot as usize] = i;
+                *slot += 1;
+            }
+        }
+        AllocationIndex { items, tree, stride, checkpoint_starts, checkpoint_ids }
+    }
+
+    fn heap_bytes(&self) -> usize {
+        self.items.len() * size_of::<AllocItem>()
+            + (self.tree.len() + self.checkpoint_starts.len() + self.checkpoint_ids.len()) * 4
+    }
+
+    /// Index of the largest item in `items[l..r]` (`l < r`).
+    fn argmax(&self, l: usize, r: usize) -> u32 {
+        let m = self.items.len();
+        let (mut l, mut r) = (l + m, r + m);
+        let mut best = self.tree[l];
+        while l < r {
+            if l & 1 == 1 {
+                best = larger(&self.items, best, self.tree[l]);
+                l += 1;
+            }
+            if r & 1 == 1 {
+                r -= 1;
+                best = larger(&self.items, best, self.tree[r]);
+            }
+            l /= 2;
+            r /= 2;
+        }
+        best
+    }
+
+    /// The `k` largest items of size at least `min_size` alive somewhere in
+    /// positions `[pa, pb)`, by (size descending, index ascending).
+    fn top_k(&self, pa: u64, pb: u64, min_size: u64, k: usize) -> Vec<u32> {
+        if k == 0 || self.items.is_empty() {
+            return Vec::new();
+        }
+        let alive_at_pa = |it: &AllocItem| u64::from(it.hi) > pa;
+        let j = ((pa / self.stride) as usize).min(self.checkpoint_starts.len().saturating_sub(2));
+        let cp = j as u64 * self.stride;
+
+        // Alive at the checkpoint and still at pa.
+        let mut from_checkpoint = Vec::new();
+        let ids = self
+            .checkpoint_starts
+            .get(j..j + 2)
+            .and_then(|r| self.checkpoint_ids.get(r[0] as usize..r[1] as usize))
+            .unwrap_or(&[]);
+        for &i in ids {
+            let it = &self.items[i as usize];
+            if it.size < min_size || from_checkpoint.len() == k {
+                break;
+            }
+            if alive_at_pa(it) {
+                from_checkpoint.push(i);
+            }
+        }
+
+        // Started after the checkpoint and before pb, alive at or after pa.
+        let mut from_run = Vec::new();
+        let l = self.items.partition_point(|it| u64::from(it.lo) <= cp);
+        let r = self.items.partition_point(|it| u64::from(it.lo) < pb);
+        let mut heap = BinaryHeap::new();
+        let push = |heap: &mut BinaryHeap<_>, l: usize, r: usize| {
+            if l < r {
+                let i = self.argmax(l, r);
+                heap.push((self.items[i as usize].size, Reverse(i), l, r));
+            }
+        };
+        push(&mut heap, l, r);
+        while let Some((size, Reverse(i), l, r)) = heap.pop() {
+            if size < min_size {
+                break;
+            }
+            if alive_at_pa(&self.items[i as usize]) {
+                from_run.push(i);
+                if from_run.len() == k {
+                    break;
+                }
+            }
+            push(&mut heap, l, i as usize);
+            push(&mut heap, i as usize + 1, r);
+        }
+
+        // Both lists are ordered by (size desc, index asc); merge them.
+        let key = |i: &u32| (Reverse(self.items[*i as usize].size), *i);
+        let mut out = Vec::with_capacity(k.min(from_checkpoint.len() + from_run.len()));
+        let (mut a, mut b) = (from_checkpoint.into_iter().peekable(), from_run.into_iter().peekable());
+        while out.len() < k {
+            let next = match (a.peek(), b.peek()) {
+                (Some(x), Some(y)) => {
+                    if key(x) <= key(y) {
+                        a.next()
+                    } else {
+                        b.next()
+                    }
+                }
+                (Some(_), None) => a.next(),
+                (None, Some(_)) => b.next(),
+                (None, None) => None,
+            };
+            match next {
+                Some(i) => out.push(i),
+                None => break,
+            }
+        }
+        out
+    }
+}
+
+/// The larger of two items by size, the lower index on ties.
+fn larger(items: &[AllocItem], a: u32, b: u32) -> u32 {
+    let (sa, sb) = (items[a as usize].size, items[b as usize].size);
+    if sa > sb || (sa == sb && a < b) { a } else { b }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::DeviceStats;
+    use crate::index::SnapshotIndex;
+    use crate::{ReadOptions, read_snapshot};
+
+    const FIXTURES: [&str; 6] = ["compiled", "mlp_train_all", "oom_leak", "ring_overflow", "state_only", "streams"];
+
+    fn load(name: &str) -> (Snapshot, SnapshotIndex, TimelineIndex) {
+        let path = format!("{}/../tests/fixtures/corpus/{name}.pickle", env!("CARGO_MANIFEST_DIR"));
+        let file = std::fs::File::open(&path).expect("fixture exists");
+        let snapshot = read_snapshot(std::io::BufReader::new(file), &ReadOptions::default()).expect("fixture reads");
+        let index = SnapshotIndex::build(&snapshot);
+        let timeline = TimelineIndex::build(&snapshot, &index);
+        (snapshot, index, timeline)
+    }
+
+    /// Curves recomputed the slow way: undo the trace backwards from the
+    /// final state (stats.rs goes forwards from the net effect instead).
+    struct Naive {
+        /// [allocated, active, reserved] before row 0.
+        start: [u64; 3],
+        /// [allocated, active, reserved] after each row.
+        rows: Vec<[u64; 3]>,
+        /// x of each row on the time axis (running max of time_us).
+        times: Vec<i64>,
+        oom_rows: Vec<u32>,
+    }
+
+    fn final_state(d: &DeviceSnapshot) -> [u64; 3] {
+        let blocks = || d.segments.iter().flat_map(|s| s.blocks.iter());
+        [
+            blocks().filter(|b| b.state == BlockState::ActiveAllocated).map(|b| b.requested_size).sum(),
+            blocks().filter(|b| b.state.is_active()).map(|b| b.requested_size).sum(),
+            d.segments.iter().map(|s| s.total_size).sum(),
+        ]
+    }
+
+    fn naive(d: &DeviceSnapshot) -> Naive {
+        let t = &d.trace;
+        let effect = |i: usize| -> [i128; 3] {
+            let s = i128::from(t.sizes()[i]);
+            match t.action(i) {
+                Action::Alloc => [s, s, 0],
+                Action::FreeRequested => [-s, 0, 0],
+                Action::FreeCompleted => [0, -s, 0],
+                Action::SegmentAlloc | Action::SegmentMap => [0, 0, s],
+                Action::SegmentFree | Action::SegmentUnmap => [0, 0, -s],
+                _ => [0, 0, 0],
+            }
+        };
+        let mut state = final_state(d).map(i128::from);
+        let mut rows = vec![[0u64; 3]; t.len()];
+        for i in (0..t.len()).rev() {
+            rows[i] = state.map(|v| u64::try_from(v).expect("fixtures stay non-negative"));
+            let e = effect(i);
+            for c in 0..3 {
+                state[c] -= e[c];
+            }
+        }
+        let start = state.map(|v| u64::try_from(v).expect("fixtures stay non-negative"));
+        let mut max = i64::MIN;
+        let times = t.times_us().iter().map(|&v| {
+            max = max.max(v);
+            max
+        });
+        let oom_rows = (0..t.len()).filter(|&i| t.action(i) == Action::Oom).map(|i| i as u32).collect();
+        Naive { start, rows, times: times.collect(), oom_rows }
+    }
+
+    fn x_of(n: &Naive, axis: Axis, row: usize) -> i64 {
+        if axis == Axis::Time { n.times[row] } else { row as i64 }
+    }
+
+    fn ranges(b: &Bucket) -> [Range3; 3] {
+        [b.allocated, b.active, b.reserved]
+    }
+
+    /// A bucket as the docs define it, by scanning every row.
+    fn naive_bucket(n: &Naive, axis: Axis, x0: i64, x1: i64) -> ([Range3; 3], u32) {
+        // x is non-decreasing in row order, so the bucket's rows are a run.
+        let first = if axis == Axis::Time {
+            n.times.partition_point(|&t| t < x0)
+        } else {
+            x0.clamp(0, n.rows.len() as i64) as usize
+        };
+        let rows: Vec<usize> = (first..n.rows.len()).take_while(|&r| x_of(n, axis, r) < x1).collect();
+        assert!(rows.iter().all(|&r| (x0..x1).contains(&x_of(n, axis, r))));
+        let before = |r: usize| if r == 0 { n.start } else { n.rows[r - 1] };
+        let out = std::array::from_fn(|c| match (rows.first(), rows.last()) {
+            (Some(&a), Some(&b)) => {
+                let mut values: Vec<u64> = rows.iter().map(|&r| n.rows[r][c]).collect();
+                if axis == Axis::Time && x_of(n, axis, a) > x0 {
+                    values.push(before(a)[c]);
+                }
+                let (min, max) = (values.iter().min(), values.iter().max());
+                Range3 { min: *min.expect("rows"), max: *max.expect("rows"), last: n.rows[b][c] }
+            }
+            _ => {
+                let v = before(first)[c];
+                Range3 { min: v, max: v, last: v }
+            }
+        });
+        (out, rows.len() as u32)
+    }
+
+    fn axes(t: &TimelineIndex, device: u32) -> Vec<Axis> {
+        [Axis::Event, Axis::Time].into_iter().filter(|&a| t.extent(device, a).is_some()).collect()
+    }
+
+    /// Deterministic pseudo-random numbers (no rand dependency).
+    struct Lcg(u64);
+    impl Lcg {
+        fn next(&mut self, below: u64) -> u64 {
+            self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (self.0 >> 33) % below.max(1)
+        }
+        fn in_range(&mut self, lo: i64, hi: i64) -> i64 {
+            lo + self.next((hi - lo).max(1) as u64) as i64
+        }
+    }
+
+    fn check_buckets(w: &TimelineWindow, px: u32) {
+        assert!(!w.buckets.is_empty());
+        assert!(w.buckets.len() <= px as usize);
+        let width = i128::from(w.end) - i128::from(w.start);
+        assert_eq!(w.buckets.len() as i128, width.min(i128::from(px.min(MAX_PX))));
+        assert_eq!(w.buckets[0].x0, w.start);
+        assert_eq!(w.buckets.last().expect("buckets").x1, w.end);
+        for pair in w.buckets.windows(2) {
+            assert_eq!(pair[0].x1, pair[1].x0);
+            assert!(pair[0].x0 < pair[0].x1);
+        }
+    }
+
+    #[test]
+    fn whole_extent_keeps_true_extremes_and_final_state() {
+        for name in FIXTURES {
+            let (snapshot, _, t) = load(name);
+            for d in snapshot.devices.iter().filter(|d| !d.trace.is_empty()) {
+                let n = naive(d);
+                let stats = DeviceStats::of(d);
+                for axis in axes(&t, d.device) {
+                    let (start, end) = t.extent(d.device, axis).expect("extent");
+                    for px in [1, 3, 100, 1000, 1 << 20] {
+                        let w = t.query(d.device, axis, start, end, px, 10).expect("window");
+                        check_buckets(&w, px);
+                        let total: u64 = w.buckets.iter().map(|b| u64::from(b.events)).sum();
+                        assert_eq!(total, d.trace.len() as u64, "{name} {axis:?} px={px}: every row in one bucket");
+                        for c in 0..3 {
+                            let max = w.buckets.iter().map(|b| ranges(b)[c].max).max();
+                            let min = w.buckets.iter().map(|b| ranges(b)[c].min).min();
+                            assert_eq!(max, n.rows.iter().map(|r| r[c]).max(), "{name} {axis:?} px={px} curve {c}");
+                            assert_eq!(min, n.rows.iter().map(|r| r[c]).min(), "{name} {axis:?} px={px} curve {c}");
+                        }
+                        let last = w.buckets.last().expect("buckets");
+                        assert_eq!(ranges(last).map(|r| r.last), final_state(d), "{name}: ends at the final state");
+                        assert_eq!(last.active.last, stats.requested_bytes, "{name}: active is requested_bytes");
+                        assert_eq!(last.reserved.last, stats.reserved_bytes);
+                        assert_eq!(w.trace_wrapped, stats.trace_wrapped, "{name}");
+                        if px <= 100 {
+                            for b in &w.buckets {
+                                assert_eq!((ranges(b), b.events), naive_bucket(&n, axis, b.x0, b.x1), "{name}");
+                            }
+                        }
+                    }
+                }
+                // The peaks stats.rs reports (which count the start state too).
+                let w = t.query(d.device, Axis::Event, -1, d.trace.len() as i64, 1, 0).expect("window");
+                assert_eq!(Some(w.buckets[0].reserved.max.max(n.start[2])), stats.reserved_peak_bytes, "{name}");
+                assert_eq!(Some(w.buckets[0].active.max.max(n.start[1])), stats.requested_peak_bytes, "{name}");
+            }
+        }
+    }
+
+    #[test]
+    fn state_before_the_trace_is_empty_unless_wrapped() {
+        for name in FIXTURES {
+            let (snapshot, _, t) = load(name);
+            for d in snapshot.devices.iter().filter(|d| !d.trace.is_empty()) {
+                let w = t.query(d.device, Axis::Event, -5, 0, 100, 10).expect("window");
+                assert_eq!(w.buckets.len(), 5);
+                let b = w.buckets[0];
+                assert_eq!(b.events, 0);
+                let start = ranges(&b).map(|r| r.last);
+                assert_eq!(start, naive(d).start, "{name}");
+                assert_eq!(start == [0, 0, 0], !w.trace_wrapped, "{name}");
+                // Past the end: the final state, flat.
+                let n = d.trace.len() as i64;
+                let w = t.query(d.device, Axis::Event, n + 3, n + 9, 100, 10).expect("window");
+                assert!(w.buckets.iter().all(|b| b.events == 0 && ranges(b).map(|r| r.min) == final_state(d)));
+            }
+        }
+    }
+
+    #[test]
+    fn random_windows_match_a_naive_scan() {
+        let mut rng = Lcg(7);
+        for name in FIXTURES {
+            let (snapshot, _, t) = load(name);
+            for d in snapshot.devices.iter().filter(|d| !d.trace.is_empty()) {
+                let n = naive(d);
+                for axis in axes(&t, d.device) {
+                    let (lo, hi) = t.extent(d.device, axis).expect("extent");
+                    let slack = (hi - lo) / 10 + 2;
+                    for _ in 0..40 {
+                        let a = rng.in_range(lo - slack, hi + slack);
+                        let b = rng.in_range(lo - slack, hi + slack);
+                        let (start, end) = (a.min(b), a.max(b) + 1);
+                        let px = 1 + rng.next(300) as u32;
+                        let w = t.query(d.device, axis, start, end, px, 20).expect("window");
+                        check_buckets(&w, px);
+                        for b in &w.buckets {
+                            assert_eq!((ranges(b), b.events), naive_bucket(&n, axis, b.x0, b.x1), "{name} {axis:?}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_narrow_window_gives_the_raw_rows() {
+        let (snapshot, _, t) = load("oom_leak");
+        let d = &snapshot.devices[0];
+        let n = naive(d);
+        let w = t.query(d.device, Axis::Event, 1000, 1050, 100, 10).expect("window");
+        assert_eq!(w.buckets.len(), 50);
+        for (i, b) in w.buckets.iter().enumerate() {
+            assert_eq!((b.x0, b.x1, b.events), (1000 + i as i64, 1001 + i as i64, 1));
+            for (c, r) in ranges(b).iter().enumerate() {
+                assert_eq!([r.min, r.max, r.last], [n.rows[1000 + i][c]; 3]);
+            }
+        }
+        // On the time axis the finest bucket is one microsecond, holding
+        // every row of that microsecond.
+        let t0 = n.times[3000];
+        let w = t.query(d.device, Axis::Time, t0, t0 + 200, 1000, 10).expect("window");
+        assert_eq!(w.buckets.len(), 200);
+        for b in &w.buckets {
+            assert_eq!(b.x1 - b.x0, 1);
+            assert_eq!((ranges(b), b.events), naive_bucket(&n, Axis::Time, b.x0, b.x1));
+        }
+        let rows = n.times.iter().filter(|&&x| (t0..t0 + 200).contains(&x)).count();
+        assert_eq!(w.buckets.iter().map(|b| b.events as usize).sum::<usize>(), rows);
+    }
+
+    /// Positions alive `[lo, hi)` of every nonzero allocation, from the index.
+    fn intervals(index: &SnapshotIndex, device: u32, rows: usize) -> Vec<(u64, u64, u64)> {
+        let d = index.devices.iter().find(|d| d.device == device).expect("device");
+        d.allocations
+            .iter()
+            .filter(|a| a.size > 0)
+            .map(|a| {
+                let lo = a.alloc_row.map_or(0, |r| u64::from(r) + 1);
+                let hi = a.free_completed_row.map_or(rows as u64 + 1, |r| u64::from(r) + 1);
+                (a.size, lo, hi)
+            })
+            .collect()
+    }
+
+    fn brute_top_sizes(all: &[(u64, u64, u64)], pa: u64, pb: u64, min_size: u64, k: usize) -> Vec<u64> {
+        let mut sizes: Vec<u64> =
+            all.iter().filter(|&&(s, lo, hi)| lo < pb && hi > pa && s >= min_size).map(|x| x.0).collect();
+        sizes.sort_unstable_by(|a, b| b.cmp(a));
+        sizes.truncate(k);
+        sizes
+    }
+
+    #[test]
+    fn visible_allocations_are_the_largest_intersecting_ones() {
+        let mut rng = Lcg(11);
+        for name in FIXTURES {
+            let (snapshot, index, t) = load(name);
+            for d in snapshot.devices.iter().filter(|d| !d.trace.is_empty()) {
+                let all = intervals(&index, d.device, d.trace.len());
+                let dt = t.device(d.device).expect("timeline");
+                let n = naive(d);
+                for axis in axes(&t, d.device) {
+                    let (lo, hi) = t.extent(d.device, axis).expect("extent");
+                    for round in 0..60 {
+                        let (start, end) = if round == 0 {
+                            (lo, hi)
+                        } else {
+                            let a = rng.in_range(lo - 5, hi + 5);
+                            let shift = rng.next(12);
+                            let width = 1 + rng.next(((hi - lo) as u64 >> shift).max(1)) as i64;
+                            (a, a + width)
+                        };
+                        let px = 1 + rng.next(2000) as u32;
+                        let k = [0, 1, 5, 50, 100_000][rng.next(5) as usize];
+                        let w = t.query(d.device, axis, start, end, px, k).expect("window");
+                        let (pa, pb) = dt.window_positions(axis, start, end);
+                        let expect = brute_top_sizes(&all, pa, pb, w.min_visible_size, k + 1);
+                        let got: Vec<u64> = w.allocations.iter().map(|a| a.size).collect();
+                        assert_eq!(got, expect[..expect.len().min(k)], "{name} {axis:?} [{start}, {end}) k={k}");
+                        assert_eq!(w.more_allocations, expect.len() > k);
+                        let peak = w.buckets.iter().map(|b| b.reserved.max.max(b.active.max)).max().expect("bucket");
+                        assert_eq!(w.min_visible_size, (peak / (2 * u64::from(px))).max(1));
+                        for a in &w.allocations {
+                            // Meets the window in x. On the time axis a bar may end
+                            // exactly at `start`: rows sharing that microsecond saw it.
+                            assert!(a.start <= a.end);
+                            let meets = if axis == Axis::Time { a.end >= start } else { a.end > start };
+                            assert!(a.start < end && (meets || a.end == hi), "{name} {a:?} [{start}, {end})");
+                            assert_eq!(a.alloc_row.map(|r| x_of(&n, axis, r as usize)).unwrap_or(lo), a.start);
+                            assert_eq!(a.free_row.map(|r| x_of(&n, axis, r as usize)).unwrap_or(hi), a.end);
+                            if let (Some(q), Some(f)) = (a.free_requested_row, a.free_row) {
+                                assert!(q <= f);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn allocation_index_is_exact_at_any_stride() {
+        let mut rng = Lcg(3);
+        for name in ["oom_leak", "ring_overflow"] {
+            let (snapshot, index, _) = load(name);
+            let d = &snapshot.devices[0];
+            let rows = d.trace.len();
+            let all = intervals(&index, d.device, rows);
+            let di = &index.devices[0];
+            // Stride 1: a checkpoint per position; huge: only checkpoint 0.
+            for stride in [1, 7, 256, 1 << 40] {
+                let ai = AllocationIndex::build(di, rows, stride, Some(u64::MAX));
+                assert_eq!(ai.stride, stride);
+                for _ in 0..200 {
+                    let pa = rng.next(rows as u64 + 1);
+                    let shift = rng.next(14);
+                    let pb = pa + 1 + rng.next(1 + (rows as u64 >> shift));
+                    let min_size = [1, 512, 1 << 20][rng.next(3) as usize];
+                    let k = 1 + rng.next(40) as usize;
+                    let got: Vec<u64> =
+                        ai.top_k(pa, pb, min_size, k).iter().map(|&i| ai.items[i as usize].size).collect();
+                    assert_eq!(got, brute_top_sizes(&all, pa, pb, min_size, k), "{name} stride {stride}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn zooming_in_reveals_smaller_allocations() {
+        let (snapshot, _, t) = load("mlp_train_all");
+        let d = &snapshot.devices[0];
+        let (lo, hi) = t.extent(d.device, Axis::Event).expect("extent");
+        let whole = t.query(d.device, Axis::Event, lo, hi, 100, 10).expect("window");
+        assert_eq!(whole.allocations.len(), 10);
+        assert!(whole.more_allocations);
+        let smallest = whole.allocations.iter().map(|a| a.size).min().expect("some");
+        let listed: Vec<(u64, Option<u32>)> = whole.allocations.iter().map(|a| (a.addr, a.alloc_row)).collect();
+        // Narrow windows swept over the trace list smaller allocations.
+        let revealed: Vec<VisibleAllocation> = (lo..hi)
+            .step_by(16)
+            .flat_map(|x| t.query(d.device, Axis::Event, x, x + 16, 100, 10).expect("window").allocations)
+            .filter(|a| a.size < smallest)
+            .collect();
+        assert!(!revealed.is_empty(), "a narrower window lists a smaller allocation");
+        assert!(revealed.iter().all(|a| !listed.contains(&(a.addr, a.alloc_row))));
+    }
+
+    #[test]
+    fn a_cut_trace_continues_the_full_one_and_draws_its_ghosts() {
+        // Keep only the second half of a trace, as a wrapped ring buffer would.
+        let (mut snapshot, _, full) = load("oom_leak");
+        let rows = snapshot.devices[0].trace.len();
+        let cut = rows / 2;
+        let kept = snapshot.devices[0].trace.split_off(cut);
+        snapshot.devices[0].trace = kept;
+        let index = SnapshotIndex::build(&snapshot);
+        let t = TimelineIndex::build(&snapshot, &index);
+        assert!(index.devices[0].ghosts().count() > 0);
+
+        let n = (rows - cut) as i64;
+        let w = t.query(0, Axis::Event, -1, n, 1 << 16, 100_000).expect("window");
+        let reference = full.query(0, Axis::Event, cut as i64 - 1, rows as i64, 1 << 16, 0).expect("window");
+        assert_eq!(w.buckets.len(), reference.buckets.len());
+        for (a, b) in w.buckets.iter().zip(&reference.buckets) {
+            assert_eq!((a.allocated, a.active, a.reserved), (b.allocated, b.active, b.reserved));
+        }
+        assert!(w.trace_wrapped && !reference.trace_wrapped);
+        assert_eq!(w.markers.first().map(|m| (m.row, m.kind)), Some((0, MarkerKind::WindowStart)));
+        let ghosts: Vec<&VisibleAllocation> = w.allocations.iter().filter(|a| a.alloc_row.is_none()).collect();
+        assert!(!ghosts.is_empty());
+        assert!(ghosts.iter().all(|a| a.start == 0));
+        for axis in [Axis::Event, Axis::Time] {
+            let (lo, hi) = t.extent(0, axis).expect("extent");
+            let w = t.query(0, axis, lo, hi, 300, 100_000).expect("window");
+            assert!(w.allocations.iter().filter(|a| a.alloc_row.is_none()).all(|a| a.start == lo));
+            assert!(w.allocations.iter().filter(|a| a.free_row.is_none()).all(|a| a.end == hi));
+        }
+    }
+
+    #[test]
+    fn oom_and_window_start_markers() {
+        let (snapshot, _, t) = load("oom_leak");
+        let d = &snapshot.devices[0];
+        let n = naive(d);
+        assert!(!n.oom_rows.is_empty());
+        for axis in [Axis::Event, Axis::Time] {
+            let (lo, hi) = t.extent(0, axis).expect("extent");
+            for px in [1, 100, 100_000] {
+                let w = t.query(0, axis, lo, hi, px, 0).expect("window");
+                let ooms: Vec<&Marker> = w.markers.iter().filter(|m| m.kind == MarkerKind::Oom).collect();
+                assert!(!ooms.is_empty());
+                assert_eq!(ooms.iter().map(|m| m.count as usize).sum::<usize>(), n.oom_rows.len());
+                assert_eq!(ooms[0].row, n.oom_rows[0]);
+                assert_eq!(ooms[0].x, x_of(&n, axis, n.oom_rows[0] as usize));
+                assert!(!w.trace_wrapped && w.markers.iter().all(|m| m.kind == MarkerKind::Oom));
+            }
+        }
+        // A window that misses the OOM has no marker.
+        let row = i64::from(n.oom_rows[0]);
+        let w = t.query(0, Axis::Event, row + 1, row + 100, 50, 0).expect("window");
+        assert!(w.markers.iter().all(|m| i64::from(m.row) > row));
+
+        let (_, _, t) = load("ring_overflow");
+        for axis in [Axis::Event, Axis::Time] {
+            let (lo, hi) = t.extent(0, axis).expect("extent");
+            let w = t.query(0, axis, lo, hi, 500, 10).expect("window");
+            assert!(w.trace_wrapped);
+            assert_eq!(w.markers.first(), Some(&Marker { x: lo, row: 0, kind: MarkerKind::WindowStart, count: 1 }));
+            let later = t.query(0, axis, lo + 10, hi, 500, 10).expect("window");
+            assert!(later.markers.iter().all(|m| m.kind != MarkerKind::WindowStart));
+        }
+    }
+
+    #[test]
+    fn bad_queries_answer_none_and_windows_round_trip_as_json() {
+        let (snapshot, _, t) = load("streams");
+        assert_eq!(t.devices().collect::<Vec<_>>(), vec![0]);
+        assert!(t.heap_bytes() > 0);
+        assert!(t.query(0, Axis::Event, 10, 10, 100, 5).is_none());
+        assert!(t.query(0, Axis::Event, 10, 5, 100, 5).is_none());
+        assert!(t.query(0, Axis::Event, 0, 5, 0, 5).is_none());
+        assert!(t.query(7, Axis::Event, 0, 5, 100, 5).is_none());
+        assert_eq!(t.extent(0, Axis::Event), Some((0, snapshot.devices[0].trace.len() as i64)));
+        // A request for absurdly many buckets is capped.
+        let w = t.query(0, Axis::Time, i64::MIN, i64::MAX, u32::MAX, 5).expect("window");
+        assert_eq!(w.buckets.len(), MAX_PX as usize);
+        let w = t.query(0, Axis::Time, t.extent(0, Axis::Time).expect("times").0, i64::MAX, 64, 5).expect("window");
+        let json = serde_json::to_string(&w).expect("serializes");
+        assert!(json.contains("\"axis\":\"time\""));
+        let back: TimelineWindow = serde_json::from_str(&json).expect("deserializes");
+        assert_eq!(back, w);
+
+        // A snapshot without a trace has no timeline.
+        let (_, _, t) = load("state_only");
+        assert_eq!(t.devices().count(), 0);
+        assert!(t.extent(0, Axis::Event).is_none());
+        assert!(t.query(0, Axis::Event, 0, 10, 10, 10).is_none());
+    }
+}
