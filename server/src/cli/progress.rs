@@ -19,8 +19,14 @@ pub(crate) struct ProgressReader<R> {
 impl<R: Read> ProgressReader<R> {
     /// `total` is the file size, `label` the file name shown beside the bar.
     pub(crate) fn new(inner: R, total: u64, label: &str) -> Self {
-        let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::hidden());
-        let style = ProgressStyle::with_template("{msg} [{bar:40}] {bytes}/{total_bytes} ({bytes_per_sec}, {eta})")
+        // A pipe or FIFO has no size: show bytes read and speed, no bar.
+        let (length, template) = if total > 0 {
+            (Some(total), "{msg} [{bar:40}] {bytes}/{total_bytes} ({bytes_per_sec}, {eta})")
+        } else {
+            (None, "{msg} {spinner} {bytes} read ({bytes_per_sec})")
+        };
+        let bar = ProgressBar::with_draw_target(length, ProgressDrawTarget::hidden());
+        let style = ProgressStyle::with_template(template)
             .map(|s| s.progress_chars("=> "))
             .unwrap_or_else(|_| ProgressStyle::default_bar());
         bar.set_style(style);
