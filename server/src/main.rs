@@ -1,7 +1,13 @@
-//! `vramscope`: the one binary. Subcommands read snapshots from the command
-//! line today; `serve` and `agent` modes join them as they are built.
+//! `vramscope`: the one binary. `stats` reads a snapshot on the command line,
+//! `serve` runs the server and dashboard, `upload` sends a snapshot to a
+//! server, `token` manages API tokens.
 
+mod analysis;
+mod auth;
 mod cli;
+mod http;
+mod settings;
+mod store;
 
 use std::process::ExitCode;
 
@@ -20,12 +26,43 @@ enum Command {
     /// Summarise a snapshot: reserved, allocated, active, requested and
     /// fragmentation figures per device, recomputed from the pickle alone.
     Stats(cli::stats::StatsArgs),
+    /// Run the server: upload portal, storage, JSON API and dashboard.
+    Serve(cli::serve::ServeArgs),
+    /// Upload a snapshot to a server.
+    Upload(cli::upload::UploadArgs),
+    /// Create or list API tokens.
+    Token(cli::token::TokenArgs),
+}
+
+/// Milliseconds since the Unix epoch.
+pub(crate) fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,tower_http=info,sqlx=warn"));
+    // Logs go to stderr; stdout carries the commands' output.
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, cli::Failure> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| cli::Failure::Other(anyhow::anyhow!("cannot start the async runtime: {e}")))
 }
 
 fn main() -> ExitCode {
     let args = Args::parse();
     let result = match args.command {
         Command::Stats(a) => cli::stats::run(&a),
+        Command::Serve(a) => {
+            init_tracing();
+            runtime().and_then(|rt| rt.block_on(cli::serve::run(&a)).map_err(cli::Failure::Other))
+        }
+        Command::Upload(a) => runtime().and_then(|rt| rt.block_on(cli::upload::run(&a))),
+        Command::Token(a) => runtime().and_then(|rt| rt.block_on(cli::token::run(&a)).map_err(cli::Failure::Other)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

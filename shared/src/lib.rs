@@ -11,4 +11,4 @@ pub mod timeline;
 
 pub use error::ReadError;
 pub use snapshot::{ReadOptions, Snapshot, read_snapshot, read_snapshot_bytes};
-pub use stats::{DeviceStats, SnapshotStats};
+pub use stats::{DeviceStats, SnapshotStats, StatsReport};

@@ -13,7 +13,7 @@
 //! - peaks: the trace replayed from the state at its first entry, which is
 //!   the final state minus the trace's net effect.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::snapshot::{Action, BlockState, DeviceSnapshot, Snapshot};
 
@@ -26,8 +26,28 @@ pub struct SnapshotStats {
     pub devices: Vec<DeviceStats>,
 }
 
+/// The JSON object of `vramscope stats --json` and of the server's
+/// `/api/v1/snapshots/{id}/stats`. Other tools parse it: fields are only
+/// ever added, never renamed or removed.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct StatsReport {
+    /// The file the figures are for (a path, or the snapshot's name on the server).
+    pub file: String,
+    /// The snapshot format generation.
+    pub format_version: String,
+    /// One entry per device with segments or a trace.
+    pub devices: Vec<DeviceStats>,
+}
+
+impl SnapshotStats {
+    /// The report for a file name.
+    pub fn report(&self, file: impl Into<String>) -> StatsReport {
+        StatsReport { file: file.into(), format_version: self.format_version.to_owned(), devices: self.devices.clone() }
+    }
+}
+
 /// One device's figures.
-#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct DeviceStats {
     /// CUDA device index.
     pub device: u32,

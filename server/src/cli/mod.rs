@@ -1,7 +1,10 @@
 //! Command-line subcommands.
 
 pub(crate) mod progress;
+pub(crate) mod serve;
 pub(crate) mod stats;
+pub(crate) mod token;
+pub(crate) mod upload;
 
 use std::process::ExitCode;
 

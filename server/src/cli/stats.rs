@@ -7,7 +7,6 @@ use std::path::PathBuf;
 use anyhow::{Context, anyhow};
 use clap::Args;
 use humansize::{BINARY, format_size};
-use serde::Serialize;
 use vramscope_shared::snapshot::Compression;
 use vramscope_shared::{DeviceStats, ReadOptions, Snapshot, read_snapshot};
 
@@ -25,15 +24,6 @@ pub(crate) struct StatsArgs {
     /// Most memory the reader may use, in bytes (guards against hostile files).
     #[arg(long, default_value_t = ReadOptions::default().memory_budget)]
     memory_budget: u64,
-}
-
-/// The JSON object `stats --json` prints. Other tools parse it: add fields,
-/// never rename or remove them.
-#[derive(Serialize)]
-struct StatsJson<'a> {
-    file: String,
-    format_version: &'static str,
-    devices: &'a [DeviceStats],
 }
 
 /// Open and read a snapshot file, with a progress bar for slow reads.
@@ -54,12 +44,8 @@ pub(crate) fn run(args: &StatsArgs) -> Result<(), Failure> {
     let stats = snapshot.stats();
     let mut out = std::io::stdout().lock();
     let written = if args.json {
-        let json = StatsJson {
-            file: args.file.display().to_string(),
-            format_version: stats.format_version,
-            devices: &stats.devices,
-        };
-        serde_json::to_writer(&mut out, &json).map_err(std::io::Error::from).and_then(|()| writeln!(out))
+        let report = stats.report(args.file.display().to_string());
+        serde_json::to_writer(&mut out, &report).map_err(std::io::Error::from).and_then(|()| writeln!(out))
     } else {
         write_summary(&mut out, &args.file, &snapshot, &stats.devices)
     };

@@ -1,0 +1,163 @@
+//! API tokens: `vs_<id>_<secret>`, stored as an argon2 hash of the secret.
+//!
+//! Roles are ordered: a viewer reads, an uploader also uploads and edits
+//! metadata, an admin also deletes. Verified tokens are remembered for a few
+//! minutes (keyed by a SHA-256 of the token) because argon2 is slow by design.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
+use argon2::Argon2;
+use rand::RngCore;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::store::{Db, TokenRecord};
+
+/// What a token may do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum Role {
+    /// Read snapshots and views.
+    Viewer,
+    /// Also upload, rename and tag.
+    Uploader,
+    /// Also delete.
+    Admin,
+}
+
+impl Role {
+    /// The role's name.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Role::Viewer => "viewer",
+            Role::Uploader => "uploader",
+            Role::Admin => "admin",
+        }
+    }
+
+    fn parse(s: &str) -> Option<Role> {
+        match s {
+            "viewer" => Some(Role::Viewer),
+            "uploader" => Some(Role::Uploader),
+            "admin" => Some(Role::Admin),
+            _ => None,
+        }
+    }
+}
+
+/// Who made a request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Identity {
+    /// The token's name (e.g. a person or a job), or `local` without tokens.
+    pub(crate) name: String,
+    /// Its role.
+    pub(crate) role: Role,
+}
+
+/// How long a verified token is trusted without checking the database again.
+const VERIFIED_FOR: Duration = Duration::from_secs(300);
+
+/// Token checks for the API.
+pub(crate) struct Auth {
+    required: bool,
+    db: Db,
+    verified: Mutex<HashMap<[u8; 32], (Identity, Instant)>>,
+}
+
+impl Auth {
+    /// `required` is false only in the loopback-only default mode.
+    pub(crate) fn new(db: Db, required: bool) -> Auth {
+        Auth { required, db, verified: Mutex::new(HashMap::new()) }
+    }
+
+    /// Whether requests must carry a token.
+    pub(crate) fn required(&self) -> bool {
+        self.required
+    }
+
+    /// Check a bearer token. `Ok(None)`: no valid token.
+    pub(crate) async fn identify(&self, token: Option<&str>) -> anyhow::Result<Option<Identity>> {
+        let Some(token) = token else {
+            return Ok((!self.required).then(|| Identity { name: "local".to_owned(), role: Role::Admin }));
+        };
+        let key: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+        if let Ok(cache) = self.verified.lock()
+            && let Some((identity, at)) = cache.get(&key)
+            && at.elapsed() < VERIFIED_FOR
+        {
+            return Ok(Some(identity.clone()));
+        }
+        let Some((id, secret)) = split_token(token) else { return Ok(None) };
+        let Some(record) = self.db.get_token(id).await? else { return Ok(None) };
+        let secret = secret.to_owned();
+        let hash = record.secret_hash.clone();
+        // argon2 takes tens of milliseconds: keep it off the async workers.
+        let valid = tokio::task::spawn_blocking(move || verify_secret(&secret, &hash)).await.context("verify")?;
+        if !valid {
+            return Ok(None);
+        }
+        let Some(role) = Role::parse(&record.role) else { return Ok(None) };
+        let identity = Identity { name: record.name, role };
+        if let Ok(mut cache) = self.verified.lock() {
+            cache.retain(|_, (_, at)| at.elapsed() < VERIFIED_FOR);
+            cache.insert(key, (identity.clone(), Instant::now()));
+        }
+        Ok(Some(identity))
+    }
+}
+
+fn split_token(token: &str) -> Option<(&str, &str)> {
+    let rest = token.strip_prefix("vs_")?;
+    let (id, secret) = rest.split_once('_')?;
+    (!id.is_empty() && !secret.is_empty()).then_some((id, secret))
+}
+
+fn verify_secret(secret: &str, hash: &str) -> bool {
+    PasswordHash::new(hash).is_ok_and(|parsed| Argon2::default().verify_password(secret.as_bytes(), &parsed).is_ok())
+}
+
+/// Make a new token: the record to store and the token to show once.
+pub(crate) fn new_token(name: &str, role: Role) -> anyhow::Result<(TokenRecord, String)> {
+    let mut rng = rand::rng();
+    let mut id = [0u8; 5];
+    let mut secret = [0u8; 24];
+    rng.fill_bytes(&mut id);
+    rng.fill_bytes(&mut secret);
+    let (id, secret) = (hex::encode(id), hex::encode(secret));
+    let mut salt = [0u8; 16];
+    rng.fill_bytes(&mut salt);
+    let salt = SaltString::encode_b64(&salt).map_err(|e| anyhow::anyhow!("salt: {e}"))?;
+    let hash = Argon2::default()
+        .hash_password(secret.as_bytes(), &salt)
+        .map_err(|e| anyhow::anyhow!("hashing the token: {e}"))?
+        .to_string();
+    let token = format!("vs_{id}_{secret}");
+    let record = TokenRecord {
+        id,
+        name: name.to_owned(),
+        role: role.as_str().to_owned(),
+        secret_hash: hash,
+        created_at_ms: crate::now_ms(),
+    };
+    Ok((record, token))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_verify_against_their_hash_only() {
+        let (record, token) = new_token("ci", Role::Uploader).expect("token");
+        let (id, secret) = split_token(&token).expect("shape");
+        assert_eq!(id, record.id);
+        assert!(verify_secret(secret, &record.secret_hash));
+        assert!(!verify_secret("not-the-secret", &record.secret_hash));
+        assert!(!record.secret_hash.contains(secret), "only the hash is stored");
+        assert!(Role::Admin > Role::Uploader && Role::Uploader > Role::Viewer);
+    }
+}

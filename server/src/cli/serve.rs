@@ -1,0 +1,98 @@
+//! `vramscope serve`: the backend teams self-host.
+
+use anyhow::Context;
+use tokio::net::TcpListener;
+
+use crate::http::{AppState, app};
+use crate::settings::{EXAMPLE_CONFIG, Settings, SettingsArgs};
+use crate::store::{BlobStore, Db};
+
+/// Arguments of `vramscope serve`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct ServeArgs {
+    #[command(flatten)]
+    settings: SettingsArgs,
+    /// Print the example configuration file and exit.
+    #[arg(long)]
+    print_config: bool,
+}
+
+/// Staging objects older than this at start-up are leftovers of uploads cut
+/// off by a crash.
+const STALE_STAGING: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// Open the database and blob store the settings name.
+pub(crate) async fn open_stores(settings: &Settings) -> anyhow::Result<(Db, BlobStore)> {
+    if settings.database_url.is_none() || settings.blob_store.is_none() {
+        std::fs::create_dir_all(&settings.data_dir)
+            .with_context(|| format!("cannot create the data folder {}", settings.data_dir.display()))?;
+    }
+    let db = Db::connect(&settings.database_url()).await.context("cannot open the database")?;
+    let blobs = BlobStore::from_url(&settings.blob_store(), &settings.s3).context("cannot open the blob store")?;
+    Ok((db, blobs))
+}
+
+/// Run the server until Ctrl-C or SIGTERM.
+pub(crate) async fn run(args: &ServeArgs) -> anyhow::Result<()> {
+    if args.print_config {
+        print!("{EXAMPLE_CONFIG}");
+        return Ok(());
+    }
+    let settings = Settings::load(&args.settings)?;
+    let (db, blobs) = open_stores(&settings).await?;
+    if settings.tokens_required() && db.count_tokens().await? == 0 {
+        anyhow::bail!(
+            "refusing to listen on {} without API tokens: anyone who can reach it could read and delete \
+             snapshots. Create one first with `vramscope token create --role admin` (same --data-dir / \
+             --database-url), or bind to 127.0.0.1",
+            settings.bind
+        );
+    }
+    if let Err(e) = blobs.clean_staging(STALE_STAGING).await {
+        tracing::warn!(error = format!("{e:#}"), "could not sweep old staging uploads");
+    }
+    let listener =
+        TcpListener::bind(settings.bind).await.with_context(|| format!("cannot listen on {}", settings.bind))?;
+    let address = listener.local_addr().context("listener address")?;
+    let state = AppState::new(settings, db, blobs);
+    resume_parsing(&state).await;
+    tracing::info!(%address, tokens = state.auth.required(), "vramscope serving");
+    // Tests and scripts read this line to find the port when binding to :0.
+    println!("vramscope listening on http://{address}");
+    axum::serve(listener, app(state)).with_graceful_shutdown(shutdown_signal()).await.context("server failed")?;
+    Ok(())
+}
+
+/// Rows left `parsing` by a server that stopped mid-way get parsed again.
+async fn resume_parsing(state: &AppState) {
+    match state.db.list_parsing().await {
+        Ok(rows) => {
+            for rec in rows {
+                tokio::spawn(crate::http::resume_parse(state.clone(), rec.id, rec.blob_key));
+            }
+        }
+        Err(e) => tracing::warn!(error = format!("{e:#}"), "could not list unfinished parses"),
+    }
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = terminate => {},
+    }
+    tracing::info!("shutting down");
+}

@@ -1,0 +1,90 @@
+//! `vramscope upload FILE --server URL`: send a snapshot to a server.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, anyhow};
+use futures::TryStreamExt;
+use indicatif::{ProgressBar, ProgressStyle};
+use tokio_util::io::ReaderStream;
+
+use super::Failure;
+
+/// Arguments of `vramscope upload`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct UploadArgs {
+    /// Snapshot file (plain, gzip or zstd pickle).
+    file: PathBuf,
+    /// Server URL, e.g. http://127.0.0.1:8080.
+    #[arg(long, env = "VRAMSCOPE_SERVER")]
+    server: String,
+    /// API token (needed unless the server runs loopback-only).
+    #[arg(long, env = "VRAMSCOPE_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// Name shown in the library (default: the file name).
+    #[arg(long)]
+    name: Option<String>,
+    /// Job the snapshot belongs to.
+    #[arg(long)]
+    job: Option<String>,
+    /// Host it was taken on.
+    #[arg(long)]
+    host: Option<String>,
+    /// Rank of the process.
+    #[arg(long)]
+    rank: Option<i64>,
+    /// Comma-separated tags.
+    #[arg(long)]
+    tags: Option<String>,
+    /// manual, threshold or oom.
+    #[arg(long, default_value = "manual")]
+    trigger: String,
+}
+
+/// Run the subcommand; prints the server's JSON answer.
+pub(crate) async fn run(args: &UploadArgs) -> Result<(), Failure> {
+    let file = tokio::fs::File::open(&args.file)
+        .await
+        .with_context(|| format!("cannot open {}", args.file.display()))
+        .map_err(Failure::BadInput)?;
+    let size = file.metadata().await.map(|m| m.len()).unwrap_or(0);
+    let name = args.name.clone().or_else(|| args.file.file_name().map(|n| n.to_string_lossy().into_owned()));
+    let mut query: Vec<(&str, String)> = vec![("trigger", args.trigger.clone())];
+    for (key, value) in [("name", &name), ("job", &args.job), ("host", &args.host), ("tags", &args.tags)] {
+        if let Some(v) = value {
+            query.push((key, v.clone()));
+        }
+    }
+    if let Some(rank) = args.rank {
+        query.push(("rank", rank.to_string()));
+    }
+    let bar = ProgressBar::new(size);
+    if let Ok(style) = ProgressStyle::with_template("upload [{bar:40}] {bytes}/{total_bytes} ({bytes_per_sec}, {eta})") {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    let counter = bar.clone();
+    let stream = ReaderStream::with_capacity(file, 1 << 20).inspect_ok(move |chunk| counter.inc(chunk.len() as u64));
+    let url = format!("{}/api/v1/snapshots", args.server.trim_end_matches('/'));
+    let mut request = reqwest::Client::new()
+        .post(&url)
+        .query(&query)
+        .header(reqwest::header::CONTENT_TYPE, "application/octet-stream")
+        .header(reqwest::header::CONTENT_LENGTH, size)
+        .body(reqwest::Body::wrap_stream(stream));
+    if let Some(token) = &args.token {
+        request = request.bearer_auth(token);
+    }
+    let response = request.send().await.with_context(|| format!("cannot reach {url}")).map_err(Failure::Other)?;
+    bar.finish_and_clear();
+    let status = response.status();
+    let body = response.text().await.unwrap_or_default();
+    if status.is_success() {
+        println!("{body}");
+        return Ok(());
+    }
+    let message = serde_json::from_str::<serde_json::Value>(&body)
+        .ok()
+        .and_then(|v| v["error"].as_str().map(str::to_owned))
+        .unwrap_or(body);
+    let error = anyhow!("the server refused the upload ({status}): {message} (file: {})", args.file.display());
+    Err(if status.as_u16() == 422 || status.as_u16() == 413 { Failure::BadInput(error) } else { Failure::Other(error) })
+}

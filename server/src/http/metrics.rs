@@ -1,0 +1,71 @@
+//! Prometheus metrics, served as text at `/metrics`.
+
+use std::sync::atomic::AtomicU64;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+/// Label for outcomes (`ok`, `duplicate`, `rejected`, `too_large`, `failed`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct Outcome {
+    pub(crate) outcome: String,
+}
+
+/// The server's metrics.
+pub(crate) struct Metrics {
+    registry: Registry,
+    /// Uploads by outcome.
+    pub(crate) uploads: Family<Outcome, Counter>,
+    /// Bytes received in uploads.
+    pub(crate) upload_bytes: Counter,
+    /// Bytes of new snapshot files stored by this instance (after dedup).
+    pub(crate) bytes_stored: Counter<u64, AtomicU64>,
+    /// Seconds to parse and index a snapshot.
+    pub(crate) parse_seconds: Histogram,
+    /// Requests that ended in an error, by kind.
+    pub(crate) errors: Family<Outcome, Counter>,
+    /// Snapshots held parsed in memory.
+    pub(crate) cached_snapshots: Gauge,
+}
+
+impl Metrics {
+    pub(crate) fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("vramscope");
+        let uploads = Family::<Outcome, Counter>::default();
+        let upload_bytes = Counter::default();
+        let bytes_stored = Counter::<u64, AtomicU64>::default();
+        let parse_seconds = Histogram::new(exponential_buckets(0.001, 2.0, 16));
+        let errors = Family::<Outcome, Counter>::default();
+        let cached_snapshots = Gauge::default();
+        registry.register("uploads", "Snapshot uploads by outcome", uploads.clone());
+        registry.register("upload_bytes", "Bytes received in uploads", upload_bytes.clone());
+        registry.register("bytes_stored", "Bytes of new snapshot files stored", bytes_stored.clone());
+        registry.register("parse_seconds", "Time to parse and index a snapshot", parse_seconds.clone());
+        registry.register("errors", "Requests that failed, by kind", errors.clone());
+        registry.register("cached_snapshots", "Snapshots held parsed in memory", cached_snapshots.clone());
+        Metrics { registry, uploads, upload_bytes, bytes_stored, parse_seconds, errors, cached_snapshots }
+    }
+
+    /// Count an upload outcome.
+    pub(crate) fn upload(&self, outcome: &str) {
+        self.uploads.get_or_create(&Outcome { outcome: outcome.to_owned() }).inc();
+    }
+
+    /// Count an error by kind.
+    pub(crate) fn error(&self, kind: &str) {
+        self.errors.get_or_create(&Outcome { outcome: kind.to_owned() }).inc();
+    }
+
+    /// The Prometheus text exposition.
+    pub(crate) fn render(&self) -> String {
+        let mut out = String::new();
+        if prometheus_client::encoding::text::encode(&mut out, &self.registry).is_err() {
+            out.push_str("# metrics encoding failed\n");
+        }
+        out
+    }
+}

@@ -1,0 +1,138 @@
+//! The HTTP API and the dashboard's files: `fn app(state) -> Router`.
+
+pub(crate) mod error;
+pub(crate) mod metrics;
+mod v1;
+mod web;
+
+use std::ops::Deref;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{HeaderValue, Method, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use tokio::sync::Semaphore;
+use tower_http::compression::CompressionLayer;
+use tower_http::cors::{AllowOrigin, CorsLayer};
+use tower_http::trace::TraceLayer;
+
+use crate::analysis::AnalysisCache;
+use crate::auth::{Auth, Identity, Role};
+use crate::settings::Settings;
+use crate::store::{BlobStore, Db};
+use error::AppError;
+use metrics::Metrics;
+pub(crate) use v1::resume_parse;
+
+/// Shared state of the server: cheap to clone.
+#[derive(Clone)]
+pub(crate) struct AppState(Arc<Inner>);
+
+/// What the handlers share.
+pub(crate) struct Inner {
+    pub(crate) settings: Settings,
+    pub(crate) db: Db,
+    pub(crate) blobs: BlobStore,
+    pub(crate) auth: Auth,
+    pub(crate) metrics: Metrics,
+    pub(crate) cache: AnalysisCache,
+    /// Bounds the snapshots parsed at once (each takes about its size in memory).
+    pub(crate) parse_permits: Semaphore,
+}
+
+impl Deref for AppState {
+    type Target = Inner;
+    fn deref(&self) -> &Inner {
+        &self.0
+    }
+}
+
+impl AppState {
+    pub(crate) fn new(settings: Settings, db: Db, blobs: BlobStore) -> AppState {
+        let auth = Auth::new(db.clone(), settings.tokens_required());
+        let cache = AnalysisCache::new(settings.cache_entries);
+        let parse_permits = Semaphore::new(settings.parse_concurrency);
+        AppState(Arc::new(Inner { settings, db, blobs, auth, metrics: Metrics::new(), cache, parse_permits }))
+    }
+}
+
+/// The whole application.
+pub(crate) fn app(state: AppState) -> Router {
+    let timeout = Duration::from_secs(state.settings.request_timeout_secs);
+    let api = v1::routes(timeout)
+        .route("/metrics", get(metrics_text))
+        .layer(middleware::from_fn_with_state(state.clone(), authorize));
+    Router::new()
+        .route("/healthz", get(healthz))
+        .merge(api)
+        .merge(web::routes())
+        // Uploads stream to storage with their own limit (max_upload_bytes).
+        .layer(DefaultBodyLimit::disable())
+        .layer(cors(&state.settings))
+        .layer(CompressionLayer::new())
+        .layer(TraceLayer::new_for_http())
+        .with_state(state)
+}
+
+fn cors(settings: &Settings) -> CorsLayer {
+    // Closed by default: no Access-Control-Allow-Origin unless configured.
+    let origins: Vec<HeaderValue> =
+        settings.cors_allowed_origins.iter().filter_map(|o| HeaderValue::from_str(o).ok()).collect();
+    CorsLayer::new()
+        .allow_origin(AllowOrigin::list(origins))
+        .allow_methods([Method::GET, Method::POST, Method::PATCH, Method::DELETE])
+        .allow_headers([axum::http::header::AUTHORIZATION, axum::http::header::CONTENT_TYPE])
+}
+
+async fn healthz() -> Json<serde_json::Value> {
+    Json(serde_json::json!({ "status": "ok" }))
+}
+
+async fn metrics_text(State(state): State<AppState>) -> impl IntoResponse {
+    state.metrics.cached_snapshots.set(state.cache.len() as i64);
+    ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], state.metrics.render())
+}
+
+/// The role a request needs: reading is for viewers, changing for
+/// uploaders, deleting for admins.
+fn required_role(method: &Method) -> Role {
+    match *method {
+        Method::GET | Method::HEAD | Method::OPTIONS => Role::Viewer,
+        Method::DELETE => Role::Admin,
+        _ => Role::Uploader,
+    }
+}
+
+async fn authorize(State(state): State<AppState>, mut request: Request, next: Next) -> Response {
+    let token = request
+        .headers()
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim);
+    let identity = match state.auth.identify(token).await {
+        Ok(Some(identity)) => identity,
+        Ok(None) => {
+            state.metrics.error("unauthorized");
+            return AppError::Unauthorized.into_response();
+        }
+        Err(e) => return AppError::Internal(e).into_response(),
+    };
+    let needed = required_role(request.method());
+    if identity.role < needed {
+        state.metrics.error("forbidden");
+        return AppError::Forbidden(needed.as_str()).into_response();
+    }
+    request.extensions_mut().insert::<Identity>(identity);
+    let response = next.run(request).await;
+    if response.status().is_server_error() {
+        state.metrics.error("internal");
+    } else if response.status() == StatusCode::UNPROCESSABLE_ENTITY {
+        state.metrics.error("unprocessable");
+    }
+    response
+}

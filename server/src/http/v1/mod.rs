@@ -1,0 +1,35 @@
+//! `/api/v1`: snapshots, their files, statistics and views.
+
+mod snapshots;
+mod upload;
+mod views;
+
+use std::time::Duration;
+
+use axum::Router;
+use axum::http::StatusCode;
+use axum::routing::{get, post};
+use tower_http::timeout::TimeoutLayer;
+
+use super::AppState;
+pub(crate) use upload::parse_in_background as resume_parse;
+
+/// The v1 routes. Uploads and file downloads are not under the request
+/// timeout: they last as long as the bytes take.
+pub(super) fn routes(timeout: Duration) -> Router<AppState> {
+    let timed = Router::new()
+        .route("/api/v1/snapshots", get(snapshots::list))
+        .route(
+            "/api/v1/snapshots/{id}",
+            get(snapshots::get_one).patch(snapshots::update).delete(snapshots::delete),
+        )
+        .route("/api/v1/snapshots/{id}/stats", get(snapshots::stats))
+        .route("/api/v1/snapshots/{id}/timeline", get(views::timeline))
+        .route("/api/v1/snapshots/{id}/blocks", get(views::blocks))
+        .route("/api/v1/snapshots/{id}/stacks/{stack}", get(views::stack))
+        .layer(TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, timeout));
+    let streaming = Router::new()
+        .route("/api/v1/snapshots", post(upload::upload))
+        .route("/api/v1/snapshots/{id}/file", get(snapshots::file));
+    timed.merge(streaming)
+}

@@ -1,0 +1,160 @@
+//! Listing, metadata, statistics, file download and deletion.
+
+use axum::Json;
+use axum::body::Body;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use vramscope_shared::StatsReport;
+
+use crate::http::AppState;
+use crate::http::error::{AppError, AppResult};
+use crate::store::{Cursor, ListFilter, Page, SnapshotRecord, SnapshotStatus, is_not_found};
+
+/// Query of `GET /api/v1/snapshots`.
+#[derive(Debug, Deserialize)]
+pub(crate) struct ListParams {
+    job: Option<String>,
+    host: Option<String>,
+    tag: Option<String>,
+    q: Option<String>,
+    limit: Option<u32>,
+    cursor: Option<Cursor>,
+}
+
+pub(crate) async fn list(State(state): State<AppState>, Query(p): Query<ListParams>) -> AppResult<Json<Page>> {
+    let filter = ListFilter { job: p.job, host: p.host, tag: p.tag, q: p.q, limit: p.limit, cursor: p.cursor };
+    Ok(Json(state.db.list(&filter).await?))
+}
+
+/// The record of a snapshot, or 404.
+pub(crate) async fn record(state: &AppState, id: &str) -> AppResult<SnapshotRecord> {
+    state.db.get(id).await?.ok_or_else(|| AppError::NotFound(format!("snapshot {id}")))
+}
+
+pub(crate) async fn get_one(State(state): State<AppState>, Path(id): Path<String>) -> AppResult<Json<SnapshotRecord>> {
+    Ok(Json(record(&state, &id).await?))
+}
+
+/// `GET /api/v1/snapshots/{id}/stats`: the object `vramscope stats --json` prints.
+pub(crate) async fn stats(State(state): State<AppState>, Path(id): Path<String>) -> AppResult<Response> {
+    let rec = record(&state, &id).await?;
+    match (rec.status, &rec.stats_json) {
+        (SnapshotStatus::Ready, Some(json)) => {
+            let mut report: StatsReport = serde_json::from_str(json)
+                .map_err(|e| AppError::Internal(anyhow::anyhow!("stored stats of {id} do not parse: {e}")))?;
+            report.file = rec.name.clone();
+            Ok(Json(report).into_response())
+        }
+        (SnapshotStatus::Failed, _) => Err(AppError::Unprocessable(rec.error.unwrap_or_else(|| "parse failed".to_owned()))),
+        _ => Ok((StatusCode::ACCEPTED, Json(serde_json::json!({ "status": rec.status }))).into_response()),
+    }
+}
+
+/// Body of `PATCH /api/v1/snapshots/{id}`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Update {
+    name: Option<String>,
+    tags: Option<Vec<String>>,
+}
+
+pub(crate) async fn update(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Json(update): Json<Update>,
+) -> AppResult<Json<SnapshotRecord>> {
+    if let Some(name) = &update.name
+        && name.trim().is_empty()
+    {
+        return Err(AppError::BadRequest("name must not be empty".to_owned()));
+    }
+    let tags = update.tags.map(|tags| super::upload::clean_tags(tags.iter().map(String::as_str)));
+    let rec = state.db.update_meta(&id, update.name, tags).await?;
+    rec.map(Json).ok_or_else(|| AppError::NotFound(format!("snapshot {id}")))
+}
+
+pub(crate) async fn delete(State(state): State<AppState>, Path(id): Path<String>) -> AppResult<StatusCode> {
+    let rec = state.db.delete(&id).await?.ok_or_else(|| AppError::NotFound(format!("snapshot {id}")))?;
+    state.cache.remove(&id);
+    // The file is shared by identical uploads: remove it with its last row.
+    if state.db.count_by_blob(&rec.blob_key).await? == 0 {
+        state.blobs.delete(&rec.blob_key).await?;
+    }
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Parse a single `Range: bytes=a-b` (or `a-`, or `-n`) against a size.
+fn parse_range(value: &str, size: u64) -> Option<std::ops::Range<u64>> {
+    let spec = value.strip_prefix("bytes=")?;
+    if spec.contains(',') {
+        return None; // Multiple ranges: answer with the whole file.
+    }
+    let (a, b) = spec.split_once('-')?;
+    let range = match (a.trim(), b.trim()) {
+        ("", n) => {
+            let n: u64 = n.parse().ok()?;
+            size.saturating_sub(n)..size
+        }
+        (a, "") => a.parse().ok()?..size,
+        (a, b) => a.parse().ok()?..b.parse::<u64>().ok()?.saturating_add(1).min(size),
+    };
+    (range.start < range.end).then_some(range)
+}
+
+/// `GET /api/v1/snapshots/{id}/file`: the original bytes, with Range support.
+pub(crate) async fn file(State(state): State<AppState>, Path(id): Path<String>, headers: HeaderMap) -> AppResult<Response> {
+    let rec = record(&state, &id).await?;
+    let size = rec.size_bytes.max(0) as u64;
+    let requested = headers.get(header::RANGE).and_then(|v| v.to_str().ok());
+    let range = requested.and_then(|r| parse_range(r, size));
+    if requested.is_some() && range.is_none() && size > 0 && !requested.is_some_and(|r| r.contains(',')) {
+        let mut response = StatusCode::RANGE_NOT_SATISFIABLE.into_response();
+        if let Ok(v) = HeaderValue::from_str(&format!("bytes */{size}")) {
+            response.headers_mut().insert(header::CONTENT_RANGE, v);
+        }
+        return Ok(response);
+    }
+    let (_, stream) = state.blobs.get_range(&rec.blob_key, range.clone()).await.map_err(|e| {
+        if is_not_found(&e) { AppError::NotFound(format!("the file of snapshot {id}")) } else { AppError::Internal(e) }
+    })?;
+    let mut response = Response::new(Body::from_stream(stream));
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"));
+    headers.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
+    let filename: String =
+        rec.name.chars().map(|c| if c.is_ascii_alphanumeric() || "._-".contains(c) { c } else { '_' }).collect();
+    if let Ok(v) = HeaderValue::from_str(&format!("attachment; filename=\"{filename}\"")) {
+        headers.insert(header::CONTENT_DISPOSITION, v);
+    }
+    match range {
+        Some(r) => {
+            headers.insert(header::CONTENT_LENGTH, HeaderValue::from(r.end - r.start));
+            if let Ok(v) = HeaderValue::from_str(&format!("bytes {}-{}/{size}", r.start, r.end - 1)) {
+                headers.insert(header::CONTENT_RANGE, v);
+            }
+            *response.status_mut() = StatusCode::PARTIAL_CONTENT;
+        }
+        None => {
+            headers.insert(header::CONTENT_LENGTH, HeaderValue::from(size));
+        }
+    }
+    Ok(response)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_range;
+
+    #[test]
+    fn ranges() {
+        assert_eq!(parse_range("bytes=0-9", 100), Some(0..10));
+        assert_eq!(parse_range("bytes=90-", 100), Some(90..100));
+        assert_eq!(parse_range("bytes=-5", 100), Some(95..100));
+        assert_eq!(parse_range("bytes=95-200", 100), Some(95..100));
+        assert_eq!(parse_range("bytes=100-", 100), None);
+        assert_eq!(parse_range("bytes=0-1,5-6", 100), None);
+        assert_eq!(parse_range("items=0-1", 100), None);
+    }
+}

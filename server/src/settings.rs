@@ -1,0 +1,184 @@
+//! Server settings, layered: built-in defaults, then a TOML file
+//! (`--config`), then `VRAMSCOPE_…` environment variables (nested keys with
+//! `__`, e.g. `VRAMSCOPE_S3__ENDPOINT`), then command-line flags.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use figment::Figment;
+use figment::providers::{Env, Format, Serialized, Toml};
+use serde::{Deserialize, Serialize};
+
+use crate::store::{Db, S3Settings};
+
+/// The example configuration shipped with the binary (`vramscope serve --print-config`).
+pub(crate) const EXAMPLE_CONFIG: &str = include_str!("../../assets/server.example.toml");
+
+/// Top-level setting names, as they appear in TOML and after `VRAMSCOPE_`.
+const SETTING_NAMES: &[&str] = &[
+    "bind",
+    "data_dir",
+    "database_url",
+    "blob_store",
+    "s3",
+    "max_upload_bytes",
+    "inline_parse_max_bytes",
+    "parse_concurrency",
+    "cache_entries",
+    "request_timeout_secs",
+    "cors_allowed_origins",
+    "require_tokens",
+];
+
+/// Everything `vramscope serve` can be told.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub(crate) struct Settings {
+    /// Address to listen on.
+    pub(crate) bind: SocketAddr,
+    /// Folder for the embedded database and the local snapshot store.
+    pub(crate) data_dir: PathBuf,
+    /// `sqlite://…` or `postgres://…`; default: SQLite in `data_dir`.
+    pub(crate) database_url: Option<String>,
+    /// A folder path, `file:///…` or `s3://bucket/prefix`; default: `data_dir/blobs`.
+    pub(crate) blob_store: Option<String>,
+    /// Endpoint and credentials for an `s3://` blob store.
+    pub(crate) s3: S3Settings,
+    /// Largest accepted upload, in bytes (larger ones get 413).
+    pub(crate) max_upload_bytes: u64,
+    /// Uploads up to this size are parsed before the upload is answered, so a
+    /// bad file gets 422 and is not kept; larger ones are parsed in the
+    /// background (the reader needs about the file's size in memory).
+    pub(crate) inline_parse_max_bytes: u64,
+    /// Snapshots parsed at the same time.
+    pub(crate) parse_concurrency: usize,
+    /// Parsed snapshots kept in memory for timeline queries.
+    pub(crate) cache_entries: usize,
+    /// Seconds before a request other than an upload or download times out.
+    pub(crate) request_timeout_secs: u64,
+    /// Origins allowed by CORS; empty (the default) means same-origin only.
+    pub(crate) cors_allowed_origins: Vec<String>,
+    /// Require API tokens even on a loopback address (always required on others).
+    pub(crate) require_tokens: bool,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            bind: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            data_dir: PathBuf::from("vramscope-data"),
+            database_url: None,
+            blob_store: None,
+            s3: S3Settings::default(),
+            max_upload_bytes: 4 << 30,
+            inline_parse_max_bytes: 256 << 20,
+            parse_concurrency: 2,
+            cache_entries: 4,
+            request_timeout_secs: 60,
+            cors_allowed_origins: Vec::new(),
+            require_tokens: false,
+        }
+    }
+}
+
+/// Flags of `vramscope serve` that override the layered settings.
+#[derive(Debug, Default, Clone, clap::Args)]
+pub(crate) struct SettingsArgs {
+    /// Address and port to listen on (default 127.0.0.1:8080).
+    #[arg(long)]
+    pub(crate) bind: Option<SocketAddr>,
+    /// Folder for the embedded database and snapshot files (default ./vramscope-data).
+    #[arg(long)]
+    pub(crate) data_dir: Option<PathBuf>,
+    /// TOML configuration file.
+    #[arg(long)]
+    pub(crate) config: Option<PathBuf>,
+    /// Team mode: `postgres://user@host/db` (default: SQLite in the data folder).
+    #[arg(long)]
+    pub(crate) database_url: Option<String>,
+    /// Team mode: `s3://bucket/prefix` (endpoint and credentials from config or env).
+    #[arg(long)]
+    pub(crate) blob_store: Option<String>,
+}
+
+impl Settings {
+    /// Load the layers and apply the flags.
+    pub(crate) fn load(args: &SettingsArgs) -> anyhow::Result<Settings> {
+        let mut figment = Figment::from(Serialized::defaults(Settings::default()));
+        if let Some(path) = &args.config {
+            anyhow::ensure!(path.is_file(), "configuration file not found: {}", path.display());
+            figment = figment.merge(Toml::file_exact(path));
+        }
+        // Only the variables that name a setting: VRAMSCOPE_CORPUS and the
+        // test harness's VRAMSCOPE_TEST_* are not configuration.
+        let env = Env::prefixed("VRAMSCOPE_")
+            .filter(|key| {
+                let top = key.as_str().split("__").next().unwrap_or_default().to_ascii_lowercase();
+                SETTING_NAMES.contains(&top.as_str())
+            })
+            .split("__");
+        figment = figment.merge(env);
+        let mut settings: Settings = figment.extract().context("invalid configuration")?;
+        if let Some(bind) = args.bind {
+            settings.bind = bind;
+        }
+        if let Some(dir) = &args.data_dir {
+            settings.data_dir = dir.clone();
+        }
+        if let Some(url) = &args.database_url {
+            settings.database_url = Some(url.clone());
+        }
+        if let Some(url) = &args.blob_store {
+            settings.blob_store = Some(url.clone());
+        }
+        anyhow::ensure!(settings.parse_concurrency > 0, "parse_concurrency must be at least 1");
+        Ok(settings)
+    }
+
+    /// The database URL, defaulting to SQLite in the data folder.
+    pub(crate) fn database_url(&self) -> String {
+        self.database_url.clone().unwrap_or_else(|| Db::sqlite_url(&absolute(&self.data_dir.join("vramscope.db"))))
+    }
+
+    /// The blob store location, defaulting to a folder in the data folder.
+    pub(crate) fn blob_store(&self) -> String {
+        self.blob_store.clone().unwrap_or_else(|| absolute(&self.data_dir.join("blobs")).display().to_string())
+    }
+
+    /// Whether requests must carry a token: always off loopback.
+    pub(crate) fn tokens_required(&self) -> bool {
+        self.require_tokens || !self.bind.ip().is_loopback()
+    }
+}
+
+fn absolute(path: &Path) -> PathBuf {
+    std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_example_config_is_valid_and_matches_the_defaults() {
+        let from_example: Settings = Figment::from(Serialized::defaults(Settings::default()))
+            .merge(Toml::string(EXAMPLE_CONFIG))
+            .extract()
+            .expect("example parses");
+        let defaults = Settings::default();
+        assert_eq!(from_example.bind, defaults.bind);
+        assert_eq!(from_example.max_upload_bytes, defaults.max_upload_bytes);
+        assert_eq!(from_example.inline_parse_max_bytes, defaults.inline_parse_max_bytes);
+        assert!(!from_example.tokens_required());
+    }
+
+    #[test]
+    fn flags_override_files_and_non_loopback_needs_tokens() {
+        let args = SettingsArgs { bind: Some("0.0.0.0:9000".parse().expect("addr")), ..Default::default() };
+        let s = Settings::load(&args).expect("load");
+        assert_eq!(s.bind.port(), 9000);
+        assert!(s.tokens_required());
+        assert!(s.database_url().starts_with("sqlite://"));
+    }
+}

@@ -1,0 +1,464 @@
+//! `vramscope serve` run as a real process on a loopback port, driven over
+//! HTTP: uploads, storage, the API, authentication, crashes, team mode.
+//!
+//! Team-mode tests need PostgreSQL and an S3 endpoint; `./scripts/test`
+//! starts both (scripts/services) and exports their addresses.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::Value;
+
+/// A server process, killed when dropped.
+struct Server {
+    child: Child,
+    url: String,
+    data_dir: PathBuf,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn unique_dir(tag: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("server-{tag}-{}-{}", std::process::id(), uuid::Uuid::now_v7()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+impl Server {
+    /// Start `vramscope serve` with extra arguments and environment.
+    fn start_with(data_dir: &Path, args: &[&str], env: &[(&str, String)]) -> Server {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_vramscope"));
+        command
+            .args(["serve", "--bind", "127.0.0.1:0", "--data-dir"])
+            .arg(data_dir)
+            .args(args)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        for (k, v) in env {
+            command.env(k, v);
+        }
+        let mut child = command.spawn().expect("spawn vramscope serve");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line).expect("read the listening line");
+        let url = line
+            .trim()
+            .strip_prefix("vramscope listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line from the server: {line:?}"))
+            .to_owned();
+        Server { child, url, data_dir: data_dir.to_path_buf() }
+    }
+
+    fn start(tag: &str) -> Server {
+        Server::start_with(&unique_dir(tag), &[], &[])
+    }
+
+    fn api(&self, path: &str) -> String {
+        format!("{}/api/v1{path}", self.url)
+    }
+}
+
+fn client() -> reqwest::Client {
+    reqwest::Client::builder().timeout(Duration::from_secs(120)).build().expect("client")
+}
+
+async fn upload(server: &Server, bytes: Vec<u8>, query: &str) -> (StatusCode, Value) {
+    let response = client()
+        .post(server.api(&format!("/snapshots?{query}")))
+        .header("content-type", "application/octet-stream")
+        .body(bytes)
+        .send()
+        .await
+        .expect("upload");
+    let status = response.status();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+async fn get_json(url: &str) -> (StatusCode, Value) {
+    let response = client().get(url).send().await.expect("get");
+    let status = response.status();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+fn corpus_file(name: &str) -> Vec<u8> {
+    std::fs::read(common::fixture_corpus().join(name)).expect("fixture")
+}
+
+/// Files under the blob folder other than the database.
+fn stored_files(data_dir: &Path) -> Vec<PathBuf> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let p = entry.path();
+            if p.is_dir() {
+                walk(&p, out);
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(&data_dir.join("blobs"), &mut out);
+    out
+}
+
+#[tokio::test]
+async fn upload_then_read_back_stats_file_and_timeline() {
+    let server = Server::start("basic");
+    let bytes = corpus_file("oom_leak.pickle");
+    let (status, answer) = upload(&server, bytes.clone(), "name=oom_leak.pickle&job=train&host=gpu7&rank=3&tags=leak,nightly&trigger=oom").await;
+    assert_eq!(status, StatusCode::CREATED, "{answer}");
+    let id = answer["id"].as_str().expect("id").to_owned();
+    assert_eq!(answer["status"], "ready");
+
+    // The same JSON as `vramscope stats --json`.
+    let (status, stats) = get_json(&server.api(&format!("/snapshots/{id}/stats"))).await;
+    assert_eq!(status, StatusCode::OK);
+    let cli = Command::new(env!("CARGO_BIN_EXE_vramscope"))
+        .args(["stats", "--json"])
+        .arg(common::fixture_corpus().join("oom_leak.pickle"))
+        .output()
+        .expect("cli");
+    let cli: Value = serde_json::from_slice(&cli.stdout).expect("cli json");
+    assert_eq!(stats["devices"], cli["devices"]);
+    assert_eq!(stats["file"], "oom_leak.pickle");
+
+    // Metadata.
+    let (_, rec) = get_json(&server.api(&format!("/snapshots/{id}"))).await;
+    assert_eq!((rec["job"].as_str(), rec["host"].as_str(), rec["rank"].as_i64()), (Some("train"), Some("gpu7"), Some(3)));
+    assert_eq!(rec["tags"], serde_json::json!(["leak", "nightly"]));
+    assert_eq!(rec["trigger"], "oom");
+
+    // The original bytes, whole and by range.
+    let whole = client().get(server.api(&format!("/snapshots/{id}/file"))).send().await.expect("file");
+    assert_eq!(whole.status(), StatusCode::OK);
+    assert_eq!(whole.bytes().await.expect("bytes").as_ref(), bytes.as_slice());
+    let part = client()
+        .get(server.api(&format!("/snapshots/{id}/file")))
+        .header("range", "bytes=100-199")
+        .send()
+        .await
+        .expect("range");
+    assert_eq!(part.status(), StatusCode::PARTIAL_CONTENT);
+    assert_eq!(part.headers()["content-range"], format!("bytes 100-199/{}", bytes.len()).as_str());
+    assert_eq!(part.bytes().await.expect("bytes").as_ref(), &bytes[100..200]);
+
+    // Timeline: bounded by px, whatever the trace.
+    let (status, window) = get_json(&server.api(&format!("/snapshots/{id}/timeline?px=200&axis=event"))).await;
+    assert_eq!(status, StatusCode::OK, "{window}");
+    assert!(window["buckets"].as_array().expect("buckets").len() <= 200);
+    assert!(window["markers"].as_array().expect("markers").iter().any(|m| m["kind"] == "oom"));
+    let top = &window["allocations"][0];
+    let (status, frames) = get_json(&server.api(&format!("/snapshots/{id}/stacks/{}", top["stack"]))).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(frames.as_array().is_some());
+
+    // Allocator state at a row.
+    let (status, state) = get_json(&server.api(&format!("/snapshots/{id}/blocks?at=100"))).await;
+    assert_eq!(status, StatusCode::OK, "{state}");
+    assert!(!state["segments"].as_array().expect("segments").is_empty());
+
+    // Health and metrics.
+    let (status, _) = get_json(&format!("{}/healthz", server.url)).await;
+    assert_eq!(status, StatusCode::OK);
+    let metrics = client().get(format!("{}/metrics", server.url)).send().await.expect("metrics").text().await.expect("text");
+    assert!(metrics.contains("vramscope_uploads_total{outcome=\"ok\"} 1"), "{metrics}");
+}
+
+#[tokio::test]
+async fn twenty_concurrent_uploads_read_back_identical() {
+    let server = Server::start("concurrent");
+    let names = ["compiled.pickle", "mlp_train_all.pickle", "oom_leak.pickle", "ring_overflow.pickle", "state_only.pickle", "streams.pickle"];
+    let mut tasks = Vec::new();
+    for i in 0..20 {
+        let name = names[i % names.len()];
+        // Make every upload distinct (gzip of the file with a different mtime
+        // byte), so that dedup does not merge them; the reader sees through gzip.
+        let mut bytes = gzip(&corpus_file(name));
+        bytes[4] = i as u8;
+        let url = server.api(&format!("/snapshots?name={name}-{i}"));
+        tasks.push(tokio::spawn(async move {
+            let response = client().post(url).body(bytes.clone()).send().await.expect("upload");
+            let status = response.status();
+            let answer: Value = response.json().await.expect("json");
+            (status, answer, bytes)
+        }));
+    }
+    for task in tasks {
+        let (status, answer, bytes) = task.await.expect("task");
+        assert_eq!(status, StatusCode::CREATED, "{answer}");
+        let id = answer["id"].as_str().expect("id");
+        let back = client().get(server.api(&format!("/snapshots/{id}/file"))).send().await.expect("get");
+        assert_eq!(back.bytes().await.expect("bytes").as_ref(), bytes.as_slice());
+    }
+    let (_, page) = get_json(&server.api("/snapshots?limit=100")).await;
+    assert_eq!(page["items"].as_array().expect("items").len(), 20);
+}
+
+fn gzip(bytes: &[u8]) -> Vec<u8> {
+    let mut child = Command::new("gzip")
+        .arg("-c")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("gzip");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let data = bytes.to_vec();
+    let writer = std::thread::spawn(move || {
+        use std::io::Write;
+        stdin.write_all(&data).expect("write");
+    });
+    let out = child.wait_with_output().expect("gzip output");
+    writer.join().expect("writer");
+    out.stdout
+}
+
+#[tokio::test]
+async fn identical_uploads_are_stored_once() {
+    let server = Server::start("dedup");
+    let bytes = corpus_file("streams.pickle");
+    let (first, a) = upload(&server, bytes.clone(), "name=a").await;
+    let (second, b) = upload(&server, bytes, "name=b").await;
+    assert_eq!((first, second), (StatusCode::CREATED, StatusCode::OK));
+    assert_eq!(a["id"], b["id"]);
+    assert_eq!(b["deduplicated"], true);
+    assert_eq!(stored_files(&server.data_dir).len(), 1);
+}
+
+#[tokio::test]
+async fn bad_uploads_are_rejected_and_nothing_is_stored() {
+    let server = Server::start("hostile");
+    let dir = common::synthetic_dir();
+    for (file, kind) in [
+        ("truncated_half.pickle", "truncated"),
+        ("global_reduce.pickle", "forbidden_opcode"),
+        ("not_a_snapshot_int.pickle", "not_a_snapshot"),
+        ("huge_length.pickle", "memory_budget"),
+        ("gzip_garbage.pickle.gz", "bad_compression"),
+    ] {
+        let bytes = std::fs::read(dir.join(file)).expect("synthetic file");
+        let (status, answer) = upload(&server, bytes, &format!("name={file}")).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{file}: {answer}");
+        assert_eq!(answer["kind"], kind, "{file}: {answer}");
+        assert!(answer["error"].as_str().is_some_and(|e| !e.is_empty()));
+    }
+    let (status, _) = upload(&server, Vec::new(), "name=empty").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    let (_, page) = get_json(&server.api("/snapshots")).await;
+    assert_eq!(page["items"], serde_json::json!([]));
+    assert_eq!(stored_files(&server.data_dir), Vec::<PathBuf>::new());
+}
+
+#[tokio::test]
+async fn uploads_over_the_limit_get_413() {
+    let dir = unique_dir("limit");
+    let server = Server::start_with(&dir, &[], &[("VRAMSCOPE_MAX_UPLOAD_BYTES", "100000".to_owned())]);
+    let (status, answer) = upload(&server, corpus_file("streams.pickle"), "name=big").await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{answer}");
+    assert!(stored_files(&server.data_dir).is_empty());
+}
+
+#[tokio::test]
+async fn list_filters_paginates_renames_tags_and_deletes() {
+    let server = Server::start("list");
+    let files = ["compiled.pickle", "mlp_train_all.pickle", "streams.pickle", "state_only.pickle"];
+    let mut ids = Vec::new();
+    for (i, f) in files.iter().enumerate() {
+        let job = if i % 2 == 0 { "alpha" } else { "beta" };
+        let (status, a) = upload(&server, corpus_file(f), &format!("name={f}&job={job}&host=h{i}&tags=t{i},common")).await;
+        assert_eq!(status, StatusCode::CREATED);
+        ids.push(a["id"].as_str().expect("id").to_owned());
+    }
+    let (_, page) = get_json(&server.api("/snapshots?job=alpha")).await;
+    assert_eq!(page["items"].as_array().map(Vec::len), Some(2));
+    let (_, page) = get_json(&server.api("/snapshots?tag=t1")).await;
+    assert_eq!(page["items"][0]["id"], ids[1]);
+    let (_, page) = get_json(&server.api("/snapshots?q=stream")).await;
+    assert_eq!(page["items"][0]["name"], "streams.pickle");
+
+    // Pages of two, newest first, covering everything once.
+    let mut seen = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let url = match &cursor {
+            Some(c) => server.api(&format!("/snapshots?limit=2&cursor={c}")),
+            None => server.api("/snapshots?limit=2"),
+        };
+        let (_, page) = get_json(&url).await;
+        for item in page["items"].as_array().expect("items") {
+            seen.push(item["id"].as_str().expect("id").to_owned());
+        }
+        match page["next_cursor"].as_str() {
+            Some(c) => cursor = Some(c.to_owned()),
+            None => break,
+        }
+    }
+    let mut newest_first = ids.clone();
+    newest_first.reverse();
+    assert_eq!(seen, newest_first);
+
+    let response = client()
+        .patch(server.api(&format!("/snapshots/{}", ids[0])))
+        .json(&serde_json::json!({ "name": "renamed", "tags": ["x", "y", "x"] }))
+        .send()
+        .await
+        .expect("patch");
+    assert_eq!(response.status(), StatusCode::OK);
+    let rec: Value = response.json().await.expect("json");
+    assert_eq!((rec["name"].as_str(), rec["tags"].clone()), (Some("renamed"), serde_json::json!(["x", "y"])));
+
+    let response = client().delete(server.api(&format!("/snapshots/{}", ids[0]))).send().await.expect("delete");
+    assert_eq!(response.status(), StatusCode::NO_CONTENT);
+    let (status, _) = get_json(&server.api(&format!("/snapshots/{}", ids[0]))).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_eq!(stored_files(&server.data_dir).len(), 3);
+}
+
+#[tokio::test]
+async fn tokens_are_required_off_loopback_mode_and_roles_are_enforced() {
+    let dir = unique_dir("auth");
+    // Without any token the server refuses to start in token mode.
+    let refused = Command::new(env!("CARGO_BIN_EXE_vramscope"))
+        .args(["serve", "--bind", "0.0.0.0:0", "--data-dir"])
+        .arg(&dir)
+        .output()
+        .expect("serve");
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("without API tokens"));
+
+    let token = |role: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_vramscope"))
+            .args(["token", "create", "--role", role, "--name", role, "--data-dir"])
+            .arg(&dir)
+            .output()
+            .expect("token create");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).expect("utf8").trim().to_owned()
+    };
+    let (viewer, uploader, admin) = (token("viewer"), token("uploader"), token("admin"));
+    let server = Server::start_with(&dir, &[], &[("VRAMSCOPE_REQUIRE_TOKENS", "true".to_owned())]);
+
+    let (status, _) = get_json(&format!("{}/healthz", server.url)).await;
+    assert_eq!(status, StatusCode::OK, "healthz needs no token");
+    let status = client().get(server.api("/snapshots")).send().await.expect("get").status();
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let status = client().get(server.api("/snapshots")).bearer_auth("vs_nope_nope").send().await.expect("get").status();
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let forged = format!("{}x", &viewer);
+    let status = client().get(server.api("/snapshots")).bearer_auth(forged).send().await.expect("get").status();
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+
+    let bytes = corpus_file("streams.pickle");
+    let status = client().post(server.api("/snapshots")).bearer_auth(&viewer).body(bytes.clone()).send().await.expect("post").status();
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let response = client().post(server.api("/snapshots")).bearer_auth(&uploader).body(bytes).send().await.expect("post");
+    assert_eq!(response.status(), StatusCode::CREATED);
+    let id = response.json::<Value>().await.expect("json")["id"].as_str().expect("id").to_owned();
+    let status = client().get(server.api(&format!("/snapshots/{id}/stats"))).bearer_auth(&viewer).send().await.expect("get").status();
+    assert_eq!(status, StatusCode::OK);
+    let status = client().delete(server.api(&format!("/snapshots/{id}"))).bearer_auth(&uploader).send().await.expect("del").status();
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let status = client().delete(server.api(&format!("/snapshots/{id}"))).bearer_auth(&admin).send().await.expect("del").status();
+    assert_eq!(status, StatusCode::NO_CONTENT);
+
+    // CORS stays closed: no allow-origin header for a foreign origin.
+    let response = client().get(server.api("/snapshots")).bearer_auth(&viewer).header("origin", "http://evil.example").send().await.expect("get");
+    assert!(response.headers().get("access-control-allow-origin").is_none());
+}
+
+#[tokio::test]
+async fn a_killed_server_restarts_with_nothing_lost() {
+    let dir = unique_dir("crash");
+    let mut server = Server::start_with(&dir, &[], &[]);
+    let mut kept = Vec::new();
+    for f in ["compiled.pickle", "streams.pickle", "oom_leak.pickle"] {
+        let bytes = corpus_file(f);
+        let (status, a) = upload(&server, bytes.clone(), &format!("name={f}")).await;
+        assert_eq!(status, StatusCode::CREATED);
+        kept.push((a["id"].as_str().expect("id").to_owned(), bytes));
+    }
+    // Start an upload and kill the server (SIGKILL) in the middle of it.
+    let url = server.api("/snapshots?name=cut");
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Vec<u8>, std::io::Error>>(4);
+    let body = reqwest::Body::wrap_stream(tokio_stream_from(rx));
+    let half = corpus_file("ring_overflow.pickle");
+    tx.send(Ok(half[..half.len() / 2].to_vec())).await.expect("send");
+    let pending = tokio::spawn(async move { client().post(url).body(body).send().await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    server.child.kill().expect("kill");
+    server.child.wait().expect("wait");
+    drop(tx);
+    let _ = pending.await;
+
+    let server = Server::start_with(&dir, &[], &[]);
+    let (_, page) = get_json(&server.api("/snapshots")).await;
+    assert_eq!(page["items"].as_array().map(Vec::len), Some(3), "{page}");
+    for (id, bytes) in &kept {
+        let back = client().get(server.api(&format!("/snapshots/{id}/file"))).send().await.expect("get");
+        assert_eq!(back.bytes().await.expect("bytes").as_ref(), bytes.as_slice());
+        let (status, _) = get_json(&server.api(&format!("/snapshots/{id}/stats"))).await;
+        assert_eq!(status, StatusCode::OK);
+    }
+}
+
+/// A stream over an mpsc receiver (for a request body that can be cut).
+fn tokio_stream_from(
+    mut rx: tokio::sync::mpsc::Receiver<Result<Vec<u8>, std::io::Error>>,
+) -> impl futures::Stream<Item = Result<Vec<u8>, std::io::Error>> {
+    futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
+}
+
+/// Team mode: two instances on one PostgreSQL and one S3 bucket.
+#[tokio::test]
+async fn two_instances_share_postgres_and_s3() {
+    let pg = std::env::var("VRAMSCOPE_TEST_POSTGRES_URL")
+        .expect("VRAMSCOPE_TEST_POSTGRES_URL is not set: run ./scripts/test, which starts PostgreSQL and an S3 server");
+    let s3 = std::env::var("VRAMSCOPE_TEST_S3_ENDPOINT")
+        .expect("VRAMSCOPE_TEST_S3_ENDPOINT is not set: run ./scripts/test, which starts PostgreSQL and an S3 server");
+    // A fresh database and bucket for this test.
+    let suffix = uuid::Uuid::now_v7().simple().to_string();
+    let database = format!("vt_server_{}", &suffix[suffix.len() - 12..]);
+    let admin = Command::new("psql").args([&pg, "-q", "-c", &format!("CREATE DATABASE {database}")]).output().expect("psql");
+    assert!(admin.status.success(), "{}", String::from_utf8_lossy(&admin.stderr));
+    let db_url = format!("{}/{database}", pg.rsplit_once('/').expect("url").0);
+    let bucket = format!("vt-{}", &suffix[suffix.len() - 12..]);
+    let created = client().put(format!("{s3}/{bucket}")).send().await.expect("create bucket");
+    assert!(created.status().is_success(), "bucket: {}", created.status());
+
+    let env = vec![
+        ("VRAMSCOPE_S3__ENDPOINT", s3.clone()),
+        ("VRAMSCOPE_S3__REGION", "us-east-1".to_owned()),
+        ("VRAMSCOPE_S3__ACCESS_KEY_ID", "test".to_owned()),
+        ("VRAMSCOPE_S3__SECRET_ACCESS_KEY", "test".to_owned()),
+        ("VRAMSCOPE_S3__ALLOW_HTTP", "true".to_owned()),
+    ];
+    let store = format!("s3://{bucket}/snapshots");
+    let args = ["--database-url", db_url.as_str(), "--blob-store", store.as_str()];
+    let a = Server::start_with(&unique_dir("team-a"), &args, &env);
+    let b = Server::start_with(&unique_dir("team-b"), &args, &env);
+
+    let bytes = corpus_file("oom_leak.pickle");
+    let (status, answer) = upload(&a, bytes.clone(), "name=from-a&job=team").await;
+    assert_eq!(status, StatusCode::CREATED, "{answer}");
+    let id = answer["id"].as_str().expect("id");
+    let (_, page) = get_json(&b.api("/snapshots?job=team")).await;
+    assert_eq!(page["items"][0]["id"], id);
+    let back = client().get(b.api(&format!("/snapshots/{id}/file"))).send().await.expect("get");
+    assert_eq!(back.bytes().await.expect("bytes").as_ref(), bytes.as_slice());
+    let (status, window) = get_json(&b.api(&format!("/snapshots/{id}/timeline?px=100"))).await;
+    assert_eq!(status, StatusCode::OK, "{window}");
+    // Same content through the other instance: one object, one row.
+    let (status, again) = upload(&b, bytes, "name=from-b").await;
+    assert_eq!((status, again["id"].as_str()), (StatusCode::OK, Some(id)));
+}
