@@ -29,8 +29,11 @@ impl Drop for Server {
 }
 
 fn unique_dir(tag: &str) -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("server-{tag}-{}-{}", std::process::id(), uuid::Uuid::now_v7()));
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!(
+        "server-{tag}-{}-{}",
+        std::process::id(),
+        uuid::Uuid::now_v7()
+    ));
     std::fs::create_dir_all(&dir).expect("temp dir");
     dir
 }
@@ -117,7 +120,9 @@ fn stored_files(data_dir: &Path) -> Vec<PathBuf> {
 async fn upload_then_read_back_stats_file_and_timeline() {
     let server = Server::start("basic");
     let bytes = corpus_file("oom_leak.pickle");
-    let (status, answer) = upload(&server, bytes.clone(), "name=oom_leak.pickle&job=train&host=gpu7&rank=3&tags=leak,nightly&trigger=oom").await;
+    let (status, answer) =
+        upload(&server, bytes.clone(), "name=oom_leak.pickle&job=train&host=gpu7&rank=3&tags=leak,nightly&trigger=oom")
+            .await;
     assert_eq!(status, StatusCode::CREATED, "{answer}");
     let id = answer["id"].as_str().expect("id").to_owned();
     assert_eq!(answer["status"], "ready");
@@ -136,7 +141,10 @@ async fn upload_then_read_back_stats_file_and_timeline() {
 
     // Metadata.
     let (_, rec) = get_json(&server.api(&format!("/snapshots/{id}"))).await;
-    assert_eq!((rec["job"].as_str(), rec["host"].as_str(), rec["rank"].as_i64()), (Some("train"), Some("gpu7"), Some(3)));
+    assert_eq!(
+        (rec["job"].as_str(), rec["host"].as_str(), rec["rank"].as_i64()),
+        (Some("train"), Some("gpu7"), Some(3))
+    );
     assert_eq!(rec["tags"], serde_json::json!(["leak", "nightly"]));
     assert_eq!(rec["trigger"], "oom");
 
@@ -172,14 +180,22 @@ async fn upload_then_read_back_stats_file_and_timeline() {
     // Health and metrics.
     let (status, _) = get_json(&format!("{}/healthz", server.url)).await;
     assert_eq!(status, StatusCode::OK);
-    let metrics = client().get(format!("{}/metrics", server.url)).send().await.expect("metrics").text().await.expect("text");
+    let metrics =
+        client().get(format!("{}/metrics", server.url)).send().await.expect("metrics").text().await.expect("text");
     assert!(metrics.contains("vramscope_uploads_total{outcome=\"ok\"} 1"), "{metrics}");
 }
 
 #[tokio::test]
 async fn twenty_concurrent_uploads_read_back_identical() {
     let server = Server::start("concurrent");
-    let names = ["compiled.pickle", "mlp_train_all.pickle", "oom_leak.pickle", "ring_overflow.pickle", "state_only.pickle", "streams.pickle"];
+    let names = [
+        "compiled.pickle",
+        "mlp_train_all.pickle",
+        "oom_leak.pickle",
+        "ring_overflow.pickle",
+        "state_only.pickle",
+        "streams.pickle",
+    ];
     let mut tasks = Vec::new();
     for i in 0..20 {
         let name = names[i % names.len()];
@@ -207,12 +223,7 @@ async fn twenty_concurrent_uploads_read_back_identical() {
 }
 
 fn gzip(bytes: &[u8]) -> Vec<u8> {
-    let mut child = Command::new("gzip")
-        .arg("-c")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("gzip");
+    let mut child = Command::new("gzip").arg("-c").stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().expect("gzip");
     let mut stdin = child.stdin.take().expect("stdin");
     let data = bytes.to_vec();
     let writer = std::thread::spawn(move || {
@@ -276,7 +287,8 @@ async fn list_filters_paginates_renames_tags_and_deletes() {
     let mut ids = Vec::new();
     for (i, f) in files.iter().enumerate() {
         let job = if i % 2 == 0 { "alpha" } else { "beta" };
-        let (status, a) = upload(&server, corpus_file(f), &format!("name={f}&job={job}&host=h{i}&tags=t{i},common")).await;
+        let (status, a) =
+            upload(&server, corpus_file(f), &format!("name={f}&job={job}&host=h{i}&tags=t{i},common")).await;
         assert_eq!(status, StatusCode::CREATED);
         ids.push(a["id"].as_str().expect("id").to_owned());
     }
@@ -360,20 +372,52 @@ async fn tokens_are_required_off_loopback_mode_and_roles_are_enforced() {
     assert_eq!(status, StatusCode::UNAUTHORIZED);
 
     let bytes = corpus_file("streams.pickle");
-    let status = client().post(server.api("/snapshots")).bearer_auth(&viewer).body(bytes.clone()).send().await.expect("post").status();
+    let status = client()
+        .post(server.api("/snapshots"))
+        .bearer_auth(&viewer)
+        .body(bytes.clone())
+        .send()
+        .await
+        .expect("post")
+        .status();
     assert_eq!(status, StatusCode::FORBIDDEN);
-    let response = client().post(server.api("/snapshots")).bearer_auth(&uploader).body(bytes).send().await.expect("post");
+    let response =
+        client().post(server.api("/snapshots")).bearer_auth(&uploader).body(bytes).send().await.expect("post");
     assert_eq!(response.status(), StatusCode::CREATED);
     let id = response.json::<Value>().await.expect("json")["id"].as_str().expect("id").to_owned();
-    let status = client().get(server.api(&format!("/snapshots/{id}/stats"))).bearer_auth(&viewer).send().await.expect("get").status();
+    let status = client()
+        .get(server.api(&format!("/snapshots/{id}/stats")))
+        .bearer_auth(&viewer)
+        .send()
+        .await
+        .expect("get")
+        .status();
     assert_eq!(status, StatusCode::OK);
-    let status = client().delete(server.api(&format!("/snapshots/{id}"))).bearer_auth(&uploader).send().await.expect("del").status();
+    let status = client()
+        .delete(server.api(&format!("/snapshots/{id}")))
+        .bearer_auth(&uploader)
+        .send()
+        .await
+        .expect("del")
+        .status();
     assert_eq!(status, StatusCode::FORBIDDEN);
-    let status = client().delete(server.api(&format!("/snapshots/{id}"))).bearer_auth(&admin).send().await.expect("del").status();
+    let status = client()
+        .delete(server.api(&format!("/snapshots/{id}")))
+        .bearer_auth(&admin)
+        .send()
+        .await
+        .expect("del")
+        .status();
     assert_eq!(status, StatusCode::NO_CONTENT);
 
     // CORS stays closed: no allow-origin header for a foreign origin.
-    let response = client().get(server.api("/snapshots")).bearer_auth(&viewer).header("origin", "http://evil.example").send().await.expect("get");
+    let response = client()
+        .get(server.api("/snapshots"))
+        .bearer_auth(&viewer)
+        .header("origin", "http://evil.example")
+        .send()
+        .await
+        .expect("get");
     assert!(response.headers().get("access-control-allow-origin").is_none());
 }
 
@@ -429,7 +473,8 @@ async fn two_instances_share_postgres_and_s3() {
     // A fresh database and bucket for this test.
     let suffix = uuid::Uuid::now_v7().simple().to_string();
     let database = format!("vt_server_{}", &suffix[suffix.len() - 12..]);
-    let admin = Command::new("psql").args([&pg, "-q", "-c", &format!("CREATE DATABASE {database}")]).output().expect("psql");
+    let admin =
+        Command::new("psql").args([&pg, "-q", "-c", &format!("CREATE DATABASE {database}")]).output().expect("psql");
     assert!(admin.status.success(), "{}", String::from_utf8_lossy(&admin.stderr));
     let db_url = format!("{}/{database}", pg.rsplit_once('/').expect("url").0);
     let bucket = format!("vt-{}", &suffix[suffix.len() - 12..]);
@@ -461,4 +506,112 @@ async fn two_instances_share_postgres_and_s3() {
     // Same content through the other instance: one object, one row.
     let (status, again) = upload(&b, bytes, "name=from-b").await;
     assert_eq!((status, again["id"].as_str()), (StatusCode::OK, Some(id)));
+}
+
+#[tokio::test]
+async fn multipart_and_gzip_uploads_and_compressed_answers() {
+    let server = Server::start("forms");
+    let bytes = corpus_file("mlp_train_all.pickle");
+    let form = reqwest::multipart::Form::new()
+        .text("job", "forms")
+        .text("rank", "2")
+        .text("tags", "a, b")
+        .part("file", reqwest::multipart::Part::bytes(bytes.clone()).file_name("mlp.pickle"));
+    let response = client().post(server.api("/snapshots")).multipart(form).send().await.expect("multipart");
+    assert_eq!(response.status(), StatusCode::CREATED);
+    let id = response.json::<Value>().await.expect("json")["id"].as_str().expect("id").to_owned();
+    let (_, rec) = get_json(&server.api(&format!("/snapshots/{id}"))).await;
+    assert_eq!((rec["name"].as_str(), rec["rank"].as_i64()), (Some("mlp.pickle"), Some(2)));
+    assert_eq!(rec["tags"], serde_json::json!(["a", "b"]));
+
+    // A gzip-encoded body is stored as sent; the reader sees through gzip.
+    let gz = gzip(&corpus_file("streams.pickle"));
+    let response = client()
+        .post(server.api("/snapshots?name=gz"))
+        .header("content-encoding", "gzip")
+        .body(gz.clone())
+        .send()
+        .await
+        .expect("gzip upload");
+    assert_eq!(response.status(), StatusCode::CREATED);
+    let gz_id = response.json::<Value>().await.expect("json")["id"].as_str().expect("id").to_owned();
+    let (_, stats) = get_json(&server.api(&format!("/snapshots/{gz_id}/stats"))).await;
+    assert_eq!(stats["devices"][0]["trace_entries"], 1727);
+
+    // Answers are compressed for clients that accept it.
+    let raw = reqwest::Client::builder().no_gzip().build().expect("client");
+    let response = raw
+        .get(server.api(&format!("/snapshots/{id}/timeline?px=1000&axis=event")))
+        .header("accept-encoding", "gzip")
+        .send()
+        .await
+        .expect("timeline");
+    assert_eq!(response.headers().get("content-encoding").map(|v| v.to_str().unwrap_or("")), Some("gzip"));
+}
+
+#[tokio::test]
+async fn large_uploads_parse_in_the_background_and_bad_ones_are_dropped() {
+    let dir = unique_dir("background");
+    let server = Server::start_with(&dir, &[], &[("VRAMSCOPE_INLINE_PARSE_MAX_BYTES", "1000".to_owned())]);
+    let (status, answer) = upload(&server, corpus_file("compiled.pickle"), "name=big").await;
+    assert_eq!(status, StatusCode::CREATED, "{answer}");
+    assert_eq!(answer["status"], "parsing");
+    let id = answer["id"].as_str().expect("id").to_owned();
+    let mut ready = false;
+    for _ in 0..100 {
+        let (status, _) = get_json(&server.api(&format!("/snapshots/{id}/stats"))).await;
+        if status == StatusCode::OK {
+            ready = true;
+            break;
+        }
+        assert_eq!(status, StatusCode::ACCEPTED);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(ready, "the background parse finished");
+
+    // Over the inline limit, a truncated file is accepted first, then marked
+    // failed with the reader's error, and its bytes are removed.
+    let truncated = corpus_file("oom_leak.pickle");
+    let (status, answer) = upload(&server, truncated[..truncated.len() / 2].to_vec(), "name=cut").await;
+    assert_eq!(status, StatusCode::CREATED);
+    let bad = answer["id"].as_str().expect("id").to_owned();
+    let mut failed = Value::Null;
+    for _ in 0..100 {
+        let (_, rec) = get_json(&server.api(&format!("/snapshots/{bad}"))).await;
+        if rec["status"] == "failed" {
+            failed = rec;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(failed["error"].as_str().is_some_and(|e| e.contains("truncated")), "{failed}");
+    let (status, answer) = get_json(&server.api(&format!("/snapshots/{bad}/stats"))).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{answer}");
+    assert_eq!(stored_files(&server.data_dir).len(), 1, "only the good file is kept");
+}
+
+#[tokio::test]
+async fn the_upload_command_sends_a_file() {
+    let server = Server::start("cli");
+    let file = common::fixture_corpus().join("ring_overflow.pickle");
+    let out = Command::new(env!("CARGO_BIN_EXE_vramscope"))
+        .args(["upload", "--server", &server.url, "--job", "cli-job", "--trigger", "threshold"])
+        .arg(&file)
+        .output()
+        .expect("upload");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let answer: Value = serde_json::from_slice(&out.stdout).expect("json answer");
+    let (_, rec) = get_json(&server.api(&format!("/snapshots/{}", answer["id"].as_str().expect("id")))).await;
+    assert_eq!((rec["job"].as_str(), rec["trigger"].as_str()), (Some("cli-job"), Some("threshold")));
+    assert_eq!(rec["name"], "ring_overflow.pickle");
+
+    // A bad file: exit code 2 and the server's reason.
+    let bad = common::synthetic_dir().join("global_reduce.pickle");
+    let out = Command::new(env!("CARGO_BIN_EXE_vramscope"))
+        .args(["upload", "--server", &server.url])
+        .arg(&bad)
+        .output()
+        .expect("upload");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("GLOBAL"));
 }

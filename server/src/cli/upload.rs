@@ -58,7 +58,8 @@ pub(crate) async fn run(args: &UploadArgs) -> Result<(), Failure> {
         query.push(("rank", rank.to_string()));
     }
     let bar = ProgressBar::new(size);
-    if let Ok(style) = ProgressStyle::with_template("upload [{bar:40}] {bytes}/{total_bytes} ({bytes_per_sec}, {eta})") {
+    if let Ok(style) = ProgressStyle::with_template("upload [{bar:40}] {bytes}/{total_bytes} ({bytes_per_sec}, {eta})")
+    {
         bar.set_style(style.progress_chars("=> "));
     }
     let counter = bar.clone();

@@ -136,3 +136,85 @@ async fn authorize(State(state): State<AppState>, mut request: Request, next: Ne
     }
     response
 }
+
+#[cfg(test)]
+mod tests {
+    //! The router driven in process with `oneshot` (no socket), over a real
+    //! SQLite database and a real local blob folder.
+
+    use axum::body::Body;
+    use axum::http::{Request, StatusCode, header};
+    use http_body_util::BodyExt;
+    use tower::ServiceExt;
+
+    use super::*;
+
+    async fn test_app(tag: &str) -> Router {
+        let dir = std::env::temp_dir().join(format!("vramscope-oneshot-{tag}-{}", uuid::Uuid::now_v7()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let settings = Settings { data_dir: dir, ..Settings::default() };
+        let (db, blobs) = crate::cli::serve::open_stores(&settings).await.expect("stores");
+        app(AppState::new(settings, db, blobs))
+    }
+
+    async fn json(response: axum::response::Response) -> serde_json::Value {
+        let bytes = response.into_body().collect().await.expect("body").to_bytes();
+        serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null)
+    }
+
+    fn fixture(name: &str) -> Vec<u8> {
+        std::fs::read(format!("{}/../tests/fixtures/corpus/{name}", env!("CARGO_MANIFEST_DIR"))).expect("fixture")
+    }
+
+    #[tokio::test]
+    async fn healthz_answers_without_a_token() {
+        let response =
+            test_app("health").await.oneshot(Request::get("/healthz").body(Body::empty()).expect("req")).await;
+        let response = response.expect("response");
+        assert_eq!(response.status(), StatusCode::OK);
+        assert_eq!(json(response).await["status"], "ok");
+    }
+
+    #[tokio::test]
+    async fn upload_then_stats_in_process() {
+        let app = test_app("upload").await;
+        let request = Request::post("/api/v1/snapshots?name=streams.pickle&rank=1")
+            .header(header::CONTENT_TYPE, "application/octet-stream")
+            .body(Body::from(fixture("streams.pickle")))
+            .expect("request");
+        let response = app.clone().oneshot(request).await.expect("response");
+        assert_eq!(response.status(), StatusCode::CREATED);
+        let id = json(response).await["id"].as_str().expect("id").to_owned();
+        let request = Request::get(format!("/api/v1/snapshots/{id}/stats")).body(Body::empty()).expect("request");
+        let stats = json(app.clone().oneshot(request).await.expect("response")).await;
+        assert_eq!(stats["devices"][0]["trace_entries"], 1727);
+        assert_eq!(stats["file"], "streams.pickle");
+    }
+
+    #[tokio::test]
+    async fn unknown_ids_bad_cursors_and_bad_triggers_are_client_errors() {
+        let app = test_app("errors").await;
+        let get = |uri: &str| Request::get(uri).body(Body::empty()).expect("request");
+        let response = app.clone().oneshot(get("/api/v1/snapshots/nope/stats")).await.expect("response");
+        assert_eq!(response.status(), StatusCode::NOT_FOUND);
+        assert_eq!(json(response).await["kind"], "not_found");
+        let response = app.clone().oneshot(get("/api/v1/snapshots?cursor=garbage")).await.expect("response");
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+        let request = Request::post("/api/v1/snapshots?trigger=sometimes")
+            .body(Body::from(fixture("state_only.pickle")))
+            .expect("r");
+        let response = app.clone().oneshot(request).await.expect("response");
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+        let request = Request::get("/api/v1/snapshots?limit=1").body(Body::empty()).expect("request");
+        let page = json(app.oneshot(request).await.expect("response")).await;
+        assert_eq!(page["items"], serde_json::json!([]), "the refused upload left no row");
+    }
+
+    #[test]
+    fn roles_follow_methods() {
+        assert_eq!(required_role(&Method::GET), Role::Viewer);
+        assert_eq!(required_role(&Method::POST), Role::Uploader);
+        assert_eq!(required_role(&Method::PATCH), Role::Uploader);
+        assert_eq!(required_role(&Method::DELETE), Role::Admin);
+    }
+}

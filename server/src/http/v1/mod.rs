@@ -19,10 +19,7 @@ pub(crate) use upload::parse_in_background as resume_parse;
 pub(super) fn routes(timeout: Duration) -> Router<AppState> {
     let timed = Router::new()
         .route("/api/v1/snapshots", get(snapshots::list))
-        .route(
-            "/api/v1/snapshots/{id}",
-            get(snapshots::get_one).patch(snapshots::update).delete(snapshots::delete),
-        )
+        .route("/api/v1/snapshots/{id}", get(snapshots::get_one).patch(snapshots::update).delete(snapshots::delete))
         .route("/api/v1/snapshots/{id}/stats", get(snapshots::stats))
         .route("/api/v1/snapshots/{id}/timeline", get(views::timeline))
         .route("/api/v1/snapshots/{id}/blocks", get(views::blocks))

@@ -47,7 +47,9 @@ pub(crate) async fn stats(State(state): State<AppState>, Path(id): Path<String>)
             report.file = rec.name.clone();
             Ok(Json(report).into_response())
         }
-        (SnapshotStatus::Failed, _) => Err(AppError::Unprocessable(rec.error.unwrap_or_else(|| "parse failed".to_owned()))),
+        (SnapshotStatus::Failed, _) => {
+            Err(AppError::Unprocessable(rec.error.unwrap_or_else(|| "parse failed".to_owned())))
+        }
         _ => Ok((StatusCode::ACCEPTED, Json(serde_json::json!({ "status": rec.status }))).into_response()),
     }
 }
@@ -104,9 +106,13 @@ fn parse_range(value: &str, size: u64) -> Option<std::ops::Range<u64>> {
 }
 
 /// `GET /api/v1/snapshots/{id}/file`: the original bytes, with Range support.
-pub(crate) async fn file(State(state): State<AppState>, Path(id): Path<String>, headers: HeaderMap) -> AppResult<Response> {
+pub(crate) async fn file(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> AppResult<Response> {
     let rec = record(&state, &id).await?;
-    let size = rec.size_bytes.max(0) as u64;
+    let size = rec.size_bytes;
     let requested = headers.get(header::RANGE).and_then(|v| v.to_str().ok());
     let range = requested.and_then(|r| parse_range(r, size));
     if requested.is_some() && range.is_none() && size > 0 && !requested.is_some_and(|r| r.contains(',')) {

@@ -87,11 +87,8 @@ pub(crate) async fn upload(
     request: Request,
 ) -> AppResult<(StatusCode, Json<UploadAnswer>)> {
     let max = state.settings.max_upload_bytes;
-    let declared = request
-        .headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
+    let declared =
+        request.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > max) {
         state.metrics.upload("too_large");
         return Err(AppError::PayloadTooLarge(max));
@@ -172,8 +169,12 @@ async fn receive_multipart(
             "tags" => meta.tags = Some(value),
             "trigger" => meta.trigger = Some(value),
             "rank" => {
-                meta.rank =
-                    Some(value.trim().parse().map_err(|_| AppError::BadRequest(format!("rank is not an integer: {value}")))?)
+                meta.rank = Some(
+                    value
+                        .trim()
+                        .parse()
+                        .map_err(|_| AppError::BadRequest(format!("rank is not an integer: {value}")))?,
+                )
             }
             other => return Err(AppError::BadRequest(format!("unknown form field `{other}`"))),
         }
@@ -194,7 +195,8 @@ async fn finish(state: AppState, staged: Staged, meta: UploadMeta) -> AppResult<
     if let Some(existing) = state.db.find_ready_by_sha256(&staged.sha256).await? {
         state.blobs.discard(&staged).await?;
         state.metrics.upload("duplicate");
-        let answer = UploadAnswer { id: existing.id, sha256: existing.sha256, status: existing.status, deduplicated: true };
+        let answer =
+            UploadAnswer { id: existing.id, sha256: existing.sha256, status: existing.status, deduplicated: true };
         return Ok((StatusCode::OK, Json(answer)));
     }
 
