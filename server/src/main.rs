@@ -42,8 +42,14 @@ pub(crate) fn now_ms() -> i64 {
 fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,tower_http=info,sqlx=warn"));
-    // Logs go to stderr; stdout carries the commands' output.
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    // Logs go to stderr; stdout carries the commands' output. One JSON object
+    // per line with VRAMSCOPE_LOG_FORMAT=json, for log collectors.
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let _ = if std::env::var("VRAMSCOPE_LOG_FORMAT").is_ok_and(|f| f == "json") {
+        builder.json().try_init()
+    } else {
+        builder.try_init()
+    };
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime, cli::Failure> {

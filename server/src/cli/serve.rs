@@ -51,6 +51,9 @@ pub(crate) async fn run(args: &ServeArgs) -> anyhow::Result<()> {
     if let Err(e) = blobs.clean_staging(STALE_STAGING).await {
         tracing::warn!(error = format!("{e:#}"), "could not sweep old staging uploads");
     }
+    if let Err(e) = sweep_orphans(&db, &blobs, STALE_STAGING).await {
+        tracing::warn!(error = format!("{e:#}"), "could not sweep unreferenced snapshot files");
+    }
     let listener =
         TcpListener::bind(settings.bind).await.with_context(|| format!("cannot listen on {}", settings.bind))?;
     let address = listener.local_addr().context("listener address")?;
@@ -60,6 +63,17 @@ pub(crate) async fn run(args: &ServeArgs) -> anyhow::Result<()> {
     // Tests and scripts read this line to find the port when binding to :0.
     println!("vramscope listening on http://{address}");
     axum::serve(listener, app(state)).with_graceful_shutdown(shutdown_signal()).await.context("server failed")?;
+    Ok(())
+}
+
+/// Remove committed files that no row names (see `BlobStore::committed_before`).
+async fn sweep_orphans(db: &Db, blobs: &BlobStore, older_than: std::time::Duration) -> anyhow::Result<()> {
+    for (key, size) in blobs.committed_before(older_than).await? {
+        if db.count_by_blob(&key).await? == 0 {
+            tracing::info!(key, size, "removing a snapshot file no row names");
+            blobs.delete(&key).await?;
+        }
+    }
     Ok(())
 }
 
@@ -95,4 +109,50 @@ async fn shutdown_signal() {
         () = terminate => {},
     }
     tracing::info!("shutting down");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{NewSnapshot, SnapshotStatus, Trigger};
+
+    /// Regression for the crash window between committing a file and
+    /// inserting its row: the file must not stay forever.
+    #[tokio::test]
+    async fn regression_files_without_rows_are_swept() {
+        let dir = std::env::temp_dir().join(format!("vramscope-sweep-{}", uuid::Uuid::now_v7()));
+        let settings = Settings { data_dir: dir, ..Settings::default() };
+        let (db, blobs) = open_stores(&settings).await.expect("stores");
+        let mut keys = Vec::new();
+        for content in [&b"orphan"[..], &b"kept"[..]] {
+            let mut upload = blobs.begin_upload().await.expect("begin");
+            upload.write(bytes::Bytes::copy_from_slice(content)).await.expect("write");
+            let staged = upload.finish().await.expect("finish");
+            keys.push((blobs.commit(&staged).await.expect("commit"), staged));
+        }
+        let (kept_key, kept) = &keys[1];
+        db.insert_snapshot(&NewSnapshot {
+            id: "kept".into(),
+            sha256: kept.sha256.clone(),
+            blob_key: kept_key.clone(),
+            name: "kept".into(),
+            job: None,
+            host: None,
+            rank: None,
+            tags: vec![],
+            trigger: Trigger::Manual,
+            size_bytes: kept.size,
+            uploaded_at_ms: crate::now_ms(),
+            status: SnapshotStatus::Ready,
+            stats_json: None,
+        })
+        .await
+        .expect("insert");
+        // File times have millisecond resolution: step past them.
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        sweep_orphans(&db, &blobs, std::time::Duration::ZERO).await.expect("sweep");
+        let left: Vec<String> =
+            blobs.committed_before(std::time::Duration::ZERO).await.expect("list").into_iter().map(|(k, _)| k).collect();
+        assert_eq!(left, vec![kept_key.clone()]);
+    }
 }

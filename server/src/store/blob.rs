@@ -255,6 +255,25 @@ impl BlobStore {
         }
         Ok(removed)
     }
+
+    /// Committed files last modified before `older_than` ago, as (key, size).
+    /// The start-up sweep removes those no database row names: left by a
+    /// crash between commit and insert, or by a delete racing an identical
+    /// upload on another instance. The age margin keeps the sweep away from
+    /// uploads in flight.
+    pub(crate) async fn committed_before(&self, older_than: Duration) -> Result<Vec<(String, u64)>> {
+        let cutoff = SystemTime::now().checked_sub(older_than).unwrap_or(SystemTime::UNIX_EPOCH);
+        let cutoff_ms = cutoff.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_millis());
+        let mut out = Vec::new();
+        let mut listing = self.store.list(Some(&ObjectPath::from(SNAPSHOTS_DIR)));
+        while let Some(meta) = listing.next().await {
+            let meta = meta.with_context(|| format!("cannot list {SNAPSHOTS_DIR}/ in {}", self.location))?;
+            if u128::try_from(meta.last_modified.timestamp_millis()).unwrap_or(0) < cutoff_ms {
+                out.push((meta.location.to_string(), meta.size));
+            }
+        }
+        Ok(out)
+    }
 }
 
 impl StagedUpload {
