@@ -32,6 +32,13 @@ enum Command {
     Upload(cli::upload::UploadArgs),
     /// Create or list API tokens.
     Token(cli::token::TokenArgs),
+    /// Replay the trace through a model of PyTorch's caching allocator, with
+    /// the recorded settings or others (--alloc-conf), optionally under a
+    /// memory capacity: peaks, fragmentation, and where it would run out.
+    Simulate(cli::simulate::SimulateArgs),
+    /// Replay the trace under a grid of allocator settings and rank them by
+    /// reserved peak, with their trade-offs.
+    Tune(cli::simulate::TuneArgs),
 }
 
 /// Milliseconds since the Unix epoch.
@@ -68,6 +75,8 @@ fn main() -> ExitCode {
             runtime().and_then(|rt| rt.block_on(cli::serve::run(&a)).map_err(cli::Failure::Other))
         }
         Command::Upload(a) => runtime().and_then(|rt| rt.block_on(cli::upload::run(&a))),
+        Command::Simulate(a) => cli::simulate::run(&a),
+        Command::Tune(a) => cli::simulate::run_tune(&a),
         Command::Token(a) => runtime().and_then(|rt| rt.block_on(cli::token::run(&a)).map_err(cli::Failure::Other)),
     };
     match result {

@@ -8,6 +8,7 @@ pub mod pickle;
 pub mod snapshot;
 pub mod stats;
 pub mod timeline;
+pub mod simulate;
 
 pub use error::ReadError;
 pub use snapshot::{ReadOptions, Snapshot, read_snapshot, read_snapshot_bytes};

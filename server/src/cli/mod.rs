@@ -2,6 +2,7 @@
 
 pub(crate) mod progress;
 pub(crate) mod serve;
+pub(crate) mod simulate;
 pub(crate) mod stats;
 pub(crate) mod token;
 pub(crate) mod upload;

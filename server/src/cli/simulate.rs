@@ -1,0 +1,231 @@
+//! `vramscope simulate FILE [--alloc-conf CONF] [--capacity SIZE] [--json]`
+//! and `vramscope tune FILE [--capacity SIZE] [--json]`: replay a trace
+//! through the model of PyTorch's caching allocator, with the recorded
+//! settings or others.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, anyhow};
+use clap::Args;
+use humansize::{BINARY, format_size};
+use serde::Serialize;
+use vramscope_shared::simulate::tune::{DEFAULT_GRID, TuneReport, tune};
+use vramscope_shared::simulate::{AllocatorConfig, SimulateOptions, Simulation, parse_size, simulate};
+use vramscope_shared::{ReadOptions, Snapshot};
+
+use super::Failure;
+use super::stats::load;
+
+/// Arguments of `vramscope simulate`.
+#[derive(Debug, Args)]
+pub(crate) struct SimulateArgs {
+    /// Snapshot file with a trace (`torch.cuda.memory._record_memory_history`).
+    file: PathBuf,
+    /// PYTORCH_CUDA_ALLOC_CONF to replay with, e.g.
+    /// "max_split_size_mb:512,expandable_segments:True" (default: the
+    /// settings the snapshot was recorded with).
+    #[arg(long, value_name = "CONF")]
+    alloc_conf: Option<String>,
+    /// Memory each GPU may reserve, e.g. 80GiB or 500MB (default: unlimited).
+    #[arg(long, value_name = "SIZE", value_parser = capacity)]
+    capacity: Option<u64>,
+    /// Print one JSON object instead of the human summary.
+    #[arg(long)]
+    json: bool,
+    /// Most memory the reader may use, in bytes (guards against hostile files).
+    #[arg(long, default_value_t = ReadOptions::default().memory_budget)]
+    memory_budget: u64,
+}
+
+/// Arguments of `vramscope tune`.
+#[derive(Debug, Args)]
+pub(crate) struct TuneArgs {
+    /// Snapshot file with a trace (`torch.cuda.memory._record_memory_history`).
+    file: PathBuf,
+    /// Memory each GPU may reserve, e.g. 80GiB or 500MB (default: unlimited).
+    #[arg(long, value_name = "SIZE", value_parser = capacity)]
+    capacity: Option<u64>,
+    /// Print one JSON object instead of the table.
+    #[arg(long)]
+    json: bool,
+    /// Most memory the reader may use, in bytes (guards against hostile files).
+    #[arg(long, default_value_t = ReadOptions::default().memory_budget)]
+    memory_budget: u64,
+}
+
+fn capacity(text: &str) -> Result<u64, String> {
+    parse_size(text).map_err(|e| e.to_string())
+}
+
+fn bad_input(e: impl std::fmt::Display, path: &Path) -> Failure {
+    Failure::BadInput(anyhow!("{e} (file: {})", path.display()))
+}
+
+fn finish(written: std::io::Result<()>) -> Result<(), Failure> {
+    match written {
+        // `vramscope simulate F | head` closes the pipe early: not an error.
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other.context("cannot write to stdout").map_err(Failure::Other),
+    }
+}
+
+/// Run `vramscope simulate`.
+pub(crate) fn run(args: &SimulateArgs) -> Result<(), Failure> {
+    // Refuse bad settings before spending time on the file.
+    if let Some(conf) = &args.alloc_conf {
+        AllocatorConfig::parse(conf).map_err(|e| Failure::BadInput(anyhow!(e)))?;
+    }
+    let snapshot = load(&args.file, args.memory_budget)?;
+    let options =
+        SimulateOptions { alloc_conf: args.alloc_conf.clone(), capacity: args.capacity, record_series: false };
+    let sim = simulate(&snapshot, &options).map_err(|e| bad_input(e, &args.file))?;
+    let mut out = std::io::stdout().lock();
+    let written = if args.json {
+        serde_json::to_writer(&mut out, &sim.report()).map_err(std::io::Error::from).and_then(|()| writeln!(out))
+    } else {
+        write_simulation(&mut out, &args.file, &snapshot, &sim)
+    };
+    finish(written)
+}
+
+/// Run `vramscope tune`.
+pub(crate) fn run_tune(args: &TuneArgs) -> Result<(), Failure> {
+    let snapshot = load(&args.file, args.memory_budget)?;
+    let report = tune(&snapshot, args.capacity, DEFAULT_GRID).map_err(|e| bad_input(e, &args.file))?;
+    let mut out = std::io::stdout().lock();
+    let written = if args.json {
+        #[derive(Serialize)]
+        struct Json<'a> {
+            file: String,
+            #[serde(flatten)]
+            report: &'a TuneReport,
+        }
+        let json = Json { file: args.file.display().to_string(), report: &report };
+        serde_json::to_writer(&mut out, &json).map_err(std::io::Error::from).and_then(|()| writeln!(out))
+    } else {
+        write_tune(&mut out, &args.file, &snapshot, &report)
+    };
+    finish(written)
+}
+
+fn bytes(n: u64) -> String {
+    format_size(n, BINARY)
+}
+
+fn conf_label(conf: &str) -> &str {
+    if conf.is_empty() { "(PyTorch defaults)" } else { conf }
+}
+
+fn change(now: u64, before: u64) -> String {
+    if before == 0 { "-".to_owned() } else { format!("{:+.1}%", (now as f64 - before as f64) * 100.0 / before as f64) }
+}
+
+fn write_simulation(out: &mut impl Write, path: &Path, snap: &Snapshot, sim: &Simulation) -> std::io::Result<()> {
+    let source = if sim.recorded_settings { "recorded settings" } else { "given settings" };
+    write!(out, "{}: replayed with {source} {}", path.display(), conf_label(&sim.alloc_conf))?;
+    match sim.capacity {
+        Some(c) => writeln!(out, ", capacity {} per device", bytes(c))?,
+        None => writeln!(out, ", unlimited memory")?,
+    }
+    let recorded = snap.stats();
+    for d in &sim.devices {
+        let s = &d.stats;
+        let entries = snap.device(d.device).map_or(0, |dev| dev.trace.len());
+        writeln!(out)?;
+        writeln!(out, "device {}: {} of {} trace entries replayed", d.device, d.rows_replayed, entries)?;
+        let recorded_peak =
+            recorded.devices.iter().find(|r| r.device == d.device).and_then(|r| r.reserved_peak_bytes).unwrap_or(0);
+        writeln!(
+            out,
+            "  reserved peak        {:>12}   (recorded run: {}, {})",
+            bytes(s.reserved_bytes.peak),
+            bytes(recorded_peak),
+            change(s.reserved_bytes.peak, recorded_peak)
+        )?;
+        writeln!(
+            out,
+            "  allocated peak       {:>12}   (requested peak {})",
+            bytes(s.allocated_bytes.peak),
+            bytes(s.requested_bytes.peak)
+        )?;
+        writeln!(out, "  inactive split peak  {:>12}", bytes(s.inactive_split_bytes.peak))?;
+        writeln!(
+            out,
+            "  reserved at the end  {:>12}   in {} segments",
+            bytes(s.reserved_bytes.current),
+            d.segments.len()
+        )?;
+        writeln!(
+            out,
+            "  device calls         {:>12}   cudaMalloc/map, {} cudaFree/unmap, {} retries",
+            s.num_device_alloc, s.num_device_free, s.num_alloc_retries
+        )?;
+        match &d.oom {
+            None => writeln!(out, "  out of memory        {:>12}", "no")?,
+            Some(o) => writeln!(
+                out,
+                "  out of memory        at trace entry {} (time_us {}): {} requested, a {} segment did not fit with {} \
+                 reserved{}",
+                o.row,
+                o.time_us,
+                bytes(o.requested_bytes),
+                bytes(o.allocation_bytes),
+                bytes(o.reserved_bytes),
+                if o.recorded { " (the recorded run failed there too)" } else { "; the replay stops there" }
+            )?,
+        }
+        if d.unmatched_frees > 0 {
+            writeln!(out, "  note: {} frees had no matching allocation in the trace", d.unmatched_frees)?;
+        }
+    }
+    Ok(())
+}
+
+fn write_tune(out: &mut impl Write, path: &Path, snap: &Snapshot, report: &TuneReport) -> std::io::Result<()> {
+    let entries: usize = snap.devices.iter().map(|d| d.trace.len()).sum();
+    write!(out, "{}: {} allocator settings replayed over {entries} trace entries", path.display(), report.rows.len())?;
+    match report.capacity_bytes {
+        Some(c) => writeln!(out, ", capacity {} per device", bytes(c))?,
+        None => writeln!(out, ", unlimited memory")?,
+    }
+    let baseline = report.rows.iter().find(|r| r.recorded).map_or(0, |r| r.reserved_peak_bytes);
+    writeln!(out)?;
+    writeln!(
+        out,
+        "{:>4}  {:>12}  {:>11}  {:>12}  {:>14}  {:>12}  {:>4}  settings",
+        "rank", "reserved", "vs recorded", "allocated", "inactive split", "device calls", "OOM"
+    )?;
+    for (i, r) in report.rows.iter().enumerate() {
+        writeln!(
+            out,
+            "{:>4}  {:>12}  {:>11}  {:>12}  {:>14}  {:>12}  {:>4}  {}{}",
+            i + 1,
+            bytes(r.reserved_peak_bytes),
+            change(r.reserved_peak_bytes, baseline),
+            bytes(r.allocated_peak_bytes),
+            bytes(r.inactive_split_peak_bytes),
+            r.device_allocs + r.device_frees,
+            if r.oom.is_some() { "yes" } else { "no" },
+            conf_label(&r.alloc_conf),
+            if r.recorded { "  <- recorded" } else { "" }
+        )?;
+    }
+    writeln!(out)?;
+    writeln!(
+        out,
+        "reserved, allocated, inactive split: peaks; allocated above the requested peak ({}) is rounding and unsplit \
+         blocks; device calls: cudaMalloc/cudaFree and page map/unmap.",
+        bytes(report.rows.first().map_or(0, |r| r.requested_peak_bytes))
+    )?;
+    let mut notes: Vec<&str> = Vec::new();
+    for note in report.rows.iter().flat_map(|r| r.trade_offs.iter()) {
+        if !notes.contains(note) {
+            notes.push(note);
+        }
+    }
+    for note in notes {
+        writeln!(out, "- {note}")?;
+    }
+    Ok(())
+}

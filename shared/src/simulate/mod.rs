@@ -1,0 +1,247 @@
+//! Replaying a trace through a model of PyTorch's native CUDA caching
+//! allocator (`c10/cuda/CUDACachingAllocator.cpp`), with the recorded
+//! settings or with others: what would have been allocated and reserved,
+//! how fragmented, and whether and where it would run out of memory under a
+//! given capacity.
+//!
+//! The model ([`CachingAllocator`]) follows the C++ rule by rule: 512-byte
+//! rounding and `roundup_power2_divisions`; a small pool (≤ 1 MiB, 2 MiB
+//! segments) and a large pool (20 MiB segments under 10 MiB, 2 MiB rounding
+//! above); best fit by `(stream, size, address)`; the split rules (small
+//! pool or expandable: remainder ≥ 512 B; large pool: remainder > 1 MiB and
+//! request below `max_split_size`); `max_split_size_mb` and
+//! `max_non_split_rounding_mb`; merging of freed neighbours; pending frees
+//! of `record_stream`; the out-of-memory path (release oversize blocks,
+//! then every unsplit cached segment, then retry); garbage collection; and
+//! expandable segments (one growable range per stream and pool, mapped in
+//! 2 MiB or 20 MiB pages, whole free pages unmapped on release).
+//!
+//! [`simulate`] replays every device to the end; [`Replayer`] steps through
+//! one device's trace so that the simulated layout can be read at any row.
+//! How trace entries drive the model (recorded addresses as keys only,
+//! `segment_free` runs as `empty_cache`, `oom` entries attempted again) is
+//! described in the `replay` module.
+//!
+//! Only traces that start from an empty allocator can be replayed: a wrapped
+//! ring buffer is refused ([`SimError::TraceWrapped`]). No I/O, no threads,
+//! no clock: it runs in the browser too.
+
+mod allocator;
+mod config;
+mod replay;
+pub mod tune;
+
+use serde::Serialize;
+use thiserror::Error;
+
+pub use allocator::{
+    Allocation, AllocatorStats, CachingAllocator, Counter, LARGE_BUFFER, MIN_BLOCK_SIZE, MIN_LARGE_ALLOC, OutOfMemory,
+    ROUND_LARGE, SMALL_BUFFER, SMALL_SIZE, SimBlock, SimSegment, allocation_size, round_size,
+};
+pub use config::{AllocatorConfig, ConfigError, ROUNDUP_INTERVALS, parse_size};
+pub use replay::{DeviceSimulation, Replayer, Series, SimOom};
+
+use crate::snapshot::Snapshot;
+
+/// Why a snapshot could not be simulated.
+#[derive(Debug, Error, PartialEq)]
+pub enum SimError {
+    /// The allocator settings given could not be understood.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The trace does not reach back to an empty allocator.
+    #[error(
+        "device {device}: the trace does not start from an empty allocator (the ring buffer wrapped, or recording \
+         started while memory was in use), so it cannot be replayed; record with a larger max_entries from the \
+         start of the program"
+    )]
+    TraceWrapped {
+        /// CUDA device index.
+        device: u32,
+    },
+    /// A device has memory but no trace.
+    #[error(
+        "device {device}: the snapshot has no trace (history was not recorded: \
+         torch.cuda.memory._record_memory_history(enabled=\"all\"))"
+    )]
+    NoTrace {
+        /// CUDA device index.
+        device: u32,
+    },
+    /// Nothing to simulate.
+    #[error("the snapshot has no device with a trace")]
+    NoDevices,
+}
+
+/// What to simulate.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SimulateOptions {
+    /// `PYTORCH_CUDA_ALLOC_CONF` to replay with; `None` for the recorded
+    /// settings (PyTorch's defaults when the file predates
+    /// `allocator_settings`).
+    pub alloc_conf: Option<String>,
+    /// Memory each device may reserve, in bytes (as a memory fraction sets
+    /// it); `None` for unlimited.
+    pub capacity: Option<u64>,
+    /// Keep the allocated/reserved series over time.
+    pub record_series: bool,
+}
+
+/// A whole snapshot, simulated.
+#[derive(Clone, Debug)]
+pub struct Simulation {
+    /// The settings string replayed with: the one given, else the recorded one.
+    pub alloc_conf: String,
+    /// The settings came from the snapshot, not from the caller.
+    pub recorded_settings: bool,
+    /// The settings as modelled.
+    pub config: AllocatorConfig,
+    /// The capacity replayed under.
+    pub capacity: Option<u64>,
+    /// One per device with a trace, in the snapshot's order.
+    pub devices: Vec<DeviceSimulation>,
+}
+
+/// The settings a replay of `snapshot` uses for `alloc_conf`, and the string
+/// naming them.
+pub fn settings_for(snapshot: &Snapshot, alloc_conf: Option<&str>) -> Result<(AllocatorConfig, String), SimError> {
+    Ok(match alloc_conf {
+        Some(conf) => (AllocatorConfig::parse(conf)?, conf.to_owned()),
+        None => match &snapshot.allocator_settings {
+            Some(recorded) => {
+                (AllocatorConfig::from_recorded(recorded), recorded.alloc_conf.clone().unwrap_or_default())
+            }
+            None => (AllocatorConfig::default(), String::new()),
+        },
+    })
+}
+
+/// Replay every device's trace with the given settings.
+pub fn simulate(snapshot: &Snapshot, options: &SimulateOptions) -> Result<Simulation, SimError> {
+    let (config, alloc_conf) = settings_for(snapshot, options.alloc_conf.as_deref())?;
+    let same_settings = config == settings_for(snapshot, None)?.0;
+    let mut devices = Vec::new();
+    for device in &snapshot.devices {
+        if device.trace.is_empty() && device.segments.is_empty() {
+            continue;
+        }
+        let replayer = Replayer::new(device, config.clone(), options.capacity, options.record_series)?;
+        devices.push(replayer.recorded_settings(same_settings).finish());
+    }
+    if devices.is_empty() {
+        return Err(SimError::NoDevices);
+    }
+    Ok(Simulation {
+        alloc_conf,
+        recorded_settings: options.alloc_conf.is_none(),
+        config,
+        capacity: options.capacity,
+        devices,
+    })
+}
+
+/// The JSON object of `vramscope simulate --json`. Fields are only ever
+/// added, never renamed or removed.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct SimulationReport {
+    /// The settings string replayed with.
+    pub alloc_conf: String,
+    /// One entry per device.
+    pub devices: Vec<DeviceReport>,
+    /// `"recorded"` or `"given"`.
+    pub settings: &'static str,
+    /// The capacity, if one was given.
+    pub capacity_bytes: Option<u64>,
+}
+
+/// One device of a [`SimulationReport`].
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct DeviceReport {
+    /// CUDA device index.
+    pub device: u32,
+    /// Highest reserved bytes (`reserved_bytes.all.peak`).
+    pub reserved_peak_bytes: u64,
+    /// Highest allocated bytes (`allocated_bytes.all.peak`).
+    pub allocated_peak_bytes: u64,
+    /// Reserved bytes at the end (or at the OOM).
+    pub final_reserved_bytes: u64,
+    /// Highest inactive-split bytes (`inactive_split_bytes.all.peak`).
+    pub inactive_split_peak_bytes: u64,
+    /// Where it ran out of memory, if it did.
+    pub oom: Option<OomReport>,
+    /// Allocated bytes at the end (or at the OOM).
+    pub final_allocated_bytes: u64,
+    /// Highest requested (unrounded) bytes.
+    pub requested_peak_bytes: u64,
+    /// Segments at the end (expandable: mapped ranges).
+    pub final_segments: usize,
+    /// cudaMalloc calls and page mappings (`num_device_alloc`).
+    pub device_allocs: u64,
+    /// cudaFree calls and page unmappings (`num_device_free`).
+    pub device_frees: u64,
+    /// Allocations retried after releasing the cache (`num_alloc_retries`).
+    pub alloc_retries: u64,
+    /// Requests that did not fit (`num_ooms`).
+    pub ooms: u64,
+    /// Trace entries replayed.
+    pub trace_entries_replayed: usize,
+}
+
+/// The `oom` object of a [`DeviceReport`].
+#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
+pub struct OomReport {
+    /// Time of the failing request (µs since the epoch).
+    pub time_us: i64,
+    /// Bytes the program asked for.
+    pub requested_bytes: u64,
+    /// The segment or mapping that did not fit.
+    pub allocation_bytes: u64,
+    /// Trace row of the request.
+    pub trace_row: u32,
+    /// Reserved bytes at that moment.
+    pub reserved_bytes: u64,
+    /// The recorded run failed at this request too.
+    pub recorded: bool,
+}
+
+impl Simulation {
+    /// The summary `vramscope simulate --json` prints.
+    pub fn report(&self) -> SimulationReport {
+        SimulationReport {
+            alloc_conf: self.alloc_conf.clone(),
+            devices: self.devices.iter().map(DeviceSimulation::report).collect(),
+            settings: if self.recorded_settings { "recorded" } else { "given" },
+            capacity_bytes: self.capacity,
+        }
+    }
+}
+
+impl DeviceSimulation {
+    /// This device's summary.
+    pub fn report(&self) -> DeviceReport {
+        let s = &self.stats;
+        DeviceReport {
+            device: self.device,
+            reserved_peak_bytes: s.reserved_bytes.peak,
+            allocated_peak_bytes: s.allocated_bytes.peak,
+            final_reserved_bytes: s.reserved_bytes.current,
+            inactive_split_peak_bytes: s.inactive_split_bytes.peak,
+            oom: self.oom.map(|o| OomReport {
+                time_us: o.time_us,
+                requested_bytes: o.requested_bytes,
+                allocation_bytes: o.allocation_bytes,
+                trace_row: o.row,
+                reserved_bytes: o.reserved_bytes,
+                recorded: o.recorded,
+            }),
+            final_allocated_bytes: s.allocated_bytes.current,
+            requested_peak_bytes: s.requested_bytes.peak,
+            final_segments: self.segments.len(),
+            device_allocs: s.num_device_alloc,
+            device_frees: s.num_device_free,
+            alloc_retries: s.num_alloc_retries,
+            ooms: s.num_ooms,
+            trace_entries_replayed: self.rows_replayed,
+        }
+    }
+}

@@ -1,0 +1,121 @@
+//! Trying a grid of allocator settings on one trace and ranking them by
+//! reserved peak, with what each costs.
+
+use serde::Serialize;
+
+use super::{SimError, SimOom, SimulateOptions, Simulation, simulate};
+use crate::snapshot::Snapshot;
+
+/// The settings `vramscope tune` tries, besides the recorded ones.
+pub const DEFAULT_GRID: &[&str] = &[
+    "",
+    "expandable_segments:True",
+    "max_split_size_mb:64",
+    "max_split_size_mb:128",
+    "max_split_size_mb:256",
+    "max_split_size_mb:512",
+    "roundup_power2_divisions:2",
+    "roundup_power2_divisions:4",
+    "roundup_power2_divisions:8",
+    "roundup_power2_divisions:[256:1,512:2,>:4]",
+    "max_split_size_mb:256,roundup_power2_divisions:4",
+    "max_split_size_mb:512,max_non_split_rounding_mb:64",
+    "expandable_segments:True,roundup_power2_divisions:4",
+    "garbage_collection_threshold:0.8",
+    "garbage_collection_threshold:0.6,max_split_size_mb:256",
+];
+
+/// One candidate's outcome. Over several devices, each figure is the
+/// largest of any device (memory is limited per device).
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct TuneRow {
+    /// The settings (`""` = PyTorch's defaults).
+    pub alloc_conf: String,
+    /// These are the settings the snapshot was recorded with.
+    pub recorded: bool,
+    /// Highest reserved bytes.
+    pub reserved_peak_bytes: u64,
+    /// Highest allocated bytes (rounding and unsplit blocks included).
+    pub allocated_peak_bytes: u64,
+    /// Highest requested bytes (the same for every candidate that does not
+    /// run out of memory).
+    pub requested_peak_bytes: u64,
+    /// Highest free-but-unreleasable bytes in split segments.
+    pub inactive_split_peak_bytes: u64,
+    /// cudaMalloc calls and page mappings: each costs time.
+    pub device_allocs: u64,
+    /// cudaFree calls and page unmappings.
+    pub device_frees: u64,
+    /// Allocations that needed the whole cache released first.
+    pub alloc_retries: u64,
+    /// Where it ran out of memory under the capacity, if it did.
+    pub oom: Option<SimOom>,
+    /// What the settings trade away, in words.
+    pub trade_offs: Vec<&'static str>,
+}
+
+/// All candidates, best first: those that fit the capacity before those
+/// that do not, then by reserved peak, then by allocated peak, then by
+/// device calls.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct TuneReport {
+    /// The capacity tried under.
+    pub capacity_bytes: Option<u64>,
+    /// Ranked candidates.
+    pub rows: Vec<TuneRow>,
+}
+
+/// Replay the snapshot with its recorded settings and with each of `grid`,
+/// and rank them.
+pub fn tune(snapshot: &Snapshot, capacity: Option<u64>, grid: &[&str]) -> Result<TuneReport, SimError> {
+    let recorded = simulate(snapshot, &SimulateOptions { alloc_conf: None, capacity, record_series: false })?;
+    let mut rows = vec![row(&recorded, true)];
+    for conf in grid {
+        let options = SimulateOptions { alloc_conf: Some((*conf).to_owned()), capacity, record_series: false };
+        let sim = simulate(snapshot, &options)?;
+        if sim.config == recorded.config {
+            continue;
+        }
+        rows.push(row(&sim, false));
+    }
+    rows.sort_by_key(|r| (r.oom.is_some(), r.reserved_peak_bytes, r.allocated_peak_bytes, r.device_allocs));
+    Ok(TuneReport { capacity_bytes: capacity, rows })
+}
+
+fn row(sim: &Simulation, recorded: bool) -> TuneRow {
+    let max = |f: &dyn Fn(&super::DeviceSimulation) -> u64| sim.devices.iter().map(f).max().unwrap_or(0);
+    let c = &sim.config;
+    let mut trade_offs = Vec::new();
+    if c.expandable_segments {
+        trade_offs.push("expandable_segments: page map/unmap calls are slower than cudaMalloc; memory cannot be shared over CUDA IPC");
+    }
+    if c.max_split_size != u64::MAX {
+        trade_offs.push(
+            "max_split_size_mb: blocks that large are never split, so large requests may need segments of their own",
+        );
+    }
+    if c.roundup_power2_divisions.iter().any(|&n| n > 1) {
+        trade_offs
+            .push("roundup_power2_divisions: sizes rounded up to power-of-two steps: more rounding waste, more reuse");
+    }
+    if c.garbage_collection_threshold > 0.0 {
+        trade_offs.push(if sim.capacity.is_some() {
+            "garbage_collection_threshold: frees old cached segments above threshold x capacity: more cudaMalloc/cudaFree"
+        } else {
+            "garbage_collection_threshold: acts only under a memory limit (give --capacity)"
+        });
+    }
+    TuneRow {
+        alloc_conf: sim.alloc_conf.clone(),
+        recorded,
+        reserved_peak_bytes: max(&|d| d.stats.reserved_bytes.peak),
+        allocated_peak_bytes: max(&|d| d.stats.allocated_bytes.peak),
+        requested_peak_bytes: max(&|d| d.stats.requested_bytes.peak),
+        inactive_split_peak_bytes: max(&|d| d.stats.inactive_split_bytes.peak),
+        device_allocs: max(&|d| d.stats.num_device_alloc),
+        device_frees: max(&|d| d.stats.num_device_free),
+        alloc_retries: max(&|d| d.stats.num_alloc_retries),
+        oom: sim.devices.iter().find_map(|d| d.oom),
+        trade_offs,
+    }
+}
