@@ -113,6 +113,12 @@ impl AnalysisCache {
         slot.get_or_try_init(|| async { load().await.map(Arc::new) }).await.cloned()
     }
 
+    /// Keep a snapshot that was just parsed (an upload), so that its first
+    /// view does not parse it again.
+    pub(crate) fn insert(&self, id: &str, analyzed: Analyzed) {
+        let _ = self.slot(id).set(Arc::new(analyzed));
+    }
+
     /// Forget a snapshot (deleted).
     pub(crate) fn remove(&self, id: &str) {
         let mut slots = self.slots.lock().unwrap_or_else(|poisoned| poisoned.into_inner());

@@ -32,6 +32,15 @@ enum Command {
     Upload(cli::upload::UploadArgs),
     /// Create or list API tokens.
     Token(cli::token::TokenArgs),
+    /// Explain each OOM in a snapshot's trace: the request, free memory,
+    /// fragmentation or exhaustion, top live allocations.
+    Explain(cli::explain::ExplainArgs),
+    /// Rank the stacks of allocations alive at the end by how steadily they
+    /// grew: likely leaks first.
+    Leaks(cli::leaks::LeaksArgs),
+    /// Compare two snapshots: memory by stack that grew, shrank, appeared or
+    /// vanished, and the figures side by side.
+    Diff(cli::diff::DiffArgs),
     /// Replay the trace through a model of PyTorch's caching allocator, with
     /// the recorded settings or others (--alloc-conf), optionally under a
     /// memory capacity: peaks, fragmentation, and where it would run out.
@@ -75,6 +84,9 @@ fn main() -> ExitCode {
             runtime().and_then(|rt| rt.block_on(cli::serve::run(&a)).map_err(cli::Failure::Other))
         }
         Command::Upload(a) => runtime().and_then(|rt| rt.block_on(cli::upload::run(&a))),
+        Command::Explain(a) => cli::explain::run(&a),
+        Command::Leaks(a) => cli::leaks::run(&a),
+        Command::Diff(a) => cli::diff::run(&a),
         Command::Simulate(a) => cli::simulate::run(&a),
         Command::Tune(a) => cli::simulate::run_tune(&a),
         Command::Token(a) => runtime().and_then(|rt| rt.block_on(cli::token::run(&a)).map_err(cli::Failure::Other)),

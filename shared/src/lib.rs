@@ -8,6 +8,7 @@ pub mod pickle;
 pub mod snapshot;
 pub mod stats;
 pub mod timeline;
+pub mod analysis;
 pub mod simulate;
 
 pub use error::ReadError;

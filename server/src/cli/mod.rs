@@ -1,5 +1,8 @@
 //! Command-line subcommands.
 
+pub(crate) mod diff;
+pub(crate) mod explain;
+pub(crate) mod leaks;
 pub(crate) mod progress;
 pub(crate) mod serve;
 pub(crate) mod simulate;

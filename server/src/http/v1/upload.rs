@@ -13,7 +13,7 @@ use axum::http::{StatusCode, header};
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 
-use crate::analysis::{ParseFailure, parse_stored};
+use crate::analysis::{ParseFailure, analyze, parse_stored};
 use crate::http::AppState;
 use crate::http::error::{AppError, AppResult};
 use crate::store::{NewSnapshot, SnapshotStatus, Staged, StagedUpload, Trigger};
@@ -201,9 +201,14 @@ async fn finish(state: AppState, staged: Staged, meta: UploadMeta) -> AppResult<
     }
 
     let inline = staged.size <= state.settings.inline_parse_max_bytes;
+    let mut parsed = None;
     let stats_json = if inline {
         match parse_stored(&state.blobs, &staged.staging_key, &state.parse_permits, &state.metrics).await {
-            Ok(snapshot) => Some(stats_json(&snapshot)?),
+            Ok(snapshot) => {
+                let json = stats_json(&snapshot)?;
+                parsed = Some(snapshot);
+                Some(json)
+            }
             Err(failure) => {
                 state.blobs.discard(&staged).await?;
                 state.metrics.upload("rejected");
@@ -238,8 +243,20 @@ async fn finish(state: AppState, staged: Staged, meta: UploadMeta) -> AppResult<
     };
     state.db.insert_snapshot(&record).await?;
     state.metrics.upload("ok");
-    if !inline {
-        tokio::spawn(parse_in_background(state.clone(), id.clone(), blob_key));
+    match parsed {
+        // Index it for the views right away, off the answer's path.
+        Some(snapshot) => {
+            let (state, id) = (state.clone(), id.clone());
+            tokio::spawn(async move {
+                match analyze(snapshot).await {
+                    Ok(analyzed) => state.cache.insert(&id, analyzed),
+                    Err(e) => tracing::warn!(snapshot = id, error = format!("{e:#}"), "indexing failed"),
+                }
+            });
+        }
+        None => {
+            tokio::spawn(parse_in_background(state.clone(), id.clone(), blob_key));
+        }
     }
     let answer = UploadAnswer { id, sha256: staged.sha256, status: record.status, deduplicated: false };
     Ok((StatusCode::CREATED, Json(answer)))

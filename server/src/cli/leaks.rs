@@ -1,0 +1,167 @@
+//! `vramscope leaks FILE [--json] [--top N] [--frames N]`: live allocations
+//! grouped by stack, ranked by how steadily they grew over the trace.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Args;
+use humansize::{BINARY, format_size};
+use serde::Serialize;
+use vramscope_shared::ReadOptions;
+use vramscope_shared::analysis::leaks::{DeviceLeaks, LeakReport, Pattern};
+use vramscope_shared::analysis::{FrameText, readable_frames, stack_label};
+
+use super::Failure;
+use super::stats::load;
+
+/// Arguments of `vramscope leaks`.
+#[derive(Debug, Args)]
+pub(crate) struct LeaksArgs {
+    /// Snapshot file (pickle from `torch.cuda.memory._dump_snapshot`, plain, gzip or zstd).
+    file: PathBuf,
+    /// Print one JSON object instead of the human report.
+    #[arg(long)]
+    json: bool,
+    /// Stacks to list per device.
+    #[arg(long, default_value_t = 10)]
+    top: usize,
+    /// Frames to print per stack (human report).
+    #[arg(long, default_value_t = 6)]
+    frames: usize,
+    /// Most memory the reader may use, in bytes (guards against hostile files).
+    #[arg(long, default_value_t = ReadOptions::default().memory_budget)]
+    memory_budget: u64,
+}
+
+/// The JSON object of `vramscope leaks --json`.
+#[derive(Serialize)]
+struct LeaksJson<'a> {
+    file: String,
+    devices: &'a [DeviceLeaks],
+}
+
+/// Run the subcommand.
+pub(crate) fn run(args: &LeaksArgs) -> Result<(), Failure> {
+    let snapshot = load(&args.file, args.memory_budget)?;
+    let report = LeakReport::build(&snapshot, args.top);
+    let mut out = std::io::stdout().lock();
+    let written = if args.json {
+        let json = LeaksJson { file: args.file.display().to_string(), devices: &report.devices };
+        write_json(&mut out, &json)
+    } else {
+        write_report(&mut out, &args.file, &report, args.frames)
+    };
+    finish(written)
+}
+
+/// Map the result of writing to stdout: a closed pipe (`| head`) is not an error.
+pub(super) fn finish(written: std::io::Result<()>) -> Result<(), Failure> {
+    match written {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other.context("cannot write to stdout").map_err(Failure::Other),
+    }
+}
+
+/// One JSON object and a newline.
+pub(super) fn write_json(out: &mut impl Write, value: &impl Serialize) -> std::io::Result<()> {
+    serde_json::to_writer(&mut *out, value).map_err(std::io::Error::from)?;
+    writeln!(out)
+}
+
+/// Bytes for people.
+pub(super) fn bytes(n: u64) -> String {
+    format_size(n, BINARY)
+}
+
+/// Up to `depth` readable frames of a stack, one per line, after `indent`.
+pub(super) fn write_frames(
+    out: &mut impl Write,
+    frames: &[FrameText],
+    depth: usize,
+    indent: &str,
+) -> std::io::Result<()> {
+    let readable = readable_frames(frames);
+    if readable.is_empty() || depth == 0 {
+        return writeln!(out, "{indent}{}", stack_label(frames));
+    }
+    for f in readable.iter().take(depth) {
+        writeln!(out, "{indent}{}", f.display())?;
+    }
+    if readable.len() > depth {
+        writeln!(out, "{indent}… {} more frames", readable.len() - depth)?;
+    }
+    Ok(())
+}
+
+fn pattern_text(p: Pattern) -> &'static str {
+    match p {
+        Pattern::Growing => "growing",
+        Pattern::Sporadic => "sporadic",
+        Pattern::Setup => "setup",
+        Pattern::LastStep => "last step",
+    }
+}
+
+fn write_report(
+    out: &mut impl Write,
+    path: &std::path::Path,
+    report: &LeakReport,
+    depth: usize,
+) -> std::io::Result<()> {
+    if report.devices.is_empty() {
+        writeln!(out, "{}: no device has segments or a trace", path.display())?;
+    }
+    for d in &report.devices {
+        writeln!(
+            out,
+            "{}, device {}: {} allocations alive at the end ({} requested) from {} stacks",
+            path.display(),
+            d.device,
+            d.live_count,
+            bytes(d.live_bytes),
+            d.stacks
+        )?;
+        if d.no_trace {
+            writeln!(out, "no trace: nothing is known about when they were allocated")?;
+        } else {
+            writeln!(
+                out,
+                "{} steps ({}); {} completed steps in between, retaining {} per step",
+                d.steps.steps.len(),
+                d.step_source_text(),
+                d.completed_steps,
+                bytes(d.growth_bytes_per_step)
+            )?;
+            match d.growing_stacks {
+                0 => writeln!(out, "no stack keeps memory step after step")?,
+                1 => writeln!(out, "1 stack keeps memory step after step: a likely leak")?,
+                n => writeln!(out, "{n} stacks keep memory step after step: likely leaks")?,
+            }
+        }
+        writeln!(out)?;
+        writeln!(out, "{:>3}  {:>12}  {:>7}  {:>12}  {:>7}  pattern", "#", "growth/step", "steps", "live", "allocs")?;
+        for c in &d.candidates {
+            writeln!(
+                out,
+                "{:>3}  {:>12}  {:>7}  {:>12}  {:>7}  {}",
+                c.rank,
+                bytes(c.growth_bytes_per_step),
+                format!("{}/{}", c.steps_with_growth, d.completed_steps),
+                bytes(c.live_bytes),
+                c.live_count,
+                pattern_text(c.pattern)
+            )?;
+            write_frames(out, &c.frames, depth, "       ")?;
+        }
+        if (d.stacks as usize) > d.candidates.len() {
+            writeln!(out, "     … {} more stacks (--top)", d.stacks as usize - d.candidates.len())?;
+        }
+        writeln!(out)?;
+    }
+    writeln!(
+        out,
+        "growth/step: bytes still alive at the end allocated per completed step (the first and last steps set aside); \
+         ranked by growth/step weighted by the share of steps that retained any"
+    )
+}
