@@ -1,6 +1,41 @@
-//! vramscope's browser side. For now it exposes the snapshot reader to
-//! JavaScript, so a page can summarise a local file without uploading it;
-//! the leptos dashboard grows here (see ARCHITECTURE.md).
+//! vramscope's browser side: the dashboard (a leptos app, compiled to
+//! WebAssembly and embedded in the server binary) and the snapshot reader
+//! exposed to JavaScript, so a page can summarise a local file without
+//! uploading it.
+//!
+//! The crate is split so that most of it is tested natively by
+//! `cargo test --workspace`: the API's JSON shapes ([`model`]), the figures
+//! shown ([`format`]), the visible window and its zoom and pan
+//! ([`viewport`]), where allocations sit on the plot and which one the mouse
+//! is over ([`layout`]), stack frames grouped for display ([`frames`]) and
+//! the drawing itself, which is generic over plotters' backends ([`plot`]).
+//! Only the components, the HTTP calls and the canvas need a browser; they
+//! live in the `wasm32`-only modules `app`, `api`, `library`, `snapshot` and
+//! `timeline`.
+
+pub mod format;
+pub mod frames;
+pub mod layout;
+pub mod model;
+pub mod plot;
+pub mod viewport;
+
+// leptos's `#[component]` gives each component a `pub` props struct, which
+// `unreachable_pub` flags in these crate-private modules.
+#[cfg(target_arch = "wasm32")]
+mod api;
+#[cfg(target_arch = "wasm32")]
+#[allow(unreachable_pub)]
+mod app;
+#[cfg(target_arch = "wasm32")]
+#[allow(unreachable_pub)]
+mod library;
+#[cfg(target_arch = "wasm32")]
+#[allow(unreachable_pub)]
+mod snapshot;
+#[cfg(target_arch = "wasm32")]
+#[allow(unreachable_pub)]
+mod timeline;
 
 use vramscope_shared::{ReadOptions, read_snapshot_bytes};
 use wasm_bindgen::prelude::*;
@@ -20,6 +55,15 @@ pub fn stats_json(bytes: &[u8]) -> Result<String, String> {
     let snapshot =
         read_snapshot_bytes(bytes, &ReadOptions { memory_budget: BROWSER_MEMORY_BUDGET }).map_err(|e| e.to_string())?;
     serde_json::to_string(&snapshot.stats()).map_err(|e| e.to_string())
+}
+
+/// Start the dashboard: mount the leptos app on the page's `<body>`. The
+/// page (frontend/index.html) calls it once the module is initialised.
+#[cfg(target_arch = "wasm32")]
+#[wasm_bindgen]
+pub fn run_dashboard() {
+    console_error_panic_hook::set_once();
+    leptos::mount::mount_to_body(app::App);
 }
 
 #[cfg(test)]

@@ -1,0 +1,263 @@
+//! Calls to the server's API. Every failure becomes an [`ApiError`] with a
+//! sentence for the page (the server's own `error` text when it sent one);
+//! nothing here panics on an unexpected answer.
+//!
+//! Uploads go through `XMLHttpRequest` rather than `fetch`, because only it
+//! reports upload progress.
+
+use std::fmt;
+
+use gloo_net::http::{Request, RequestBuilder, Response};
+use serde::de::DeserializeOwned;
+use wasm_bindgen::JsCast;
+use wasm_bindgen::prelude::*;
+use wasm_bindgen_futures::JsFuture;
+
+use crate::model::{ErrorBody, Frame, Page, SnapshotMeta, StatsReport, TimelineWindow, UploadAnswer};
+
+/// Where the API token is kept in the browser (`localStorage`), for servers
+/// that require one (any server not on loopback).
+const TOKEN_KEY: &str = "vramscope.api_token";
+
+/// A failed API call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct ApiError {
+    /// HTTP status, or 0 when no answer came.
+    pub(crate) status: u16,
+    /// What went wrong, for the page.
+    pub(crate) message: String,
+}
+
+impl ApiError {
+    fn network(what: &str, e: impl fmt::Display) -> ApiError {
+        ApiError { status: 0, message: format!("{what}: the server did not answer ({e})") }
+    }
+}
+
+impl fmt::Display for ApiError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)?;
+        if self.status == 401 {
+            f.write_str(" — set an API token at the top right")?;
+        }
+        Ok(())
+    }
+}
+
+/// The stored API token, if any.
+pub(crate) fn token() -> Option<String> {
+    let storage = web_sys::window()?.local_storage().ok()??;
+    storage.get_item(TOKEN_KEY).ok()?.filter(|t| !t.trim().is_empty())
+}
+
+/// Store (or, when blank, forget) the API token.
+pub(crate) fn set_token(value: &str) {
+    let Some(Ok(Some(storage))) = web_sys::window().map(|w| w.local_storage()) else { return };
+    let value = value.trim();
+    // Storage can be full or disabled; the token then lasts only for this call.
+    let _ = if value.is_empty() { storage.remove_item(TOKEN_KEY) } else { storage.set_item(TOKEN_KEY, value) };
+}
+
+fn authorized(request: RequestBuilder) -> RequestBuilder {
+    match token() {
+        Some(t) => request.header("Authorization", &format!("Bearer {}", t.trim())),
+        None => request,
+    }
+}
+
+/// `value` escaped for a query string.
+pub(crate) fn encode(value: &str) -> String {
+    String::from(js_sys::encode_uri_component(value))
+}
+
+async fn error_of(what: &str, response: Response) -> ApiError {
+    let status = response.status();
+    let text = response.text().await.unwrap_or_default();
+    let message = match serde_json::from_str::<ErrorBody>(&text) {
+        Ok(body) => format!("{what}: {}", body.error),
+        Err(_) if text.trim().is_empty() => format!("{what}: HTTP {status} {}", response.status_text()),
+        Err(_) => format!("{what}: HTTP {status}: {}", text.chars().take(200).collect::<String>()),
+    };
+    ApiError { status, message }
+}
+
+async fn send(what: &str, request: RequestBuilder) -> Result<Response, ApiError> {
+    let response = authorized(request).send().await.map_err(|e| ApiError::network(what, e))?;
+    if response.ok() { Ok(response) } else { Err(error_of(what, response).await) }
+}
+
+async fn json<T: DeserializeOwned>(what: &str, response: Response) -> Result<T, ApiError> {
+    let status = response.status();
+    let text = response.text().await.map_err(|e| ApiError::network(what, e))?;
+    serde_json::from_str(&text).map_err(|e| ApiError {
+        status,
+        message: format!("{what}: the server's answer is not what this page expects ({e})"),
+    })
+}
+
+async fn get<T: DeserializeOwned>(what: &str, url: &str) -> Result<T, ApiError> {
+    json(what, send(what, Request::get(url)).await?).await
+}
+
+/// Filters of the snapshot list; empty fields do not filter.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct ListQuery {
+    /// Free-text search (name, job, host, tags).
+    pub(crate) q: String,
+    /// Exact job.
+    pub(crate) job: String,
+    /// Exact host.
+    pub(crate) host: String,
+    /// One tag.
+    pub(crate) tag: String,
+}
+
+/// One page of the snapshot list.
+pub(crate) async fn list(query: &ListQuery, cursor: Option<&str>) -> Result<Page, ApiError> {
+    let mut url = "/api/v1/snapshots?limit=100".to_owned();
+    for (key, value) in [("q", &query.q), ("job", &query.job), ("host", &query.host), ("tag", &query.tag)] {
+        if !value.trim().is_empty() {
+            url.push_str(&format!("&{key}={}", encode(value.trim())));
+        }
+    }
+    if let Some(c) = cursor {
+        url.push_str(&format!("&cursor={}", encode(c)));
+    }
+    get("listing snapshots", &url).await
+}
+
+/// One snapshot's record.
+pub(crate) async fn snapshot(id: &str) -> Result<SnapshotMeta, ApiError> {
+    get("loading the snapshot", &format!("/api/v1/snapshots/{}", encode(id))).await
+}
+
+/// A snapshot's statistics; `None` while the server is still parsing it.
+pub(crate) async fn stats(id: &str) -> Result<Option<StatsReport>, ApiError> {
+    let what = "loading the statistics";
+    let response = send(what, Request::get(&format!("/api/v1/snapshots/{}/stats", encode(id)))).await?;
+    if response.status() == 202 {
+        return Ok(None);
+    }
+    json(what, response).await.map(Some)
+}
+
+/// Where a timeline window is asked for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct TimelineQuery {
+    /// CUDA device.
+    pub(crate) device: u32,
+    /// x axis; `None` lets the server choose (time when the trace has times).
+    pub(crate) axis: Option<crate::model::Axis>,
+    /// `[start, end)`; `None` for the whole trace.
+    pub(crate) window: Option<crate::viewport::Window>,
+    /// Buckets: the plot's width in pixels.
+    pub(crate) px: u32,
+    /// Most allocations to list.
+    pub(crate) max_allocations: u32,
+}
+
+/// A window of a device's timeline.
+pub(crate) async fn timeline(id: &str, q: TimelineQuery) -> Result<TimelineWindow, ApiError> {
+    let mut url = format!(
+        "/api/v1/snapshots/{}/timeline?device={}&px={}&max_allocations={}",
+        encode(id),
+        q.device,
+        q.px.max(1),
+        q.max_allocations
+    );
+    if let Some(axis) = q.axis {
+        url.push_str(match axis {
+            crate::model::Axis::Time => "&axis=time",
+            crate::model::Axis::Event => "&axis=event",
+        });
+    }
+    if let Some(w) = q.window {
+        url.push_str(&format!("&start={}&end={}", w.start, w.end));
+    }
+    get("loading the timeline", &url).await
+}
+
+/// The frames of a stack, innermost first.
+pub(crate) async fn stack(id: &str, stack: u32) -> Result<Vec<Frame>, ApiError> {
+    get("loading the stack", &format!("/api/v1/snapshots/{}/stacks/{stack}", encode(id))).await
+}
+
+/// Rename and/or retag a snapshot; answers the new record.
+pub(crate) async fn update(id: &str, name: Option<&str>, tags: Option<&[String]>) -> Result<SnapshotMeta, ApiError> {
+    let mut body = serde_json::Map::new();
+    if let Some(name) = name {
+        body.insert("name".to_owned(), name.into());
+    }
+    if let Some(tags) = tags {
+        body.insert("tags".to_owned(), tags.into());
+    }
+    let what = "saving the change";
+    let request = authorized(Request::patch(&format!("/api/v1/snapshots/{}", encode(id))))
+        .json(&serde_json::Value::Object(body))
+        .map_err(|e| ApiError::network(what, e))?;
+    let response = request.send().await.map_err(|e| ApiError::network(what, e))?;
+    if !response.ok() {
+        return Err(error_of(what, response).await);
+    }
+    json(what, response).await
+}
+
+/// Delete a snapshot.
+pub(crate) async fn delete(id: &str) -> Result<(), ApiError> {
+    send("deleting the snapshot", Request::delete(&format!("/api/v1/snapshots/{}", encode(id)))).await.map(|_| ())
+}
+
+/// Upload a file, calling `progress(sent, total)` as bytes go out.
+pub(crate) async fn upload(
+    file: &web_sys::File,
+    progress: impl Fn(f64, f64) + 'static,
+) -> Result<UploadAnswer, ApiError> {
+    let what = format!("uploading {}", file.name());
+    let js = |e: JsValue| ApiError { status: 0, message: format!("{what}: {}", js_message(&e)) };
+    let xhr = web_sys::XmlHttpRequest::new().map_err(js)?;
+    xhr.open("POST", &format!("/api/v1/snapshots?name={}", encode(&file.name()))).map_err(js)?;
+    xhr.set_request_header("Content-Type", "application/octet-stream").map_err(js)?;
+    if let Some(t) = token() {
+        xhr.set_request_header("Authorization", &format!("Bearer {}", t.trim())).map_err(js)?;
+    }
+    let on_progress = Closure::<dyn FnMut(web_sys::ProgressEvent)>::new(move |e: web_sys::ProgressEvent| {
+        if e.length_computable() {
+            progress(e.loaded(), e.total());
+        }
+    });
+    xhr.upload().map_err(js)?.set_onprogress(Some(on_progress.as_ref().unchecked_ref()));
+    // The request's own events settle a promise: load on any HTTP answer,
+    // error or abort when none came.
+    let settled = js_sys::Promise::new(&mut |resolve, reject| {
+        xhr.set_onload(Some(&resolve));
+        xhr.set_onerror(Some(&reject));
+        xhr.set_onabort(Some(&reject));
+    });
+    xhr.send_with_opt_blob(Some(file)).map_err(js)?;
+    let outcome = JsFuture::from(settled).await;
+    drop(on_progress);
+    if outcome.is_err() {
+        return Err(ApiError::network(&what, "the connection failed"));
+    }
+    let status = xhr.status().unwrap_or(0);
+    let text = xhr.response_text().ok().flatten().unwrap_or_default();
+    if !(200..300).contains(&status) {
+        let message = match serde_json::from_str::<ErrorBody>(&text) {
+            Ok(body) => format!("{what}: {}", body.error),
+            Err(_) => format!("{what}: HTTP {status}"),
+        };
+        return Err(ApiError { status, message });
+    }
+    serde_json::from_str(&text).map_err(|e| ApiError {
+        status,
+        message: format!("{what}: the server's answer is not what this page expects ({e})"),
+    })
+}
+
+/// The message of a JavaScript exception.
+fn js_message(e: &JsValue) -> String {
+    e.dyn_ref::<js_sys::Error>()
+        .map(|e| String::from(e.message()))
+        .or_else(|| e.as_string())
+        .unwrap_or_else(|| format!("{e:?}"))
+}

@@ -1,0 +1,108 @@
+//! The dashboard's shell: the top bar and the two routes, `/` (the library)
+//! and `/snapshots/{id}` (one snapshot). The server answers both paths with
+//! the same page, so links and reloads land on the right view.
+
+use leptos::prelude::*;
+use leptos_router::components::{Route, Router, Routes};
+use leptos_router::path;
+
+use crate::api;
+use crate::library::Library;
+use crate::snapshot::SnapshotPage;
+
+/// The whole app.
+#[component]
+pub(crate) fn App() -> impl IntoView {
+    view! {
+        <Router>
+            <header class="topbar">
+                <a class="brand" href="/">"vramscope"</a>
+                <span class="tagline">"GPU memory observatory for PyTorch"</span>
+                <TokenControl/>
+            </header>
+            <main>
+                <Routes fallback=|| {
+                    view! {
+                        <p class="error">"There is no such page. " <a href="/">"Back to the library"</a></p>
+                    }
+                }>
+                    <Route path=path!("/") view=Library/>
+                    <Route path=path!("/snapshots/:id") view=SnapshotPage/>
+                </Routes>
+            </main>
+        </Router>
+    }
+}
+
+/// Where to paste an API token, for servers that require one (any server
+/// not bound to loopback). Kept in the browser's local storage.
+#[component]
+fn TokenControl() -> impl IntoView {
+    let draft = RwSignal::new(api::token().unwrap_or_default());
+    let saved = RwSignal::new(api::token().is_some());
+    let save = move || {
+        api::set_token(&draft.get_untracked());
+        saved.set(api::token().is_some());
+        // Every view asks again with the new token.
+        if let Err(e) = window().location().reload() {
+            leptos::logging::warn!("reload failed: {e:?}");
+        }
+    };
+    view! {
+        <details class="token">
+            <summary>{move || if saved.get() { "API token ✓" } else { "API token" }}</summary>
+            <div class="token-form">
+                <input
+                    type="password"
+                    placeholder="vs_…"
+                    autocomplete="off"
+                    prop:value=draft
+                    on:input=move |ev| draft.set(event_target_value(&ev))
+                    on:keydown=move |ev| {
+                        if ev.key() == "Enter" {
+                            save();
+                        }
+                    }
+                />
+                <button on:click=move |_| save()>"Save"</button>
+                <p class="hint">"Needed when the server is not on loopback. Leave empty to send none."</p>
+            </div>
+        </details>
+    }
+}
+
+/// A message at the top of a view: what just happened, or what went wrong.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Notice {
+    /// Whether it reports a failure.
+    pub(crate) error: bool,
+    /// The sentence.
+    pub(crate) text: String,
+}
+
+impl Notice {
+    /// Good news.
+    pub(crate) fn info(text: impl Into<String>) -> Notice {
+        Notice { error: false, text: text.into() }
+    }
+
+    /// A failure.
+    pub(crate) fn error(text: impl ToString) -> Notice {
+        Notice { error: true, text: text.to_string() }
+    }
+}
+
+/// Shows a notice, if any, with a button to dismiss it.
+#[component]
+pub(crate) fn NoticeBar(notice: RwSignal<Option<Notice>>) -> impl IntoView {
+    move || {
+        notice.get().map(|n| {
+            view! {
+                <div class="notice" class:error=n.error role="status">
+                    <span>{n.text}</span>
+                    <button class="link" on:click=move |_| notice.set(None) aria-label="dismiss">"×"</button>
+                </div>
+            }
+        })
+    }
+}

@@ -1,0 +1,113 @@
+//! The JSON the dashboard reads from the server's API (`/api/v1`). Timeline
+//! windows and statistics are the shared crate's own types, so both sides
+//! agree by construction; the records below mirror the server's answers
+//! field by field (the server keeps its types private to its crate).
+
+use serde::Deserialize;
+
+pub use vramscope_shared::StatsReport;
+pub use vramscope_shared::timeline::{Axis, Marker, MarkerKind, TimelineWindow, VisibleAllocation};
+
+/// A stored snapshot, as `GET /api/v1/snapshots` lists it.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+pub struct SnapshotMeta {
+    /// Public id (a UUID v7).
+    pub id: String,
+    /// SHA-256 of the file, lowercase hex.
+    pub sha256: String,
+    /// Display name.
+    pub name: String,
+    /// Training job, if known.
+    #[serde(default)]
+    pub job: Option<String>,
+    /// Host, if known.
+    #[serde(default)]
+    pub host: Option<String>,
+    /// Distributed rank, if known.
+    #[serde(default)]
+    pub rank: Option<i64>,
+    /// Tags, in the order given.
+    #[serde(default)]
+    pub tags: Vec<String>,
+    /// `manual`, `threshold` or `oom`.
+    pub trigger: String,
+    /// Size of the file as uploaded.
+    pub size_bytes: u64,
+    /// Upload time, milliseconds since the Unix epoch.
+    pub uploaded_at_ms: i64,
+    /// `parsing`, `ready` or `failed`.
+    pub status: String,
+    /// Why parsing failed.
+    #[serde(default)]
+    pub error: Option<String>,
+}
+
+/// One page of the snapshot list, newest first.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+pub struct Page {
+    /// The snapshots.
+    pub items: Vec<SnapshotMeta>,
+    /// Pass as `cursor` for the next page; `None` on the last one.
+    #[serde(default)]
+    pub next_cursor: Option<String>,
+}
+
+/// The answer to an upload.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+pub struct UploadAnswer {
+    /// The snapshot's id (an earlier one's when deduplicated).
+    pub id: String,
+    /// `ready`, or `parsing` for a large file.
+    pub status: String,
+    /// The same bytes were uploaded before.
+    #[serde(default)]
+    pub deduplicated: bool,
+}
+
+/// One frame of an allocation's stack, innermost first.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+pub struct Frame {
+    /// Source file.
+    pub filename: String,
+    /// Line number.
+    pub line: i64,
+    /// Function name.
+    pub name: String,
+}
+
+/// The body of an API error: `{"error": "...", "kind": "..."}`.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+pub struct ErrorBody {
+    /// What went wrong, for people.
+    pub error: String,
+    /// A stable name for programs.
+    #[serde(default)]
+    pub kind: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_servers_answers() {
+        let page: Page = serde_json::from_str(
+            r#"{"items":[{"id":"0190","sha256":"ab","name":"oom_leak.pickle","job":null,"host":"h1","rank":3,
+            "tags":["a","b"],"trigger":"oom","size_bytes":1234,"uploaded_at_ms":1700000000000,"status":"ready",
+            "error":null}],"next_cursor":"1700000000000_0190"}"#,
+        )
+        .expect("page");
+        assert_eq!(page.items[0].tags, ["a", "b"]);
+        assert_eq!(page.items[0].rank, Some(3));
+        assert_eq!(page.next_cursor.as_deref(), Some("1700000000000_0190"));
+        let frames: Vec<Frame> =
+            serde_json::from_str(r#"[{"filename":"train.py","line":12,"name":"step"}]"#).expect("frames");
+        assert_eq!(frames[0].line, 12);
+        let err: ErrorBody =
+            serde_json::from_str(r#"{"error":"not found: snapshot x","kind":"not_found"}"#).expect("error");
+        assert_eq!(err.kind, "not_found");
+        let up: UploadAnswer =
+            serde_json::from_str(r#"{"id":"x","sha256":"y","status":"ready","deduplicated":true}"#).expect("upload");
+        assert!(up.deduplicated);
+    }
+}

@@ -1,0 +1,410 @@
+//! Drawing the active memory timeline with plotters.
+//!
+//! The drawing is generic over plotters' [`DrawingBackend`]: in the browser
+//! it goes to a `<canvas>` (plotters-canvas), in the unit tests to a
+//! recording backend, so what is drawn where is tested without a browser.
+//! plotters draws the frame, the axes and their labels; the data is drawn
+//! in canvas pixels through [`Geometry`], the same mapping the mouse uses,
+//! so a bar is hit exactly where it is seen, and everything is clipped to
+//! the plot area by hand (plotters does not clip elements).
+//!
+//! Layers, back to front: the min–max band of each curve per bucket (the
+//! range the curve swept inside that pixel column), the allocation bars,
+//! each curve's `last` line (its value at the end of each bucket), then the
+//! markers (OOMs, and the first event of a wrapped trace).
+
+use plotters::coord::Shift;
+use plotters::coord::combinators::BindKeyPoints;
+use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
+use vramscope_shared::timeline::{Axis, Bucket, MarkerKind, Range3, TimelineWindow};
+
+use crate::format;
+use crate::layout::{Bar, Geometry};
+use crate::viewport::Window;
+
+/// Canvas background.
+pub const BACKGROUND: RGBColor = RGBColor(255, 255, 255);
+/// `reserved`: bytes reserved from CUDA.
+pub const RESERVED: RGBColor = RGBColor(87, 96, 106);
+/// `active`: requested bytes of allocated and pending-free blocks.
+pub const ACTIVE: RGBColor = RGBColor(219, 109, 40);
+/// `allocated`: requested bytes of allocated blocks.
+pub const ALLOCATED: RGBColor = RGBColor(9, 105, 218);
+/// OOM markers.
+pub const OOM: RGBColor = RGBColor(207, 34, 46);
+/// The first event of a wrapped trace.
+pub const WINDOW_START: RGBColor = RGBColor(130, 80, 223);
+
+/// Fill colours of allocation bars, picked by stack so that one call site
+/// keeps its colour across zooms. Pale, so the curves stay readable.
+const BAR_COLOURS: [RGBColor; 10] = [
+    RGBColor(140, 190, 230),
+    RGBColor(250, 190, 140),
+    RGBColor(150, 215, 150),
+    RGBColor(230, 160, 200),
+    RGBColor(200, 180, 235),
+    RGBColor(240, 220, 130),
+    RGBColor(140, 215, 210),
+    RGBColor(215, 185, 160),
+    RGBColor(190, 200, 120),
+    RGBColor(175, 185, 200),
+];
+
+const AXIS: RGBColor = RGBColor(140, 149, 159);
+const GRID: RGBColor = RGBColor(234, 238, 242);
+const LABEL: RGBColor = RGBColor(87, 96, 106);
+
+/// What to draw: a window from the API, its stacked bars, and the view,
+/// which may differ from the window's own range while a new one loads (the
+/// old data is then shown at the new position, clipped).
+#[derive(Clone, Copy, Debug)]
+pub struct Scene<'a> {
+    /// The data.
+    pub data: &'a TimelineWindow,
+    /// The allocations of `data`, stacked ([`crate::layout::stack`]).
+    pub bars: &'a [Bar],
+    /// The x window to show.
+    pub view: Window,
+    /// x of the trace's first event: the origin of time labels.
+    pub origin: i64,
+    /// Index into `bars` of the bar under the mouse, drawn outlined.
+    pub highlight: Option<usize>,
+}
+
+impl Scene<'_> {
+    /// The top of the y axis: the highest curve or bar in the data, plus a
+    /// little headroom, at least 1.
+    pub fn y_max(&self) -> u64 {
+        let curves = self.data.buckets.iter().map(|b| b.reserved.max.max(b.active.max).max(b.allocated.max)).max();
+        let bars = self.bars.iter().map(|b| b.y1).max();
+        let top = curves.unwrap_or(0).max(bars.unwrap_or(0));
+        top.saturating_add(top / 20).max(1)
+    }
+}
+
+/// Draw `scene` on `root` and return where the plot area went.
+pub fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, scene: &Scene<'_>) -> Result<Geometry, String> {
+    let err = |e: DrawingAreaErrorKind<DB::ErrorType>| format!("drawing the timeline failed: {e}");
+    root.fill(&BACKGROUND).map_err(err)?;
+    let view = scene.view;
+    let y_max = scene.y_max();
+    // Our own ticks: round steps from the trace's start (plotters counts
+    // from zero, which on microseconds since the epoch gives odd labels),
+    // and powers of two for bytes.
+    let (x_ticks, x_step) = format::x_ticks(view.start, view.end, scene.origin, 8);
+    let y_ticks = format::byte_ticks(y_max, 6);
+    let mut chart = ChartBuilder::on(root)
+        .margin_top(18)
+        .margin_right(16)
+        .margin_left(8)
+        .margin_bottom(4)
+        .x_label_area_size(28)
+        .y_label_area_size(72)
+        .build_cartesian_2d((view.start..view.end).with_key_points(x_ticks), (0u64..y_max).with_key_points(y_ticks))
+        .map_err(err)?;
+    let axis = scene.data.axis;
+    let x_label = |x: &i64| format::x_label(axis, *x, scene.origin, x_step);
+    let y_label = |y: &u64| format::bytes(*y);
+    chart
+        .configure_mesh()
+        .bold_line_style(GRID)
+        .light_line_style(TRANSPARENT)
+        .axis_style(AXIS)
+        .label_style(("sans-serif", 12).into_font().color(&LABEL))
+        .x_label_formatter(&x_label)
+        .y_label_formatter(&y_label)
+        .draw()
+        .map_err(err)?;
+    let (xs, ys) = chart.plotting_area().get_pixel_range();
+    let geometry = Geometry {
+        left: f64::from(xs.start),
+        top: f64::from(ys.start),
+        width: f64::from((xs.end - xs.start).max(1)),
+        height: f64::from((ys.end - ys.start).max(1)),
+        window: view,
+        y_max,
+    };
+
+    let curves: [(Curve, RGBColor); 3] =
+        [(|b| b.reserved, RESERVED), (|b| b.active, ACTIVE), (|b| b.allocated, ALLOCATED)];
+    let columns = columns(scene.data, &geometry);
+    for (curve, colour) in curves {
+        if let Some(band) = band(&columns, &geometry, curve) {
+            root.draw(&Polygon::new(band, colour.mix(0.18).filled())).map_err(err)?;
+        }
+    }
+    for (i, bar) in scene.bars.iter().enumerate() {
+        let Some(rect) = bar_rect(&geometry, bar) else { continue };
+        let stack = scene.data.allocations.get(bar.index).map_or(0, |a| a.stack);
+        let colour = BAR_COLOURS[stack as usize % BAR_COLOURS.len()];
+        let alpha = if scene.highlight == Some(i) { 0.95 } else { 0.6 };
+        root.draw(&Rectangle::new(rect, colour.mix(alpha).filled())).map_err(err)?;
+    }
+    for (curve, colour) in curves {
+        let line = last_line(&columns, &geometry, curve);
+        if line.len() > 1 {
+            root.draw(&PathElement::new(line, colour.stroke_width(2))).map_err(err)?;
+        }
+    }
+    if let Some(rect) = scene.highlight.and_then(|i| scene.bars.get(i)).and_then(|bar| bar_rect(&geometry, bar)) {
+        root.draw(&Rectangle::new(rect, BLACK.stroke_width(2))).map_err(err)?;
+    }
+    draw_markers(root, scene, &geometry).map_err(err)?;
+    Ok(geometry)
+}
+
+/// Picks one curve out of a bucket.
+type Curve = fn(&Bucket) -> Range3;
+
+/// A bucket in pixels: its left and right edges on the canvas, clipped.
+struct Column {
+    x0: i32,
+    x1: i32,
+    bucket: Bucket,
+}
+
+fn columns(data: &TimelineWindow, g: &Geometry) -> Vec<Column> {
+    let (lo, hi) = (g.left, g.left + g.width);
+    data.buckets
+        .iter()
+        .filter(|b| b.x1 > g.window.start && b.x0 < g.window.end)
+        .map(|b| Column {
+            x0: g.x_px(b.x0 as f64).clamp(lo, hi).round() as i32,
+            x1: g.x_px(b.x1 as f64).clamp(lo, hi).round() as i32,
+            bucket: *b,
+        })
+        .collect()
+}
+
+fn y_px(g: &Geometry, y: u64) -> i32 {
+    g.y_px(y.min(g.y_max)).round() as i32
+}
+
+/// The outline of a curve's min–max band: the maxima left to right, then
+/// the minima back.
+fn band(columns: &[Column], g: &Geometry, curve: Curve) -> Option<Vec<(i32, i32)>> {
+    if columns.is_empty() {
+        return None;
+    }
+    let mut points = Vec::with_capacity(columns.len() * 4);
+    for c in columns {
+        let top = y_px(g, curve(&c.bucket).max);
+        points.push((c.x0, top));
+        points.push((c.x1, top));
+    }
+    for c in columns.iter().rev() {
+        let bottom = y_px(g, curve(&c.bucket).min);
+        points.push((c.x1, bottom));
+        points.push((c.x0, bottom));
+    }
+    Some(points)
+}
+
+/// A curve's value at the end of each bucket, as steps.
+fn last_line(columns: &[Column], g: &Geometry, curve: Curve) -> Vec<(i32, i32)> {
+    let mut points = Vec::with_capacity(columns.len() * 2);
+    for c in columns {
+        let y = y_px(g, curve(&c.bucket).last);
+        points.push((c.x0, y));
+        points.push((c.x1, y));
+    }
+    points
+}
+
+fn bar_rect(g: &Geometry, bar: &Bar) -> Option<[(i32, i32); 2]> {
+    let (x0, y0, x1, y1) = g.bar_px(bar, 1.0)?;
+    Some([(x0.round() as i32, y0.round() as i32), (x1.round() as i32, y1.round() as i32)])
+}
+
+fn draw_markers<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    scene: &Scene<'_>,
+    g: &Geometry,
+) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
+    let (top, bottom) = (g.top.round() as i32, (g.top + g.height).round() as i32);
+    for m in &scene.data.markers {
+        if m.x < g.window.start || m.x >= g.window.end {
+            continue;
+        }
+        let x = g.x_px(m.x as f64).round() as i32;
+        let (colour, label) = match m.kind {
+            MarkerKind::Oom if m.count > 1 => (OOM, format!("OOM ×{}", m.count)),
+            MarkerKind::Oom => (OOM, "OOM".to_owned()),
+            MarkerKind::WindowStart => (WINDOW_START, "trace starts: earlier history lost".to_owned()),
+        };
+        root.draw(&PathElement::new(vec![(x, top), (x, bottom)], colour.stroke_width(2)))?;
+        // Labels sit above the plot area, beside their line: on its right,
+        // or on its left in the right half, so they stay on the canvas.
+        let (anchor, dx) = if f64::from(x) > g.left + g.width / 2.0 { (HPos::Right, -4) } else { (HPos::Left, 4) };
+        let font = ("sans-serif", 12).into_font().color(&colour).pos(Pos::new(anchor, VPos::Top));
+        root.draw(&Text::new(label, (x + dx, top - 15), font))?;
+    }
+    Ok(())
+}
+
+/// A caption of the x axis, for the page around the canvas.
+pub fn x_axis_caption(axis: Axis) -> &'static str {
+    match axis {
+        Axis::Time => "time since the trace's first event",
+        Axis::Event => "trace events, in order",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::RefCell;
+    use std::convert::Infallible;
+    use std::rc::Rc;
+
+    use plotters_backend::{BackendColor, BackendCoord, BackendStyle, BackendTextStyle, DrawingErrorKind};
+    use vramscope_shared::index::SnapshotIndex;
+    use vramscope_shared::timeline::TimelineIndex;
+    use vramscope_shared::{ReadOptions, read_snapshot_bytes};
+
+    use super::*;
+    use crate::layout::{hit, stack};
+
+    /// A backend that records what is drawn, in the colours drawn with,
+    /// into a log the test keeps a handle to.
+    #[derive(Default)]
+    struct Recorder(Rc<RefCell<Log>>);
+
+    #[derive(Default)]
+    struct Log {
+        polygons: Vec<(RGBColor, Vec<BackendCoord>)>,
+        rects: Vec<(RGBColor, bool, BackendCoord, BackendCoord)>,
+        paths: Vec<(RGBColor, Vec<BackendCoord>)>,
+        texts: Vec<(String, BackendCoord)>,
+    }
+
+    fn rgb(c: BackendColor) -> RGBColor {
+        RGBColor(c.rgb.0, c.rgb.1, c.rgb.2)
+    }
+
+    impl DrawingBackend for Recorder {
+        type ErrorType = Infallible;
+        fn get_size(&self) -> (u32, u32) {
+            (1000, 400)
+        }
+        fn ensure_prepared(&mut self) -> Result<(), DrawingErrorKind<Infallible>> {
+            Ok(())
+        }
+        fn present(&mut self) -> Result<(), DrawingErrorKind<Infallible>> {
+            Ok(())
+        }
+        fn draw_pixel(&mut self, _: BackendCoord, _: BackendColor) -> Result<(), DrawingErrorKind<Infallible>> {
+            Ok(())
+        }
+        fn draw_rect<S: BackendStyle>(
+            &mut self,
+            a: BackendCoord,
+            b: BackendCoord,
+            style: &S,
+            fill: bool,
+        ) -> Result<(), DrawingErrorKind<Infallible>> {
+            self.0.borrow_mut().rects.push((rgb(style.color()), fill, a, b));
+            Ok(())
+        }
+        fn draw_path<S: BackendStyle, I: IntoIterator<Item = BackendCoord>>(
+            &mut self,
+            path: I,
+            style: &S,
+        ) -> Result<(), DrawingErrorKind<Infallible>> {
+            self.0.borrow_mut().paths.push((rgb(style.color()), path.into_iter().collect()));
+            Ok(())
+        }
+        fn fill_polygon<S: BackendStyle, I: IntoIterator<Item = BackendCoord>>(
+            &mut self,
+            vert: I,
+            style: &S,
+        ) -> Result<(), DrawingErrorKind<Infallible>> {
+            self.0.borrow_mut().polygons.push((rgb(style.color()), vert.into_iter().collect()));
+            Ok(())
+        }
+        fn draw_text<T: BackendTextStyle>(
+            &mut self,
+            text: &str,
+            _: &T,
+            pos: BackendCoord,
+        ) -> Result<(), DrawingErrorKind<Infallible>> {
+            self.0.borrow_mut().texts.push((text.to_owned(), pos));
+            Ok(())
+        }
+    }
+
+    fn oom_leak_window(axis: Axis, px: u32) -> TimelineWindow {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/corpus/oom_leak.pickle");
+        let bytes = std::fs::read(path).expect("fixture");
+        let snapshot = read_snapshot_bytes(&bytes, &ReadOptions::default()).expect("reads");
+        let index = SnapshotIndex::build(&snapshot);
+        let timeline = TimelineIndex::build(&snapshot, &index);
+        let (lo, hi) = timeline.extent(0, axis).expect("extent");
+        timeline.query(0, axis, lo, hi, px, 2000).expect("window")
+    }
+
+    #[test]
+    fn draws_curves_bars_and_the_oom_marker_where_the_mouse_finds_them() {
+        let data = oom_leak_window(Axis::Event, 900);
+        let bars = stack(&data.allocations);
+        assert!(!bars.is_empty());
+        let view = Window::new(data.start, data.end);
+        let scene = Scene { data: &data, bars: &bars, view, origin: data.start, highlight: Some(0) };
+        let (geometry, recorder) = record(&scene);
+        assert!(geometry.width > 800.0 && geometry.height > 300.0, "{geometry:?}");
+
+        // A band and a line per curve, in the curve's colour.
+        for colour in [RESERVED, ACTIVE, ALLOCATED] {
+            assert!(recorder.polygons.iter().any(|(c, p)| *c == colour && p.len() > 100), "{colour:?} band");
+            assert!(recorder.paths.iter().any(|(c, p)| *c == colour && p.len() > 100), "{colour:?} line");
+        }
+        // Everything stays inside the canvas's plot area.
+        let inside = |&(x, y): &BackendCoord| {
+            f64::from(x) >= geometry.left - 1.0
+                && f64::from(x) <= geometry.left + geometry.width + 1.0
+                && f64::from(y) >= geometry.top - 1.0
+                && f64::from(y) <= geometry.top + geometry.height + 1.0
+        };
+        assert!(recorder.polygons.iter().all(|(_, p)| p.iter().all(inside)));
+        // The OOM marker: a red vertical line at its row, and its label.
+        let oom = data.markers.iter().find(|m| m.kind == MarkerKind::Oom).expect("oom_leak has an OOM");
+        let x = geometry.x_px(oom.x as f64).round() as i32;
+        assert!(recorder.paths.iter().any(|(c, p)| *c == OOM && p.iter().all(|pt| pt.0 == x)));
+        assert!(recorder.texts.iter().any(|(t, _)| t.starts_with("OOM")));
+        // Axis labels are byte sizes and row numbers.
+        assert!(recorder.texts.iter().any(|(t, _)| t.ends_with("MiB") || t.ends_with("KiB")), "{:?}", recorder.texts);
+        // Each bar is drawn once (plus the outline of the highlighted one),
+        // and the mouse at a bar's centre finds that bar.
+        let filled: Vec<_> = recorder.rects.iter().filter(|r| r.1 && !(r.2.0 == 0 && r.2.1 == 0)).collect();
+        assert!(filled.len() >= bars.len() / 2, "{} of {}", filled.len(), bars.len());
+        let biggest = (0..bars.len()).max_by_key(|&i| bars[i].y1 - bars[i].y0).expect("a bar");
+        let (x0, y0, x1, y1) = geometry.bar_px(&bars[biggest], 1.0).expect("visible");
+        assert_eq!(hit(&bars, &geometry, (x0 + x1) / 2.0, (y0 + y1) / 2.0), Some(biggest));
+        assert!(recorder.rects.iter().any(|r| r.0 == BLACK && !r.1), "the highlight's outline");
+    }
+
+    #[test]
+    fn an_old_window_is_drawn_clipped_at_a_new_view() {
+        let data = oom_leak_window(Axis::Time, 500);
+        let bars = stack(&data.allocations);
+        // Panned right by half a window: only the old data's right half shows.
+        let half = (data.end - data.start) / 2;
+        let view = Window::new(data.start + half, data.end + half);
+        let scene = Scene { data: &data, bars: &bars, view, origin: data.start, highlight: None };
+        let (geometry, recorder) = record(&scene);
+        let right = (geometry.left + geometry.width).round() as i32;
+        let middle = geometry.x_px((data.end) as f64).round() as i32;
+        for (colour, points) in &recorder.polygons {
+            if [RESERVED, ACTIVE, ALLOCATED].contains(colour) {
+                assert!(points.iter().all(|p| p.0 <= middle + 1 && p.0 <= right), "clipped at the data's end");
+            }
+        }
+        assert!(recorder.texts.iter().any(|(t, _)| t.ends_with(" s") || t.ends_with(" ms")), "{:?}", recorder.texts);
+    }
+
+    fn record(scene: &Scene<'_>) -> (Geometry, Log) {
+        let log = Rc::new(RefCell::new(Log::default()));
+        let geometry = draw(&Recorder(log.clone()).into_drawing_area(), scene).expect("draws");
+        (geometry, log.take())
+    }
+}

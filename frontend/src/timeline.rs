@@ -1,0 +1,589 @@
+//! The active memory timeline of one device: a `<canvas>` drawn with
+//! plotters from `GET /timeline`, with zoom (wheel, `+`/`−`), pan (drag,
+//! `←`/`→`), a choice of x axis (wall time or event order) and a details
+//! panel for the allocation under the mouse.
+//!
+//! Each change of the window is drawn at once from the data already here
+//! (stretched or shifted, clipped), and a fresh window for the new range is
+//! asked for once the changes pause: the last image stays up while it
+//! loads, and answers to superseded requests are dropped.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use leptos::ev;
+use leptos::prelude::*;
+use leptos::task::spawn_local;
+use plotters::prelude::IntoDrawingArea;
+use plotters_canvas::CanvasBackend;
+use wasm_bindgen::JsCast;
+use web_sys::{KeyboardEvent, MouseEvent, WheelEvent};
+
+use crate::api::{self, TimelineQuery};
+use crate::format;
+use crate::frames::{self, FrameRun};
+use crate::layout::{self, Bar, Geometry};
+use crate::model::{Axis, Frame, TimelineWindow, VisibleAllocation};
+use crate::plot::{self, Scene};
+use crate::viewport::Window;
+
+/// Canvas height in pixels.
+const HEIGHT: u32 = 440;
+/// Most allocations asked for per window (the server allows 5000).
+const MAX_ALLOCATIONS: u32 = 2000;
+/// How long zooming and panning must pause before a new window is fetched.
+const REFETCH_DEBOUNCE: Duration = Duration::from_millis(150);
+/// Width of the plot area outside the canvas's plot: the y labels and margins.
+const PLOT_MARGIN_PX: u32 = 96;
+/// Zoom step of the keyboard and the buttons.
+const ZOOM_STEP: f64 = 1.5;
+/// Pan step of the arrow keys, as a share of the window.
+const PAN_STEP: f64 = 0.1;
+
+/// A window from the API with its allocations stacked.
+#[derive(Debug)]
+struct Prepared {
+    window: TimelineWindow,
+    bars: Vec<Bar>,
+}
+
+/// A stack being fetched, or its answer.
+#[derive(Clone, Debug, PartialEq)]
+enum StackState {
+    Loading,
+    Loaded(Vec<Frame>),
+    Failed(String),
+}
+
+/// A drag in progress.
+#[derive(Clone, Copy, Debug)]
+struct Drag {
+    client_x: f64,
+    view: Window,
+    moved: bool,
+}
+
+/// The same allocation in two windows: one address and one alloc row.
+fn same(a: &VisibleAllocation, b: &VisibleAllocation) -> bool {
+    a.addr == b.addr && a.alloc_row == b.alloc_row && a.size == b.size
+}
+
+/// The timeline of device `device` of snapshot `id`.
+#[component]
+pub(crate) fn Timeline(id: String, device: u32) -> impl IntoView {
+    let id = StoredValue::new(id);
+    let canvas_ref = NodeRef::<leptos::html::Canvas>::new();
+    let wrap_ref = NodeRef::<leptos::html::Div>::new();
+    let width = RwSignal::new(0u32);
+    // Event order first, as PyTorch's viewer: activity is often bunched in
+    // a small part of the wall time (a few steps after a long start-up).
+    let axis = RwSignal::new(Some(Axis::Event));
+    let time_available = RwSignal::new(false);
+    let extent = RwSignal::new(None::<Window>);
+    let view = RwSignal::new(None::<Window>);
+    let data = RwSignal::new(None::<Arc<Prepared>>);
+    let geometry = StoredValue::new(None::<Geometry>);
+    let hovered = RwSignal::new(None::<VisibleAllocation>);
+    let pinned = RwSignal::new(false);
+    let loading = RwSignal::new(false);
+    let error = RwSignal::new(None::<String>);
+    let generation = StoredValue::new(0u64);
+    let timer = StoredValue::new(None::<TimeoutHandle>);
+    let drag = StoredValue::new(None::<Drag>);
+    let last_drag_moved = StoredValue::new(false);
+    let stacks = RwSignal::new(HashMap::<u32, StackState>::new());
+
+    // Ask for a window: `None` for the whole trace on the current axis,
+    // which also sets the extent and resets the view.
+    let fetch = move |window: Option<Window>| {
+        generation.update_value(|g| *g += 1);
+        let this = generation.get_value();
+        let px = geometry
+            .get_value()
+            .map_or_else(|| width.get_untracked().saturating_sub(PLOT_MARGIN_PX), |g| g.width.round() as u32)
+            .max(50);
+        let query = TimelineQuery { device, axis: axis.get_untracked(), window, px, max_allocations: MAX_ALLOCATIONS };
+        loading.set(true);
+        spawn_local(async move {
+            let answer = api::timeline(&id.get_value(), query).await;
+            if generation.try_get_value() != Some(this) {
+                return;
+            }
+            loading.set(false);
+            match answer {
+                Ok(w) => {
+                    if window.is_none() {
+                        axis.set(Some(w.axis));
+                        let whole = Window::new(w.start, w.end);
+                        extent.set(Some(whole));
+                        view.set(Some(whole));
+                    }
+                    let bars = layout::stack(&w.allocations);
+                    data.set(Some(Arc::new(Prepared { window: w, bars })));
+                    error.set(None);
+                }
+                Err(e) => error.set(Some(e.to_string())),
+            }
+        });
+    };
+    let schedule = move || {
+        if let Some(handle) = timer.get_value() {
+            handle.clear();
+        }
+        let handle = set_timeout_with_handle(
+            move || {
+                if let Some(v) = view.get_untracked() {
+                    fetch(Some(v));
+                }
+            },
+            REFETCH_DEBOUNCE,
+        );
+        timer.set_value(handle.ok());
+    };
+    let set_view = move |w: Window| {
+        if view.get_untracked() != Some(w) {
+            view.set(Some(w));
+            schedule();
+        }
+    };
+    let zoom = move |factor: f64, anchor: f64| {
+        if let (Some(v), Some(e)) = (view.get_untracked(), extent.get_untracked()) {
+            set_view(v.zoom(factor, anchor, e));
+        }
+    };
+    let pan = move |fraction: f64| {
+        if let (Some(v), Some(e)) = (view.get_untracked(), extent.get_untracked()) {
+            set_view(v.pan(fraction, e));
+        }
+    };
+    let reset = move || {
+        if let Some(e) = extent.get_untracked() {
+            set_view(e);
+        }
+    };
+    let switch_axis = move |to: Axis| {
+        if axis.get_untracked() == Some(to) {
+            return;
+        }
+        // Rows and microseconds do not convert: start over on the new axis.
+        axis.set(Some(to));
+        extent.set(None);
+        view.set(None);
+        hovered.set(None);
+        pinned.set(false);
+        fetch(None);
+    };
+
+    // Size the canvas to its container, now and when the window resizes.
+    let measure = move || {
+        let Some(wrap) = wrap_ref.get_untracked() else { return false };
+        let w = u32::try_from(wrap.client_width()).unwrap_or(0).max(320);
+        if w == width.get_untracked() {
+            return false;
+        }
+        width.set(w);
+        true
+    };
+    Effect::new(move |started: Option<bool>| {
+        if started == Some(true) || wrap_ref.get().is_none() {
+            return started.unwrap_or(false);
+        }
+        measure();
+        fetch(None);
+        true
+    });
+    // Whether the trace records times (PyTorch 2.2+): a one-bucket window
+    // on the time axis answers, or says there is none.
+    spawn_local(async move {
+        let probe = TimelineQuery { device, axis: Some(Axis::Time), window: None, px: 1, max_allocations: 0 };
+        let has_time = api::timeline(&id.get_value(), probe).await.is_ok();
+        time_available.try_set(has_time);
+    });
+    let resize = window_event_listener(ev::resize, move |_| {
+        if measure() && view.get_untracked().is_some() {
+            // The plot's width in pixels is the number of buckets.
+            geometry.set_value(None);
+            schedule();
+        }
+    });
+
+    // Draw whenever the data, the view, the size or the highlight change.
+    Effect::new(move |_| {
+        let (Some(canvas), Some(v)) = (canvas_ref.get(), view.get()) else { return };
+        let w = width.get();
+        let hover = hovered.get();
+        let origin = extent.get().map_or(v.start, |e| e.start);
+        data.with(|d| {
+            let Some(d) = d else { return };
+            canvas.set_width(w);
+            canvas.set_height(HEIGHT);
+            let highlight = hover.and_then(|a| {
+                d.bars.iter().position(|b| d.window.allocations.get(b.index).is_some_and(|x| same(x, &a)))
+            });
+            let scene = Scene { data: &d.window, bars: &d.bars, view: v, origin, highlight };
+            let Some(backend) = CanvasBackend::with_canvas_object(canvas.clone()) else {
+                error.set(Some("this browser gives no 2D drawing context for the canvas".to_owned()));
+                return;
+            };
+            match plot::draw(&backend.into_drawing_area(), &scene) {
+                Ok(g) => geometry.set_value(Some(g)),
+                Err(e) => error.set(Some(e)),
+            }
+        });
+    });
+
+    // The allocation at a point of the canvas.
+    let allocation_at = move |x: f64, y: f64| -> Option<VisibleAllocation> {
+        let g = geometry.get_value()?;
+        data.with_untracked(|d| {
+            let d = d.as_ref()?;
+            let i = layout::hit(&d.bars, &g, x, y)?;
+            d.window.allocations.get(d.bars.get(i)?.index).copied()
+        })
+    };
+    let on_mousemove = move |e: MouseEvent| {
+        if drag.get_value().is_some() || pinned.get_untracked() {
+            return;
+        }
+        if let Some(found) = allocation_at(f64::from(e.offset_x()), f64::from(e.offset_y()))
+            && hovered.get_untracked().is_none_or(|h| !same(&h, &found))
+        {
+            hovered.set(Some(found));
+        }
+    };
+    let on_click = move |e: MouseEvent| {
+        if last_drag_moved.get_value() {
+            return;
+        }
+        match allocation_at(f64::from(e.offset_x()), f64::from(e.offset_y())) {
+            Some(found) => {
+                let again = pinned.get_untracked() && hovered.get_untracked().is_some_and(|h| same(&h, &found));
+                hovered.set(Some(found));
+                pinned.set(!again);
+            }
+            None => pinned.set(false),
+        }
+    };
+    let on_mousedown = move |e: MouseEvent| {
+        if e.button() != 0 {
+            return;
+        }
+        if let Some(v) = view.get_untracked() {
+            drag.set_value(Some(Drag { client_x: f64::from(e.client_x()), view: v, moved: false }));
+        }
+    };
+    let drag_move = window_event_listener(ev::mousemove, move |e: MouseEvent| {
+        let (Some(mut d), Some(g), Some(ext)) = (drag.get_value(), geometry.get_value(), extent.get_untracked()) else {
+            return;
+        };
+        let dx = f64::from(e.client_x()) - d.client_x;
+        if dx.abs() < 3.0 && !d.moved {
+            return;
+        }
+        d.moved = true;
+        drag.set_value(Some(d));
+        let shift = (-dx / g.width * d.view.width() as f64).round() as i64;
+        set_view(d.view.shifted(shift, ext));
+    });
+    let drag_end = window_event_listener(ev::mouseup, move |_| {
+        last_drag_moved.set_value(drag.get_value().is_some_and(|d| d.moved));
+        drag.set_value(None);
+    });
+    let on_wheel = move |e: WheelEvent| {
+        let Some(g) = geometry.get_value() else { return };
+        e.prevent_default();
+        // Lines (Firefox) or pixels: about 100 pixels per notch.
+        let delta = if e.delta_mode() == 1 { e.delta_y() * 33.0 } else { e.delta_y() };
+        let factor = (delta * 0.002).exp().clamp(0.5, 2.0);
+        zoom(factor, (f64::from(e.offset_x()) - g.left) / g.width);
+    };
+    let keys = window_event_listener(ev::keydown, move |e: KeyboardEvent| {
+        if e.ctrl_key() || e.meta_key() || e.alt_key() || typing_in_a_field(&e) {
+            return;
+        }
+        match e.key().as_str() {
+            "ArrowLeft" => pan(-PAN_STEP),
+            "ArrowRight" => pan(PAN_STEP),
+            "+" | "=" => zoom(1.0 / ZOOM_STEP, 0.5),
+            "-" | "_" => zoom(ZOOM_STEP, 0.5),
+            "0" => reset(),
+            _ => return,
+        }
+        e.prevent_default();
+    });
+    on_cleanup(move || {
+        resize.remove();
+        drag_move.remove();
+        drag_end.remove();
+        keys.remove();
+        if let Some(handle) = timer.try_get_value().flatten() {
+            handle.clear();
+        }
+    });
+
+    // Fetch the stack of the allocation shown, once per stack.
+    Effect::new(move |_| {
+        let Some(a) = hovered.get() else { return };
+        if stacks.with_untracked(|m| m.contains_key(&a.stack)) {
+            return;
+        }
+        stacks.update(|m| {
+            m.insert(a.stack, StackState::Loading);
+        });
+        spawn_local(async move {
+            let state = match api::stack(&id.get_value(), a.stack).await {
+                Ok(frames) => StackState::Loaded(frames),
+                Err(e) => StackState::Failed(e.to_string()),
+            };
+            stacks.try_update(|m| m.insert(a.stack, state));
+        });
+    });
+
+    let status = move || {
+        let (Some(v), Some(ax)) = (view.get(), axis.get()) else { return String::new() };
+        let origin = extent.get().map_or(v.start, |e| e.start);
+        let range = match ax {
+            Axis::Event => {
+                format!("rows {} to {}", format::grouped(v.start.max(0) as u64), format::grouped(v.end.max(0) as u64))
+            }
+            Axis::Time => format!("{} to {}", format::x_point(ax, v.start, origin), format::x_point(ax, v.end, origin)),
+        };
+        let shown = data.with(|d| {
+            d.as_ref().map(|d| {
+                let n = d.bars.len();
+                if d.window.more_allocations {
+                    format!("the {n} largest allocations of this window")
+                } else {
+                    format!("{n} allocations of at least {}", format::bytes(d.window.min_visible_size))
+                }
+            })
+        });
+        format!("{range} · {}", shown.unwrap_or_default())
+    };
+
+    view! {
+        <section class="timeline-panel">
+            <div class="toolbar">
+                <h2>"Active memory timeline"</h2>
+                <div class="group" role="group" aria-label="x axis">
+                    <button
+                        id="axis-time"
+                        class:active=move || axis.get() == Some(Axis::Time)
+                        disabled=move || !time_available.get()
+                        title=move || {
+                            if time_available.get() { "Wall time" } else { "This trace records no times (PyTorch before 2.2)" }
+                        }
+                        on:click=move |_| switch_axis(Axis::Time)
+                    >
+                        "Time"
+                    </button>
+                    <button
+                        id="axis-event"
+                        class:active=move || axis.get() == Some(Axis::Event)
+                        on:click=move |_| switch_axis(Axis::Event)
+                    >
+                        "Event order"
+                    </button>
+                </div>
+                <div class="group" role="group" aria-label="zoom">
+                    <button title="Zoom in (+)" on:click=move |_| zoom(1.0 / ZOOM_STEP, 0.5)>
+                        "+"
+                    </button>
+                    <button title="Zoom out (−)" on:click=move |_| zoom(ZOOM_STEP, 0.5)>
+                        "−"
+                    </button>
+                    <button title="Whole trace (0)" on:click=move |_| reset()>
+                        "Reset"
+                    </button>
+                </div>
+                <span class="status" id="timeline-status">
+                    {status}
+                </span>
+                <Show when=move || loading.get()>
+                    <span class="loading" id="timeline-loading">
+                        "loading…"
+                    </span>
+                </Show>
+            </div>
+            {move || error.get().map(|e| view! { <p class="notice error">{e}</p> })}
+            <div class="canvas-wrap" node_ref=wrap_ref>
+                <canvas
+                    id="timeline"
+                    node_ref=canvas_ref
+                    width="960"
+                    height=HEIGHT.to_string()
+                    tabindex="0"
+                    aria-label="Active memory timeline: scroll to zoom, drag or use the arrow keys to pan"
+                    on:mousemove=on_mousemove
+                    on:mousedown=on_mousedown
+                    on:click=on_click
+                    on:wheel=on_wheel
+                ></canvas>
+            </div>
+            <Legend axis=axis/>
+            <Details hovered=hovered pinned=pinned axis=axis extent=extent stacks=stacks/>
+        </section>
+    }
+}
+
+/// Whether a key went to a text field, where it must not move the plot.
+fn typing_in_a_field(e: &KeyboardEvent) -> bool {
+    e.target()
+        .and_then(|t| t.dyn_into::<web_sys::Element>().ok())
+        .is_some_and(|el| matches!(el.tag_name().to_ascii_lowercase().as_str(), "input" | "textarea" | "select"))
+}
+
+#[component]
+fn Legend(axis: RwSignal<Option<Axis>>) -> impl IntoView {
+    let swatch = |class: &'static str, label: &'static str, title: &'static str| {
+        view! {
+            <span class="key" title=title>
+                <span class=format!("swatch {class}")></span>
+                {label}
+            </span>
+        }
+    };
+    view! {
+        <div class="legend">
+            {swatch("reserved", "reserved", "Bytes reserved from CUDA (segments)")}
+            {swatch("active", "active", "Requested bytes of allocated and pending-free blocks")}
+            {swatch("allocated", "allocated", "Requested bytes of allocated blocks")}
+            {swatch("bars", "allocations", "The largest allocations of the window, stacked first-fit in allocation order")}
+            {swatch("oom", "OOM", "An allocation failed")}
+            {swatch("window-start", "trace start", "The ring buffer wrapped: history before this is lost")}
+            <span class="axis-caption">{move || axis.get().map(plot::x_axis_caption)}</span>
+            <span class="hint">"Bands: the range in each pixel column; lines: the value at its end. Scroll to zoom, drag or ←/→ to pan, 0 to reset."</span>
+        </div>
+    }
+}
+
+/// The allocation under the mouse (or pinned by a click) and its stack.
+#[component]
+fn Details(
+    hovered: RwSignal<Option<VisibleAllocation>>,
+    pinned: RwSignal<bool>,
+    axis: RwSignal<Option<Axis>>,
+    extent: RwSignal<Option<Window>>,
+    stacks: RwSignal<HashMap<u32, StackState>>,
+) -> impl IntoView {
+    move || {
+        let Some(a) = hovered.get() else {
+            return view! {
+                <div class="details" id="details">
+                    <p class="hint">"Point at an allocation to see its size, address and stack; click to pin it."</p>
+                </div>
+            }
+            .into_any();
+        };
+        let ax = axis.get().unwrap_or(Axis::Event);
+        let origin = extent.get().map_or(a.start, |e| e.start);
+        let row = |r: Option<u32>| r.map(|r| format::grouped(u64::from(r)));
+        // On the time axis, rows and times; on the event axis x is the row.
+        let at = |r: u32, x: i64| match ax {
+            Axis::Time => format!("row {} ({})", format::grouped(u64::from(r)), format::x_point(ax, x, origin)),
+            Axis::Event => format!("row {}", format::grouped(u64::from(r))),
+        };
+        let born = match a.alloc_row {
+            Some(r) => at(r, a.start),
+            None => "before the trace began (a ghost: its alloc was lost when the ring buffer wrapped)".to_owned(),
+        };
+        let freed = match (a.free_requested_row, a.free_row) {
+            (_, Some(f)) => {
+                let requested = row(a.free_requested_row).filter(|_| a.free_requested_row != Some(f));
+                let pending = requested.map(|q| format!(", requested at row {q}")).unwrap_or_default();
+                format!("{}{pending}", at(f, a.end))
+            }
+            (Some(q), None) => format!("requested at row {}, still pending at the end", format::grouped(u64::from(q))),
+            (None, None) => "still allocated when the snapshot was taken".to_owned(),
+        };
+        let lifetime = match ax {
+            Axis::Time => format::duration_us(a.end - a.start),
+            Axis::Event => format!("{} events", format::grouped((a.end - a.start).max(0) as u64)),
+        };
+        view! {
+            <div class="details" id="details">
+                <h3>
+                    {format!("{} at {}", format::bytes(a.size), format::hex(a.addr))}
+                    {move || pinned.get().then_some(view! { <span class="pin">"pinned — click it again to unpin"</span> })}
+                </h3>
+                <dl>
+                    <dt>"size"</dt>
+                    <dd>{format!("{} bytes", format::grouped(a.size))}</dd>
+                    <dt>"address"</dt>
+                    <dd><code>{format::hex(a.addr)}</code></dd>
+                    <dt>"allocated"</dt>
+                    <dd>{born}</dd>
+                    <dt>"freed"</dt>
+                    <dd>{freed}</dd>
+                    <dt>"alive for"</dt>
+                    <dd>{lifetime}</dd>
+                </dl>
+                <Stack stack=a.stack stacks=stacks/>
+            </div>
+        }
+            .into_any()
+    }
+}
+
+#[component]
+fn Stack(stack: u32, stacks: RwSignal<HashMap<u32, StackState>>) -> impl IntoView {
+    move || {
+        match stacks.with(|m| m.get(&stack).cloned()) {
+        None | Some(StackState::Loading) => view! { <p class="hint">"Loading the stack…"</p> }.into_any(),
+        Some(StackState::Failed(e)) => view! { <p class="notice error">{e}</p> }.into_any(),
+        Some(StackState::Loaded(frames)) if frames.is_empty() => view! {
+            <p class="hint" id="no-frames">
+                "No frames were recorded for this allocation (history was recorded without stacks, or it came from C++ without Python on the stack)."
+            </p>
+        }
+        .into_any(),
+        Some(StackState::Loaded(frames)) => {
+            // Frames keep their numbers across runs, folded or not.
+            let mut first = 1;
+            let runs: Vec<AnyView> = frames::group(&frames)
+                .into_iter()
+                .map(|run| {
+                    let start = first;
+                    first += run.frames.len();
+                    run_view(run, start)
+                })
+                .collect();
+            view! {
+                <div class="stack" id="stack">
+                    <h4>"Stack, innermost first"</h4>
+                    {runs}
+                </div>
+            }
+            .into_any()
+        }
+    }
+    }
+}
+
+fn frame_view(f: Frame) -> impl IntoView {
+    view! {
+        <li>
+            <code class="fn">{f.name}</code>
+            " "
+            <span class="file">{format!("{}:{}", f.filename, f.line)}</span>
+        </li>
+    }
+}
+
+fn run_view(run: FrameRun, start: usize) -> AnyView {
+    let n = run.frames.len();
+    let items = run.frames.into_iter().map(frame_view).collect_view();
+    let start = start.to_string();
+    if run.torch {
+        view! {
+            <details class="torch-frames">
+                <summary>{format!("{n} PyTorch frame{}", if n == 1 { "" } else { "s" })}</summary>
+                <ol start=start>{items}</ol>
+            </details>
+        }
+        .into_any()
+    } else {
+        view! { <ol class="user-frames" start=start>{items}</ol> }.into_any()
+    }
+}

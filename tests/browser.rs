@@ -1,0 +1,544 @@
+//! The dashboard in a real browser: headless Chromium, driven over
+//! WebDriver (chromedriver) by fantoccini, against a real `vramscope serve`
+//! on a loopback port. It does what a person does: drops a file that is no
+//! snapshot and reads why, uploads a snapshot through the file picker on a
+//! throttled link (progress bar), opens it, reads the timeline's pixels,
+//! points at an allocation and reads its stack, zooms (keys, wheel), pans
+//! (drag), switches the axis, then renames, tags, filters and deletes; and,
+//! against a server that requires tokens, enters one in the page.
+//!
+//! Needs Chromium and chromedriver (Debian: `chromium`, `chromium-driver`)
+//! and the dashboard built into the binary (`scripts/build-frontend` before
+//! the tests are compiled); `./scripts/test` provides all three. Missing,
+//! they fail this test loudly: it never skips. Screenshots of each step go
+//! to `target/browser-artifacts/`.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::net::TcpListener;
+use std::panic::AssertUnwindSafe;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use axum::http::Method;
+use fantoccini::actions::{InputSource, KeyAction, KeyActions, MouseActions, PointerAction, WheelAction, WheelActions};
+use fantoccini::wd::WebDriverCompatibleCommand;
+use fantoccini::{Client, ClientBuilder, Locator};
+use futures::FutureExt;
+use serde_json::{Value, json};
+use url::Url;
+
+/// Curve colours of the plot (frontend/src/plot.rs), as the canvas holds them.
+const RESERVED: [u8; 3] = [87, 96, 106];
+const ACTIVE: [u8; 3] = [219, 109, 40];
+const ALLOCATED: [u8; 3] = [9, 105, 218];
+const OOM: [u8; 3] = [207, 34, 46];
+
+/// WebDriver's codes of the Enter and Backspace keys.
+const ENTER: &str = "\u{E007}";
+const BACKSPACE: &str = "\u{E003}";
+
+const SETUP_HINT: &str = "run ./scripts/test, which installs chromium and chromium-driver and builds the dashboard";
+
+/// A child process, killed when dropped.
+struct Process(Child);
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn artifacts() -> PathBuf {
+    let dir =
+        Path::new(env!("CARGO_TARGET_TMPDIR")).parent().expect("target/tmp has a parent").join("browser-artifacts");
+    std::fs::create_dir_all(&dir).expect("artifacts folder");
+    dir
+}
+
+fn scratch(tag: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("browser-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch folder");
+    dir
+}
+
+/// `vramscope serve` on a free loopback port over `data`, with extra
+/// environment; returns it and its URL.
+fn start_server(data: &Path, env: &[(&str, &str)]) -> (Process, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vramscope"))
+        .args(["serve", "--bind", "127.0.0.1:0", "--data-dir"])
+        .arg(data)
+        .envs(env.iter().copied())
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn vramscope serve");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut line = String::new();
+    BufReader::new(stdout).read_line(&mut line).expect("read the listening line");
+    let url = line
+        .trim()
+        .strip_prefix("vramscope listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line from the server: {line:?}"))
+        .to_owned();
+    (Process(child), url)
+}
+
+/// The first of `names` found as a file, or on `PATH`.
+fn find_program(env: &str, names: &[&str]) -> PathBuf {
+    if let Some(p) = std::env::var_os(env) {
+        return PathBuf::from(p);
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    for name in names {
+        for dir in std::env::split_paths(&path) {
+            let candidate = dir.join(name);
+            if candidate.is_file() {
+                return candidate;
+            }
+        }
+    }
+    panic!("none of {names:?} is installed (or set {env}): {SETUP_HINT}");
+}
+
+/// chromedriver on a free loopback port; returns it and its URL.
+fn start_chromedriver() -> (Process, String) {
+    let driver = find_program("VRAMSCOPE_CHROMEDRIVER", &["chromedriver"]);
+    let port = TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port();
+    let child = Command::new(&driver)
+        .arg(format!("--port={port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("start {}: {e}: {SETUP_HINT}", driver.display()));
+    let process = Process(child);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "chromedriver did not listen on port {port} within 20 s");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    (process, format!("http://127.0.0.1:{port}"))
+}
+
+async fn connect(driver: &str, profile: &str) -> Client {
+    let browser = find_program("VRAMSCOPE_CHROMIUM", &["chromium", "chromium-browser", "google-chrome"]);
+    let profile = scratch(profile);
+    let capabilities = json!({
+        "goog:chromeOptions": {
+            "binary": browser,
+            "args": [
+                "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                "--disable-dev-shm-usage", "--window-size=1400,1500", "--force-device-scale-factor=1",
+                format!("--user-data-dir={}", profile.display()),
+            ],
+        }
+    });
+    let Value::Object(capabilities) = capabilities else { unreachable!("a JSON object") };
+    ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+        .capabilities(capabilities)
+        .connect(driver)
+        .await
+        .unwrap_or_else(|e| panic!("chromedriver at {driver} could not start Chromium: {e}: {SETUP_HINT}"))
+}
+
+async fn screenshot(client: &Client, name: &str) {
+    let png = client.screenshot().await.expect("screenshot");
+    let path = artifacts().join(format!("{name}.png"));
+    std::fs::write(&path, png).expect("write the screenshot");
+    eprintln!("screenshot: {}", path.display());
+}
+
+/// Poll `check` every 200 ms until it answers `Some`; after `secs`, take a
+/// screenshot (`failed-….png`) and fail.
+async fn until<T, F, Fut>(client: &Client, secs: u64, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        if Instant::now() > deadline {
+            screenshot(client, &format!("failed-{}", what.replace(' ', "-"))).await;
+            panic!("timed out after {secs} s waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn text_of(client: &Client, css: &str) -> Option<String> {
+    client.find(Locator::Css(css)).await.ok()?.text().await.ok()
+}
+
+/// Pixels of the timeline canvas by colour.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Pixels {
+    total: u64,
+    non_background: u64,
+    reserved: u64,
+    active: u64,
+    allocated: u64,
+    oom: u64,
+}
+
+async fn canvas_pixels(client: &Client) -> Option<Pixels> {
+    let script = r#"
+        const c = document.getElementById("timeline");
+        if (!c) return null;
+        const d = c.getContext("2d").getImageData(0, 0, c.width, c.height).data;
+        const want = arguments[0];
+        const counts = new Array(want.length).fill(0);
+        let other = 0;
+        for (let i = 0; i < d.length; i += 4) {
+            if (d[i] !== 255 || d[i + 1] !== 255 || d[i + 2] !== 255) other++;
+            for (let k = 0; k < want.length; k++) {
+                if (d[i] === want[k][0] && d[i + 1] === want[k][1] && d[i + 2] === want[k][2]) counts[k]++;
+            }
+        }
+        return { total: d.length / 4, other, counts };
+    "#;
+    let answer = client.execute(script, vec![json!([RESERVED, ACTIVE, ALLOCATED, OOM])]).await.ok()?;
+    let counts: Vec<u64> = answer["counts"].as_array()?.iter().filter_map(Value::as_u64).collect();
+    Some(Pixels {
+        total: answer["total"].as_u64()?,
+        non_background: answer["other"].as_u64()?,
+        reserved: *counts.first()?,
+        active: *counts.get(1)?,
+        allocated: *counts.get(2)?,
+        oom: *counts.get(3)?,
+    })
+}
+
+/// The canvas's box in the viewport: left, top, width, height.
+async fn canvas_box(client: &Client) -> (f64, f64, f64, f64) {
+    let r = client
+        .execute(
+            "const r = document.getElementById('timeline').getBoundingClientRect(); return [r.left, r.top, r.width, r.height];",
+            vec![],
+        )
+        .await
+        .expect("canvas box");
+    let v: Vec<f64> = r.as_array().expect("array").iter().filter_map(Value::as_f64).collect();
+    (v[0], v[1], v[2], v[3])
+}
+
+/// The window the status line shows on the event axis: `rows A to B · …`.
+fn rows_shown(status: &str) -> Option<(i64, i64)> {
+    let rest = status.strip_prefix("rows ")?;
+    let (a, rest) = rest.split_once(" to ")?;
+    let b = rest.split_whitespace().next()?;
+    let num = |s: &str| s.replace(',', "").parse::<i64>().ok();
+    Some((num(a)?, num(b)?))
+}
+
+/// Wait for the timeline to settle on a window other than `before`.
+async fn new_window(client: &Client, before: (i64, i64), what: &str) -> (i64, i64) {
+    until(client, 30, what, || async {
+        if client.find(Locator::Css("#timeline-loading")).await.is_ok() {
+            return None;
+        }
+        let now = rows_shown(&text_of(client, "#timeline-status").await?)?;
+        (now != before).then_some(now)
+    })
+    .await
+}
+
+/// Chromium's network emulation (a chromedriver extension command): an
+/// upload speed in bytes per second, or `None` to end the emulation.
+#[derive(Debug)]
+struct Throttle {
+    upload_bytes_per_s: Option<u64>,
+}
+
+impl WebDriverCompatibleCommand for Throttle {
+    fn endpoint(&self, base: &Url, session: Option<&str>) -> Result<Url, url::ParseError> {
+        base.join(&format!("session/{}/chromium/network_conditions", session.unwrap_or_default()))
+    }
+
+    fn method_and_body(&self, _: &Url) -> (Method, Option<String>) {
+        match self.upload_bytes_per_s {
+            Some(rate) => {
+                let conditions = json!({ "network_conditions": {
+                    "offline": false, "latency": 0, "download_throughput": 100_000_000, "upload_throughput": rate,
+                }});
+                (Method::POST, Some(conditions.to_string()))
+            }
+            None => (Method::DELETE, None),
+        }
+    }
+}
+
+/// Run `steps`, then end the browser session whatever happened: a failed
+/// step must not leave Chromium running once chromedriver is killed.
+async fn closing(client: &Client, steps: impl std::future::Future<Output = ()>) {
+    let outcome = AssertUnwindSafe(steps).catch_unwind().await;
+    let closed = client.clone().close().await;
+    if let Err(panic) = outcome {
+        std::panic::resume_unwind(panic);
+    }
+    closed.expect("close the browser");
+}
+
+async fn assert_dashboard_built(url: &str) {
+    let page = reqwest::get(format!("{url}/")).await.expect("GET /");
+    assert_eq!(
+        page.status(),
+        200,
+        "the dashboard is not built into this vramscope binary (scripts/build-frontend must run before cargo \
+         test): {SETUP_HINT}"
+    );
+}
+
+async fn press(client: &Client, key: char) {
+    let keys =
+        KeyActions::new("keyboard".to_owned()).then(KeyAction::Down { value: key }).then(KeyAction::Up { value: key });
+    client.perform_actions(keys).await.expect("key press");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upload_open_and_explore_a_snapshot_in_chromium() {
+    let (_server, url) = start_server(&scratch("data"), &[]);
+    assert_dashboard_built(&url).await;
+    let (_driver, driver_url) = start_chromedriver();
+    let client = connect(&driver_url, "profile").await;
+    closing(&client, explore(&client, &url)).await;
+}
+
+/// What a person does with the dashboard, step by step.
+async fn explore(client: &Client, url: &str) {
+    let client = client.clone();
+    // The library, empty.
+    client.goto(&format!("{url}/")).await.expect("open the library");
+    client
+        .wait()
+        .at_most(Duration::from_secs(30))
+        .for_element(Locator::Css(".dropzone"))
+        .await
+        .expect("the app mounts");
+    screenshot(&client, "1-library-empty").await;
+
+    // A file dropped on the page that is no snapshot: the server's reason
+    // shows. (WebDriver cannot drag from the desktop; the drop event carries
+    // a file made in the page, as the browser's own would.)
+    let drop = r#"
+        const files = new DataTransfer();
+        files.items.add(new File([new Uint8Array([0x80, 4, 0x4b, 0x2a, 0x2e])], "dropped.pickle"));
+        document.querySelector(".dropzone").dispatchEvent(
+            new DragEvent("drop", { dataTransfer: files, bubbles: true, cancelable: true }));
+    "#;
+    client.execute(drop, vec![]).await.expect("drop a file");
+    let refused = until(&client, 30, "the refusal", || text_of(&client, ".notice.error")).await;
+    assert!(
+        refused.contains("uploading dropped.pickle") && refused.contains("not a PyTorch memory snapshot"),
+        "{refused}"
+    );
+
+    // Upload through the page's file input, as the file picker does, on a
+    // slow link so the progress bar shows.
+    client.issue_cmd(Throttle { upload_bytes_per_s: Some(100_000) }).await.expect("throttle the upload");
+    let fixture = common::fixture_corpus().join("oom_leak.pickle");
+    let input = client.find(Locator::Css("#file-input")).await.expect("file input");
+    input.send_keys(&fixture.to_string_lossy()).await.expect("choose the file");
+    let progress = until(&client, 20, "the upload's progress", || async {
+        let text = text_of(&client, ".progress").await?;
+        Some(text).filter(|t| t.contains("oom_leak.pickle: ") && !t.contains(": 0%"))
+    })
+    .await;
+    assert!(progress.contains("% of 570 KiB"), "{progress}");
+    screenshot(&client, "2-upload-progress").await;
+    let link = client
+        .wait()
+        .at_most(Duration::from_secs(60))
+        .for_element(Locator::LinkText("oom_leak.pickle"))
+        .await
+        .expect("the upload is listed");
+    client.issue_cmd(Throttle { upload_bytes_per_s: None }).await.expect("unthrottle");
+    let notice = until(&client, 10, "the upload notice", || text_of(&client, ".notice")).await;
+    assert!(notice.contains("uploaded oom_leak.pickle"), "{notice}");
+    screenshot(&client, "2-library-uploaded").await;
+
+    // Open it: statistics, then the timeline drawn.
+    link.click().await.expect("open the snapshot");
+    let summary = until(&client, 30, "the statistics", || text_of(&client, "#stats-summary")).await;
+    assert!(summary.contains("OOMS\n1") || summary.contains("OOMs\n1"), "{summary}");
+    assert!(client.current_url().await.expect("url").path().starts_with("/snapshots/"));
+    let pixels = until(&client, 30, "the timeline drawn", || async {
+        let p = canvas_pixels(&client).await?;
+        (p.allocated > 0 && client.find(Locator::Css("#timeline-loading")).await.is_err()).then_some(p)
+    })
+    .await;
+    screenshot(&client, "3-timeline").await;
+    eprintln!("{pixels:?}");
+    // The curves and the OOM marker, in their own colours, and bars under them.
+    assert!(pixels.reserved >= 400, "reserved line: {pixels:?}");
+    assert!(pixels.allocated >= 400, "allocated line: {pixels:?}");
+    assert!(pixels.active >= 5, "active line (mostly under allocated): {pixels:?}");
+    assert!(pixels.oom >= 300, "the OOM marker: {pixels:?}");
+    assert!(pixels.non_background > pixels.total / 10, "bars and bands fill the plot: {pixels:?}");
+    let status = text_of(&client, "#timeline-status").await.expect("status");
+    assert_eq!(rows_shown(&status), Some((0, 6680)), "{status}");
+
+    // Point at allocations, low in the plot where the bars are stacked,
+    // until one with recorded frames shows in the details panel (many of
+    // this file's allocations have none: the page then says so).
+    let (left, top, width, height) = canvas_box(&client).await;
+    let mut shown = None;
+    'search: for fy in [0.88, 0.84, 0.8, 0.75, 0.7] {
+        for fx in [0.3, 0.5, 0.7, 0.4, 0.6, 0.2, 0.8, 0.9] {
+            let (x, y) = (left + width * fx, top + height * fy);
+            let mouse = MouseActions::new("mouse".to_owned()).then(PointerAction::MoveTo {
+                duration: Some(Duration::from_millis(50)),
+                x,
+                y,
+            });
+            client.perform_actions(mouse).await.expect("move the mouse");
+            let Some(details) = text_of(&client, "#details dl").await else { continue };
+            let stack = until(&client, 20, "the allocation's stack", || async {
+                if client.find(Locator::Css("#no-frames")).await.is_ok() {
+                    return Some(None);
+                }
+                text_of(&client, "#stack").await.map(Some)
+            })
+            .await;
+            if let Some(stack) = stack {
+                shown = Some((details, stack));
+                break 'search;
+            }
+        }
+    }
+    let (details, stack) = shown.expect("pointing at the stacked bars shows an allocation with frames");
+    assert!(details.contains("bytes") && details.contains("0x"), "{details}");
+    assert!(stack.contains("train.py:"), "the user's frames are shown: {stack}");
+    let folded = client.find_all(Locator::Css("#stack details.torch-frames")).await.expect("query");
+    if let Some(group) = folded.first() {
+        // PyTorch's frames are folded; a click unfolds them.
+        assert!(group.attr("open").await.expect("attr").is_none());
+        group.find(Locator::Css("summary")).await.expect("summary").click().await.expect("unfold");
+        assert!(group.attr("open").await.expect("attr").is_some());
+    }
+    screenshot(&client, "4-hover-details").await;
+
+    // Zoom with the keyboard and the wheel, pan by dragging: each settles on
+    // a new window fetched from the server.
+    let (row0, row1) = (0, 6680);
+    press(&client, '+').await;
+    let zoomed = new_window(&client, (row0, row1), "a keyboard zoom").await;
+    assert!(zoomed.1 - zoomed.0 < (row1 - row0) * 3 / 4, "{zoomed:?}");
+    let mut wheel = WheelActions::new("wheel".to_owned());
+    wheel.push(WheelAction::Scroll {
+        duration: None,
+        x: (left + width * 0.6) as i64,
+        y: (top + height * 0.5) as i64,
+        delta_x: 0,
+        delta_y: -300,
+    });
+    client.perform_actions(wheel).await.expect("wheel");
+    let wheeled = new_window(&client, zoomed, "a wheel zoom").await;
+    assert!(wheeled.1 - wheeled.0 < zoomed.1 - zoomed.0, "{wheeled:?} after {zoomed:?}");
+    let drag = MouseActions::new("drag".to_owned())
+        .then(PointerAction::MoveTo { duration: None, x: left + width * 0.5, y: top + height * 0.3 })
+        .then(PointerAction::Down { button: fantoccini::actions::MOUSE_BUTTON_LEFT })
+        .then(PointerAction::MoveBy { duration: Some(Duration::from_millis(200)), x: 150.0, y: 0.0 })
+        .then(PointerAction::Up { button: fantoccini::actions::MOUSE_BUTTON_LEFT });
+    client.perform_actions(drag).await.expect("drag");
+    let panned = new_window(&client, wheeled, "a drag").await;
+    assert!(panned.0 < wheeled.0, "dragging right shows earlier rows: {panned:?} after {wheeled:?}");
+    assert_eq!(panned.1 - panned.0, wheeled.1 - wheeled.0, "a pan keeps the width");
+    let pixels = canvas_pixels(&client).await.expect("pixels");
+    assert!(pixels.allocated >= 200 && pixels.non_background > pixels.total / 10, "zoomed: {pixels:?}");
+    screenshot(&client, "5-zoomed").await;
+
+    // Wall time: the whole trace again, labelled in seconds.
+    client.find(Locator::Css("#axis-time")).await.expect("time button").click().await.expect("switch axis");
+    let status = until(&client, 30, "the time axis", || async {
+        let s = text_of(&client, "#timeline-status").await?;
+        (s.starts_with('+') && client.find(Locator::Css("#timeline-loading")).await.is_err()).then_some(s)
+    })
+    .await;
+    assert!(status.contains(" s ·") || status.contains(" ms ·"), "{status}");
+    let pixels = canvas_pixels(&client).await.expect("pixels");
+    assert!(pixels.allocated >= 100 && pixels.oom >= 300, "time axis: {pixels:?}");
+    screenshot(&client, "6-time-axis").await;
+
+    // Back to the library through the page's own link; rename, tag, filter
+    // and delete there.
+    client.find(Locator::LinkText("Library")).await.expect("crumb").click().await.expect("back");
+    client
+        .wait()
+        .at_most(Duration::from_secs(20))
+        .for_element(Locator::LinkText("oom_leak.pickle"))
+        .await
+        .expect("listed");
+    client.find(Locator::Css("button[title=Rename]")).await.expect("rename button").click().await.expect("rename");
+    let field = client.find(Locator::Css("input.rename")).await.expect("name field");
+    field.send_keys(&format!("{}leaky run{ENTER}", BACKSPACE.repeat(40))).await.expect("type a name");
+    client.wait().at_most(Duration::from_secs(20)).for_element(Locator::LinkText("leaky run")).await.expect("renamed");
+    let tag = client.find(Locator::Css("input.add-tag")).await.expect("tag field");
+    tag.send_keys(&format!("nightly{ENTER}")).await.expect("type a tag");
+    until(&client, 20, "the new tag", || async { text_of(&client, "td.tags").await.filter(|t| t.contains("nightly")) })
+        .await;
+    let tag_filter = client.find(Locator::Css("#filter-tag")).await.expect("tag filter");
+    tag_filter.send_keys("nightly").await.expect("filter");
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    client.find(Locator::LinkText("leaky run")).await.expect("a matching tag keeps the row");
+    tag_filter.send_keys("-none").await.expect("filter");
+    let empty = until(&client, 20, "an empty result", || text_of(&client, "#empty")).await;
+    assert!(empty.contains("No snapshot matches"), "{empty}");
+    tag_filter.send_keys(&BACKSPACE.repeat(20)).await.expect("clear the filter");
+    client.wait().at_most(Duration::from_secs(20)).for_element(Locator::LinkText("leaky run")).await.expect("listed");
+    screenshot(&client, "7-library-renamed-tagged").await;
+    client.find(Locator::Css("button.danger")).await.expect("delete button").click().await.expect("delete");
+    client.accept_alert().await.expect("confirm the deletion");
+    let empty = until(&client, 20, "the deletion", || text_of(&client, "#empty")).await;
+    assert!(empty.contains("No snapshots yet"), "{empty}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_requires_tokens_gets_one_from_the_page() {
+    let data = scratch("tokens");
+    let created = Command::new(env!("CARGO_BIN_EXE_vramscope"))
+        .args(["token", "create", "--role", "viewer", "--name", "browser", "--data-dir"])
+        .arg(&data)
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("vramscope token create");
+    assert!(created.status.success());
+    let token = String::from_utf8(created.stdout).expect("utf-8").trim().to_owned();
+    assert!(token.starts_with("vs_"), "{token}");
+    let (_server, url) = start_server(&data, &[("VRAMSCOPE_REQUIRE_TOKENS", "true")]);
+    assert_dashboard_built(&url).await;
+    let (_driver, driver_url) = start_chromedriver();
+    let client = connect(&driver_url, "profile-tokens").await;
+    closing(&client, ask_for_a_token(&client, &url, &token)).await;
+}
+
+/// Without a token the page says what is missing; with one, it works.
+async fn ask_for_a_token(client: &Client, url: &str, token: &str) {
+    let client = client.clone();
+    // Without a token the page says what is missing and where to put it.
+    client.goto(&format!("{url}/")).await.expect("open the library");
+    let notice = until(&client, 30, "the missing-token notice", || text_of(&client, ".notice.error")).await;
+    assert!(notice.contains("API token is required") && notice.contains("top right"), "{notice}");
+    screenshot(&client, "8-token-required").await;
+    client.find(Locator::Css(".token summary")).await.expect("token menu").click().await.expect("open");
+    let field = client.find(Locator::Css(".token input")).await.expect("token field");
+    field.send_keys(&format!("{token}{ENTER}")).await.expect("type the token");
+    // The page reloads and asks again, with the token.
+    let empty = until(&client, 30, "the library with the token", || text_of(&client, "#empty")).await;
+    assert!(empty.contains("No snapshots yet"), "{empty}");
+    assert!(client.find(Locator::Css(".notice.error")).await.is_err());
+}
+
+#[test]
+fn reads_the_status_line() {
+    assert_eq!(rows_shown("rows 1,000 to 6,680 · 1254 allocations"), Some((1000, 6680)));
+    assert_eq!(rows_shown("+0 µs to +5.32 s · 3 allocations"), None);
+}
