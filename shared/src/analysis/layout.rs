@@ -40,67 +40,19 @@ use crate::snapshot::{
     Action, AllocatorSettings, BlockState, DeviceSnapshot, EMPTY_STACK, SegmentType, Snapshot, StackId,
 };
 
-/// PyTorch's `kMinBlockSize`: every block is a multiple of it.
-pub const MIN_BLOCK: u64 = 512;
-/// PyTorch's `kSmallSize`: requests up to this go to the small pool, and a
-/// large-pool block is split only when more than this would be left over.
-pub const SMALL_SIZE: u64 = 1 << 20;
-/// PyTorch's `kSmallBuffer`: the size of a small-pool segment.
-pub const SMALL_BUFFER: u64 = 2 << 20;
-/// PyTorch's `kLargeBuffer`: the segment size for requests under `kMinLargeAlloc`.
-pub const LARGE_BUFFER: u64 = 20 << 20;
-/// PyTorch's `kMinLargeAlloc`.
-pub const MIN_LARGE_ALLOC: u64 = 10 << 20;
-/// PyTorch's `kRoundLarge`.
-pub const ROUND_LARGE: u64 = 2 << 20;
+// The allocator's constants and rounding rules are the simulator's: one
+// model of PyTorch's allocator serves both.
+pub use crate::simulate::{LARGE_BUFFER, MIN_BLOCK_SIZE as MIN_BLOCK, SMALL_BUFFER, SMALL_SIZE, allocation_size};
+use crate::simulate::AllocatorConfig;
 
-/// The block size the allocator gives a request (`round_size`): at least
-/// 512 bytes, a multiple of 512, or the next `roundup_power2_divisions` step.
+/// The block size the allocator gives a request (`round_size`) under the
+/// recorded settings (PyTorch's defaults when there are none).
 pub fn round_size(size: u64, settings: Option<&AllocatorSettings>) -> u64 {
-    if size < MIN_BLOCK {
-        return MIN_BLOCK;
-    }
-    let divisions = settings.map_or(0, |s| power2_divisions(size, s));
-    if divisions > 1 && size > MIN_BLOCK.saturating_mul(divisions) {
-        return roundup_power2_next_division(size, divisions);
-    }
-    size.div_ceil(MIN_BLOCK).saturating_mul(MIN_BLOCK)
+    crate::simulate::round_size(size, &config_of(settings))
 }
 
-/// The bytes the allocator asks CUDA for when no cached block fits a request
-/// of (rounded) `size` (`get_allocation_size`); PyTorch's OOM message quotes
-/// this figure ("Tried to allocate 292.00 MiB").
-pub fn allocation_size(size: u64) -> u64 {
-    if size <= SMALL_SIZE {
-        SMALL_BUFFER
-    } else if size < MIN_LARGE_ALLOC {
-        LARGE_BUFFER
-    } else {
-        size.div_ceil(ROUND_LARGE).saturating_mul(ROUND_LARGE)
-    }
-}
-
-/// `roundup_power2_divisions` for a size: the setting of its power-of-two
-/// interval (intervals start at 1 MiB; smaller sizes use the first).
-fn power2_divisions(size: u64, settings: &AllocatorSettings) -> u64 {
-    let log = 63 - size.leading_zeros() as u64;
-    let index = log.saturating_sub(20).min(16);
-    let start_mib = 1u64 << index;
-    settings.roundup_power2_divisions.iter().find(|(mib, _)| *mib == start_mib).map_or(0, |&(_, d)| d)
-}
-
-/// PyTorch's `roundup_power2_next_division`.
-fn roundup_power2_next_division(size: u64, divisions: u64) -> u64 {
-    if size.is_power_of_two() {
-        return size;
-    }
-    let floor = 1u64 << (63 - size.leading_zeros());
-    let step = floor >> (63 - divisions.leading_zeros());
-    if step == 0 {
-        return floor.saturating_mul(2);
-    }
-    let down = size & !(step - 1);
-    if down == size { size } else { down + step }
+fn config_of(settings: Option<&AllocatorSettings>) -> AllocatorConfig {
+    settings.map(AllocatorConfig::from_recorded).unwrap_or_default()
 }
 
 /// A block of a [`Layout`].
@@ -203,6 +155,8 @@ struct SegmentInfo {
 pub struct Rewinder<'a> {
     device: &'a DeviceSnapshot,
     settings: Option<&'a AllocatorSettings>,
+    /// The recorded settings as the simulator's config, for rounding.
+    config: AllocatorConfig,
     pieces: BTreeMap<u64, Piece>,
     segments: BTreeMap<u64, SegmentInfo>,
     /// Rows `next..` have been undone.
@@ -238,6 +192,7 @@ impl<'a> Rewinder<'a> {
         let mut first = Rewinder {
             device,
             settings: snapshot.allocator_settings.as_ref(),
+            config: config_of(snapshot.allocator_settings.as_ref()),
             pieces,
             segments,
             next: device.trace.len(),
@@ -399,7 +354,7 @@ impl<'a> Rewinder<'a> {
         // guessed a neighbour too short; its end is certain (the next
         // block's address, or the segment's end).
         let room = start + free.size - addr;
-        let rounded = round_size(requested, self.settings);
+        let rounded = crate::simulate::round_size(requested, &self.config);
         if rounded > room {
             return;
         }
@@ -422,7 +377,7 @@ impl<'a> Rewinder<'a> {
         };
         let info = self.segments.get(&free.segment).copied();
         let end = start + free.size;
-        let rounded = round_size(requested, self.settings);
+        let rounded = crate::simulate::round_size(requested, &self.config);
         let room = end - addr;
         let size = if let Some(&known) = self.learnt.get(&row).filter(|&&k| k <= room) {
             known
