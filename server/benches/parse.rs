@@ -26,6 +26,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use vramscope_shared::index::SnapshotIndex;
+use vramscope_shared::simulate::{SimulateOptions, simulate};
 use vramscope_shared::{ReadOptions, read_snapshot};
 
 const LARGE_ENTRIES: u64 = 1_500_000;
@@ -191,6 +192,18 @@ fn main() {
                     String::new(),
                     String::new(),
                 ]);
+                table.row(vec![
+                    name.clone(),
+                    "lib simulate (replay)".into(),
+                    fmt_secs(lib.replay.best()),
+                    fmt_secs(lib.replay.median()),
+                    String::new(),
+                    String::new(),
+                    String::new(),
+                    lib.replay.best().map_or_else(String::new, |d| {
+                        format!("replay < 1 s: {}", pass(d.as_secs_f64() < 1.0))
+                    }),
+                ]);
             }
             Err(e) => table.row(vec![
                 name.clone(),
@@ -327,10 +340,18 @@ struct LibTimes {
     read: Samples,
     stats: Samples,
     index: Samples,
+    /// The allocator replay with the recorded settings (issue: "replay of
+    /// 1.5M events in well under a second").
+    replay: Samples,
 }
 
 fn bench_library(path: &Path, runs: usize) -> Result<LibTimes, String> {
-    let mut t = LibTimes { read: Samples::default(), stats: Samples::default(), index: Samples::default() };
+    let mut t = LibTimes {
+        read: Samples::default(),
+        stats: Samples::default(),
+        index: Samples::default(),
+        replay: Samples::default(),
+    };
     let options = ReadOptions::default();
     for _ in 0..runs {
         let file = File::open(path).map_err(|e| format!("open {}: {e}", path.display()))?;
@@ -346,6 +367,13 @@ fn bench_library(path: &Path, runs: usize) -> Result<LibTimes, String> {
         let start = Instant::now();
         let _index = std::hint::black_box(SnapshotIndex::build(&snapshot));
         t.index.push_wall(start.elapsed());
+
+        let start = Instant::now();
+        let replayed = simulate(&snapshot, &SimulateOptions { alloc_conf: None, capacity: None, record_series: false });
+        // A wrapped trace cannot be replayed; its row stays empty.
+        if std::hint::black_box(replayed).is_ok() {
+            t.replay.push_wall(start.elapsed());
+        }
     }
     Ok(t)
 }
