@@ -29,6 +29,9 @@ use vramscope_shared::index::SnapshotIndex;
 use vramscope_shared::simulate::{SimulateOptions, simulate};
 use vramscope_shared::{ReadOptions, read_snapshot};
 
+mod common;
+use common::{Table, file_len, fmt_mb, fmt_ratio, fmt_secs, pass, target_dir, workspace_root};
+
 const LARGE_ENTRIES: u64 = 1_500_000;
 const LARGE_NAME: &str = "large_1500k.pickle";
 const GNU_TIME: &str = "/usr/bin/time";
@@ -200,9 +203,9 @@ fn main() {
                     String::new(),
                     String::new(),
                     String::new(),
-                    lib.replay.best().map_or_else(String::new, |d| {
-                        format!("replay < 1 s: {}", pass(d.as_secs_f64() < 1.0))
-                    }),
+                    lib.replay
+                        .best()
+                        .map_or_else(String::new, |d| format!("replay < 1 s: {}", pass(d.as_secs_f64() < 1.0))),
                 ]);
             }
             Err(e) => table.row(vec![
@@ -226,21 +229,6 @@ fn main() {
 // ---------------------------------------------------------------------------
 // Inputs
 
-fn workspace_root() -> PathBuf {
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    manifest.parent().unwrap_or(manifest).to_path_buf()
-}
-
-fn target_dir(root: &Path) -> PathBuf {
-    match std::env::var_os("CARGO_TARGET_DIR") {
-        Some(dir) => {
-            let dir = PathBuf::from(dir);
-            if dir.is_absolute() { dir } else { root.join(dir) }
-        }
-        None => root.join("target"),
-    }
-}
-
 fn ensure_large(root: &Path, python: &str) -> Result<PathBuf, String> {
     let dir = target_dir(root).join("bench-data");
     let path = dir.join(LARGE_NAME);
@@ -260,10 +248,6 @@ fn ensure_large(root: &Path, python: &str) -> Result<PathBuf, String> {
         return Err(format!("{} failed ({status})", script.display()));
     }
     Ok(path)
-}
-
-fn file_len(path: &Path) -> u64 {
-    std::fs::metadata(path).map_or(0, |m| m.len())
 }
 
 /// Reads the file once so that every timed run finds it in the page cache.
@@ -422,67 +406,5 @@ fn ratio(num: Option<Duration>, den: Option<Duration>) -> Option<f64> {
     match (num, den) {
         (Some(n), Some(d)) if !d.is_zero() => Some(n.as_secs_f64() / d.as_secs_f64()),
         _ => None,
-    }
-}
-
-fn pass(ok: bool) -> &'static str {
-    if ok { "PASS" } else { "MISS" }
-}
-
-fn fmt_secs(d: Option<Duration>) -> String {
-    match d {
-        Some(d) if d.as_secs_f64() >= 1.0 => format!("{:.2} s", d.as_secs_f64()),
-        Some(d) if d.as_secs_f64() >= 1e-3 => format!("{:.1} ms", d.as_secs_f64() * 1e3),
-        Some(d) => format!("{:.1} µs", d.as_secs_f64() * 1e6),
-        None => "-".to_owned(),
-    }
-}
-
-fn fmt_mb(bytes: Option<u64>) -> String {
-    bytes.map_or_else(|| "-".to_owned(), |b| format!("{:.1} MB", b as f64 / 1e6))
-}
-
-fn fmt_ratio(r: Option<f64>) -> String {
-    r.map_or_else(|| "-".to_owned(), |r| format!("{r:.2}x"))
-}
-
-struct Table {
-    rows: Vec<Vec<String>>,
-}
-
-impl Table {
-    fn new(header: &[&str]) -> Self {
-        Self { rows: vec![header.iter().map(|s| (*s).to_owned()).collect()] }
-    }
-
-    fn row(&mut self, cells: Vec<String>) {
-        self.rows.push(cells);
-    }
-
-    fn print(&self) {
-        let cols = self.rows.iter().map(Vec::len).max().unwrap_or(0);
-        let widths: Vec<usize> = (0..cols)
-            .map(|c| self.rows.iter().filter_map(|r| r.get(c)).map(|s| s.chars().count()).max().unwrap_or(0))
-            .collect();
-        for (i, row) in self.rows.iter().enumerate() {
-            let line: Vec<String> = row
-                .iter()
-                .enumerate()
-                .map(|(c, s)| {
-                    let pad = widths[c].saturating_sub(s.chars().count());
-                    // text columns left-aligned, figures right-aligned
-                    if c < 2 || c == cols - 1 {
-                        format!("{s}{}", " ".repeat(pad))
-                    } else {
-                        format!("{}{s}", " ".repeat(pad))
-                    }
-                })
-                .collect();
-            println!("{}", line.join("  ").trim_end());
-            if i == 0 {
-                let total: usize = widths.iter().sum::<usize>() + 2 * cols.saturating_sub(1);
-                println!("{}", "-".repeat(total));
-            }
-        }
     }
 }

@@ -51,6 +51,9 @@ use vramscope_shared::index::SnapshotIndex;
 use vramscope_shared::timeline::{Axis, TimelineIndex};
 use vramscope_shared::{ReadOptions, read_snapshot};
 
+mod common;
+use common::{Table, file_len, fmt_mb, fmt_ratio, fmt_secs, pass, target_dir, workspace_root};
+
 const UPLOAD_BYTES: u64 = 1 << 30;
 /// Size of one write when making the 1 GiB files.
 const PIECE: usize = 8 << 20;
@@ -908,21 +911,6 @@ impl Drop for Cleanup {
 // ---------------------------------------------------------------------------
 // Inputs
 
-fn workspace_root() -> PathBuf {
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    manifest.parent().unwrap_or(manifest).to_path_buf()
-}
-
-fn target_dir(root: &Path) -> PathBuf {
-    match std::env::var_os("CARGO_TARGET_DIR") {
-        Some(dir) => {
-            let dir = PathBuf::from(dir);
-            if dir.is_absolute() { dir } else { root.join(dir) }
-        }
-        None => root.join("target"),
-    }
-}
-
 /// The parse bench's large input, generated the same way when absent.
 fn ensure_large(dir: &Path, python: &str) -> Result<PathBuf, String> {
     let path = dir.join(LARGE_NAME);
@@ -950,10 +938,6 @@ fn load_average() -> String {
         .ok()
         .and_then(|l| l.split_whitespace().next().map(str::to_owned))
         .unwrap_or_else(|| "?".to_owned())
-}
-
-fn file_len(path: &Path) -> u64 {
-    std::fs::metadata(path).map_or(0, |m| m.len())
 }
 
 fn warm_page_cache(path: &Path) {
@@ -984,19 +968,6 @@ impl SplitMix {
 // ---------------------------------------------------------------------------
 // Figures and the table
 
-fn pass(ok: bool) -> &'static str {
-    if ok { "PASS" } else { "MISS" }
-}
-
-fn fmt_secs(d: Option<Duration>) -> String {
-    match d {
-        Some(d) if d.as_secs_f64() >= 1.0 => format!("{:.2} s", d.as_secs_f64()),
-        Some(d) if d.as_secs_f64() >= 1e-3 => format!("{:.1} ms", d.as_secs_f64() * 1e3),
-        Some(d) => format!("{:.1} µs", d.as_secs_f64() * 1e6),
-        None => "-".to_owned(),
-    }
-}
-
 fn ms(d: Option<Duration>) -> String {
     d.map_or_else(|| "-".to_owned(), |d| format!("{:.2}", d.as_secs_f64() * 1e3))
 }
@@ -1005,55 +976,6 @@ fn fmt_ms(d: Option<Duration>) -> String {
     d.map_or_else(|| "-".to_owned(), |d| format!("{:.2} ms", d.as_secs_f64() * 1e3))
 }
 
-fn fmt_mb(bytes: Option<u64>) -> String {
-    bytes.map_or_else(|| "-".to_owned(), |b| format!("{:.1} MB", b as f64 / 1e6))
-}
-
 fn fmt_kb(bytes: Option<usize>) -> String {
     bytes.map_or_else(|| "-".to_owned(), |b| format!("{:.1} kB", b as f64 / 1e3))
-}
-
-fn fmt_ratio(r: Option<f64>) -> String {
-    r.map_or_else(|| "-".to_owned(), |r| format!("{r:.2}x"))
-}
-
-struct Table {
-    rows: Vec<Vec<String>>,
-}
-
-impl Table {
-    fn new(header: &[&str]) -> Self {
-        Self { rows: vec![header.iter().map(|s| (*s).to_owned()).collect()] }
-    }
-
-    fn row(&mut self, cells: Vec<String>) {
-        self.rows.push(cells);
-    }
-
-    fn print(&self) {
-        let cols = self.rows.iter().map(Vec::len).max().unwrap_or(0);
-        let widths: Vec<usize> = (0..cols)
-            .map(|c| self.rows.iter().filter_map(|r| r.get(c)).map(|s| s.chars().count()).max().unwrap_or(0))
-            .collect();
-        for (i, row) in self.rows.iter().enumerate() {
-            let line: Vec<String> = row
-                .iter()
-                .enumerate()
-                .map(|(c, s)| {
-                    let pad = widths[c].saturating_sub(s.chars().count());
-                    // text columns left-aligned, figures right-aligned
-                    if c < 2 || c == cols - 1 {
-                        format!("{s}{}", " ".repeat(pad))
-                    } else {
-                        format!("{}{s}", " ".repeat(pad))
-                    }
-                })
-                .collect();
-            println!("{}", line.join("  ").trim_end());
-            if i == 0 {
-                let total: usize = widths.iter().sum::<usize>() + 2 * cols.saturating_sub(1);
-                println!("{}", "-".repeat(total));
-            }
-        }
-    }
 }

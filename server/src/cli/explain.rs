@@ -10,8 +10,8 @@ use serde::Serialize;
 use vramscope_shared::ReadOptions;
 use vramscope_shared::Snapshot;
 use vramscope_shared::analysis::oom::{Avoidance, Limit, OomCause, OomReport, SettingVerdict, explain_with};
-use vramscope_shared::simulate::{SimulateOptions, simulate};
 use vramscope_shared::analysis::stack_label;
+use vramscope_shared::simulate::{SimulateOptions, simulate};
 
 use super::Failure;
 use super::leaks::{bytes, finish, write_frames, write_json};
@@ -232,7 +232,8 @@ fn what_if(snapshot: &Snapshot, report: &OomReport) -> Option<Vec<SettingVerdict
             let device = simulation.devices.iter().find(|d| d.device == report.device)?;
             let mut verdict = SettingVerdict::judge(report, setting, device.stats.reserved_bytes.peak);
             if let Some(cap) = capacity {
-                verdict.avoids = if device.oom.is_none() { Avoidance::IfCapacityAtLeast { bytes: cap } } else { Avoidance::No };
+                verdict.avoids =
+                    if device.oom.is_none() { Avoidance::IfCapacityAtLeast { bytes: cap } } else { Avoidance::No };
                 verdict.note = Some(format!(
                     "replayed under a {} cap, just below the reservation that failed (GC acts only under a cap)",
                     humansize::format_size(cap, humansize::BINARY)

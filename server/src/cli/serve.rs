@@ -151,8 +151,13 @@ mod tests {
         // File times have millisecond resolution: step past them.
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         sweep_orphans(&db, &blobs, std::time::Duration::ZERO).await.expect("sweep");
-        let left: Vec<String> =
-            blobs.committed_before(std::time::Duration::ZERO).await.expect("list").into_iter().map(|(k, _)| k).collect();
+        let left: Vec<String> = blobs
+            .committed_before(std::time::Duration::ZERO)
+            .await
+            .expect("list")
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect();
         assert_eq!(left, vec![kept_key.clone()]);
     }
 }

@@ -1,0 +1,87 @@
+//! Helpers the benchmarks share: where the workspace is, figures formatting
+//! and the aligned table they print.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+pub(crate) fn workspace_root() -> PathBuf {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    manifest.parent().unwrap_or(manifest).to_path_buf()
+}
+
+pub(crate) fn target_dir(root: &Path) -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(dir) => {
+            let dir = PathBuf::from(dir);
+            if dir.is_absolute() { dir } else { root.join(dir) }
+        }
+        None => root.join("target"),
+    }
+}
+
+pub(crate) fn file_len(path: &Path) -> u64 {
+    std::fs::metadata(path).map_or(0, |m| m.len())
+}
+
+pub(crate) fn pass(ok: bool) -> &'static str {
+    if ok { "PASS" } else { "MISS" }
+}
+
+pub(crate) fn fmt_secs(d: Option<Duration>) -> String {
+    match d {
+        Some(d) if d.as_secs_f64() >= 1.0 => format!("{:.2} s", d.as_secs_f64()),
+        Some(d) if d.as_secs_f64() >= 1e-3 => format!("{:.1} ms", d.as_secs_f64() * 1e3),
+        Some(d) => format!("{:.1} µs", d.as_secs_f64() * 1e6),
+        None => "-".to_owned(),
+    }
+}
+
+pub(crate) fn fmt_mb(bytes: Option<u64>) -> String {
+    bytes.map_or_else(|| "-".to_owned(), |b| format!("{:.1} MB", b as f64 / 1e6))
+}
+
+pub(crate) fn fmt_ratio(r: Option<f64>) -> String {
+    r.map_or_else(|| "-".to_owned(), |r| format!("{r:.2}x"))
+}
+
+pub(crate) struct Table {
+    rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    pub(crate) fn new(header: &[&str]) -> Self {
+        Self { rows: vec![header.iter().map(|s| (*s).to_owned()).collect()] }
+    }
+
+    pub(crate) fn row(&mut self, cells: Vec<String>) {
+        self.rows.push(cells);
+    }
+
+    pub(crate) fn print(&self) {
+        let cols = self.rows.iter().map(Vec::len).max().unwrap_or(0);
+        let widths: Vec<usize> = (0..cols)
+            .map(|c| self.rows.iter().filter_map(|r| r.get(c)).map(|s| s.chars().count()).max().unwrap_or(0))
+            .collect();
+        for (i, row) in self.rows.iter().enumerate() {
+            let line: Vec<String> = row
+                .iter()
+                .enumerate()
+                .map(|(c, s)| {
+                    let pad = widths[c].saturating_sub(s.chars().count());
+                    // text columns left-aligned, figures right-aligned
+                    if c < 2 || c == cols - 1 {
+                        format!("{s}{}", " ".repeat(pad))
+                    } else {
+                        format!("{}{s}", " ".repeat(pad))
+                    }
+                })
+                .collect();
+            println!("{}", line.join("  ").trim_end());
+            if i == 0 {
+                let total: usize = widths.iter().sum::<usize>() + 2 * cols.saturating_sub(1);
+                println!("{}", "-".repeat(total));
+            }
+        }
+    }
+}
