@@ -15,7 +15,6 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
 use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
@@ -69,23 +68,7 @@ fn scratch(tag: &str) -> PathBuf {
 /// `vramscope serve` on a free loopback port over `data`, with extra
 /// environment; returns it and its URL.
 fn start_server(data: &Path, env: &[(&str, &str)]) -> (Process, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_vramscope"))
-        .args(["serve", "--bind", "127.0.0.1:0", "--data-dir"])
-        .arg(data)
-        .envs(env.iter().copied())
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawn vramscope serve");
-    let stdout = child.stdout.take().expect("stdout");
-    let mut line = String::new();
-    BufReader::new(stdout).read_line(&mut line).expect("read the listening line");
-    let url = line
-        .trim()
-        .strip_prefix("vramscope listening on ")
-        .unwrap_or_else(|| panic!("unexpected first line from the server: {line:?}"))
-        .to_owned();
+    let (child, url) = common::spawn_server(data, &[], env);
     (Process(child), url)
 }
 

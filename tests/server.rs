@@ -6,7 +6,6 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -41,26 +40,8 @@ fn unique_dir(tag: &str) -> PathBuf {
 impl Server {
     /// Start `vramscope serve` with extra arguments and environment.
     fn start_with(data_dir: &Path, args: &[&str], env: &[(&str, String)]) -> Server {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_vramscope"));
-        command
-            .args(["serve", "--bind", "127.0.0.1:0", "--data-dir"])
-            .arg(data_dir)
-            .args(args)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
-        for (k, v) in env {
-            command.env(k, v);
-        }
-        let mut child = command.spawn().expect("spawn vramscope serve");
-        let stdout = child.stdout.take().expect("stdout");
-        let mut line = String::new();
-        BufReader::new(stdout).read_line(&mut line).expect("read the listening line");
-        let url = line
-            .trim()
-            .strip_prefix("vramscope listening on ")
-            .unwrap_or_else(|| panic!("unexpected first line from the server: {line:?}"))
-            .to_owned();
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let (child, url) = common::spawn_server(data_dir, args, &env);
         Server { child, url, data_dir: data_dir.to_path_buf() }
     }
 
