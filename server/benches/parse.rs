@@ -30,10 +30,10 @@ use vramscope_shared::simulate::{SimulateOptions, simulate};
 use vramscope_shared::{ReadOptions, read_snapshot};
 
 mod common;
-use common::{Table, file_len, fmt_mb, fmt_ratio, fmt_secs, pass, target_dir, workspace_root};
+use common::{
+    Table, ensure_large, file_len, fmt_mb, fmt_ratio, fmt_secs, pass, target_dir, warm_page_cache, workspace_root,
+};
 
-const LARGE_ENTRIES: u64 = 1_500_000;
-const LARGE_NAME: &str = "large_1500k.pickle";
 const GNU_TIME: &str = "/usr/bin/time";
 const TIME_MARK: &str = "VRAMSCOPE_BENCH_TIME";
 const PY_LOAD: &str = "import pickle,sys; pickle.load(open(sys.argv[1],'rb'))";
@@ -52,7 +52,7 @@ fn main() {
 
     let mut inputs: Vec<(String, PathBuf)> = Vec::new();
     let mut notes: Vec<String> = Vec::new();
-    match ensure_large(&root, &python) {
+    match ensure_large(&target_dir(&root).join("bench-data"), &python) {
         Ok(p) => inputs.push(("large_1500k".to_owned(), p)),
         Err(e) => notes.push(format!("large input unavailable: {e}")),
     }
@@ -228,34 +228,6 @@ fn main() {
 
 // ---------------------------------------------------------------------------
 // Inputs
-
-fn ensure_large(root: &Path, python: &str) -> Result<PathBuf, String> {
-    let dir = target_dir(root).join("bench-data");
-    let path = dir.join(LARGE_NAME);
-    if path.is_file() {
-        return Ok(path);
-    }
-    std::fs::create_dir_all(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/gen_large_snapshot.py");
-    println!("generating {} with {} ...", path.display(), script.display());
-    let status = Command::new(python)
-        .arg(&script)
-        .arg(&path)
-        .args(["--entries", &LARGE_ENTRIES.to_string(), "--seed", "0"])
-        .status()
-        .map_err(|e| format!("run {python}: {e}"))?;
-    if !status.success() || !path.is_file() {
-        return Err(format!("{} failed ({status})", script.display()));
-    }
-    Ok(path)
-}
-
-/// Reads the file once so that every timed run finds it in the page cache.
-fn warm_page_cache(path: &Path) {
-    if let Ok(mut f) = File::open(path) {
-        let _ = std::io::copy(&mut f, &mut std::io::sink());
-    }
-}
 
 // ---------------------------------------------------------------------------
 // Child processes

@@ -36,7 +36,7 @@
 //! default 3), `VRAMSCOPE_BENCH_PYTHON` (default `python3`).
 
 use std::fs::File;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -52,15 +52,16 @@ use vramscope_shared::timeline::{Axis, TimelineIndex};
 use vramscope_shared::{ReadOptions, read_snapshot};
 
 mod common;
-use common::{Table, file_len, fmt_mb, fmt_ratio, fmt_secs, pass, target_dir, workspace_root};
+use common::{
+    LARGE_NAME, Table, ensure_large, file_len, fmt_mb, fmt_ratio, fmt_secs, pass, target_dir, warm_page_cache,
+    workspace_root,
+};
 
 const UPLOAD_BYTES: u64 = 1 << 30;
 /// Size of one write when making the 1 GiB files.
 const PIECE: usize = 8 << 20;
 /// Read size of the client's upload stream.
 const STREAM_CHUNK: usize = 1 << 20;
-const LARGE_ENTRIES: u64 = 1_500_000;
-const LARGE_NAME: &str = "large_1500k.pickle";
 const PX: u32 = 2000;
 const QUERIES: usize = 100;
 /// The timeline route's default `max_allocations`.
@@ -911,40 +912,12 @@ impl Drop for Cleanup {
 // ---------------------------------------------------------------------------
 // Inputs
 
-/// The parse bench's large input, generated the same way when absent.
-fn ensure_large(dir: &Path, python: &str) -> Result<PathBuf, String> {
-    let path = dir.join(LARGE_NAME);
-    if path.is_file() {
-        return Ok(path);
-    }
-    std::fs::create_dir_all(dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/gen_large_snapshot.py");
-    println!("generating {} with {} ...", path.display(), script.display());
-    let status = Command::new(python)
-        .arg(&script)
-        .arg(&path)
-        .args(["--entries", &LARGE_ENTRIES.to_string(), "--seed", "0"])
-        .status()
-        .map_err(|e| format!("run {python}: {e}"))?;
-    if !status.success() || !path.is_file() {
-        return Err(format!("{} failed ({status})", script.display()));
-    }
-    Ok(path)
-}
-
 /// The 1-minute load average: other work on the machine skews the figures.
 fn load_average() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .ok()
         .and_then(|l| l.split_whitespace().next().map(str::to_owned))
         .unwrap_or_else(|| "?".to_owned())
-}
-
-fn warm_page_cache(path: &Path) {
-    if let Ok(mut f) = File::open(path) {
-        let mut buf = vec![0u8; 1 << 20];
-        while matches!(f.read(&mut buf), Ok(n) if n > 0) {}
-    }
 }
 
 /// SplitMix64: a seeded generator, enough for positions and filler bytes.

@@ -2,8 +2,15 @@
 //! and the aligned table they print.
 #![allow(dead_code)]
 
+use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::time::Duration;
+
+/// Trace entries of the generated large snapshot.
+pub(crate) const LARGE_ENTRIES: u64 = 1_500_000;
+/// File name of the generated large snapshot.
+pub(crate) const LARGE_NAME: &str = "large_1500k.pickle";
 
 pub(crate) fn workspace_root() -> PathBuf {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -83,5 +90,34 @@ impl Table {
                 println!("{}", "-".repeat(total));
             }
         }
+    }
+}
+
+/// The large generated snapshot both benches read, in `dir`; generated with
+/// `gen_large_snapshot.py` when absent.
+pub(crate) fn ensure_large(dir: &Path, python: &str) -> Result<PathBuf, String> {
+    let path = dir.join(LARGE_NAME);
+    if path.is_file() {
+        return Ok(path);
+    }
+    std::fs::create_dir_all(dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/gen_large_snapshot.py");
+    println!("generating {} with {} ...", path.display(), script.display());
+    let status = Command::new(python)
+        .arg(&script)
+        .arg(&path)
+        .args(["--entries", &LARGE_ENTRIES.to_string(), "--seed", "0"])
+        .status()
+        .map_err(|e| format!("run {python}: {e}"))?;
+    if !status.success() || !path.is_file() {
+        return Err(format!("{} failed ({status})", script.display()));
+    }
+    Ok(path)
+}
+
+/// Reads the file once so that every timed run finds it in the page cache.
+pub(crate) fn warm_page_cache(path: &Path) {
+    if let Ok(mut f) = File::open(path) {
+        let _ = std::io::copy(&mut f, &mut std::io::sink());
     }
 }
