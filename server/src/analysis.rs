@@ -12,22 +12,11 @@ use anyhow::Context;
 use futures::TryStreamExt;
 use tokio::sync::{OnceCell, Semaphore};
 use tokio_util::io::{StreamReader, SyncIoBridge};
-use vramscope_shared::index::SnapshotIndex;
-use vramscope_shared::timeline::TimelineIndex;
+use vramscope_shared::views::Analyzed;
 use vramscope_shared::{ReadError, ReadOptions, Snapshot, read_snapshot};
 
 use crate::http::metrics::Metrics;
 use crate::store::BlobStore;
-
-/// A snapshot with its indexes, ready for timeline and state queries.
-pub(crate) struct Analyzed {
-    /// The model.
-    pub(crate) snapshot: Snapshot,
-    /// Allocation and segment intervals.
-    pub(crate) index: SnapshotIndex,
-    /// Level-of-detail curves.
-    pub(crate) timeline: TimelineIndex,
-}
 
 /// Why a stored file could not be parsed.
 #[derive(Debug)]
@@ -66,13 +55,7 @@ pub(crate) async fn parse_stored(
 
 /// Build the indexes of a parsed snapshot (on a blocking thread).
 pub(crate) async fn analyze(snapshot: Snapshot) -> anyhow::Result<Analyzed> {
-    tokio::task::spawn_blocking(move || {
-        let index = SnapshotIndex::build(&snapshot);
-        let timeline = TimelineIndex::build(&snapshot, &index);
-        Analyzed { snapshot, index, timeline }
-    })
-    .await
-    .context("index worker")
+    tokio::task::spawn_blocking(move || Analyzed::build(snapshot)).await.context("index worker")
 }
 
 type Slot = Arc<OnceCell<Arc<Analyzed>>>;

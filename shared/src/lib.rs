@@ -2,14 +2,15 @@
 //! timelines and analysis. Compiles for native targets and wasm32; does no I/O
 //! beyond reading from a caller's [`std::io::Read`].
 
+pub mod analysis;
 pub mod error;
 pub mod index;
 pub mod pickle;
+pub mod simulate;
 pub mod snapshot;
 pub mod stats;
 pub mod timeline;
-pub mod analysis;
-pub mod simulate;
+pub mod views;
 
 pub use error::ReadError;
 pub use snapshot::{ReadOptions, Snapshot, read_snapshot, read_snapshot_bytes};

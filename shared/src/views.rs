@@ -1,0 +1,268 @@
+//! The questions the dashboard asks of one snapshot, answered the same way
+//! by the server (`/api/v1/snapshots/{id}/…`) and by the browser for a file
+//! opened locally: a timeline window, the allocator state at a row, a stack.
+//!
+//! Each view is a plain function of an [`Analyzed`] snapshot and a query
+//! struct that deserializes from the URL's query string, returning a
+//! serializable answer. The server's handlers are thin wrappers; the
+//! frontend's local mode calls the very same functions, so both sides can
+//! never drift apart.
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use crate::Snapshot;
+use crate::index::{DeviceIndex, SnapshotIndex};
+use crate::timeline::{Axis, MAX_PX, TimelineIndex, TimelineWindow};
+
+/// Most allocations a timeline answer lists.
+pub const MAX_ALLOCATIONS: usize = 5_000;
+
+/// A snapshot with its indexes, ready for timeline and state queries.
+#[derive(Debug)]
+pub struct Analyzed {
+    /// The model.
+    pub snapshot: Snapshot,
+    /// Allocation and segment intervals.
+    pub index: SnapshotIndex,
+    /// Level-of-detail curves.
+    pub timeline: TimelineIndex,
+}
+
+impl Analyzed {
+    /// Build the indexes of a parsed snapshot (CPU work: tens of ms per
+    /// million trace entries).
+    pub fn build(snapshot: Snapshot) -> Analyzed {
+        let index = SnapshotIndex::build(&snapshot);
+        let timeline = TimelineIndex::build(&snapshot, &index);
+        Analyzed { snapshot, index, timeline }
+    }
+
+    /// The device asked for, or the first one when none was.
+    pub fn device_or_first(&self, device: Option<u32>) -> Result<u32, ViewError> {
+        match device {
+            Some(d) if self.snapshot.device(d).is_some() => Ok(d),
+            Some(d) => Err(ViewError::NotFound(format!("device {d}"))),
+            None => self
+                .snapshot
+                .devices
+                .first()
+                .map(|d| d.device)
+                .ok_or_else(|| ViewError::NotFound("any device".to_owned())),
+        }
+    }
+
+    /// The interval index of a device.
+    pub fn device_index(&self, device: u32) -> Result<&DeviceIndex, ViewError> {
+        self.index
+            .devices
+            .iter()
+            .find(|d| d.device == device)
+            .ok_or_else(|| ViewError::NotFound(format!("device {device}")))
+    }
+}
+
+/// Why a view could not be answered. The server maps these to 404 and 400.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum ViewError {
+    /// The device, stack, or axis asked for does not exist.
+    #[error("no such {0}")]
+    NotFound(String),
+    /// The query itself is wrong (an empty window, a row past the end).
+    #[error("{0}")]
+    BadRequest(String),
+}
+
+/// Query of the timeline view.
+#[derive(Debug, Default, Clone, Deserialize, Serialize)]
+pub struct TimelineParams {
+    /// Device (default: the first).
+    pub device: Option<u32>,
+    /// Window start, in the axis' units (default: the trace's first).
+    pub start: Option<i64>,
+    /// Window end (default: the trace's last).
+    pub end: Option<i64>,
+    /// Pixel width of the plot (default 1000).
+    pub px: Option<u32>,
+    /// `time` (default when the trace has times) or `event`.
+    pub axis: Option<Axis>,
+    /// Most allocations to list (default 2000, at most [`MAX_ALLOCATIONS`]).
+    pub max_allocations: Option<usize>,
+}
+
+/// Per-pixel buckets of the curves and the allocations visible at this
+/// zoom; the answer's size depends on `px`, never on the trace's length.
+pub fn timeline(a: &Analyzed, p: &TimelineParams) -> Result<TimelineWindow, ViewError> {
+    let device = a.device_or_first(p.device)?;
+    let has_time = a.snapshot.device(device).is_some_and(|d| d.trace.has_time());
+    let axis = p.axis.unwrap_or(if has_time { Axis::Time } else { Axis::Event });
+    let (first, last) = a
+        .timeline
+        .extent(device, axis)
+        .ok_or_else(|| ViewError::NotFound(format!("{axis:?} axis for device {device} (no trace, or no times)")))?;
+    let (start, end) = (p.start.unwrap_or(first), p.end.unwrap_or(last));
+    if end <= start {
+        return Err(ViewError::BadRequest(format!("empty window: start {start} >= end {end}")));
+    }
+    let px = p.px.unwrap_or(1000).clamp(1, MAX_PX);
+    let max_allocations = p.max_allocations.unwrap_or(2000).min(MAX_ALLOCATIONS);
+    a.timeline
+        .query(device, axis, start, end, px, max_allocations)
+        .ok_or_else(|| ViewError::BadRequest("no timeline for that window".to_owned()))
+}
+
+/// Query of the blocks view.
+#[derive(Debug, Default, Clone, Deserialize, Serialize)]
+pub struct BlocksParams {
+    /// Device (default: the first).
+    pub device: Option<u32>,
+    /// Trace row: the state right after it. Default: the end of the trace.
+    pub at: Option<u32>,
+    /// Most allocations to list, largest first (default 10000).
+    pub limit: Option<usize>,
+}
+
+/// A live allocation at a row.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LiveAllocation {
+    /// Address.
+    pub addr: u64,
+    /// Bytes.
+    pub size: u64,
+    /// Interned stack id (see [`stack`]).
+    pub stack: u32,
+    /// `allocated`, or `pending_free` (freed, waiting for stream events).
+    pub state: String,
+    /// Row of its `alloc` entry, if the trace saw it.
+    pub alloc_row: Option<u32>,
+}
+
+/// A segment alive at a row.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LiveSegment {
+    /// Address.
+    pub addr: u64,
+    /// Bytes.
+    pub size: u64,
+    /// Row of its `segment_alloc`/`segment_map`, if the trace saw it.
+    pub start_row: Option<u32>,
+    /// Part of an expandable segment (mapped pages).
+    pub mapped: bool,
+}
+
+/// Allocator state after a row.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StateAt {
+    /// Device.
+    pub device: u32,
+    /// The row, or none for the end of the trace.
+    pub row: Option<u32>,
+    /// Segments alive.
+    pub segments: Vec<LiveSegment>,
+    /// Allocations alive, largest first.
+    pub allocations: Vec<LiveAllocation>,
+    /// More allocations were alive than `limit` let through.
+    pub truncated: bool,
+}
+
+/// Segments and allocations alive right after trace row `at`.
+pub fn blocks(a: &Analyzed, p: &BlocksParams) -> Result<StateAt, ViewError> {
+    let device = a.device_or_first(p.device)?;
+    let index = a.device_index(device)?;
+    let rows = a.snapshot.device(device).map_or(0, |d| d.trace.len());
+    let at = p.at.filter(|&r| (r as usize) < rows);
+    if let (Some(r), None) = (p.at, at) {
+        return Err(ViewError::BadRequest(format!("row {r} is past the trace's {rows} entries")));
+    }
+    // After row `r` (or at the end): started at or before r, not yet ended.
+    let alive = |start: Option<u32>, end: Option<u32>| match at {
+        Some(r) => start.is_none_or(|s| s <= r) && end.is_none_or(|e| e > r),
+        None => end.is_none(),
+    };
+    let segments = index
+        .segments
+        .iter()
+        .filter(|s| alive(s.start_row, s.end_row))
+        .map(|s| LiveSegment { addr: s.addr, size: s.size, start_row: s.start_row, mapped: s.mapped })
+        .collect();
+    let mut allocations: Vec<LiveAllocation> = index
+        .allocations
+        .iter()
+        .filter(|x| alive(x.alloc_row, x.free_completed_row))
+        .map(|x| {
+            let pending = match at {
+                Some(r) => x.free_requested_row.is_some_and(|f| f <= r),
+                None => x.free_requested_row.is_some(),
+            };
+            LiveAllocation {
+                addr: x.addr,
+                size: x.size,
+                stack: x.stack,
+                state: if pending { "pending_free" } else { "allocated" }.to_owned(),
+                alloc_row: x.alloc_row,
+            }
+        })
+        .collect();
+    allocations.sort_by(|x, y| y.size.cmp(&x.size).then(x.addr.cmp(&y.addr)));
+    let limit = p.limit.unwrap_or(10_000);
+    let truncated = allocations.len() > limit;
+    allocations.truncate(limit);
+    Ok(StateAt { device, row: at, segments, allocations, truncated })
+}
+
+/// One frame of a stack.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FrameJson {
+    /// Source file.
+    pub filename: String,
+    /// Line number.
+    pub line: i64,
+    /// Function name.
+    pub name: String,
+}
+
+/// The frames of an interned stack, innermost first.
+pub fn stack(a: &Analyzed, stack: u32) -> Result<Vec<FrameJson>, ViewError> {
+    let frames = &a.snapshot.frames;
+    if stack as usize >= frames.stack_count() {
+        return Err(ViewError::NotFound(format!("stack {stack}")));
+    }
+    let strings = &a.snapshot.strings;
+    Ok(frames
+        .stack(stack)
+        .iter()
+        .filter_map(|&f| frames.frame(f))
+        .map(|f| FrameJson {
+            filename: strings.get(f.filename).to_owned(),
+            line: f.line,
+            name: strings.get(f.name).to_owned(),
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{ReadOptions, read_snapshot_bytes};
+
+    fn streams() -> Analyzed {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/corpus/streams.pickle");
+        let bytes = std::fs::read(path).expect("fixture");
+        Analyzed::build(read_snapshot_bytes(&bytes, &ReadOptions::default()).expect("reads"))
+    }
+
+    #[test]
+    fn answers_and_refuses_like_the_api() {
+        let a = streams();
+        let window = timeline(&a, &TimelineParams { px: Some(100), ..Default::default() }).expect("window");
+        assert!(window.buckets.len() <= 100 && !window.buckets.is_empty());
+        let bad = timeline(&a, &TimelineParams { start: Some(10), end: Some(10), ..Default::default() });
+        assert!(matches!(bad, Err(ViewError::BadRequest(_))), "{bad:?}");
+        assert_eq!(a.device_or_first(Some(99)), Err(ViewError::NotFound("device 99".to_owned())));
+        let end = blocks(&a, &BlocksParams::default()).expect("state at end");
+        assert!(end.segments.iter().all(|s| s.size > 0));
+        let past = blocks(&a, &BlocksParams { at: Some(u32::MAX), ..Default::default() });
+        assert!(matches!(past, Err(ViewError::BadRequest(_))));
+        assert!(matches!(stack(&a, u32::MAX), Err(ViewError::NotFound(_))));
+    }
+}
