@@ -8,6 +8,8 @@
 //! frontend's local mode calls the very same functions, so both sides can
 //! never drift apart.
 
+pub mod route;
+
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 

@@ -1,0 +1,95 @@
+//! One entry point for every view, by route and query string: what the
+//! dashboard asks of a file opened in the browser (its Web Worker calls
+//! [`answer`]) is spelled exactly like the server's URL, so the page needs
+//! no second set of requests for local mode.
+//!
+//! A route is the part of `/api/v1/snapshots/{id}/…` after the id
+//! (`timeline`, `blocks`, `stacks/17`, `stats`); the query is the URL's
+//! query string without `?`, parsed into the view's `Params` with
+//! `serde_urlencoded` the same way axum's `Query` parses it on the server.
+//! Views added later get an arm in [`answer`].
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::{Analyzed, BlocksParams, TimelineParams, ViewError, blocks, stack, timeline};
+
+/// The JSON answer of a view, as the server would send it for
+/// `GET /api/v1/snapshots/{id}/{route}?{query}`.
+///
+/// `stats` answers the `vramscope stats --json` object with an empty
+/// `file` (the caller knows the file's name). Unknown routes, and queries
+/// that do not parse, are errors naming what was wrong.
+pub fn answer(a: &Analyzed, route: &str, query: &str) -> Result<String, ViewError> {
+    let route = route.trim_matches('/');
+    match route.split_once('/') {
+        None => match route {
+            "timeline" => json(&timeline(a, &params::<TimelineParams>(route, query)?)?),
+            "blocks" => json(&blocks(a, &params::<BlocksParams>(route, query)?)?),
+            "stats" => json(&a.snapshot.stats().report("")),
+            _ => Err(unknown(route)),
+        },
+        Some(("stacks", id)) => {
+            let id: u32 = id.parse().map_err(|_| ViewError::BadRequest(format!("stack id {id:?} is not a number")))?;
+            json(&stack(a, id)?)
+        }
+        Some(_) => Err(unknown(route)),
+    }
+}
+
+fn unknown(route: &str) -> ViewError {
+    ViewError::NotFound(format!("view {route:?}"))
+}
+
+/// The query string as a view's parameters; an empty string is all defaults.
+fn params<P: DeserializeOwned>(route: &str, query: &str) -> Result<P, ViewError> {
+    serde_urlencoded::from_str(query.trim_start_matches('?'))
+        .map_err(|e| ViewError::BadRequest(format!("query of {route} ({query:?}): {e}")))
+}
+
+fn json<T: Serialize>(value: &T) -> Result<String, ViewError> {
+    // Serializing our own answer types cannot fail (no maps with non-string
+    // keys); say so plainly should it ever happen.
+    serde_json::to_string(value).map_err(|e| ViewError::BadRequest(format!("answer not serializable: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{ReadOptions, read_snapshot_bytes};
+
+    fn streams() -> Analyzed {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/corpus/streams.pickle");
+        let bytes = std::fs::read(path).expect("fixture");
+        Analyzed::build(read_snapshot_bytes(&bytes, &ReadOptions::default()).expect("reads"))
+    }
+
+    #[test]
+    fn routes_answer_what_the_view_functions_answer() {
+        let a = streams();
+        let p = TimelineParams { px: Some(200), axis: Some(crate::timeline::Axis::Event), ..Default::default() };
+        let direct = serde_json::to_string(&timeline(&a, &p).expect("window")).expect("json");
+        assert_eq!(answer(&a, "timeline", "px=200&axis=event").expect("routed"), direct);
+        let end = serde_json::to_string(&blocks(&a, &BlocksParams::default()).expect("state")).expect("json");
+        assert_eq!(answer(&a, "/blocks", "").expect("routed"), end);
+        let stats: serde_json::Value = serde_json::from_str(&answer(&a, "stats", "").expect("stats")).expect("json");
+        assert_eq!(stats["devices"][0]["trace_entries"], 1727);
+        let frames = answer(&a, "stacks/0", "").expect("stack 0");
+        assert!(frames.starts_with('['), "{frames}");
+    }
+
+    #[test]
+    fn bad_routes_and_queries_say_what_was_wrong() {
+        let a = streams();
+        assert_eq!(answer(&a, "nope", ""), Err(ViewError::NotFound("view \"nope\"".to_owned())));
+        assert!(matches!(answer(&a, "stacks/x", ""), Err(ViewError::BadRequest(m)) if m.contains("\"x\"")));
+        assert!(matches!(answer(&a, "stacks/4000000000", ""), Err(ViewError::NotFound(_))));
+        let bad = answer(&a, "timeline", "px=wide");
+        assert!(
+            matches!(&bad, Err(ViewError::BadRequest(m)) if m.contains("timeline") && m.contains("px=wide")),
+            "{bad:?}"
+        );
+        let empty = answer(&a, "timeline", "start=5&end=5");
+        assert!(matches!(empty, Err(ViewError::BadRequest(_))));
+    }
+}
