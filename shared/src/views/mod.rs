@@ -8,6 +8,7 @@
 //! frontend's local mode calls the very same functions, so both sides can
 //! never drift apart.
 
+pub mod analysis;
 pub mod route;
 
 use serde::{Deserialize, Serialize};

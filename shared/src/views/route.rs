@@ -13,6 +13,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::{Analyzed, BlocksParams, TimelineParams, ViewError, blocks, stack, timeline};
+use super::analysis;
 
 /// The JSON answer of a view, as the server would send it for
 /// `GET /api/v1/snapshots/{id}/{route}?{query}`.
@@ -27,6 +28,10 @@ pub fn answer(a: &Analyzed, route: &str, query: &str) -> Result<String, ViewErro
             "timeline" => json(&timeline(a, &params::<TimelineParams>(route, query)?)?),
             "blocks" => json(&blocks(a, &params::<BlocksParams>(route, query)?)?),
             "stats" => json(&a.snapshot.stats().report("")),
+            "whatif" => json(&analysis::whatif(a, &params(route, query)?)?),
+            "tune" => json(&analysis::tune(a, &params(route, query)?)?),
+            "explain" => json(&analysis::explain(a, &params(route, query)?)?),
+            "leaks" => json(&analysis::leaks(a, &params(route, query)?)?),
             _ => Err(unknown(route)),
         },
         Some(("stacks", id)) => {
