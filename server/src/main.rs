@@ -2,6 +2,7 @@
 //! `serve` runs the server and dashboard, `upload` sends a snapshot to a
 //! server, `token` manages API tokens.
 
+mod agent;
 mod analysis;
 mod auth;
 mod cli;
@@ -48,6 +49,9 @@ enum Command {
     /// Replay the trace under a grid of allocator settings and rank them by
     /// reserved peak, with their trade-offs.
     Tune(cli::simulate::TuneArgs),
+    /// Run a PyTorch job with snapshot capture (OOM, threshold, on request)
+    /// and live telemetry sent to a server: `vramscope agent --server URL -- python train.py`.
+    Agent(cli::agent::AgentArgs),
 }
 
 /// Milliseconds since the Unix epoch.
@@ -78,6 +82,7 @@ fn runtime() -> Result<tokio::runtime::Runtime, cli::Failure> {
 fn main() -> ExitCode {
     let args = Args::parse();
     let result = match args.command {
+        Command::Agent(a) => return cli::agent::run(a),
         Command::Stats(a) => cli::stats::run(&a),
         Command::Serve(a) => {
             init_tracing();

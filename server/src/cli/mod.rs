@@ -1,5 +1,6 @@
 //! Command-line subcommands.
 
+pub(crate) mod agent;
 pub(crate) mod diff;
 pub(crate) mod explain;
 pub(crate) mod leaks;

@@ -302,7 +302,7 @@ pub(crate) struct TokenRecord {
 /// The metadata database. Cheap to clone: clones share one pool.
 #[derive(Debug, Clone)]
 pub(crate) struct Db {
-    pool: AnyPool,
+    pub(super) pool: AnyPool,
 }
 
 /// A value bound to a placeholder of a query built at run time.

@@ -15,6 +15,7 @@
 
 mod blob;
 mod db;
+pub(crate) mod telemetry;
 
 pub(crate) use blob::{BlobStore, S3Settings, Staged, StagedUpload, is_not_found};
 pub(crate) use db::{Cursor, Db, ListFilter, NewSnapshot, Page, SnapshotRecord, SnapshotStatus, TokenRecord, Trigger};

@@ -9,7 +9,15 @@
 //! never drift apart.
 
 pub mod analysis;
+pub mod annotations;
+pub mod entry;
+pub mod fragmentation;
 pub mod route;
+pub mod search;
+pub mod segments;
+pub mod state;
+#[cfg(test)]
+mod testing;
 
 use serde::{Deserialize, Serialize};
 use thiserror::Error;

@@ -32,6 +32,12 @@ pub fn answer(a: &Analyzed, route: &str, query: &str) -> Result<String, ViewErro
             "tune" => json(&analysis::tune(a, &params(route, query)?)?),
             "explain" => json(&analysis::explain(a, &params(route, query)?)?),
             "leaks" => json(&analysis::leaks(a, &params(route, query)?)?),
+            "state" => json(&super::state::state(a, &params(route, query)?)?),
+            "segments" => json(&super::segments::segments(a, &params(route, query)?)?),
+            "fragmentation" => json(&super::fragmentation::fragmentation(a, &params(route, query)?)?),
+            "annotations" => json(&super::annotations::annotations(a, &params(route, query)?)?),
+            "search" => json(&super::search::search(a, &params(route, query)?)?),
+            "entry" => json(&super::entry::entry(a, &params(route, query)?)?),
             _ => Err(unknown(route)),
         },
         Some(("stacks", id)) => {

@@ -24,6 +24,12 @@ pub(super) fn routes(timeout: Duration) -> Router<AppState> {
         .route("/api/v1/snapshots/{id}/timeline", get(views::timeline))
         .route("/api/v1/snapshots/{id}/blocks", get(views::blocks))
         .route("/api/v1/snapshots/{id}/stacks/{stack}", get(views::stack))
+        .route("/api/v1/snapshots/{id}/state", get(views::state))
+        .route("/api/v1/snapshots/{id}/segments", get(views::segments))
+        .route("/api/v1/snapshots/{id}/fragmentation", get(views::fragmentation))
+        .route("/api/v1/snapshots/{id}/annotations", get(views::annotations))
+        .route("/api/v1/snapshots/{id}/search", get(views::search))
+        .route("/api/v1/snapshots/{id}/entry", get(views::entry))
         .layer(TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, timeout));
     let streaming = Router::new()
         .route("/api/v1/snapshots", post(upload::upload))

@@ -8,6 +8,12 @@ use std::sync::Arc;
 use axum::Json;
 use axum::extract::{Path, Query, State};
 use vramscope_shared::timeline::TimelineWindow;
+use vramscope_shared::views::annotations::{AnnotationsAnswer, AnnotationsParams};
+use vramscope_shared::views::entry::{EntryAnswer, EntryParams};
+use vramscope_shared::views::fragmentation::{FragmentationAnswer, FragmentationParams};
+use vramscope_shared::views::search::{SearchAnswer, SearchParams};
+use vramscope_shared::views::segments::{SegmentsAnswer, SegmentsParams};
+use vramscope_shared::views::state::{AllocatorState, StateParams};
 use vramscope_shared::views::{self, Analyzed, BlocksParams, FrameJson, StateAt, TimelineParams, ViewError};
 
 use super::snapshots::record;
@@ -72,4 +78,74 @@ pub(crate) async fn stack(
 ) -> AppResult<Json<Vec<FrameJson>>> {
     let a = analyzed(&state, &id).await?;
     Ok(Json(views::stack(&a, stack)?))
+}
+
+/// `GET /api/v1/snapshots/{id}/state?at=`: every segment and block after a
+/// row, with the instant's figures; see [`views::state::state`].
+pub(crate) async fn state(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Query(p): Query<StateParams>,
+) -> AppResult<Json<AllocatorState>> {
+    let a = analyzed(&state, &id).await?;
+    // Rewinding walks the trace twice: off the async workers.
+    Ok(Json(blocking(move || views::state::state(&a, &p)).await??))
+}
+
+/// `GET /api/v1/snapshots/{id}/segments`: see [`views::segments::segments`].
+pub(crate) async fn segments(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Query(p): Query<SegmentsParams>,
+) -> AppResult<Json<SegmentsAnswer>> {
+    let a = analyzed(&state, &id).await?;
+    Ok(Json(blocking(move || views::segments::segments(&a, &p)).await??))
+}
+
+/// `GET /api/v1/snapshots/{id}/fragmentation`: see
+/// [`views::fragmentation::fragmentation`].
+pub(crate) async fn fragmentation(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Query(p): Query<FragmentationParams>,
+) -> AppResult<Json<FragmentationAnswer>> {
+    let a = analyzed(&state, &id).await?;
+    Ok(Json(blocking(move || views::fragmentation::fragmentation(&a, &p)).await??))
+}
+
+/// `GET /api/v1/snapshots/{id}/annotations`: see [`views::annotations::annotations`].
+pub(crate) async fn annotations(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Query(p): Query<AnnotationsParams>,
+) -> AppResult<Json<AnnotationsAnswer>> {
+    let a = analyzed(&state, &id).await?;
+    Ok(Json(views::annotations::annotations(&a, &p)?))
+}
+
+/// `GET /api/v1/snapshots/{id}/search?q=`: see [`views::search::search`].
+pub(crate) async fn search(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Query(p): Query<SearchParams>,
+) -> AppResult<Json<SearchAnswer>> {
+    let a = analyzed(&state, &id).await?;
+    Ok(Json(blocking(move || views::search::search(&a, &p)).await??))
+}
+
+/// `GET /api/v1/snapshots/{id}/entry?row=`: see [`views::entry::entry`].
+pub(crate) async fn entry(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Query(p): Query<EntryParams>,
+) -> AppResult<Json<EntryAnswer>> {
+    let a = analyzed(&state, &id).await?;
+    Ok(Json(views::entry::entry(&a, &p)?))
+}
+
+/// Run CPU work of a view on a blocking thread.
+async fn blocking<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> AppResult<T> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| AppError::Internal(anyhow::anyhow!("a view's worker thread failed: {e}")))
 }

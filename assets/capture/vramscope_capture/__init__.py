@@ -1,0 +1,619 @@
+"""vramscope_capture: records PyTorch's CUDA allocator history inside a job
+and hands snapshots and telemetry to the `vramscope agent` beside it.
+
+`vramscope agent -- python train.py` loads this module through a
+`sitecustomize` it puts on PYTHONPATH, so nothing is installed; a job
+started elsewhere can call `vramscope_capture.install(...)` itself.
+
+What it does, and what it never does:
+
+* It never imports torch itself. It waits for the job to import torch, then
+  queues its start with `torch.cuda._lazy_call`, so it runs when the job
+  initialises CUDA and a process that never touches the GPU (torchrun's
+  launcher, a data loader) gets no CUDA context and records nothing.
+* Once started: `_record_memory_history(max_entries=...)` (a bounded ring),
+  an OOM observer that dumps a snapshot at the failed allocation, and a
+  watcher thread that samples the allocator once per interval and dumps a
+  pre-OOM snapshot when reserved memory crosses the threshold of capacity
+  (re-armed only after it falls back below by a margin, and at most
+  `max_dumps_per_hour` times).
+* Snapshots go to files in the spool folder (pickle first, then a small
+  JSON manifest entry, each written to a temporary name and renamed), so a
+  snapshot is on disk before anyone is told about it. The local socket only
+  carries small JSON lines: a hello, samples, "snapshot written", "threshold
+  crossed"; and from the agent, "capture now".
+* Nothing here blocks or fails the job: messages go through a bounded queue
+  (oldest dropped when full), the socket lives in daemon threads that
+  reconnect quietly, and every error in this module is swallowed after one
+  line on stderr.
+"""
+
+import json
+import os
+import pickle
+import queue
+import signal
+import socket
+import sys
+import threading
+import time
+
+__all__ = ["install", "install_from_env", "capture_now", "Capture"]
+
+#: Environment variables the agent sets for the job (and its children).
+ENV_SOCKET = "VRAMSCOPE_AGENT_SOCKET"
+ENV_SPOOL = "VRAMSCOPE_SPOOL_DIR"
+ENV_THRESHOLD = "VRAMSCOPE_THRESHOLD"
+ENV_MAX_ENTRIES = "VRAMSCOPE_MAX_ENTRIES"
+ENV_INTERVAL = "VRAMSCOPE_INTERVAL_S"
+ENV_MAX_DUMPS = "VRAMSCOPE_MAX_DUMPS_PER_HOUR"
+ENV_JOB = "VRAMSCOPE_JOB"
+
+#: How far below the threshold reserved memory must fall before the
+#: threshold trigger fires again.
+REARM_MARGIN = 0.05
+#: Messages held while the agent is unreachable; older ones are dropped.
+QUEUE_LIMIT = 4096
+#: OOM snapshots per hour (a job that catches OOMs in a loop must not dump forever).
+MAX_OOM_DUMPS_PER_HOUR = 4
+
+_installed = None
+_lock = threading.Lock()
+
+
+def _warn(message):
+    try:
+        sys.stderr.write("vramscope_capture: %s\n" % message)
+    except Exception:
+        pass
+
+
+def _env_float(name, default):
+    try:
+        return float(os.environ.get(name, default))
+    except ValueError:
+        _warn("%s=%r is not a number; using %s" % (name, os.environ.get(name), default))
+        return float(default)
+
+
+def _env_int(name, default):
+    try:
+        return int(os.environ.get(name, default))
+    except ValueError:
+        _warn("%s=%r is not an integer; using %s" % (name, os.environ.get(name), default))
+        return int(default)
+
+
+def _env_rank(name):
+    value = os.environ.get(name)
+    if value is None or value.strip() == "":
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        return None
+
+
+def labels():
+    """This process's labels: host, pid and torchrun's RANK/LOCAL_RANK/WORLD_SIZE."""
+    return {
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "rank": _env_rank("RANK"),
+        "local_rank": _env_rank("LOCAL_RANK"),
+        "world_size": _env_rank("WORLD_SIZE"),
+        "job": os.environ.get(ENV_JOB) or None,
+    }
+
+
+def _now_ms():
+    return int(time.time() * 1000)
+
+
+class RateLimit:
+    """At most `limit` events in any sliding hour."""
+
+    def __init__(self, limit, window_s=3600.0):
+        self.limit = limit
+        self.window_s = window_s
+        self.times = []
+
+    def allow(self, now=None):
+        now = time.monotonic() if now is None else now
+        self.times = [t for t in self.times if now - t < self.window_s]
+        if len(self.times) >= self.limit:
+            return False
+        self.times.append(now)
+        return True
+
+
+class ThresholdTrigger:
+    """Fires once when `fraction` reaches `threshold`, re-arms only after it
+    has fallen below `threshold - margin` (hysteresis)."""
+
+    def __init__(self, threshold, margin=REARM_MARGIN):
+        self.threshold = threshold
+        self.margin = margin
+        self.armed = True
+
+    def update(self, fraction):
+        if self.armed and fraction >= self.threshold:
+            self.armed = False
+            return True
+        if not self.armed and fraction < self.threshold - self.margin:
+            self.armed = True
+        return False
+
+
+class Link:
+    """JSON lines to and from the agent over a Unix socket, in daemon threads.
+
+    `send` never blocks: it puts the message on a bounded queue (dropping the
+    oldest when full). The writer thread connects, says hello, and drains the
+    queue; when the socket breaks it reconnects every couple of seconds. A
+    reader thread per connection hands commands to `on_command`.
+    """
+
+    def __init__(self, path, hello, on_command):
+        self.path = path
+        self.hello = hello
+        self.on_command = on_command
+        self.queue = queue.Queue(maxsize=QUEUE_LIMIT)
+        self.sock = None
+        self.dropped = 0
+        self.closed = False
+        self.thread = threading.Thread(target=self._write_loop, name="vramscope-link", daemon=True)
+        self.thread.start()
+
+    def send(self, message):
+        while True:
+            try:
+                self.queue.put_nowait(message)
+                return
+            except queue.Full:
+                try:
+                    self.queue.get_nowait()
+                    self.dropped += 1
+                except queue.Empty:
+                    pass
+
+    def flush(self, timeout_s):
+        """Waits up to `timeout_s` for the queue to be sent (used at exit)."""
+        deadline = time.monotonic() + timeout_s
+        while not self.queue.empty() and time.monotonic() < deadline and self.sock is not None:
+            time.sleep(0.01)
+
+    def _connect(self):
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(5.0)
+        sock.connect(self.path)
+        sock.sendall((json.dumps(dict(self.hello, type="hello")) + "\n").encode())
+        reader = threading.Thread(target=self._read_loop, args=(sock,), name="vramscope-link-read", daemon=True)
+        reader.start()
+        return sock
+
+    def _write_loop(self):
+        message = None
+        while not self.closed:
+            if self.sock is None:
+                try:
+                    self.sock = self._connect()
+                except OSError:
+                    self.sock = None
+                    time.sleep(2.0)
+                    continue
+            if message is None:
+                message = self.queue.get()
+            try:
+                self.sock.sendall((json.dumps(message) + "\n").encode())
+                message = None
+            except (OSError, TypeError, ValueError) as e:
+                if isinstance(e, (TypeError, ValueError)):
+                    message = None  # not JSON: drop it, keep the link
+                    continue
+                try:
+                    self.sock.close()
+                except OSError:
+                    pass
+                self.sock = None
+
+    def _read_loop(self, sock):
+        buffer = b""
+        while True:
+            try:
+                chunk = sock.recv(65536)
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            if not chunk:
+                return
+            buffer += chunk
+            while b"\n" in buffer:
+                line, buffer = buffer.split(b"\n", 1)
+                try:
+                    command = json.loads(line)
+                except ValueError:
+                    continue
+                try:
+                    self.on_command(command)
+                except Exception as e:  # a bad command must not kill the reader
+                    _warn("command %r failed: %s" % (command, e))
+
+
+class Capture:
+    """One process's capture: spool writer, dumper thread, watcher thread.
+
+    `sampler()` returns a list of per-device sample dicts (`device`,
+    `allocated`, `reserved`, `total`, `free`, `capacity`, ...); `snapshotter()`
+    returns the snapshot object to pickle. With torch they read the CUDA
+    allocator; tests on machines without a GPU pass their own.
+    """
+
+    def __init__(self, socket_path, spool_dir, threshold, interval_s, max_dumps_per_hour, sampler, snapshotter):
+        self.labels = labels()
+        self.spool_dir = spool_dir
+        self.threshold = threshold
+        self.interval_s = interval_s
+        self.sampler = sampler
+        self.snapshotter = snapshotter
+        self.limit = RateLimit(max_dumps_per_hour)
+        self.oom_limit = RateLimit(MAX_OOM_DUMPS_PER_HOUR)
+        self.triggers = {}
+        self.counter = 0
+        self.dump_lock = threading.Lock()
+        self.requests = queue.Queue(maxsize=16)
+        self.stopped = threading.Event()
+        os.makedirs(spool_dir, exist_ok=True)
+        self.link = Link(socket_path, self.labels, self._on_command) if socket_path else None
+        threading.Thread(target=self._dump_loop, name="vramscope-dumper", daemon=True).start()
+        threading.Thread(target=self._watch_loop, name="vramscope-watcher", daemon=True).start()
+
+    # -- snapshots -----------------------------------------------------
+
+    def _send(self, message):
+        if self.link is not None:
+            self.link.send(message)
+
+    def dump(self, trigger, reason="", device=None, tags=()):
+        """Takes a snapshot now, on this thread, and spools it. Returns the
+        manifest file's name, or None when it failed."""
+        with self.dump_lock:
+            try:
+                started = time.monotonic()
+                snapshot = self.snapshotter()
+                with _lock:
+                    self.counter += 1
+                    counter = self.counter
+                stem = "%013d-%s-%d-%04d" % (_now_ms(), _safe(self.labels["host"]), os.getpid(), counter)
+                data_name = stem + ".pickle"
+                data_path = os.path.join(self.spool_dir, data_name)
+                with open(data_path + ".tmp", "wb") as f:
+                    pickle.dump(snapshot, f, protocol=4)
+                    size = f.tell()
+                del snapshot
+                os.replace(data_path + ".tmp", data_path)
+                meta = dict(self.labels)
+                meta.update(
+                    {
+                        "file": data_name,
+                        "trigger": trigger,
+                        "reason": reason,
+                        "device": device,
+                        "tags": list(tags),
+                        "captured_at_ms": _now_ms(),
+                        "size_bytes": size,
+                        "dump_s": round(time.monotonic() - started, 3),
+                    }
+                )
+                meta_name = stem + ".json"
+                meta_path = os.path.join(self.spool_dir, meta_name)
+                with open(meta_path + ".tmp", "w") as f:
+                    json.dump(meta, f)
+                os.replace(meta_path + ".tmp", meta_path)
+            except Exception as e:
+                _warn("could not write a %s snapshot: %s" % (trigger, e))
+                return None
+        self._send({"type": "snapshot", "manifest": meta_name, "trigger": trigger})
+        return meta_name
+
+    def request(self, trigger, reason="", tags=()):
+        """Asks the dumper thread for a snapshot (never blocks)."""
+        try:
+            self.requests.put_nowait((trigger, reason, tuple(tags)))
+        except queue.Full:
+            pass
+
+    def _dump_loop(self):
+        while True:
+            trigger, reason, tags = self.requests.get()
+            self.dump(trigger, reason, tags=tags)
+
+    def on_oom(self, device, requested, allowed, free):
+        """Called by PyTorch when an allocation fails: dump on this thread,
+        since the job may not survive the exception."""
+        if not self.oom_limit.allow():
+            return
+        reason = "requested %d bytes; device allocated %d, free %d" % (requested, allowed, free)
+        self._send({"type": "oom", "device": device, "requested": requested})
+        self.dump("oom", reason, device=device)
+        if self.link is not None:
+            self.link.flush(2.0)
+
+    def _on_command(self, command):
+        if command.get("type") == "capture":
+            trigger = command.get("trigger") or "manual"
+            if trigger not in ("manual", "threshold", "oom"):
+                trigger = "manual"
+            self.request(trigger, command.get("reason") or "asked by the agent", command.get("tags") or ())
+
+    # -- telemetry -----------------------------------------------------
+
+    def sample_once(self):
+        """Samples every device once, sends the samples, checks the threshold."""
+        try:
+            samples = self.sampler()
+        except Exception as e:
+            _warn("sampling failed: %s" % e)
+            return []
+        for s in samples:
+            s["type"] = "sample"
+            s.setdefault("t_ms", _now_ms())
+            s["pid"] = os.getpid()
+            self._send(s)
+            capacity = s.get("capacity") or s.get("total") or 0
+            if capacity <= 0:
+                continue
+            fraction = s.get("reserved", 0) / float(capacity)
+            trigger = self.triggers.setdefault(s.get("device"), ThresholdTrigger(self.threshold))
+            if trigger.update(fraction):
+                reason = "reserved %d of %d bytes (%.1f%% >= %.1f%%)" % (
+                    s.get("reserved", 0),
+                    capacity,
+                    100 * fraction,
+                    100 * self.threshold,
+                )
+                if self.limit.allow():
+                    # The agent asks the other ranks for theirs as well.
+                    self._send({"type": "threshold", "device": s.get("device"), "reason": reason})
+                    self.request("threshold", reason)
+                else:
+                    _warn("threshold crossed but the hourly dump limit is reached: " + reason)
+        return samples
+
+    def _watch_loop(self):
+        while not self.stopped.wait(self.interval_s):
+            self.sample_once()
+
+    def close(self):
+        self.stopped.set()
+        if self.link is not None:
+            self.link.flush(1.0)
+
+
+def _safe(text):
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in str(text))[:64] or "host"
+
+
+# -- torch ----------------------------------------------------------------
+
+_fraction = {}
+
+
+def _torch_capacity(torch, device, total):
+    fraction = None
+    getter = getattr(torch.cuda, "get_per_process_memory_fraction", None)
+    if getter is not None:
+        try:
+            fraction = float(getter(device))
+        except Exception:
+            fraction = None
+    if fraction is None:
+        fraction = _fraction.get(device, 1.0)
+    return int(total * min(max(fraction, 0.0), 1.0))
+
+
+def torch_sampler(torch):
+    """Samples each device where this process's allocator holds memory:
+    reading allocator stats creates no CUDA context; mem_get_info is only
+    asked of devices the process already uses."""
+
+    def sample():
+        out = []
+        for device in range(torch.cuda.device_count()):
+            stats = torch.cuda.memory_stats(device)
+            reserved = stats.get("reserved_bytes.all.current", 0)
+            if reserved <= 0:
+                continue
+            free, total = torch.cuda.mem_get_info(device)
+            out.append(
+                {
+                    "device": device,
+                    "allocated": stats.get("allocated_bytes.all.current", 0),
+                    "reserved": reserved,
+                    "active": stats.get("active_bytes.all.current", 0),
+                    "inactive_split": stats.get("inactive_split_bytes.all.current", 0),
+                    "alloc_retries": stats.get("num_alloc_retries", 0),
+                    "ooms": stats.get("num_ooms", 0),
+                    "free": free,
+                    "total": total,
+                    "capacity": _torch_capacity(torch, device, total),
+                }
+            )
+        return out
+
+    return sample
+
+
+def _patch_fraction(torch):
+    """Remembers set_per_process_memory_fraction for torch versions without a getter."""
+    original = getattr(torch.cuda, "set_per_process_memory_fraction", None)
+    if original is None or getattr(original, "_vramscope", False):
+        return
+
+    def set_per_process_memory_fraction(fraction, device=None):
+        result = original(fraction, device)
+        try:
+            index = torch.cuda.current_device() if device is None else torch.device("cuda", device).index
+            _fraction[index if index is not None else 0] = float(fraction)
+        except Exception:
+            pass
+        return result
+
+    set_per_process_memory_fraction._vramscope = True
+    torch.cuda.set_per_process_memory_fraction = set_per_process_memory_fraction
+    torch.cuda.memory.set_per_process_memory_fraction = set_per_process_memory_fraction
+
+
+def _start_torch(torch, options):
+    global _installed
+    with _lock:
+        if _installed is not None:
+            return _installed
+        try:
+            torch.cuda.memory._record_memory_history(
+                context="all", stacks="python", max_entries=options["max_entries"]
+            )
+        except Exception as e:
+            _warn("cannot record the allocator history: %s" % e)
+        capture = Capture(
+            options["socket"],
+            options["spool_dir"],
+            options["threshold"],
+            options["interval_s"],
+            options["max_dumps_per_hour"],
+            torch_sampler(torch),
+            torch.cuda.memory._snapshot,
+        )
+        attach = getattr(torch._C, "_cuda_attach_out_of_memory_observer", None)
+        if attach is not None:
+            attach(capture.on_oom)
+        else:
+            _warn("this torch has no OOM observer; OOM snapshots are off")
+        if threading.current_thread() is threading.main_thread():
+            _install_signal(capture)
+        _installed = capture
+        return capture
+
+
+def _install_signal(capture):
+    try:
+        if signal.getsignal(signal.SIGUSR1) in (signal.SIG_DFL, None):
+            signal.signal(signal.SIGUSR1, lambda signum, frame: capture.request("manual", "SIGUSR1"))
+    except (ValueError, OSError, AttributeError):
+        pass
+
+
+def _when_torch_imported(callback):
+    """Runs `callback(torch)` as soon as the job has imported torch (now, if
+    it already has), without importing it here."""
+    torch = sys.modules.get("torch")
+    if torch is not None and hasattr(torch, "cuda"):
+        callback(torch)
+        return
+    import importlib.abc
+    import importlib.util
+
+    class Finder(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path, target=None):
+            if name != "torch":
+                return None
+            try:
+                sys.meta_path.remove(self)
+            except ValueError:
+                pass
+            spec = importlib.util.find_spec("torch")
+            if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+                return spec
+            exec_module = spec.loader.exec_module
+
+            def exec_and_hook(module):
+                exec_module(module)
+                try:
+                    callback(module)
+                except Exception as e:
+                    _warn("could not start: %s" % e)
+
+            spec.loader.exec_module = exec_and_hook
+            return spec
+
+    sys.meta_path.insert(0, Finder())
+
+
+def _options(**overrides):
+    options = {
+        "socket": os.environ.get(ENV_SOCKET) or None,
+        "spool_dir": os.environ.get(ENV_SPOOL)
+        or os.path.join(os.path.expanduser("~"), ".cache", "vramscope", "spool"),
+        "threshold": _env_float(ENV_THRESHOLD, 0.9),
+        "max_entries": _env_int(ENV_MAX_ENTRIES, 100000),
+        "interval_s": _env_float(ENV_INTERVAL, 1.0),
+        "max_dumps_per_hour": _env_int(ENV_MAX_DUMPS, 4),
+    }
+    for key, value in overrides.items():
+        if value is not None:
+            options[key] = value
+    return options
+
+
+def install(socket=None, spool_dir=None, threshold=None, max_entries=None, interval_s=None, max_dumps_per_hour=None):
+    """Starts capturing in this process: when torch is (or gets) imported,
+    history recording, the OOM observer and the watcher start at the job's
+    first CUDA use. Arguments default to the VRAMSCOPE_* environment."""
+    options = _options(
+        socket=socket,
+        spool_dir=spool_dir,
+        threshold=threshold,
+        max_entries=max_entries,
+        interval_s=interval_s,
+        max_dumps_per_hour=max_dumps_per_hour,
+    )
+
+    def on_torch(torch):
+        _patch_fraction(torch)
+        def start():
+            # An exception here would fail the job's CUDA initialisation.
+            try:
+                _start_torch(torch, options)
+            except Exception as e:
+                _warn("could not start: %s" % e)
+
+        try:
+            torch.cuda._lazy_call(start)
+        except Exception as e:
+            _warn("cannot wait for CUDA initialisation: %s" % e)
+
+    _when_torch_imported(on_torch)
+
+
+def install_from_env():
+    """What the agent's sitecustomize calls."""
+    if os.environ.get(ENV_SOCKET) or os.environ.get(ENV_SPOOL):
+        install()
+
+
+def install_custom(sampler, snapshotter, **overrides):
+    """Starts a capture with a caller's sampler and snapshotter (no torch):
+    for tests and for allocators other than PyTorch's."""
+    global _installed
+    options = _options(**overrides)
+    with _lock:
+        if _installed is None:
+            _installed = Capture(
+                options["socket"],
+                options["spool_dir"],
+                options["threshold"],
+                options["interval_s"],
+                options["max_dumps_per_hour"],
+                sampler,
+                snapshotter,
+            )
+        return _installed
+
+
+def capture_now(reason="capture_now() called"):
+    """Dumps a manual snapshot now, on the calling thread. None when not installed."""
+    capture = _installed
+    if capture is None:
+        return None
+    return capture.dump("manual", reason)

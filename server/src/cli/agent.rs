@@ -1,0 +1,90 @@
+//! `vramscope agent --server URL -- python train.py ...`: run a job with
+//! snapshot capture and live telemetry (see `crate::agent`).
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use crate::agent::{AgentConfig, default_job_name, default_spool_dir, parse_duration};
+
+/// Arguments of `vramscope agent`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct AgentArgs {
+    /// Server URL, e.g. http://127.0.0.1:8080.
+    #[arg(long, env = "VRAMSCOPE_SERVER")]
+    server: String,
+    /// API token with the uploader role (needed unless the server runs loopback-only).
+    #[arg(long, env = "VRAMSCOPE_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// Take a pre-OOM snapshot when reserved memory reaches this fraction of
+    /// the memory the process may use.
+    #[arg(long, default_value_t = 0.9, value_parser = parse_fraction)]
+    threshold: f64,
+    /// Entries of allocator history kept (a ring buffer).
+    #[arg(long, default_value_t = 100_000)]
+    max_entries: u64,
+    /// How often the job samples its memory (e.g. 1s, 500ms).
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    interval: Duration,
+    /// Threshold snapshots per process per hour, at most.
+    #[arg(long, default_value_t = 4)]
+    max_dumps_per_hour: u32,
+    /// The job's name on the server (default: the script's name and the start time).
+    #[arg(long)]
+    job: Option<String>,
+    /// Where snapshots wait until the server has them (default:
+    /// ~/.cache/vramscope/spool).
+    #[arg(long, env = "VRAMSCOPE_SPOOL_DIR")]
+    spool_dir: Option<PathBuf>,
+    /// After the job ends, how long to keep trying to deliver what is left
+    /// before leaving it in the spool for the next run.
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    drain_timeout: Duration,
+    /// The job's command line, after `--`.
+    #[arg(last = true, required = true, num_args = 1..)]
+    command: Vec<OsString>,
+}
+
+fn parse_fraction(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(v) if v > 0.0 && v <= 1.0 => Ok(v),
+        _ => Err(format!("expected a fraction in (0, 1], e.g. 0.9: {text:?}")),
+    }
+}
+
+/// Runs the job under the agent and returns its exit code (or 1 when the
+/// agent itself could not start, with one line on stderr).
+pub(crate) fn run(args: AgentArgs) -> ExitCode {
+    let job = args.job.unwrap_or_else(|| default_job_name(&args.command));
+    let config = AgentConfig {
+        server: args.server,
+        token: args.token,
+        threshold: args.threshold,
+        max_entries: args.max_entries,
+        interval: args.interval,
+        max_dumps_per_hour: args.max_dumps_per_hour,
+        job,
+        spool_dir: args.spool_dir.unwrap_or_else(default_spool_dir),
+        drain_timeout: args.drain_timeout,
+        command: args.command,
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("vramscope agent: error: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(crate::agent::run(config)) {
+        Ok(code) => {
+            // Tasks still blocked on the network must not hold the exit.
+            runtime.shutdown_background();
+            ExitCode::from(code)
+        }
+        Err(e) => {
+            eprintln!("vramscope agent: error: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}

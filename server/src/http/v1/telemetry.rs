@@ -1,0 +1,333 @@
+//! Live telemetry: agents stream samples in over a WebSocket
+//! (`GET /api/v1/agents/ws`, uploader role), the live page reads them
+//! (`GET /api/v1/live`, `GET /api/v1/live/{source}`), and "capture now"
+//! (`POST /api/v1/live/{source}/capture`) is relayed to the agent that
+//! serves the source, over its WebSocket.
+//!
+//! Each batch is stored before it is acknowledged, so an agent that loses
+//! its connection sends the unacknowledged batches again; the table's key
+//! makes a batch stored twice land once.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+use axum::routing::{get, post};
+use axum::{Extension, Json, Router};
+use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc;
+
+use crate::agent::protocol::{AgentMessage, NvmlDevice, Sample, ServerMessage};
+use crate::auth::{Identity, Role};
+use crate::http::AppState;
+use crate::http::error::{AppError, AppResult};
+use crate::store::telemetry::SourceRecord;
+use crate::store::{ListFilter, SnapshotRecord};
+
+/// How often (per source) the retention pass runs while samples arrive.
+const RETENTION_EVERY_MS: i64 = 60_000;
+/// Samples a live read returns at most.
+const MAX_READ: i64 = 20_000;
+
+/// The agents connected to this instance.
+#[derive(Default)]
+pub(crate) struct LiveRegistry {
+    agents: Mutex<HashMap<u64, ConnectedAgent>>,
+    next: AtomicU64,
+    last_retention: Mutex<HashMap<String, i64>>,
+}
+
+struct ConnectedAgent {
+    host: String,
+    job: String,
+    sources: HashSet<String>,
+    nvml: Vec<NvmlDevice>,
+    commands: mpsc::UnboundedSender<ServerMessage>,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The routes of this module, with their registry of connected agents.
+/// Outside the request timeout: a WebSocket lasts as long as the job.
+pub(super) fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/api/v1/agents/ws", get(agent_socket))
+        .route("/api/v1/live", get(list))
+        .route("/api/v1/live/{source}", get(read))
+        .route("/api/v1/live/{source}/capture", post(capture))
+        .layer(Extension(Arc::new(LiveRegistry::default())))
+}
+
+async fn agent_socket(
+    State(state): State<AppState>,
+    Extension(registry): Extension<Arc<LiveRegistry>>,
+    Extension(identity): Extension<Identity>,
+    upgrade: WebSocketUpgrade,
+) -> AppResult<Response> {
+    // The upgrade is a GET, which the middleware lets viewers through; an
+    // agent writes, so it needs what an upload needs.
+    if identity.role < Role::Uploader {
+        return Err(AppError::Forbidden(Role::Uploader.as_str()));
+    }
+    Ok(upgrade.max_message_size(64 << 20).on_upgrade(move |socket| serve_agent(socket, state, registry)))
+}
+
+async fn serve_agent(mut socket: WebSocket, state: AppState, registry: Arc<LiveRegistry>) {
+    let id = registry.next.fetch_add(1, Ordering::Relaxed);
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    lock(&registry.agents).insert(
+        id,
+        ConnectedAgent {
+            host: String::new(),
+            job: String::new(),
+            sources: HashSet::new(),
+            nvml: Vec::new(),
+            commands: tx,
+        },
+    );
+    loop {
+        tokio::select! {
+            command = rx.recv() => {
+                let Some(command) = command else { break };
+                let Ok(text) = serde_json::to_string(&command) else { continue };
+                if socket.send(Message::text(text)).await.is_err() {
+                    break;
+                }
+            }
+            frame = socket.recv() => {
+                let text = match frame {
+                    Some(Ok(Message::Text(text))) => text,
+                    Some(Ok(Message::Close(_))) | None | Some(Err(_)) => break,
+                    Some(Ok(_)) => continue,
+                };
+                let message = match serde_json::from_str::<AgentMessage>(text.as_str()) {
+                    Ok(m) => m,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "agent sent a frame that does not parse");
+                        continue;
+                    }
+                };
+                match handle(&state, &registry, id, message).await {
+                    Ok(Some(reply)) => {
+                        let Ok(text) = serde_json::to_string(&reply) else { continue };
+                        if socket.send(Message::text(text)).await.is_err() {
+                            break;
+                        }
+                    }
+                    Ok(None) => {}
+                    Err(e) => {
+                        // Not acknowledged: the agent sends the batch again.
+                        tracing::error!(error = format!("{e:#}"), "cannot store telemetry");
+                    }
+                }
+            }
+        }
+    }
+    lock(&registry.agents).remove(&id);
+}
+
+async fn handle(
+    state: &AppState,
+    registry: &LiveRegistry,
+    id: u64,
+    message: AgentMessage,
+) -> anyhow::Result<Option<ServerMessage>> {
+    match message {
+        AgentMessage::Hello { host, job } => {
+            if let Some(agent) = lock(&registry.agents).get_mut(&id) {
+                agent.host = host;
+                agent.job = job;
+            }
+            Ok(None)
+        }
+        AgentMessage::Ranks { sources } => {
+            if let Some(agent) = lock(&registry.agents).get_mut(&id) {
+                agent.sources = sources.iter().map(|s| s.key()).collect();
+            }
+            Ok(None)
+        }
+        AgentMessage::Nvml { devices } => {
+            if let Some(agent) = lock(&registry.agents).get_mut(&id) {
+                agent.nvml = devices;
+            }
+            Ok(None)
+        }
+        AgentMessage::Samples { seq, sources, samples } => {
+            state.db.insert_telemetry(&sources, &samples).await?;
+            let now = crate::now_ms();
+            let due: Vec<String> = {
+                let mut last = lock(&registry.last_retention);
+                sources
+                    .iter()
+                    .map(|s| s.key())
+                    .filter(|key| {
+                        let entry = last.entry(key.clone()).or_insert(0);
+                        let due = now - *entry >= RETENTION_EVERY_MS;
+                        if due {
+                            *entry = now;
+                        }
+                        due
+                    })
+                    .collect()
+            };
+            for key in due {
+                state.db.retain_samples(&key).await?;
+            }
+            Ok(Some(ServerMessage::Ack { seq }))
+        }
+    }
+}
+
+/// A source in the live list.
+#[derive(Debug, Serialize)]
+struct LiveSource {
+    #[serde(flatten)]
+    record: SourceRecord,
+    /// An agent serving it is connected now (so "capture now" can reach it).
+    connected: bool,
+}
+
+/// A connected agent's host and its NVML view.
+#[derive(Debug, Serialize)]
+struct LiveHost {
+    host: String,
+    job: String,
+    devices: Vec<NvmlDevice>,
+}
+
+/// `GET /api/v1/live`.
+#[derive(Debug, Serialize)]
+struct LiveList {
+    sources: Vec<LiveSource>,
+    hosts: Vec<LiveHost>,
+}
+
+async fn list(
+    State(state): State<AppState>,
+    Extension(registry): Extension<Arc<LiveRegistry>>,
+) -> AppResult<Json<LiveList>> {
+    let records = state.db.list_sources().await?;
+    let (connected, hosts) = {
+        let agents = lock(&registry.agents);
+        let connected: HashSet<String> = agents.values().flat_map(|a| a.sources.iter().cloned()).collect();
+        let hosts = agents
+            .values()
+            .map(|a| LiveHost { host: a.host.clone(), job: a.job.clone(), devices: a.nvml.clone() })
+            .collect();
+        (connected, hosts)
+    };
+    let sources =
+        records.into_iter().map(|record| LiveSource { connected: connected.contains(&record.source), record }).collect();
+    Ok(Json(LiveList { sources, hosts }))
+}
+
+/// Query of `GET /api/v1/live/{source}`.
+#[derive(Debug, Deserialize)]
+struct ReadParams {
+    /// Only samples after this time (ms since the epoch); all by default.
+    since_ms: Option<i64>,
+    /// At most this many samples (the newest), default and ceiling 20000.
+    limit: Option<i64>,
+}
+
+/// A snapshot taken of a source: a marker on its charts.
+#[derive(Debug, Serialize)]
+struct Marker {
+    id: String,
+    name: String,
+    trigger: &'static str,
+    uploaded_at_ms: i64,
+}
+
+/// `GET /api/v1/live/{source}`.
+#[derive(Debug, Serialize)]
+struct LiveRead {
+    source: LiveSource,
+    samples: Vec<Sample>,
+    snapshots: Vec<Marker>,
+    /// NVML's view of the source's host, from a connected agent.
+    devices: Vec<NvmlDevice>,
+}
+
+async fn read(
+    State(state): State<AppState>,
+    Extension(registry): Extension<Arc<LiveRegistry>>,
+    Path(source): Path<String>,
+    Query(params): Query<ReadParams>,
+) -> AppResult<Json<LiveRead>> {
+    let record =
+        state.db.get_source(&source).await?.ok_or_else(|| AppError::NotFound(format!("live source {source}")))?;
+    let limit = params.limit.unwrap_or(MAX_READ).clamp(1, MAX_READ);
+    let samples = state.db.samples(&source, params.since_ms.unwrap_or(i64::MIN), limit).await?;
+    let snapshots = markers(&state, &record).await?;
+    let (connected, devices) = {
+        let agents = lock(&registry.agents);
+        let serving = agents.values().find(|a| a.sources.contains(&source));
+        let host = agents.values().find(|a| a.host == record.host && !a.nvml.is_empty());
+        (serving.is_some(), host.map(|a| a.nvml.clone()).unwrap_or_default())
+    };
+    Ok(Json(LiveRead { source: LiveSource { record, connected }, samples, snapshots, devices }))
+}
+
+/// The snapshots uploaded with the source's job, host and rank.
+async fn markers(state: &AppState, record: &SourceRecord) -> AppResult<Vec<Marker>> {
+    let filter = ListFilter {
+        job: Some(record.job.clone()),
+        host: Some(record.host.clone()),
+        // The list caps this at its largest page.
+        limit: Some(u32::MAX),
+        ..ListFilter::default()
+    };
+    let page = state.db.list(&filter).await?;
+    let mine = |s: &SnapshotRecord| s.rank == record.rank;
+    let mut markers: Vec<Marker> = page
+        .items
+        .iter()
+        .filter(|s| mine(s))
+        .map(|s| Marker {
+            id: s.id.clone(),
+            name: s.name.clone(),
+            trigger: s.trigger.as_str(),
+            uploaded_at_ms: s.uploaded_at_ms,
+        })
+        .collect();
+    markers.sort_by_key(|m| m.uploaded_at_ms);
+    Ok(markers)
+}
+
+/// Query of `POST /api/v1/live/{source}/capture`.
+#[derive(Debug, Deserialize)]
+struct CaptureParams {
+    /// Ask every process the agent serves, not only this one.
+    #[serde(default)]
+    all: bool,
+}
+
+async fn capture(
+    Extension(registry): Extension<Arc<LiveRegistry>>,
+    Extension(identity): Extension<Identity>,
+    Path(source): Path<String>,
+    Query(params): Query<CaptureParams>,
+) -> AppResult<(StatusCode, Json<serde_json::Value>)> {
+    let agents = lock(&registry.agents);
+    let Some(agent) = agents.values().find(|a| a.sources.contains(&source)) else {
+        return Err(AppError::NotFound(format!(
+            "no connected agent serves {source} (the job ended, or its agent is reconnecting)"
+        )));
+    };
+    let command = ServerMessage::Capture {
+        source: if params.all { None } else { Some(source.clone()) },
+        reason: format!("capture now, asked by {} from the dashboard", identity.name),
+    };
+    agent
+        .commands
+        .send(command)
+        .map_err(|_| AppError::NotFound(format!("the agent serving {source} just disconnected")))?;
+    Ok((StatusCode::ACCEPTED, Json(serde_json::json!({ "source": source, "all": params.all, "host": agent.host }))))
+}

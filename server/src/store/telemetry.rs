@@ -1,0 +1,286 @@
+//! Live telemetry from capture agents (migration `0002_telemetry.sql`):
+//! the processes that reported (`telemetry_sources`) and their samples
+//! (`telemetry_samples`). Same rules as `db.rs`: `$N` placeholders, `i64`
+//! and `String` columns, one SQL for SQLite and PostgreSQL.
+
+use anyhow::{Context, Result};
+use serde::Serialize;
+use sqlx::Row;
+use sqlx::any::AnyRow;
+
+use super::Db;
+use crate::agent::protocol::{Sample, SourceLabels};
+
+const SOURCE_COLUMNS: &str = "source, job, host, rank, local_rank, world_size, pid, first_ms, last_ms";
+const SAMPLE_COLUMNS: &str = "source, device, t_ms, allocated, reserved, active, device_total, device_free, \
+     capacity, nvml_used, nvml_process_used";
+
+/// Samples older than this (behind a source's newest) are thinned to one
+/// per [`THIN_WINDOW_MS`] per device.
+pub(crate) const THIN_AFTER_MS: i64 = 3_600_000;
+/// The window older samples are thinned to.
+pub(crate) const THIN_WINDOW_MS: i64 = 10_000;
+/// Samples kept per source at most (newest first): a day of 1 s samples
+/// on one device, or thinned history for much longer.
+pub(crate) const MAX_SAMPLES_PER_SOURCE: i64 = 100_000;
+
+/// A process that sent telemetry, as the API shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub(crate) struct SourceRecord {
+    /// `{job}--{host}--rank{N}` (or `--pid{P}`).
+    pub(crate) source: String,
+    /// The job.
+    pub(crate) job: String,
+    /// The host.
+    pub(crate) host: String,
+    /// Global rank.
+    pub(crate) rank: Option<i64>,
+    /// Rank on the host.
+    pub(crate) local_rank: Option<i64>,
+    /// Number of ranks.
+    pub(crate) world_size: Option<i64>,
+    /// Process id.
+    pub(crate) pid: i64,
+    /// First sample, milliseconds since the Unix epoch.
+    pub(crate) first_ms: i64,
+    /// Latest sample.
+    pub(crate) last_ms: i64,
+}
+
+impl Db {
+    /// Stores a batch: upserts its sources, inserts its samples (a sample
+    /// already stored is skipped), in one transaction.
+    pub(crate) async fn insert_telemetry(&self, sources: &[SourceLabels], samples: &[Sample]) -> Result<()> {
+        let mut tx = self.pool.begin().await.context("telemetry insert: cannot begin")?;
+        for labels in sources {
+            let key = labels.key();
+            let times = samples.iter().filter(|s| s.source == key).map(|s| s.t_ms);
+            let (first, last) = times.fold((i64::MAX, i64::MIN), |(a, b), t| (a.min(t), b.max(t)));
+            if first > last {
+                continue;
+            }
+            sqlx::query(&format!(
+                "INSERT INTO telemetry_sources ({SOURCE_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
+                 ON CONFLICT (source) DO UPDATE SET pid = excluded.pid, \
+                 first_ms = CASE WHEN excluded.first_ms < telemetry_sources.first_ms \
+                     THEN excluded.first_ms ELSE telemetry_sources.first_ms END, \
+                 last_ms = CASE WHEN excluded.last_ms > telemetry_sources.last_ms \
+                     THEN excluded.last_ms ELSE telemetry_sources.last_ms END"
+            ))
+            .bind(key.as_str())
+            .bind(labels.job.as_str())
+            .bind(labels.host.as_str())
+            .bind(labels.rank)
+            .bind(labels.local_rank)
+            .bind(labels.world_size)
+            .bind(i64::from(labels.pid))
+            .bind(first)
+            .bind(last)
+            .execute(&mut *tx)
+            .await
+            .with_context(|| format!("telemetry_sources upsert {key}"))?;
+        }
+        for s in samples {
+            sqlx::query(&format!(
+                "INSERT INTO telemetry_samples ({SAMPLE_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) \
+                 ON CONFLICT (source, device, t_ms) DO NOTHING"
+            ))
+            .bind(s.source.as_str())
+            .bind(s.device)
+            .bind(s.t_ms)
+            .bind(s.allocated)
+            .bind(s.reserved)
+            .bind(s.active)
+            .bind(s.device_total)
+            .bind(s.device_free)
+            .bind(s.capacity)
+            .bind(s.nvml_used)
+            .bind(s.nvml_process_used)
+            .execute(&mut *tx)
+            .await
+            .with_context(|| format!("telemetry_samples insert {} at {}", s.source, s.t_ms))?;
+        }
+        tx.commit().await.context("telemetry insert: cannot commit")?;
+        Ok(())
+    }
+
+    /// Every source, most recently active first.
+    pub(crate) async fn list_sources(&self) -> Result<Vec<SourceRecord>> {
+        let rows = sqlx::query(&format!("SELECT {SOURCE_COLUMNS} FROM telemetry_sources ORDER BY last_ms DESC, source"))
+            .fetch_all(&self.pool)
+            .await
+            .context("telemetry_sources list")?;
+        rows.iter().map(source_from_row).collect()
+    }
+
+    /// The source named `source`.
+    pub(crate) async fn get_source(&self, source: &str) -> Result<Option<SourceRecord>> {
+        let row = sqlx::query(&format!("SELECT {SOURCE_COLUMNS} FROM telemetry_sources WHERE source = $1"))
+            .bind(source)
+            .fetch_optional(&self.pool)
+            .await
+            .with_context(|| format!("telemetry_sources get {source}"))?;
+        row.as_ref().map(source_from_row).transpose()
+    }
+
+    /// Samples of `source` after `since_ms`, oldest first, at most `limit`
+    /// (the newest ones when there are more).
+    pub(crate) async fn samples(&self, source: &str, since_ms: i64, limit: i64) -> Result<Vec<Sample>> {
+        let rows = sqlx::query(&format!(
+            "SELECT {SAMPLE_COLUMNS} FROM telemetry_samples WHERE source = $1 AND t_ms > $2 \
+             ORDER BY t_ms DESC, device LIMIT $3"
+        ))
+        .bind(source)
+        .bind(since_ms)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await
+        .with_context(|| format!("telemetry_samples of {source}"))?;
+        let mut samples = rows.iter().map(sample_from_row).collect::<Result<Vec<_>>>()?;
+        samples.reverse();
+        Ok(samples)
+    }
+
+    /// Keeps `source`'s samples bounded: those more than [`THIN_AFTER_MS`]
+    /// behind its newest are thinned to the first of each
+    /// [`THIN_WINDOW_MS`] window per device, and beyond
+    /// [`MAX_SAMPLES_PER_SOURCE`] the oldest go. Returns how many were removed.
+    pub(crate) async fn retain_samples(&self, source: &str) -> Result<u64> {
+        let newest: Option<i64> = sqlx::query_scalar("SELECT MAX(t_ms) FROM telemetry_samples WHERE source = $1")
+            .bind(source)
+            .fetch_one(&self.pool)
+            .await
+            .with_context(|| format!("telemetry retention of {source}: newest"))?;
+        let Some(newest) = newest else { return Ok(0) };
+        let cutoff = newest - THIN_AFTER_MS;
+        let thinned = sqlx::query(
+            "DELETE FROM telemetry_samples WHERE source = $1 AND t_ms < $2 AND t_ms NOT IN \
+             (SELECT MIN(t_ms) FROM telemetry_samples WHERE source = $1 AND t_ms < $2 \
+              GROUP BY device, t_ms / $3)",
+        )
+        .bind(source)
+        .bind(cutoff)
+        .bind(THIN_WINDOW_MS)
+        .execute(&self.pool)
+        .await
+        .with_context(|| format!("telemetry retention of {source}: thinning"))?;
+        let capped = sqlx::query(
+            "DELETE FROM telemetry_samples WHERE source = $1 AND t_ms < \
+             (SELECT t_ms FROM telemetry_samples WHERE source = $1 ORDER BY t_ms DESC LIMIT 1 OFFSET $2)",
+        )
+        .bind(source)
+        .bind(MAX_SAMPLES_PER_SOURCE)
+        .execute(&self.pool)
+        .await
+        .with_context(|| format!("telemetry retention of {source}: cap"))?;
+        Ok(thinned.rows_affected() + capped.rows_affected())
+    }
+}
+
+fn source_from_row(row: &AnyRow) -> Result<SourceRecord> {
+    let source: String = row.try_get("source").context("telemetry_sources row: source")?;
+    let column = |name: &str| format!("telemetry_sources row {source}: column {name}");
+    Ok(SourceRecord {
+        job: row.try_get("job").with_context(|| column("job"))?,
+        host: row.try_get("host").with_context(|| column("host"))?,
+        rank: row.try_get("rank").with_context(|| column("rank"))?,
+        local_rank: row.try_get("local_rank").with_context(|| column("local_rank"))?,
+        world_size: row.try_get("world_size").with_context(|| column("world_size"))?,
+        pid: row.try_get("pid").with_context(|| column("pid"))?,
+        first_ms: row.try_get("first_ms").with_context(|| column("first_ms"))?,
+        last_ms: row.try_get("last_ms").with_context(|| column("last_ms"))?,
+        source,
+    })
+}
+
+fn sample_from_row(row: &AnyRow) -> Result<Sample> {
+    let source: String = row.try_get("source").context("telemetry_samples row: source")?;
+    let column = |name: &str| format!("telemetry_samples row of {source}: column {name}");
+    let get = |name: &str| -> Result<Option<i64>> { row.try_get(name).with_context(|| column(name)) };
+    Ok(Sample {
+        t_ms: row.try_get("t_ms").with_context(|| column("t_ms"))?,
+        device: row.try_get("device").with_context(|| column("device"))?,
+        allocated: get("allocated")?,
+        reserved: get("reserved")?,
+        active: get("active")?,
+        device_total: get("device_total")?,
+        device_free: get("device_free")?,
+        capacity: get("capacity")?,
+        nvml_used: get("nvml_used")?,
+        nvml_process_used: get("nvml_process_used")?,
+        source,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn db(tag: &str) -> Db {
+        let dir = std::env::temp_dir().join(format!("vramscope-telemetry-{tag}-{}", uuid::Uuid::now_v7()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        Db::connect(&Db::sqlite_url(&dir.join("db.sqlite"))).await.expect("db")
+    }
+
+    fn labels(rank: i64) -> SourceLabels {
+        SourceLabels {
+            job: "j".to_owned(),
+            host: "h".to_owned(),
+            rank: Some(rank),
+            local_rank: Some(rank),
+            world_size: Some(2),
+            pid: 100,
+        }
+    }
+
+    fn sample(source: &str, t_ms: i64, reserved: i64) -> Sample {
+        Sample {
+            source: source.to_owned(),
+            t_ms,
+            device: 0,
+            allocated: Some(reserved / 2),
+            reserved: Some(reserved),
+            active: None,
+            device_total: Some(1000),
+            device_free: Some(500),
+            capacity: Some(1000),
+            nvml_used: None,
+            nvml_process_used: Some(7),
+        }
+    }
+
+    #[tokio::test]
+    async fn batches_sent_twice_land_once_and_sources_track_their_span() {
+        let db = db("dedup").await;
+        let key = labels(0).key();
+        let batch = vec![sample(&key, 10, 100), sample(&key, 20, 200)];
+        db.insert_telemetry(&[labels(0)], &batch).await.expect("insert");
+        db.insert_telemetry(&[labels(0)], &batch).await.expect("insert again");
+        db.insert_telemetry(&[labels(0)], &[sample(&key, 5, 50)]).await.expect("older");
+        let stored = db.samples(&key, 0, 100).await.expect("samples");
+        assert_eq!(stored.iter().map(|s| s.t_ms).collect::<Vec<_>>(), [5, 10, 20]);
+        assert_eq!(stored[2], batch[1]);
+        let source = db.get_source(&key).await.expect("get").expect("source");
+        assert_eq!((source.first_ms, source.last_ms, source.rank), (5, 20, Some(0)));
+        assert_eq!(db.samples(&key, 10, 100).await.expect("since").len(), 1);
+        assert_eq!(db.samples(&key, 0, 2).await.expect("limit").iter().map(|s| s.t_ms).collect::<Vec<_>>(), [10, 20]);
+    }
+
+    #[tokio::test]
+    async fn retention_thins_old_samples_and_keeps_recent_ones() {
+        let db = db("retention").await;
+        let key = labels(1).key();
+        // Two hours of one sample per second: the first hour thins to one per 10 s.
+        let samples: Vec<Sample> = (0..7200).map(|s| sample(&key, s * 1000, s)).collect();
+        db.insert_telemetry(&[labels(1)], &samples).await.expect("insert");
+        let removed = db.retain_samples(&key).await.expect("retain");
+        let kept = db.samples(&key, -1, 1_000_000).await.expect("samples");
+        assert_eq!(removed as usize + kept.len(), 7200);
+        let newest = 7199 * 1000;
+        let old: Vec<i64> = kept.iter().map(|s| s.t_ms).filter(|t| *t < newest - THIN_AFTER_MS).collect();
+        assert_eq!(old.len() as i64, (newest - THIN_AFTER_MS + THIN_WINDOW_MS - 1) / THIN_WINDOW_MS);
+        assert!(old.iter().all(|t| t % THIN_WINDOW_MS == 0));
+        assert_eq!(kept.iter().filter(|s| s.t_ms >= newest - THIN_AFTER_MS).count(), 3601);
+        assert_eq!(db.retain_samples(&key).await.expect("again"), 0, "retention is idempotent");
+    }
+}

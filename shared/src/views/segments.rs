@@ -1,0 +1,297 @@
+//! The segment timeline ("segment split"): for each column of a window,
+//! every segment alive then and how its bytes split into allocated blocks,
+//! rounding waste inside them, pending frees and free (inactive) blocks.
+//!
+//! The answer is bounded by the screen, not the trace: a window is cut
+//! into at most [`MAX_COLUMNS`] columns and each column shows the layout
+//! right after its last row, rewound from the final segments
+//! ([`Rewinder`]); one rewinder walks the columns from the last to the
+//! first, so a query costs two passes over the trace plus one layout per
+//! column.
+
+use serde::{Deserialize, Serialize};
+
+use super::state::rows_before;
+use super::{Analyzed, ViewError};
+use crate::analysis::layout::{Layout, Rewinder};
+use crate::snapshot::BlockState;
+use crate::timeline::Axis;
+
+/// The most columns a window is cut into.
+pub const MAX_COLUMNS: u32 = 600;
+
+/// Query of the segment timeline (the same window fields as the timeline).
+#[derive(Debug, Default, Clone, Deserialize, Serialize)]
+pub struct SegmentsParams {
+    /// Device (default: the first).
+    pub device: Option<u32>,
+    /// `time` (default when the trace has times) or `event`.
+    pub axis: Option<Axis>,
+    /// Window start (default: the trace's first x).
+    pub start: Option<i64>,
+    /// Window end (default: the trace's end).
+    pub end: Option<i64>,
+    /// Columns (default 200, at most [`MAX_COLUMNS`]).
+    pub columns: Option<u32>,
+}
+
+/// One column of a window: `[x0, x1)` and the row whose state it shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Column {
+    /// First x of the column.
+    pub x0: i64,
+    /// First x past it.
+    pub x1: i64,
+    /// The state shown is right after this row; `None`: before the trace.
+    pub row: Option<u32>,
+}
+
+/// A segment that appears somewhere in the window.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SegmentLane {
+    /// Start address.
+    pub addr: u64,
+    /// Raw `cudaStream_t`.
+    pub stream: u64,
+    /// Small pool.
+    pub small: bool,
+    /// Expandable: its size is the bytes mapped at each column.
+    pub expandable: bool,
+    /// Largest size it had in the window.
+    pub max_size: u64,
+}
+
+/// One segment in one column, in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SegmentCell {
+    /// Index into [`SegmentsAnswer::columns`].
+    pub column: u32,
+    /// Index into [`SegmentsAnswer::segments`].
+    pub segment: u32,
+    /// Bytes reserved (mapped).
+    pub size: u64,
+    /// Allocated blocks, rounded sizes (waste included).
+    pub allocated: u64,
+    /// Of `allocated`, rounding waste (rounded minus requested).
+    pub waste: u64,
+    /// Pending-free blocks.
+    pub pending_free: u64,
+    /// Free blocks.
+    pub inactive: u64,
+    /// Blocks in the segment.
+    pub blocks: u32,
+}
+
+/// The segment timeline of a window.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SegmentsAnswer {
+    /// Device.
+    pub device: u32,
+    /// x axis.
+    pub axis: Axis,
+    /// Window start.
+    pub start: i64,
+    /// Window end.
+    pub end: i64,
+    /// The columns, left to right.
+    pub columns: Vec<Column>,
+    /// The segments, by address.
+    pub segments: Vec<SegmentLane>,
+    /// Segment × column figures, where the segment exists.
+    pub cells: Vec<SegmentCell>,
+    /// Highest reserved bytes over the columns.
+    pub max_reserved: u64,
+    /// Every block size is certain.
+    pub exact: bool,
+}
+
+/// A window on a device's axis, resolved from the query's defaults.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Span {
+    pub(crate) device: u32,
+    pub(crate) axis: Axis,
+    pub(crate) start: i64,
+    pub(crate) end: i64,
+}
+
+/// The window asked for, with the timeline's defaults and errors.
+pub(crate) fn span(
+    a: &Analyzed,
+    device: Option<u32>,
+    axis: Option<Axis>,
+    start: Option<i64>,
+    end: Option<i64>,
+) -> Result<Span, ViewError> {
+    let device = a.device_or_first(device)?;
+    let has_time = a.snapshot.device(device).is_some_and(|d| d.trace.has_time());
+    let axis = axis.unwrap_or(if has_time { Axis::Time } else { Axis::Event });
+    let (first, last) = a
+        .timeline
+        .extent(device, axis)
+        .ok_or_else(|| ViewError::NotFound(format!("{axis:?} axis for device {device} (no trace, or no times)")))?;
+    let (start, end) = (start.unwrap_or(first), end.unwrap_or(last));
+    if end <= start {
+        return Err(ViewError::BadRequest(format!("empty window: start {start} >= end {end}")));
+    }
+    Ok(Span { device, axis, start, end })
+}
+
+/// Cut `span` into `n` columns (fewer when the window is narrower) and call
+/// `each` with every column and its layout, from the last column to the
+/// first (the order a rewinder goes). Returns the columns left to right.
+pub(crate) fn for_each_column(
+    a: &Analyzed,
+    span: Span,
+    n: u32,
+    mut each: impl FnMut(usize, &Column, &Layout),
+) -> Result<Vec<Column>, ViewError> {
+    let d = a.snapshot.device(span.device).ok_or_else(|| ViewError::NotFound(format!("device {}", span.device)))?;
+    let width = (span.end - span.start) as u128;
+    let n = u128::from(n.clamp(1, MAX_COLUMNS)).min(width.max(1));
+    let edge = |i: u128| span.start + (width * i / n) as i64;
+    let columns: Vec<Column> = (0..n)
+        .map(|i| {
+            let (x0, x1) = (edge(i), edge(i + 1));
+            let row = rows_before(d, span.axis, x1).checked_sub(1).map(|r| r as u32);
+            Column { x0, x1, row }
+        })
+        .collect();
+    let mut rewinder = Rewinder::new(&a.snapshot, d);
+    let mut last: Option<(Option<u32>, Layout)> = None;
+    for (i, c) in columns.iter().enumerate().rev() {
+        // Neighbouring columns often show the same row: rewind once.
+        if last.as_ref().is_none_or(|(row, _)| *row != c.row) {
+            last = Some((c.row, rewinder.rewind_to(c.row)));
+        }
+        if let Some((_, layout)) = &last {
+            each(i, c, layout);
+        }
+    }
+    Ok(columns)
+}
+
+/// The segments of each column of a window and how each one is split.
+pub fn segments(a: &Analyzed, p: &SegmentsParams) -> Result<SegmentsAnswer, ViewError> {
+    let span = span(a, p.device, p.axis, p.start, p.end)?;
+    let mut lanes: Vec<SegmentLane> = Vec::new();
+    let mut lane_of = std::collections::HashMap::<u64, u32>::new();
+    let mut cells = Vec::new();
+    let mut exact = true;
+    let mut max_reserved = 0u64;
+    let columns = for_each_column(a, span, p.columns.unwrap_or(200), |i, _, layout| {
+        exact &= layout.exact;
+        max_reserved = max_reserved.max(layout.reserved());
+        for seg in &layout.segments {
+            let lane = *lane_of.entry(seg.address).or_insert_with(|| {
+                lanes.push(SegmentLane {
+                    addr: seg.address,
+                    stream: seg.stream,
+                    small: seg.small,
+                    expandable: seg.expandable,
+                    max_size: 0,
+                });
+                (lanes.len() - 1) as u32
+            });
+            let l = &mut lanes[lane as usize];
+            l.max_size = l.max_size.max(seg.size);
+            let mut cell = SegmentCell {
+                column: i as u32,
+                segment: lane,
+                size: seg.size,
+                allocated: 0,
+                waste: 0,
+                pending_free: 0,
+                inactive: 0,
+                blocks: seg.blocks.len() as u32,
+            };
+            for b in &seg.blocks {
+                match b.state {
+                    BlockState::ActivePendingFree => cell.pending_free += b.size,
+                    BlockState::Inactive => cell.inactive += b.size,
+                    BlockState::ActiveAllocated | BlockState::Unknown => {
+                        cell.allocated += b.size;
+                        cell.waste += b.size.saturating_sub(b.requested_size);
+                    }
+                }
+            }
+            cells.push(cell);
+        }
+    })?;
+    // Lanes by address, cells left to right and bottom to top.
+    let mut order: Vec<u32> = (0..lanes.len() as u32).collect();
+    order.sort_by_key(|&i| lanes[i as usize].addr);
+    let mut rank = vec![0u32; lanes.len()];
+    for (new, &old) in order.iter().enumerate() {
+        rank[old as usize] = new as u32;
+    }
+    for c in &mut cells {
+        c.segment = rank[c.segment as usize];
+    }
+    cells.sort_by_key(|c| (c.column, c.segment));
+    let segments = order.iter().map(|&i| lanes[i as usize].clone()).collect();
+    Ok(SegmentsAnswer {
+        device: span.device,
+        axis: span.axis,
+        start: span.start,
+        end: span.end,
+        columns,
+        segments,
+        cells,
+        max_reserved,
+        exact,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::views::testing::{corpus, oracle};
+
+    #[test]
+    fn columns_tile_the_window_and_cells_add_up() {
+        let a = corpus("oom_leak");
+        let o = oracle("oom_leak");
+        let answer =
+            segments(&a, &SegmentsParams { axis: Some(Axis::Event), columns: Some(100), ..Default::default() })
+                .expect("segments");
+        assert_eq!(answer.columns.len(), 100);
+        assert_eq!((answer.start, answer.end), (0, 6680));
+        assert_eq!(answer.columns[0].x0, 0);
+        assert_eq!(answer.columns[99].x1, 6680);
+        assert!(answer.columns.windows(2).all(|w| w[0].x1 == w[1].x0));
+        assert_eq!(answer.columns[99].row, Some(6679));
+        for c in &answer.cells {
+            assert_eq!(c.allocated + c.pending_free + c.inactive, c.size, "{c:?}");
+            assert!(c.waste <= c.allocated);
+        }
+        // The last column is the snapshot's own state: 41 segments, and
+        // reserved as PyTorch counted it; the peak is PyTorch's peak.
+        let last: Vec<_> = answer.cells.iter().filter(|c| c.column == 99).collect();
+        assert_eq!(last.len(), 41);
+        assert_eq!(last.iter().map(|c| c.size).sum::<u64>(), o["reserved_bytes.all.current"]);
+        let allocated: u64 = last.iter().map(|c| c.allocated).sum();
+        assert_eq!(allocated, o["allocated_bytes.all.current"]);
+        assert!(answer.max_reserved <= o["reserved_bytes.all.peak"]);
+        assert!(answer.segments.windows(2).all(|w| w[0].addr < w[1].addr));
+    }
+
+    #[test]
+    fn a_window_narrower_than_its_columns_gets_one_column_per_x() {
+        let a = corpus("streams");
+        let answer = segments(
+            &a,
+            &SegmentsParams {
+                axis: Some(Axis::Event),
+                start: Some(100),
+                end: Some(110),
+                columns: Some(300),
+                ..Default::default()
+            },
+        )
+        .expect("segments");
+        assert_eq!(answer.columns.len(), 10);
+        assert_eq!(answer.columns[0].row, Some(100));
+        let bad = segments(&a, &SegmentsParams { start: Some(5), end: Some(5), ..Default::default() });
+        assert!(matches!(bad, Err(ViewError::BadRequest(_))));
+    }
+}
