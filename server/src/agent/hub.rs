@@ -202,7 +202,8 @@ mod tests {
         let command = JobCommand::Capture { trigger: "manual".to_owned(), reason: String::new(), tags: Vec::new() };
         assert_eq!(hub.send(Some("j--h--rank1"), None, &command), 1);
         assert_eq!(hub.send(None, Some(ids[0]), &command), 2);
-        let got: Vec<usize> = receivers.iter_mut().map(|rx| std::iter::from_fn(|| rx.try_recv().ok()).count()).collect();
+        let got: Vec<usize> =
+            receivers.iter_mut().map(|rx| std::iter::from_fn(|| rx.try_recv().ok()).count()).collect();
         assert_eq!(got, [0, 2, 1]);
         assert_eq!(hub.connected().len(), 3);
     }

@@ -146,10 +146,7 @@ pub(crate) async fn run(config: AgentConfig) -> Result<u8> {
 /// it, and SIGINT unless it came from the terminal (Ctrl-C reaches the job
 /// through the terminal's process group already; a second one would cut its
 /// clean-up short). SIGUSR1 asks every process of the job for a snapshot.
-async fn wait_forwarding_signals(
-    child: &mut tokio::process::Child,
-    hub: &Hub,
-) -> Result<std::process::ExitStatus> {
+async fn wait_forwarding_signals(child: &mut tokio::process::Child, hub: &Hub) -> Result<std::process::ExitStatus> {
     use nix::sys::signal::Signal;
     use std::io::IsTerminal;
     let pid = child.id().map(|id| nix::unistd::Pid::from_raw(id as i32));

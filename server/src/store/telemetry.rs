@@ -106,10 +106,11 @@ impl Db {
 
     /// Every source, most recently active first.
     pub(crate) async fn list_sources(&self) -> Result<Vec<SourceRecord>> {
-        let rows = sqlx::query(&format!("SELECT {SOURCE_COLUMNS} FROM telemetry_sources ORDER BY last_ms DESC, source"))
-            .fetch_all(&self.pool)
-            .await
-            .context("telemetry_sources list")?;
+        let rows =
+            sqlx::query(&format!("SELECT {SOURCE_COLUMNS} FROM telemetry_sources ORDER BY last_ms DESC, source"))
+                .fetch_all(&self.pool)
+                .await
+                .context("telemetry_sources list")?;
         rows.iter().map(source_from_row).collect()
     }
 

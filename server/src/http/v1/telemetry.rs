@@ -222,8 +222,10 @@ async fn list(
             .collect();
         (connected, hosts)
     };
-    let sources =
-        records.into_iter().map(|record| LiveSource { connected: connected.contains(&record.source), record }).collect();
+    let sources = records
+        .into_iter()
+        .map(|record| LiveSource { connected: connected.contains(&record.source), record })
+        .collect();
     Ok(Json(LiveList { sources, hosts }))
 }
 
