@@ -7,6 +7,7 @@ mod analysis;
 mod auth;
 mod cli;
 mod http;
+mod retention;
 mod settings;
 mod store;
 
@@ -49,6 +50,10 @@ enum Command {
     /// Replay the trace under a grid of allocator settings and rank them by
     /// reserved peak, with their trade-offs.
     Tune(cli::simulate::TuneArgs),
+    /// Apply the retention policy once (keep N days / N bytes; never
+    /// pinned or commented snapshots), or show with --dry-run what it would
+    /// delete and why.
+    Retention(cli::retention::RetentionArgs),
     /// Run a PyTorch job with snapshot capture (OOM, threshold, on request)
     /// and live telemetry sent to a server: `vramscope agent --server URL -- python train.py`.
     Agent(cli::agent::AgentArgs),
@@ -94,6 +99,9 @@ fn main() -> ExitCode {
         Command::Diff(a) => cli::diff::run(&a),
         Command::Simulate(a) => cli::simulate::run(&a),
         Command::Tune(a) => cli::simulate::run_tune(&a),
+        Command::Retention(a) => {
+            runtime().and_then(|rt| rt.block_on(cli::retention::run(&a)).map_err(cli::Failure::Other))
+        }
         Command::Token(a) => runtime().and_then(|rt| rt.block_on(cli::token::run(&a)).map_err(cli::Failure::Other)),
     };
     match result {

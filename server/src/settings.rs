@@ -29,6 +29,9 @@ const SETTING_NAMES: &[&str] = &[
     "request_timeout_secs",
     "cors_allowed_origins",
     "require_tokens",
+    "retention_days",
+    "retention_max_bytes",
+    "retention_interval_secs",
 ];
 
 /// Everything `vramscope serve` can be told.
@@ -61,6 +64,14 @@ pub(crate) struct Settings {
     pub(crate) cors_allowed_origins: Vec<String>,
     /// Require API tokens even on a loopback address (always required on others).
     pub(crate) require_tokens: bool,
+    /// Retention: delete snapshots uploaded more than this many days ago
+    /// (never pinned or commented ones). Off when absent.
+    pub(crate) retention_days: Option<u64>,
+    /// Retention: delete the oldest snapshot files while all of them
+    /// together are larger than this (bytes). Off when absent.
+    pub(crate) retention_max_bytes: Option<u64>,
+    /// Seconds between two runs of the retention policy in `serve`.
+    pub(crate) retention_interval_secs: u64,
 }
 
 impl Default for Settings {
@@ -78,6 +89,9 @@ impl Default for Settings {
             request_timeout_secs: 60,
             cors_allowed_origins: Vec::new(),
             require_tokens: false,
+            retention_days: None,
+            retention_max_bytes: None,
+            retention_interval_secs: 3600,
         }
     }
 }

@@ -59,6 +59,7 @@ pub(crate) async fn run(args: &ServeArgs) -> anyhow::Result<()> {
     let address = listener.local_addr().context("listener address")?;
     let state = AppState::new(settings, db, blobs);
     resume_parsing(&state).await;
+    crate::retention::spawn_periodic(state.clone());
     tracing::info!(%address, tokens = state.auth.required(), "vramscope serving");
     // Tests and scripts read this line to find the port when binding to :0.
     println!("vramscope listening on http://{address}");

@@ -33,8 +33,8 @@ pub(crate) const MAX_LIST_LIMIT: u32 = 500;
 const SQLITE_BUSY_TIMEOUT_MS: u32 = 10_000;
 
 /// Every column of `snapshots`, in the order [`snapshot_from_row`] reads.
-const SNAPSHOT_COLUMNS: &str = "id, sha256, blob_key, name, job, host, rank, tags, trigger_kind, \
-     size_bytes, uploaded_at_ms, status, error, stats_json";
+pub(super) const SNAPSHOT_COLUMNS: &str = "id, sha256, blob_key, name, job, host, rank, tags, trigger_kind, \
+     size_bytes, uploaded_at_ms, status, error, stats_json, pinned";
 
 const TOKEN_COLUMNS: &str = "id, name, role, secret_hash, created_at_ms";
 
@@ -160,6 +160,8 @@ pub(crate) struct SnapshotRecord {
     /// The summary computed by the parser, as JSON, once ready.
     #[serde(skip)]
     pub(crate) stats_json: Option<String>,
+    /// Kept by retention whatever its age (`PATCH … {"pinned": true}`).
+    pub(crate) pinned: bool,
 }
 
 /// A snapshot to record.
@@ -211,6 +213,8 @@ pub(crate) struct ListFilter {
     pub(crate) limit: Option<u32>,
     /// Where the previous page ended.
     pub(crate) cursor: Option<Cursor>,
+    /// Only pinned (`true`) or only unpinned (`false`) snapshots.
+    pub(crate) pinned: Option<bool>,
 }
 
 /// One page of a list, newest first.
@@ -409,6 +413,7 @@ impl Db {
             status: new.status,
             error: None,
             stats_json: new.stats_json.clone(),
+            pinned: false,
         };
         let id = &record.id;
         let size = i64::try_from(record.size_bytes)
@@ -418,7 +423,7 @@ impl Db {
         let mut tx = self.pool.begin().await.context("snapshots insert: cannot begin")?;
         sqlx::query(&format!(
             "INSERT INTO snapshots ({SNAPSHOT_COLUMNS}) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)"
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)"
         ))
         .bind(id.as_str())
         .bind(record.sha256.as_str())
@@ -434,6 +439,7 @@ impl Db {
         .bind(record.status.as_str())
         .bind(record.error.as_deref())
         .bind(record.stats_json.as_deref())
+        .bind(i64::from(record.pinned))
         .execute(&mut *tx)
         .await
         .with_context(|| format!("snapshots insert {id}"))?;
@@ -497,6 +503,9 @@ impl Db {
                 "(LOWER(name) LIKE {p} ESCAPE '\\' OR LOWER(job) LIKE {p} ESCAPE '\\' \
                  OR LOWER(host) LIKE {p} ESCAPE '\\')"
             ));
+        }
+        if let Some(pinned) = filter.pinned {
+            conditions.push(format!("pinned = {}", bind(Arg::Int(i64::from(pinned)))));
         }
         if let Some(cursor) = &filter.cursor {
             let at = bind(Arg::Int(cursor.uploaded_at_ms));
@@ -727,7 +736,7 @@ fn unique(tags: &[String]) -> Vec<String> {
     out
 }
 
-fn snapshot_from_row(row: &AnyRow) -> Result<SnapshotRecord> {
+pub(super) fn snapshot_from_row(row: &AnyRow) -> Result<SnapshotRecord> {
     let id: String = row.try_get("id").context("snapshots row: id")?;
     let column = |name: &str| format!("snapshots row {id}: column {name}");
     let tags_json: String = row.try_get("tags").with_context(|| column("tags"))?;
@@ -755,6 +764,7 @@ fn snapshot_from_row(row: &AnyRow) -> Result<SnapshotRecord> {
         status,
         error: row.try_get("error").with_context(|| column("error"))?,
         stats_json: row.try_get("stats_json").with_context(|| column("stats_json"))?,
+        pinned: row.try_get::<i64, _>("pinned").with_context(|| column("pinned"))? != 0,
         id,
     })
 }

@@ -15,7 +15,9 @@
 
 mod blob;
 mod db;
+mod review;
 pub(crate) mod telemetry;
 
 pub(crate) use blob::{BlobStore, S3Settings, Staged, StagedUpload, is_not_found};
 pub(crate) use db::{Cursor, Db, ListFilter, NewSnapshot, Page, SnapshotRecord, SnapshotStatus, TokenRecord, Trigger};
+pub(crate) use review::{CommentRecord, JobSummary, NewComment, RetentionItem};

@@ -1,5 +1,7 @@
 //! `/api/v1`: snapshots, their files, statistics and views.
 
+mod jobs;
+mod review;
 mod snapshots;
 mod upload;
 mod views;
@@ -12,6 +14,7 @@ use axum::routing::{get, post};
 use tower_http::timeout::TimeoutLayer;
 
 use super::AppState;
+pub(crate) use review::role_override;
 pub(crate) use upload::parse_in_background as resume_parse;
 
 /// The v1 routes. Uploads and file downloads are not under the request
@@ -30,6 +33,10 @@ pub(super) fn routes(timeout: Duration) -> Router<AppState> {
         .route("/api/v1/snapshots/{id}/annotations", get(views::annotations))
         .route("/api/v1/snapshots/{id}/search", get(views::search))
         .route("/api/v1/snapshots/{id}/entry", get(views::entry))
+        .route("/api/v1/snapshots/{id}/comments", get(review::list).post(review::post))
+        .route("/api/v1/snapshots/{id}/comments/{comment}", axum::routing::delete(review::delete))
+        .route("/api/v1/jobs", get(jobs::list))
+        .route("/api/v1/jobs/{job}", get(jobs::get_one))
         .layer(TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, timeout));
     let streaming = Router::new()
         .route("/api/v1/snapshots", post(upload::upload))

@@ -21,10 +21,12 @@ pub(crate) struct ListParams {
     q: Option<String>,
     limit: Option<u32>,
     cursor: Option<Cursor>,
+    pinned: Option<bool>,
 }
 
 pub(crate) async fn list(State(state): State<AppState>, Query(p): Query<ListParams>) -> AppResult<Json<Page>> {
-    let filter = ListFilter { job: p.job, host: p.host, tag: p.tag, q: p.q, limit: p.limit, cursor: p.cursor };
+    let filter =
+        ListFilter { job: p.job, host: p.host, tag: p.tag, q: p.q, limit: p.limit, cursor: p.cursor, pinned: p.pinned };
     Ok(Json(state.db.list(&filter).await?))
 }
 
@@ -60,6 +62,8 @@ pub(crate) async fn stats(State(state): State<AppState>, Path(id): Path<String>)
 pub(crate) struct Update {
     name: Option<String>,
     tags: Option<Vec<String>>,
+    /// Pinned snapshots are kept by retention (see `crate::retention`).
+    pinned: Option<bool>,
 }
 
 pub(crate) async fn update(
@@ -73,6 +77,11 @@ pub(crate) async fn update(
         return Err(AppError::BadRequest("name must not be empty".to_owned()));
     }
     let tags = update.tags.map(|tags| super::upload::clean_tags(tags.iter().map(String::as_str)));
+    if let Some(pinned) = update.pinned
+        && !state.db.set_pinned(&id, pinned).await?
+    {
+        return Err(AppError::NotFound(format!("snapshot {id}")));
+    }
     let rec = state.db.update_meta(&id, update.name, tags).await?;
     rec.map(Json).ok_or_else(|| AppError::NotFound(format!("snapshot {id}")))
 }

@@ -1,0 +1,402 @@
+//! What a team adds to stored snapshots: comments, pins, the job view's
+//! rows and what the retention policy needs (migration
+//! `0003_review.sql`). Same rules as `db.rs`: `$N` placeholders, `i64` and
+//! `String` columns only, one SQL for SQLite and PostgreSQL.
+
+use anyhow::{Context, Result};
+use serde::Serialize;
+use sqlx::Row;
+use sqlx::any::AnyRow;
+
+use super::db::{SNAPSHOT_COLUMNS, snapshot_from_row};
+use super::{Db, SnapshotRecord};
+
+const COMMENT_COLUMNS: &str = "id, author, body, created_ms, trace_row, time_us, addr";
+
+/// One comment of a snapshot's review thread, as the API shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub(crate) struct CommentRecord {
+    /// Public id (a UUID v7).
+    pub(crate) id: String,
+    /// The name of the API token that wrote it (`local` without tokens).
+    pub(crate) author: String,
+    /// The text.
+    pub(crate) body: String,
+    /// When it was written, milliseconds since the Unix epoch.
+    pub(crate) created_ms: i64,
+    /// The trace row (event index) of the moment it is about, if any.
+    pub(crate) row: Option<u32>,
+    /// The time of the moment it is about (µs, the trace's clock), if any.
+    pub(crate) time_us: Option<i64>,
+    /// The device address of the allocation it is about, if any.
+    pub(crate) addr: Option<u64>,
+}
+
+/// A comment to store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct NewComment {
+    /// Public id, chosen by the caller.
+    pub(crate) id: String,
+    /// Who wrote it.
+    pub(crate) author: String,
+    /// The text (already checked non-empty).
+    pub(crate) body: String,
+    /// Milliseconds since the Unix epoch.
+    pub(crate) created_ms: i64,
+    /// Trace row of the moment.
+    pub(crate) row: Option<u32>,
+    /// Time of the moment (µs).
+    pub(crate) time_us: Option<i64>,
+    /// Address of the allocation.
+    pub(crate) addr: Option<u64>,
+}
+
+/// One job of the job list: its snapshots counted in SQL.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub(crate) struct JobSummary {
+    /// The job name given at upload (`?job=`).
+    pub(crate) job: String,
+    /// Snapshots of the job.
+    pub(crate) snapshots: u64,
+    /// Distinct ranks among them.
+    pub(crate) ranks: u64,
+    /// Distinct hosts among them.
+    pub(crate) hosts: u64,
+    /// Newest upload, milliseconds since the Unix epoch.
+    pub(crate) last_upload_ms: i64,
+    /// Snapshots uploaded because of an out-of-memory error (`trigger=oom`).
+    pub(crate) oom_snapshots: u64,
+}
+
+/// What the retention policy needs to know of one stored snapshot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RetentionItem {
+    /// Snapshot id.
+    pub(crate) id: String,
+    /// Display name, for the dry-run's list.
+    pub(crate) name: String,
+    /// The file (shared by identical uploads).
+    pub(crate) blob_key: String,
+    /// Size of the file.
+    pub(crate) size_bytes: u64,
+    /// Upload time, milliseconds since the Unix epoch.
+    pub(crate) uploaded_at_ms: i64,
+    /// Pinned by a user.
+    pub(crate) pinned: bool,
+    /// Comments in its review thread.
+    pub(crate) comments: u64,
+}
+
+fn comment_from_row(row: &AnyRow) -> Result<CommentRecord> {
+    let id: String = row.try_get("id").context("comments row: id")?;
+    let column = |name: &str| format!("comments row {id}: column {name}");
+    let trace_row: Option<i64> = row.try_get("trace_row").with_context(|| column("trace_row"))?;
+    let row_index = trace_row
+        .map(|r| u32::try_from(r).with_context(|| format!("comments row {id}: trace_row {r} out of range")))
+        .transpose()?;
+    let addr: Option<String> = row.try_get("addr").with_context(|| column("addr"))?;
+    let addr = addr
+        .map(|a| a.parse::<u64>().with_context(|| format!("comments row {id}: addr {a:?} is not a decimal u64")))
+        .transpose()?;
+    Ok(CommentRecord {
+        author: row.try_get("author").with_context(|| column("author"))?,
+        body: row.try_get("body").with_context(|| column("body"))?,
+        created_ms: row.try_get("created_ms").with_context(|| column("created_ms"))?,
+        row: row_index,
+        time_us: row.try_get("time_us").with_context(|| column("time_us"))?,
+        addr,
+        id,
+    })
+}
+
+fn count(row: &AnyRow, name: &str, job: &str) -> Result<u64> {
+    let n: i64 = row.try_get(name).with_context(|| format!("jobs row {job}: column {name}"))?;
+    Ok(u64::try_from(n).unwrap_or(0))
+}
+
+impl Db {
+    /// Adds a comment to snapshot `snapshot_id`. `None` when there is no
+    /// such snapshot (checked in the same statement, so a snapshot deleted
+    /// meanwhile gets no orphan comment).
+    pub(crate) async fn insert_comment(&self, snapshot_id: &str, new: &NewComment) -> Result<Option<CommentRecord>> {
+        let done = sqlx::query(
+            "INSERT INTO comments (id, snapshot_id, author, body, created_ms, trace_row, time_us, addr) \
+             SELECT $1, $2, $3, $4, $5, $6, $7, $8 WHERE EXISTS (SELECT 1 FROM snapshots WHERE id = $2)",
+        )
+        .bind(new.id.as_str())
+        .bind(snapshot_id)
+        .bind(new.author.as_str())
+        .bind(new.body.as_str())
+        .bind(new.created_ms)
+        .bind(new.row.map(i64::from))
+        .bind(new.time_us)
+        .bind(new.addr.map(|a| a.to_string()))
+        .execute(&self.pool)
+        .await
+        .with_context(|| format!("comments insert on snapshot {snapshot_id}"))?;
+        if done.rows_affected() == 0 {
+            return Ok(None);
+        }
+        Ok(Some(CommentRecord {
+            id: new.id.clone(),
+            author: new.author.clone(),
+            body: new.body.clone(),
+            created_ms: new.created_ms,
+            row: new.row,
+            time_us: new.time_us,
+            addr: new.addr,
+        }))
+    }
+
+    /// The review thread of `snapshot_id`, oldest first.
+    pub(crate) async fn list_comments(&self, snapshot_id: &str) -> Result<Vec<CommentRecord>> {
+        let rows = sqlx::query(&format!(
+            "SELECT {COMMENT_COLUMNS} FROM comments WHERE snapshot_id = $1 ORDER BY created_ms, id"
+        ))
+        .bind(snapshot_id)
+        .fetch_all(&self.pool)
+        .await
+        .with_context(|| format!("comments list of snapshot {snapshot_id}"))?;
+        rows.iter().map(comment_from_row).collect()
+    }
+
+    /// Comment `comment_id` of `snapshot_id`, if there is one.
+    pub(crate) async fn get_comment(&self, snapshot_id: &str, comment_id: &str) -> Result<Option<CommentRecord>> {
+        let row = sqlx::query(&format!("SELECT {COMMENT_COLUMNS} FROM comments WHERE snapshot_id = $1 AND id = $2"))
+            .bind(snapshot_id)
+            .bind(comment_id)
+            .fetch_optional(&self.pool)
+            .await
+            .with_context(|| format!("comments get {comment_id} of snapshot {snapshot_id}"))?;
+        row.as_ref().map(comment_from_row).transpose()
+    }
+
+    /// Deletes a comment. False when there was none.
+    pub(crate) async fn delete_comment(&self, snapshot_id: &str, comment_id: &str) -> Result<bool> {
+        let done = sqlx::query("DELETE FROM comments WHERE snapshot_id = $1 AND id = $2")
+            .bind(snapshot_id)
+            .bind(comment_id)
+            .execute(&self.pool)
+            .await
+            .with_context(|| format!("comments delete {comment_id} of snapshot {snapshot_id}"))?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    /// Pins or unpins `id`. False when there is no such snapshot.
+    pub(crate) async fn set_pinned(&self, id: &str, pinned: bool) -> Result<bool> {
+        let done = sqlx::query("UPDATE snapshots SET pinned = $1 WHERE id = $2")
+            .bind(i64::from(pinned))
+            .bind(id)
+            .execute(&self.pool)
+            .await
+            .with_context(|| format!("snapshots set pinned of {id}"))?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    /// Every job with its counts, the most recently uploaded to first.
+    pub(crate) async fn list_jobs(&self) -> Result<Vec<JobSummary>> {
+        let rows = sqlx::query(
+            "SELECT job, COUNT(*) AS snapshots, COUNT(DISTINCT rank) AS ranks, COUNT(DISTINCT host) AS hosts, \
+             MAX(uploaded_at_ms) AS last_upload_ms, \
+             SUM(CASE WHEN trigger_kind = 'oom' THEN 1 ELSE 0 END) AS oom_snapshots \
+             FROM snapshots WHERE job IS NOT NULL GROUP BY job ORDER BY MAX(uploaded_at_ms) DESC, job",
+        )
+        .fetch_all(&self.pool)
+        .await
+        .context("jobs list")?;
+        rows.iter()
+            .map(|row| {
+                let job: String = row.try_get("job").context("jobs row: job")?;
+                Ok(JobSummary {
+                    snapshots: count(row, "snapshots", &job)?,
+                    ranks: count(row, "ranks", &job)?,
+                    hosts: count(row, "hosts", &job)?,
+                    last_upload_ms: row.try_get("last_upload_ms").with_context(|| format!("jobs row {job}"))?,
+                    oom_snapshots: count(row, "oom_snapshots", &job)?,
+                    job,
+                })
+            })
+            .collect()
+    }
+
+    /// Every snapshot of `job`, newest first, with its stats.
+    pub(crate) async fn job_snapshots(&self, job: &str) -> Result<Vec<SnapshotRecord>> {
+        let rows = sqlx::query(&format!(
+            "SELECT {SNAPSHOT_COLUMNS} FROM snapshots WHERE job = $1 ORDER BY uploaded_at_ms DESC, id DESC"
+        ))
+        .bind(job)
+        .fetch_all(&self.pool)
+        .await
+        .with_context(|| format!("snapshots of job {job}"))?;
+        rows.iter().map(snapshot_from_row).collect()
+    }
+
+    /// Every snapshot with what retention weighs, oldest first.
+    pub(crate) async fn retention_inventory(&self) -> Result<Vec<RetentionItem>> {
+        let rows = sqlx::query(
+            "SELECT s.id, s.name, s.blob_key, s.size_bytes, s.uploaded_at_ms, s.pinned, \
+             (SELECT COUNT(*) FROM comments c WHERE c.snapshot_id = s.id) AS comments \
+             FROM snapshots s ORDER BY s.uploaded_at_ms, s.id",
+        )
+        .fetch_all(&self.pool)
+        .await
+        .context("retention inventory")?;
+        rows.iter()
+            .map(|row| {
+                let id: String = row.try_get("id").context("retention row: id")?;
+                let column = |name: &str| format!("retention row {id}: column {name}");
+                let size: i64 = row.try_get("size_bytes").with_context(|| column("size_bytes"))?;
+                let pinned: i64 = row.try_get("pinned").with_context(|| column("pinned"))?;
+                let comments: i64 = row.try_get("comments").with_context(|| column("comments"))?;
+                Ok(RetentionItem {
+                    name: row.try_get("name").with_context(|| column("name"))?,
+                    blob_key: row.try_get("blob_key").with_context(|| column("blob_key"))?,
+                    size_bytes: u64::try_from(size).unwrap_or(0),
+                    uploaded_at_ms: row.try_get("uploaded_at_ms").with_context(|| column("uploaded_at_ms"))?,
+                    pinned: pinned != 0,
+                    comments: u64::try_from(comments).unwrap_or(0),
+                    id,
+                })
+            })
+            .collect()
+    }
+
+    /// Deletes `id` only if it is neither pinned nor commented at this
+    /// moment (one statement: a pin or comment added since the policy chose
+    /// it, from any instance, saves it). Returns the deleted row.
+    pub(crate) async fn delete_unprotected(&self, id: &str) -> Result<Option<SnapshotRecord>> {
+        let row = sqlx::query(&format!(
+            "DELETE FROM snapshots WHERE id = $1 AND pinned = 0 \
+             AND NOT EXISTS (SELECT 1 FROM comments c WHERE c.snapshot_id = $1) RETURNING {SNAPSHOT_COLUMNS}"
+        ))
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await
+        .with_context(|| format!("retention delete of snapshot {id}"))?;
+        row.as_ref().map(snapshot_from_row).transpose()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! On a real SQLite file; the PostgreSQL path runs in `tests/team.rs`
+    //! through two server instances.
+
+    use super::*;
+    use crate::store::{NewSnapshot, SnapshotStatus, Trigger};
+
+    async fn sqlite() -> (Db, std::path::PathBuf) {
+        let folder = std::env::temp_dir().join(format!("vramscope-review-{}", uuid::Uuid::now_v7().simple()));
+        std::fs::create_dir_all(&folder).expect("create test folder");
+        let db = Db::connect(&Db::sqlite_url(&folder.join("review.db"))).await.expect("open SQLite");
+        (db, folder)
+    }
+
+    fn snapshot(id: &str, job: Option<&str>, rank: Option<i64>, at: i64, trigger: Trigger) -> NewSnapshot {
+        NewSnapshot {
+            id: id.to_owned(),
+            sha256: "ab".repeat(32),
+            blob_key: format!("snapshots/{}", "ab".repeat(32)),
+            name: format!("{id}.pickle"),
+            job: job.map(str::to_owned),
+            host: Some(format!("node-{}", rank.unwrap_or(0) / 2)),
+            rank,
+            tags: vec![],
+            trigger,
+            size_bytes: 100,
+            uploaded_at_ms: at,
+            status: SnapshotStatus::Ready,
+            stats_json: None,
+        }
+    }
+
+    fn comment(id: &str, at: i64) -> NewComment {
+        NewComment {
+            id: id.to_owned(),
+            author: "alice".to_owned(),
+            body: format!("note {id}"),
+            created_ms: at,
+            row: Some(7),
+            time_us: None,
+            addr: Some(u64::MAX - 1),
+        }
+    }
+
+    #[tokio::test]
+    async fn comments_pins_and_conditional_delete() {
+        let (db, folder) = sqlite().await;
+        db.insert_snapshot(&snapshot("s1", None, None, 1, Trigger::Manual)).await.expect("insert");
+        db.insert_snapshot(&snapshot("s2", None, None, 2, Trigger::Manual)).await.expect("insert");
+
+        assert_eq!(db.insert_comment("missing", &comment("c0", 1)).await.expect("insert"), None);
+        let second = db.insert_comment("s1", &comment("c2", 20)).await.expect("insert").expect("stored");
+        db.insert_comment("s1", &comment("c1", 10)).await.expect("insert").expect("stored");
+        let thread = db.list_comments("s1").await.expect("list");
+        assert_eq!(thread.iter().map(|c| c.id.as_str()).collect::<Vec<_>>(), ["c1", "c2"], "oldest first");
+        assert_eq!(thread[1], second);
+        assert_eq!(thread[0].addr, Some(u64::MAX - 1), "addresses above 2^63 survive");
+        assert_eq!(db.get_comment("s2", "c1").await.expect("get"), None, "a comment belongs to one snapshot");
+
+        // Commented or pinned: the retention delete refuses; plain: it deletes.
+        assert_eq!(db.delete_unprotected("s1").await.expect("delete"), None);
+        assert!(db.set_pinned("s2", true).await.expect("pin"));
+        assert!(!db.set_pinned("missing", true).await.expect("pin"));
+        assert!(db.get("s2").await.expect("get").expect("row").pinned);
+        assert_eq!(db.delete_unprotected("s2").await.expect("delete"), None);
+        let inventory = db.retention_inventory().await.expect("inventory");
+        assert_eq!(
+            inventory.iter().map(|i| (i.id.as_str(), i.pinned, i.comments)).collect::<Vec<_>>(),
+            [("s1", false, 2), ("s2", true, 0)]
+        );
+        assert!(db.set_pinned("s2", false).await.expect("unpin"));
+        assert_eq!(db.delete_unprotected("s2").await.expect("delete").map(|r| r.id).as_deref(), Some("s2"));
+
+        assert!(db.delete_comment("s1", "c1").await.expect("delete"));
+        assert!(!db.delete_comment("s1", "c1").await.expect("delete again"));
+        assert!(db.delete_comment("s1", "c2").await.expect("delete"));
+        assert_eq!(db.delete_unprotected("s1").await.expect("delete").map(|r| r.id).as_deref(), Some("s1"));
+        db.close().await;
+        std::fs::remove_dir_all(folder).expect("cleanup");
+    }
+
+    #[tokio::test]
+    async fn jobs_are_counted_per_job() {
+        let (db, folder) = sqlite().await;
+        for (id, job, rank, at, trigger) in [
+            ("a0", Some("llama"), Some(0), 10, Trigger::Manual),
+            ("a1", Some("llama"), Some(1), 30, Trigger::Oom),
+            ("a1b", Some("llama"), Some(1), 20, Trigger::Manual),
+            ("b0", Some("bert"), Some(0), 40, Trigger::Manual),
+            ("loose", None, None, 50, Trigger::Oom),
+        ] {
+            db.insert_snapshot(&snapshot(id, job, rank, at, trigger)).await.expect("insert");
+        }
+        let jobs = db.list_jobs().await.expect("jobs");
+        assert_eq!(
+            jobs,
+            [
+                JobSummary {
+                    job: "bert".into(),
+                    snapshots: 1,
+                    ranks: 1,
+                    hosts: 1,
+                    last_upload_ms: 40,
+                    oom_snapshots: 0
+                },
+                JobSummary {
+                    job: "llama".into(),
+                    snapshots: 3,
+                    ranks: 2,
+                    hosts: 1,
+                    last_upload_ms: 30,
+                    oom_snapshots: 1
+                },
+            ]
+        );
+        let llama: Vec<String> = db.job_snapshots("llama").await.expect("job").into_iter().map(|s| s.id).collect();
+        assert_eq!(llama, ["a1", "a1b", "a0"], "newest first");
+        assert!(db.job_snapshots("none").await.expect("job").is_empty());
+        db.close().await;
+        std::fs::remove_dir_all(folder).expect("cleanup");
+    }
+}

@@ -1,0 +1,356 @@
+//! Team mode as `docs/team-setup.md` sets it up, run for real: the
+//! configuration file is read from that page (with this test's own
+//! PostgreSQL database, S3 bucket on moto, and endpoint substituted), the
+//! tokens are made with `vramscope token create`, two instances serve, and a
+//! third runs the retention policy. Then: uploads through one instance are
+//! read through the other, a comment posted on A is listed by B with its
+//! author, authorship rules hold, pins and comments protect snapshots from
+//! retention, and the job page flags the leaking rank.
+//!
+//! Needs PostgreSQL and an S3 endpoint: `./scripts/test` starts both
+//! (`scripts/services`) and exports their addresses. The load balancer of
+//! the page is not run (no nginx here); requests alternate between the
+//! instances instead.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+/// A server process, killed when dropped.
+struct Instance {
+    child: Child,
+    url: String,
+}
+
+impl Drop for Instance {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Instance {
+    fn start(data_dir: &Path, config: &Path, env: &[(&str, String)]) -> Instance {
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let (child, url) = common::spawn_server(data_dir, &["--config", &config.to_string_lossy()], &env);
+        Instance { child, url }
+    }
+
+    fn api(&self, path: &str) -> String {
+        format!("{}/api/v1{path}", self.url)
+    }
+}
+
+fn scratch(tag: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("team-{tag}-{}", uuid::Uuid::now_v7()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+fn client() -> reqwest::Client {
+    reqwest::Client::builder().timeout(Duration::from_secs(120)).build().expect("client")
+}
+
+/// The ```toml block of docs/team-setup.md with this test's services.
+fn config_from_the_docs(db_url: &str, bucket: &str, s3: &str) -> String {
+    let page =
+        std::fs::read_to_string(common::workspace_root().join("docs/team-setup.md")).expect("docs/team-setup.md");
+    let block = page.split("```toml\n").nth(1).and_then(|rest| rest.split("```").next()).expect("a toml block");
+    let replaced = block
+        .replace("postgres://vramscope@db.internal:5432/vramscope", db_url)
+        .replace("s3://vramscope-snapshots/team", &format!("s3://{bucket}/team"))
+        .replace("https://s3.internal", s3);
+    // Every value the test relies on is really in the documented file.
+    for (documented, ours) in [("db.internal", db_url), ("vramscope-snapshots", bucket), ("s3.internal", s3)] {
+        assert!(block.contains(documented) && replaced.contains(ours), "docs/team-setup.md changed: {documented}");
+    }
+    replaced
+}
+
+/// `vramscope ARGS` with `env`; its stdout, or a failure with its stderr.
+fn vramscope(args: &[&str], env: &[(&str, String)]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_vramscope"))
+        .args(args)
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .stderr(Stdio::piped())
+        .output()
+        .expect("run vramscope");
+    assert!(out.status.success(), "vramscope {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).expect("utf-8")
+}
+
+fn gzip(bytes: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut child = Command::new("gzip").arg("-c").stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().expect("gzip");
+    child.stdin.take().expect("stdin").write_all(bytes).expect("write to gzip");
+    let out = child.wait_with_output().expect("gzip output");
+    assert!(out.status.success());
+    out.stdout
+}
+
+async fn send(request: reqwest::RequestBuilder) -> (StatusCode, Value) {
+    let response = request.send().await.expect("request");
+    let status = response.status();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+async fn upload(instance: &Instance, token: &str, bytes: Vec<u8>, query: &str) -> String {
+    let request = client().post(instance.api(&format!("/snapshots?{query}"))).bearer_auth(token).body(bytes);
+    let (status, answer) = send(request).await;
+    assert_eq!(status, StatusCode::CREATED, "{answer}");
+    answer["id"].as_str().expect("id").to_owned()
+}
+
+/// Keys of the objects in `bucket` (moto answers ListObjectsV2 in XML).
+async fn bucket_keys(s3: &str, bucket: &str) -> Vec<String> {
+    let xml = client().get(format!("{s3}/{bucket}?list-type=2")).send().await.expect("list").text().await.expect("xml");
+    xml.split("<Key>").skip(1).filter_map(|rest| rest.split("</Key>").next()).map(str::to_owned).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_review_jobs_and_retention() {
+    let pg = std::env::var("VRAMSCOPE_TEST_POSTGRES_URL")
+        .expect("VRAMSCOPE_TEST_POSTGRES_URL is not set: run ./scripts/test, which starts PostgreSQL and an S3 server");
+    let s3 = std::env::var("VRAMSCOPE_TEST_S3_ENDPOINT")
+        .expect("VRAMSCOPE_TEST_S3_ENDPOINT is not set: run ./scripts/test, which starts PostgreSQL and an S3 server");
+    let suffix = uuid::Uuid::now_v7().simple().to_string();
+    let suffix = &suffix[suffix.len() - 12..];
+    let database = format!("vt_team_{suffix}");
+    let created = Command::new("psql").args([&pg, "-q", "-c", &format!("CREATE DATABASE {database}")]).output();
+    let created = created.expect("psql");
+    assert!(created.status.success(), "{}", String::from_utf8_lossy(&created.stderr));
+    let db_url = format!("{}/{database}", pg.rsplit_once('/').expect("url").0);
+    let bucket = format!("vt-team-{suffix}");
+    let made = client().put(format!("{s3}/{bucket}")).send().await.expect("create bucket");
+    assert!(made.status().is_success(), "bucket: {}", made.status());
+
+    // Step 2: the documented file; secrets in the environment.
+    let dir = scratch("config");
+    let config = dir.join("team.toml");
+    std::fs::write(&config, config_from_the_docs(&db_url, &bucket, &s3)).expect("write the config");
+    let config_arg = config.to_string_lossy().into_owned();
+    let env = vec![
+        ("VRAMSCOPE_S3__ACCESS_KEY_ID", "test".to_owned()),
+        ("VRAMSCOPE_S3__SECRET_ACCESS_KEY", "test".to_owned()),
+        // moto speaks plain HTTP; a real bucket would not.
+        ("VRAMSCOPE_S3__ALLOW_HTTP", "true".to_owned()),
+    ];
+
+    // Step 3: tokens, once, in the shared database.
+    let token = |role: &str, name: &str| {
+        let printed = vramscope(&["token", "create", "--config", &config_arg, "--role", role, "--name", name], &env);
+        printed.trim().to_owned()
+    };
+    let ops = token("admin", "ops");
+    let agents = token("uploader", "training-agents");
+    let alice = token("viewer", "alice");
+    let bob = token("viewer", "bob");
+
+    // Step 4: two instances with the same file. The file's retention limits
+    // (90 days, 500 GiB) delete nothing of today's small uploads.
+    let a = Instance::start(&scratch("a"), &config, &env);
+    let b = Instance::start(&scratch("b"), &config, &env);
+    for instance in [&a, &b] {
+        let (status, health) = send(client().get(format!("{}/healthz", instance.url))).await;
+        assert_eq!((status, health["status"].as_str()), (StatusCode::OK, Some("ok")));
+        let (status, _) = send(client().get(instance.api("/snapshots"))).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "tokens are required");
+    }
+
+    // Step 6: a job of three ranks. Rank 0 through `vramscope upload` (A),
+    // the same run gzip-compressed as rank 1 (B), the leaking run as rank 2 (A).
+    let mlp = std::fs::read(common::fixture_corpus().join("mlp_train_all.pickle")).expect("fixture");
+    let rank0_file = dir.join("mlp_train_all.pickle");
+    std::fs::write(&rank0_file, &mlp).expect("write");
+    let answer = vramscope(
+        &[
+            "upload",
+            &rank0_file.to_string_lossy(),
+            "--server",
+            &a.url,
+            "--job",
+            "llama-run7",
+            "--host",
+            "node-0",
+            "--rank",
+            "0",
+        ],
+        &[("VRAMSCOPE_TOKEN", agents.clone())],
+    );
+    let rank0: Value = serde_json::from_str(&answer).expect("upload answers JSON");
+    let rank0 = rank0["id"].as_str().expect("id").to_owned();
+    let rank1 = upload(&b, &agents, gzip(&mlp), "name=rank1.pickle.gz&job=llama-run7&host=node-0&rank=1").await;
+    let leak = std::fs::read(common::fixture_corpus().join("oom_leak.pickle")).expect("fixture");
+    let rank2 = upload(&a, &agents, leak, "name=rank2.pickle&job=llama-run7&host=node-1&rank=2&trigger=oom").await;
+    let loose = std::fs::read(common::fixture_corpus().join("streams.pickle")).expect("fixture");
+    let loose = upload(&b, &agents, loose, "name=loose.pickle").await;
+
+    // The job page, from the instance that did not take rank 2's upload.
+    let (status, jobs) = send(client().get(b.api("/jobs")).bearer_auth(&alice)).await;
+    assert_eq!(status, StatusCode::OK, "{jobs}");
+    assert_eq!(
+        (jobs[0]["job"].as_str(), jobs[0]["snapshots"].as_u64(), jobs[0]["ranks"].as_u64()),
+        (Some("llama-run7"), Some(3), Some(3))
+    );
+    assert_eq!((jobs[0]["hosts"].as_u64(), jobs[0]["oom_snapshots"].as_u64()), (Some(2), Some(1)));
+    assert_eq!(jobs.as_array().map(Vec::len), Some(1), "snapshots without a job are no job");
+    let (status, job) = send(client().get(b.api("/jobs/llama-run7")).bearer_auth(&alice)).await;
+    assert_eq!(status, StatusCode::OK, "{job}");
+    let members = job["members"].as_array().expect("members");
+    let ranks: Vec<i64> = members.iter().filter_map(|m| m["rank"].as_i64()).collect();
+    assert_eq!(ranks, [0, 1, 2]);
+    let flagged: Vec<i64> =
+        members.iter().filter(|m| m["diverges"] == true).filter_map(|m| m["rank"].as_i64()).collect();
+    assert_eq!(flagged, [2], "{job}");
+    // Figures from the corpus oracles (requested_bytes.all.peak).
+    assert_eq!(members[0]["peak_requested_bytes"], 237_080_580);
+    assert_eq!(members[1]["peak_requested_bytes"], 237_080_580, "gzip changes the file, not the figures");
+    assert_eq!(members[2]["peak_requested_bytes"], 2_534_204_568u64);
+    assert_eq!(members[2]["excess_bytes"], 2_534_204_568u64 - 237_080_580);
+    assert_eq!(members[2]["ooms"], 1);
+    assert_eq!(members[2]["compare_with"].as_str(), Some(rank0.as_str()), "nearest the median, rank order");
+    assert_eq!(members[2]["snapshot_id"].as_str(), Some(rank2.as_str()));
+    let (status, _) = send(client().get(b.api("/jobs/no-such-job")).bearer_auth(&alice)).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+
+    // Review: a viewer comments through A, on a moment and an allocation;
+    // B lists it, with the token's name as the author.
+    let comment = json!({ "body": "rank 1 looks like rank 0", "row": 1200, "time_us": 1_700_000_000_123_456i64,
+                          "addr": 139_637_976_727_552u64 });
+    let (status, posted) =
+        send(client().post(a.api(&format!("/snapshots/{rank1}/comments"))).bearer_auth(&alice).json(&comment)).await;
+    assert_eq!(status, StatusCode::CREATED, "{posted}");
+    assert_eq!(posted["author"], "alice");
+    let (status, thread) = send(client().get(b.api(&format!("/snapshots/{rank1}/comments"))).bearer_auth(&bob)).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(thread.as_array().map(Vec::len), Some(1), "{thread}");
+    assert_eq!(thread[0]["id"], posted["id"]);
+    assert_eq!(
+        (thread[0]["author"].as_str(), thread[0]["body"].as_str(), thread[0]["row"].as_u64()),
+        (Some("alice"), Some("rank 1 looks like rank 0"), Some(1200))
+    );
+    assert_eq!(thread[0]["time_us"], 1_700_000_000_123_456i64);
+    assert_eq!(thread[0]["addr"], 139_637_976_727_552u64);
+    assert!(thread[0]["created_ms"].as_i64().is_some_and(|ms| ms > 1_700_000_000_000));
+
+    // Bad comments are refused with a reason.
+    for (body, why) in [(json!({ "body": "  " }), "must not be empty"), (json!({ "text": "x" }), "comment body")] {
+        let request = client().post(a.api(&format!("/snapshots/{rank1}/comments"))).bearer_auth(&alice).json(&body);
+        let (status, error) = send(request).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{error}");
+        assert!(error["error"].as_str().is_some_and(|e| e.contains(why)), "{error}");
+    }
+    let (status, _) = send(client().post(a.api("/snapshots/nope/comments")).bearer_auth(&alice).json(&comment)).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+
+    // Authorship: bob (a viewer) may not delete alice's comment; bob's own
+    // he may; an admin may delete anyone's.
+    let cid = posted["id"].as_str().expect("comment id");
+    let (status, _) =
+        send(client().delete(b.api(&format!("/snapshots/{rank1}/comments/{cid}"))).bearer_auth(&bob)).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let request = client().post(b.api(&format!("/snapshots/{loose}/comments"))).bearer_auth(&bob);
+    let (status, own) = send(request.json(&json!({ "body": "mine" }))).await;
+    assert_eq!(status, StatusCode::CREATED);
+    let own_id = own["id"].as_str().expect("id");
+    let (status, _) =
+        send(client().delete(a.api(&format!("/snapshots/{loose}/comments/{own_id}"))).bearer_auth(&bob)).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let (_, left) = send(client().get(a.api(&format!("/snapshots/{loose}/comments"))).bearer_auth(&bob)).await;
+    assert_eq!(left, json!([]));
+    let request = client().post(a.api(&format!("/snapshots/{loose}/comments"))).bearer_auth(&bob);
+    let (_, other) = send(request.json(&json!({ "body": "to be moderated" }))).await;
+    let other_id = other["id"].as_str().expect("id");
+    let (status, _) =
+        send(client().delete(b.api(&format!("/snapshots/{loose}/comments/{other_id}"))).bearer_auth(&ops)).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+
+    // Pins: uploaders pin, viewers may not; the list filters on them.
+    let pin = json!({ "pinned": true });
+    let (status, _) = send(client().patch(a.api(&format!("/snapshots/{rank0}"))).bearer_auth(&alice).json(&pin)).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let (status, pinned) =
+        send(client().patch(a.api(&format!("/snapshots/{rank0}"))).bearer_auth(&agents).json(&pin)).await;
+    assert_eq!((status, &pinned["pinned"]), (StatusCode::OK, &json!(true)), "{pinned}");
+    let (_, page) = send(client().get(b.api("/snapshots?pinned=true")).bearer_auth(&alice)).await;
+    let ids: Vec<&str> = page["items"].as_array().expect("items").iter().filter_map(|s| s["id"].as_str()).collect();
+    assert_eq!(ids, [rank0.as_str()]);
+
+    // Retention, previewed: everything but the pinned and the commented
+    // snapshot would go under a 1-byte budget; nothing is deleted yet.
+    let sha_of = |bytes: &[u8]| {
+        use sha2::Digest;
+        hex::encode(sha2::Sha256::digest(bytes))
+    };
+    let keys_before = bucket_keys(&s3, &bucket).await;
+    assert_eq!(keys_before.len(), 4, "{keys_before:?}");
+    let dry = vramscope(&["retention", "--config", &config_arg, "--dry-run", "--max-bytes", "1"], &env);
+    assert!(dry.contains("would delete 2 snapshot(s)"), "{dry}");
+    assert!(dry.contains(&rank2) && dry.contains(&loose), "{dry}");
+    assert!(dry.contains("over retention_max_bytes = 1 B"), "{dry}");
+    assert!(dry.contains(&format!("{rank0}  mlp_train_all.pickle  pinned")), "{dry}");
+    assert!(dry.contains(&format!("{rank1}  rank1.pickle.gz  1 comment")), "{dry}");
+    let (_, page) = send(client().get(a.api("/snapshots")).bearer_auth(&alice)).await;
+    assert_eq!(page["items"].as_array().map(Vec::len), Some(4), "a dry run deletes nothing");
+
+    // A third instance with a policy (as the environment sets it) applies it
+    // for all: A and B see the deletions, the protected two stay.
+    let mut policy_env = env.clone();
+    policy_env.push(("VRAMSCOPE_RETENTION_MAX_BYTES", "1".to_owned()));
+    policy_env.push(("VRAMSCOPE_RETENTION_INTERVAL_SECS", "1".to_owned()));
+    let c = Instance::start(&scratch("c"), &config, &policy_env);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let remaining = loop {
+        let (_, page) = send(client().get(b.api("/snapshots")).bearer_auth(&alice)).await;
+        let mut ids: Vec<String> = page["items"]
+            .as_array()
+            .expect("items")
+            .iter()
+            .filter_map(|s| s["id"].as_str().map(str::to_owned))
+            .collect();
+        ids.sort();
+        if ids.len() == 2 || Instant::now() > deadline {
+            break ids;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let mut expected = vec![rank0.clone(), rank1.clone()];
+    expected.sort();
+    assert_eq!(remaining, expected, "the pinned and the commented snapshot survive, nothing else");
+    for gone in [&rank2, &loose] {
+        let (status, _) = send(client().get(a.api(&format!("/snapshots/{gone}"))).bearer_auth(&alice)).await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+    }
+    // Their files left the bucket; the survivors' stayed, byte for byte.
+    let keys_after = bucket_keys(&s3, &bucket).await;
+    let leak_sha = sha_of(&std::fs::read(common::fixture_corpus().join("oom_leak.pickle")).expect("fixture"));
+    assert!(!keys_after.iter().any(|k| k.contains(&leak_sha)), "{keys_after:?}");
+    assert!(keys_after.iter().any(|k| k.contains(&sha_of(&mlp))), "{keys_after:?}");
+    assert_eq!(keys_after.len(), 2, "{keys_after:?}");
+    let back = client().get(a.api(&format!("/snapshots/{rank0}/file"))).bearer_auth(&alice).send().await;
+    assert_eq!(back.expect("file").bytes().await.expect("bytes").as_ref(), mlp.as_slice());
+    // The comment still answers from either instance, and from C.
+    let (_, thread) = send(client().get(c.api(&format!("/snapshots/{rank1}/comments"))).bearer_auth(&alice)).await;
+    assert_eq!(thread[0]["body"], "rank 1 looks like rank 0");
+    // Unpinned, rank 0 goes at the next run.
+    let unpin = json!({ "pinned": false });
+    let (status, _) =
+        send(client().patch(b.api(&format!("/snapshots/{rank0}"))).bearer_auth(&agents).json(&unpin)).await;
+    assert_eq!(status, StatusCode::OK);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, _) = send(client().get(a.api(&format!("/snapshots/{rank0}"))).bearer_auth(&alice)).await;
+        if status == StatusCode::NOT_FOUND {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the unpinned snapshot was not deleted within 30 s");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (status, _) = send(client().get(a.api(&format!("/snapshots/{rank1}"))).bearer_auth(&alice)).await;
+    assert_eq!(status, StatusCode::OK, "the commented one stays");
+}
