@@ -27,6 +27,8 @@ mod api;
 #[cfg(target_arch = "wasm32")]
 #[allow(unreachable_pub)]
 mod app;
+// Files opened without uploading: parsed and answered in a Web Worker.
+mod local;
 #[cfg(target_arch = "wasm32")]
 #[allow(unreachable_pub)]
 mod library;

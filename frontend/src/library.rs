@@ -1,18 +1,22 @@
 //! `/`: the snapshot library. Lists what the server holds (newest first,
 //! a page at a time), filters it by text, job, host and tag, uploads files
-//! dropped on the page or picked, and renames, tags and deletes.
+//! dropped on the page or picked, and renames, tags and deletes. It also
+//! opens a file without uploading it ([`crate::local`]): read in a Web
+//! Worker in this tab, shown on the same snapshot page.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
 
 use leptos::prelude::*;
 use leptos::task::spawn_local;
+use leptos_router::hooks::use_navigate;
 use wasm_bindgen::JsValue;
 use web_sys::{DragEvent, File, FileList, HtmlInputElement};
 
 use crate::api::{self, ListQuery};
 use crate::app::{Notice, NoticeBar};
 use crate::format;
+use crate::local::{self, OpenProgress};
 use crate::model::SnapshotMeta;
 
 /// How long the filters wait for typing to pause before asking the server.
@@ -160,6 +164,38 @@ pub(crate) fn Library() -> impl IntoView {
         input.set_value("");
     };
 
+    // Files opened here, not uploaded: read in a worker, then shown at
+    // /snapshots/local-<n>.
+    let navigate = StoredValue::new_local(use_navigate());
+    let opening = RwSignal::new(None::<(String, f64, OpenProgress)>);
+    let open_local = move |files: Vec<File>| {
+        let Some(file) = files.into_iter().next() else { return };
+        spawn_local(async move {
+            let name = file.name();
+            let size = file.size();
+            opening.set(Some((name.clone(), size, OpenProgress::Reading)));
+            let shown = name.clone();
+            let answer = local::open(&file, move |p| opening.set(Some((shown.clone(), size, p)))).await;
+            opening.set(None);
+            match answer {
+                Ok(id) => navigate.with_value(|go| go(&format!("/snapshots/{id}"), Default::default())),
+                Err(e) => notice.set(Some(Notice::error(format!("opening {name}: {e}")))),
+            }
+        });
+    };
+    let local_dragging = RwSignal::new(false);
+    let on_local_drop = move |ev: DragEvent| {
+        ev.prevent_default();
+        ev.stop_propagation();
+        local_dragging.set(false);
+        open_local(files_of(ev.data_transfer().and_then(|d| d.files())));
+    };
+    let on_local_pick = move |ev: leptos::ev::Event| {
+        let input: HtmlInputElement = event_target(&ev);
+        open_local(files_of(input.files()));
+        input.set_value("");
+    };
+
     let filter = move |label: &'static str, field: fn(&mut ListQuery) -> &mut String, list: &'static str| {
         view! {
             <label class="filter">
@@ -226,6 +262,43 @@ pub(crate) fn Library() -> impl IntoView {
                             }
                         })
                 }}
+            </div>
+            <div
+                class="dropzone local"
+                class:over=local_dragging
+                on:dragover=move |ev: DragEvent| {
+                    ev.prevent_default();
+                    local_dragging.set(true);
+                }
+                on:dragleave=move |_| local_dragging.set(false)
+                on:drop=on_local_drop
+            >
+                <label class="button">
+                    "Open a local file (not uploaded)"
+                    <input id="local-file-input" type="file" on:change=on_local_pick/>
+                </label>
+                <span class="hint">
+                    " — or drop it here: it is read in this browser tab and never leaves this machine"
+                </span>
+                {move || opening.get().map(|(name, size, p)| {
+                    let (fraction, text) = match p {
+                        OpenProgress::Reading => (None, format!("{name}: reading {}", format::bytes(size as u64))),
+                        OpenProgress::Parsing(read) => {
+                            let f = if size > 0.0 { (read / size).min(1.0) } else { 0.0 };
+                            (Some(f), format!("{name}: parsing, {:.0}% of {}", f * 100.0, format::bytes(size as u64)))
+                        }
+                        OpenProgress::Indexing => (Some(1.0), format!("{name}: building the timeline")),
+                    };
+                    view! {
+                        <div class="progress" id="local-progress">
+                            {match fraction {
+                                Some(f) => view! { <progress max="1" prop:value=f></progress> }.into_any(),
+                                None => view! { <progress></progress> }.into_any(),
+                            }}
+                            <span>{text}</span>
+                        </div>
+                    }
+                })}
             </div>
             <NoticeBar notice=notice/>
             <div class="filters">

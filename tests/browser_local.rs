@@ -1,0 +1,107 @@
+//! A file opened in the browser without uploading it (local mode), in real
+//! headless Chromium against a real `vramscope serve`: the library's
+//! "Open a local file" picker reads the file in a Web Worker with the same
+//! reader as the server, the snapshot page shows its statistics and draws
+//! its timeline (pixels), zooms, and the server never receives the file.
+//! A file that is no snapshot shows the reader's reason; a reload of a
+//! local page says the file is gone and links back to the library.
+//!
+//! Needs Chromium, chromedriver and the dashboard built into the binary,
+//! like `tests/browser.rs`; missing, they fail loudly.
+
+#[path = "common/browser.rs"]
+mod browser;
+mod common;
+
+use browser::*;
+
+use std::time::Duration;
+
+use fantoccini::{Client, Locator};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_a_local_file_without_uploading_it() {
+    let (_server, url) = start_server(&scratch("local-data"), &[]);
+    assert_dashboard_built(&url).await;
+    let (_driver, driver_url) = start_chromedriver();
+    let client = connect(&driver_url, "local-profile").await;
+    closing(&client, open_locally(&client, &url)).await;
+}
+
+/// How many snapshots the server holds.
+async fn server_count(url: &str) -> usize {
+    let list: serde_json::Value =
+        reqwest::get(format!("{url}/api/v1/snapshots")).await.expect("list").json().await.expect("json");
+    list["items"].as_array().expect("items").len()
+}
+
+async fn open_locally(client: &Client, url: &str) {
+    let client = client.clone();
+    client.goto(&format!("{url}/")).await.expect("open the library");
+    let input = client
+        .wait()
+        .at_most(Duration::from_secs(30))
+        .for_element(Locator::Css("#local-file-input"))
+        .await
+        .expect("the local-file picker");
+
+    // A file that is no snapshot: the reader's reason, in the page.
+    let not_a_snapshot = scratch("local-files").join("notes.pickle");
+    std::fs::write(&not_a_snapshot, b"\x80\x04K*.").expect("write the file");
+    input.send_keys(&not_a_snapshot.to_string_lossy()).await.expect("choose the file");
+    let refused = until(&client, 30, "the reader's refusal", || text_of(&client, ".notice.error")).await;
+    assert!(refused.contains("opening notes.pickle") && refused.contains("not a PyTorch memory snapshot"), "{refused}");
+    screenshot(&client, "local-1-refused").await;
+
+    // A real snapshot: opened at /snapshots/local-<n>, drawn.
+    let fixture = common::fixture_corpus().join("oom_leak.pickle");
+    let input = client.find(Locator::Css("#local-file-input")).await.expect("file input");
+    input.send_keys(&fixture.to_string_lossy()).await.expect("choose the snapshot");
+    let path = until(&client, 30, "the local snapshot page", || async {
+        let path = client.current_url().await.ok()?.path().to_owned();
+        path.starts_with("/snapshots/local-").then_some(path)
+    })
+    .await;
+    let summary = until(&client, 30, "the statistics", || text_of(&client, "#stats-summary")).await;
+    assert!(summary.contains("OOMS\n1") || summary.contains("OOMs\n1"), "{summary}");
+    let title = text_of(&client, "h1").await.expect("title");
+    assert_eq!(title, "oom_leak.pickle");
+    let facts = text_of(&client, ".facts").await.expect("facts");
+    assert!(facts.contains("trigger oom") && facts.contains("570 KiB"), "{facts}");
+    let pixels = until(&client, 30, "the local timeline drawn", || async {
+        let p = canvas_pixels(&client).await?;
+        (p.allocated > 0 && client.find(Locator::Css("#timeline-loading")).await.is_err()).then_some(p)
+    })
+    .await;
+    screenshot(&client, "local-2-timeline").await;
+    // The same curves as the uploaded file shows in tests/browser.rs.
+    assert!(pixels.reserved >= 400 && pixels.allocated >= 400 && pixels.oom >= 300, "{pixels:?}");
+    assert!(pixels.non_background > pixels.total / 10, "{pixels:?}");
+    let status = text_of(&client, "#timeline-status").await.expect("status");
+    assert_eq!(rows_shown(&status), Some((0, 6680)), "{status}");
+
+    // Zooming asks the worker for a narrower window.
+    press(&client, '+').await;
+    let zoomed = new_window(&client, (0, 6680), "a zoom of the local file").await;
+    assert!(zoomed.1 - zoomed.0 < 6680 * 3 / 4, "{zoomed:?}");
+    let pixels = canvas_pixels(&client).await.expect("pixels");
+    assert!(pixels.allocated >= 200, "zoomed: {pixels:?}");
+
+    // Nothing reached the server.
+    assert_eq!(server_count(url).await, 0, "a local file is never uploaded");
+
+    // A reload cannot bring the file back: the page says so, with the way
+    // back to the library.
+    client.refresh().await.expect("reload");
+    let gone = until(&client, 30, "the reload message", || text_of(&client, ".notice.error")).await;
+    assert!(gone.contains("without uploading") && gone.contains("open the file again from the library"), "{gone}");
+    assert!(path.starts_with("/snapshots/local-"));
+    screenshot(&client, "local-3-reloaded").await;
+    client.find(Locator::LinkText("Library")).await.expect("crumb").click().await.expect("back");
+    client
+        .wait()
+        .at_most(Duration::from_secs(20))
+        .for_element(Locator::Css("#local-file-input"))
+        .await
+        .expect("back in the library");
+}
