@@ -50,6 +50,11 @@ impl TelemetryQueue {
         }
     }
 
+    /// The labels of every source seen.
+    pub(crate) fn sources_list(&self) -> Vec<SourceLabels> {
+        self.sources.values().cloned().collect()
+    }
+
     /// Everything not delivered, oldest first (at exit).
     pub(crate) fn drain_all(&mut self) -> Vec<Sample> {
         self.requeue_inflight();

@@ -80,7 +80,7 @@ fn handle(
             let (nvml_used, nvml_process_used) = figures_for(&lock(&hub.nvml), who.pid);
             let spill = hub.push_sample(to_sample(who, sample, nvml_used, nvml_process_used));
             if !spill.is_empty()
-                && let Err(e) = spool::save_telemetry(spool_dir, &spill)
+                && let Err(e) = spool::save_telemetry(spool_dir, &lock(&hub.telemetry).sources_list(), &spill)
             {
                 eprintln!("vramscope agent: {e:#}");
             }

@@ -76,8 +76,11 @@ pub(crate) async fn run(config: AgentConfig) -> Result<u8> {
     let host = host_name();
 
     let hub = Arc::new(Hub::default());
-    for sample in spool::take_saved_telemetry(&config.spool_dir) {
-        lock(&hub.telemetry).pending.push_back(sample);
+    let (sources, samples) = spool::take_saved_telemetry(&config.spool_dir);
+    {
+        let mut queue = lock(&hub.telemetry);
+        queue.sources.extend(sources.into_iter().map(|s| (s.key(), s)));
+        queue.pending.extend(samples);
     }
     let stop = Arc::new(AtomicBool::new(false));
     let accept = tokio::spawn(job::accept(listener, hub.clone(), config.job.clone(), config.spool_dir.clone()));
@@ -125,8 +128,11 @@ pub(crate) async fn run(config: AgentConfig) -> Result<u8> {
     accept.abort();
     nvml.abort();
     if !drained {
-        let left = lock(&hub.telemetry).drain_all();
-        if let Err(e) = spool::save_telemetry(&config.spool_dir, &left) {
+        let (sources, left) = {
+            let mut queue = lock(&hub.telemetry);
+            (queue.sources.values().cloned().collect::<Vec<_>>(), queue.drain_all())
+        };
+        if let Err(e) = spool::save_telemetry(&config.spool_dir, &sources, &left) {
             eprintln!("vramscope agent: {e:#}");
         }
         let snapshots = spool::pending(&config.spool_dir).map(|p| p.len()).unwrap_or(0);

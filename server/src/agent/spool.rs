@@ -18,7 +18,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use serde::Deserialize;
 
-use super::protocol::Sample;
+use super::protocol::{Sample, SourceLabels};
 
 /// A manifest entry as the Python side writes it.
 #[derive(Debug, Clone, Deserialize)]
@@ -218,12 +218,14 @@ impl Backoff {
 }
 
 /// Writes telemetry the agent could not send to `telemetry-<ms>-<pid>.jsonl`
-/// (temporary name, then rename).
-pub(crate) fn save_telemetry(dir: &Path, samples: &[Sample]) -> Result<Option<PathBuf>> {
+/// (temporary name, then rename): a first line with the labels of the
+/// sources, then one sample per line.
+pub(crate) fn save_telemetry(dir: &Path, sources: &[SourceLabels], samples: &[Sample]) -> Result<Option<PathBuf>> {
     if samples.is_empty() {
         return Ok(None);
     }
-    let mut text = String::new();
+    let mut text = serde_json::to_string(sources).context("cannot encode the telemetry sources")?;
+    text.push('\n');
     for sample in samples {
         text.push_str(&serde_json::to_string(sample).context("cannot encode a telemetry sample")?);
         text.push('\n');
@@ -236,10 +238,11 @@ pub(crate) fn save_telemetry(dir: &Path, samples: &[Sample]) -> Result<Option<Pa
     Ok(Some(path))
 }
 
-/// Reads and removes the telemetry files earlier agents left, oldest first.
-/// Lines that do not parse are skipped (a file cut short by a crash).
-pub(crate) fn take_saved_telemetry(dir: &Path) -> Vec<Sample> {
-    let Ok(listing) = std::fs::read_dir(dir) else { return Vec::new() };
+/// Reads and removes the telemetry files earlier agents left, oldest first:
+/// their sources and samples. Lines that do not parse are skipped (a file
+/// cut short by a crash).
+pub(crate) fn take_saved_telemetry(dir: &Path) -> (Vec<SourceLabels>, Vec<Sample>) {
+    let Ok(listing) = std::fs::read_dir(dir) else { return (Vec::new(), Vec::new()) };
     let mut files: Vec<PathBuf> = listing
         .flatten()
         .map(|e| e.path())
@@ -248,14 +251,18 @@ pub(crate) fn take_saved_telemetry(dir: &Path) -> Vec<Sample> {
         })
         .collect();
     files.sort();
-    let mut samples = Vec::new();
+    let (mut sources, mut samples) = (Vec::new(), Vec::new());
     for file in files {
         if let Ok(text) = std::fs::read_to_string(&file) {
-            samples.extend(text.lines().filter_map(|line| serde_json::from_str::<Sample>(line).ok()));
+            let mut lines = text.lines();
+            if let Some(first) = lines.next() {
+                sources.extend(serde_json::from_str::<Vec<SourceLabels>>(first).unwrap_or_default());
+            }
+            samples.extend(lines.filter_map(|line| serde_json::from_str::<Sample>(line).ok()));
             let _ = std::fs::remove_file(&file);
         }
     }
-    samples
+    (sources, samples)
 }
 
 #[cfg(test)]
@@ -298,9 +305,17 @@ mod tests {
             nvml_used: None,
             nvml_process_used: None,
         };
-        save_telemetry(&dir, &[sample.clone(), sample.clone()]).expect("save");
-        assert_eq!(take_saved_telemetry(&dir), vec![sample.clone(), sample]);
-        assert!(take_saved_telemetry(&dir).is_empty(), "taken files are removed");
+        let labels = SourceLabels {
+            job: "j".to_owned(),
+            host: "h".to_owned(),
+            rank: Some(0),
+            local_rank: None,
+            world_size: None,
+            pid: 1,
+        };
+        save_telemetry(&dir, std::slice::from_ref(&labels), &[sample.clone(), sample.clone()]).expect("save");
+        assert_eq!(take_saved_telemetry(&dir), (vec![labels], vec![sample.clone(), sample]));
+        assert!(take_saved_telemetry(&dir).1.is_empty(), "taken files are removed");
     }
 
     #[test]
