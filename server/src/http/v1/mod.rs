@@ -1,5 +1,6 @@
 //! `/api/v1`: snapshots, their files, statistics and views.
 
+mod analysis;
 mod jobs;
 mod review;
 mod snapshots;
@@ -37,6 +38,11 @@ pub(super) fn routes(timeout: Duration) -> Router<AppState> {
         .route("/api/v1/snapshots/{id}/comments/{comment}", axum::routing::delete(review::delete))
         .route("/api/v1/jobs", get(jobs::list))
         .route("/api/v1/jobs/{job}", get(jobs::get_one))
+        .route("/api/v1/snapshots/{id}/whatif", get(analysis::whatif))
+        .route("/api/v1/snapshots/{id}/tune", get(analysis::tune))
+        .route("/api/v1/snapshots/{id}/explain", get(analysis::explain))
+        .route("/api/v1/snapshots/{id}/leaks", get(analysis::leaks))
+        .route("/api/v1/compare", get(analysis::compare))
         .layer(TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, timeout));
     let streaming = Router::new()
         .route("/api/v1/snapshots", post(upload::upload))
