@@ -18,7 +18,7 @@ use crate::analysis::oom::{Avoidance, OomReport, SettingVerdict, explain_device}
 use crate::analysis::steps::{StepSource, Steps};
 use crate::simulate::tune::DEFAULT_GRID;
 use crate::simulate::{AllocatorConfig, Replayer, SimError, SimOom, parse_size, settings_for};
-use crate::snapshot::DeviceSnapshot;
+use crate::snapshot::{DeviceSnapshot, Snapshot};
 use crate::timeline::{Axis, Bucket, MAX_PX, Range3, TimelineWindow};
 
 /// Most stacks a leak or comparison answer lists.
@@ -453,7 +453,7 @@ pub fn explain(a: &Analyzed, p: &ExplainParams) -> Result<ExplainAnswer, ViewErr
     let mut ooms: Vec<OomReport> = devices.iter().flat_map(|d| explain_device(&a.snapshot, d)).collect();
     if p.simulate.unwrap_or(true) {
         for r in &mut ooms {
-            r.avoided_by = avoided_by(a, r);
+            r.avoided_by = avoided_by(&a.snapshot, r);
         }
     }
     Ok(ExplainAnswer { has_trace, ooms })
@@ -464,16 +464,17 @@ pub fn explain(a: &Analyzed, p: &ExplainParams) -> Result<ExplainAnswer, ViewErr
 /// Garbage collection acts only under a cap, so those settings are replayed
 /// under the largest cap consistent with the OOM (just below the
 /// reservation that failed) and judged by whether that replay still fails.
-/// `None` when the trace cannot be replayed (a wrapped ring buffer).
-pub fn avoided_by(a: &Analyzed, report: &OomReport) -> Option<Vec<SettingVerdict>> {
+/// `None` when the trace cannot be replayed (a wrapped ring buffer). Fits
+/// [`crate::analysis::oom::explain_with`] as its `what_if`.
+pub fn avoided_by(snapshot: &Snapshot, report: &OomReport) -> Option<Vec<SettingVerdict>> {
     let (_, failed) = report.capacity_bytes_range;
-    let device = device_snapshot(a, report.device).ok()?;
-    let recorded = settings_for(&a.snapshot, None).ok()?.0;
+    let device = snapshot.device(report.device)?;
+    let recorded = settings_for(snapshot, None).ok()?.0;
     let mut verdicts = Vec::new();
     for setting in report.candidate_settings() {
         let needs_cap = setting.starts_with("garbage_collection_threshold");
         let capacity = needs_cap.then(|| failed.saturating_sub(1));
-        let (config, _) = settings_for(&a.snapshot, Some(&setting)).ok()?;
+        let (config, _) = settings_for(snapshot, Some(&setting)).ok()?;
         let same = config == recorded;
         let sim = Replayer::new(device, config, capacity, false).ok()?.recorded_settings(same).finish();
         let mut verdict = SettingVerdict::judge(report, setting, sim.stats.reserved_bytes.peak);
@@ -481,7 +482,8 @@ pub fn avoided_by(a: &Analyzed, report: &OomReport) -> Option<Vec<SettingVerdict
             verdict.avoids =
                 if sim.oom.is_none() { Avoidance::IfCapacityAtLeast { bytes: cap } } else { Avoidance::No };
             verdict.note = Some(format!(
-                "replayed under a {cap}-byte cap, just below the reservation that failed (GC acts only under a cap)"
+                "replayed under a {:.2} GiB cap, just below the reservation that failed (GC acts only under a cap)",
+                cap as f64 / f64::from(1u32 << 30)
             ));
         }
         verdicts.push(verdict);
