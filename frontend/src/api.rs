@@ -108,7 +108,7 @@ async fn json<T: DeserializeOwned>(what: &str, response: Response) -> Result<T, 
     })
 }
 
-async fn get<T: DeserializeOwned>(what: &str, url: &str) -> Result<T, ApiError> {
+pub(crate) async fn get<T: DeserializeOwned>(what: &str, url: &str) -> Result<T, ApiError> {
     json(what, send(what, Request::get(url)).await?).await
 }
 
@@ -188,6 +188,78 @@ pub(crate) async fn timeline(id: &str, q: TimelineQuery) -> Result<TimelineWindo
         url.push_str(&format!("&start={}&end={}", w.start, w.end));
     }
     get("loading the timeline", &url).await
+}
+
+/// A view of a snapshot (`/api/v1/snapshots/{id}/{route}?{query}`): every
+/// view of the snapshot page goes through here, and so through [`get`]
+/// (which hands `local-` ids to the browser's worker).
+pub(crate) async fn view<T: DeserializeOwned>(what: &str, id: &str, route: &str, query: &str) -> Result<T, ApiError> {
+    get(what, &format!("/api/v1/snapshots/{}/{route}?{query}", encode(id))).await
+}
+
+/// `device=…&axis=…&start=…&end=…` for the views over a window.
+pub(crate) fn window_query(device: u32, axis: crate::model::Axis, window: Option<crate::viewport::Window>) -> String {
+    let axis = match axis {
+        crate::model::Axis::Time => "time",
+        crate::model::Axis::Event => "event",
+    };
+    let mut q = format!("device={device}&axis={axis}");
+    if let Some(w) = window {
+        q.push_str(&format!("&start={}&end={}", w.start, w.end));
+    }
+    q
+}
+
+/// The allocator's state after a row, or at an x of an axis.
+pub(crate) async fn state(
+    id: &str,
+    device: u32,
+    at: crate::model::Instant,
+) -> Result<crate::model::AllocatorState, ApiError> {
+    let query = match at {
+        crate::model::Instant::Row(r) => format!("device={device}&at={r}"),
+        crate::model::Instant::X(axis, x) => format!("{}&x={x}", window_query(device, axis, None)),
+    };
+    view("loading the allocator state", id, "state", &query).await
+}
+
+/// The segment timeline of a window.
+pub(crate) async fn segments(
+    id: &str,
+    window_query: &str,
+    columns: u32,
+) -> Result<crate::model::SegmentsAnswer, ApiError> {
+    view("loading the segment timeline", id, "segments", &format!("{window_query}&columns={columns}")).await
+}
+
+/// Fragmentation over a window, and the allocator settings.
+pub(crate) async fn fragmentation(
+    id: &str,
+    window_query: &str,
+    columns: u32,
+) -> Result<crate::model::FragmentationAnswer, ApiError> {
+    view("loading the fragmentation figures", id, "fragmentation", &format!("{window_query}&columns={columns}")).await
+}
+
+/// The `record_function` ranges overlapping a window.
+pub(crate) async fn annotations(id: &str, window_query: &str) -> Result<crate::model::AnnotationsAnswer, ApiError> {
+    view("loading the annotations", id, "annotations", window_query).await
+}
+
+/// Allocations matching an address, a size or frame text.
+pub(crate) async fn search(id: &str, device: u32, q: &str) -> Result<crate::model::SearchAnswer, ApiError> {
+    view("searching", id, "search", &format!("device={device}&q={}&limit=500", encode(q))).await
+}
+
+/// One trace entry's fields.
+pub(crate) async fn entry(id: &str, device: u32, row: u32) -> Result<crate::model::EntryAnswer, ApiError> {
+    view("loading the trace entry", id, "entry", &format!("device={device}&row={row}")).await
+}
+
+/// The review comments of a snapshot, for their markers; none where the
+/// server has no comments (an older server answers 404).
+pub(crate) async fn comment_marks(id: &str) -> Vec<crate::model::CommentMark> {
+    view::<Vec<crate::model::CommentMark>>("loading the comments", id, "comments", "").await.unwrap_or_default()
 }
 
 /// The frames of a stack, innermost first.

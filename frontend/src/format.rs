@@ -131,6 +131,20 @@ pub fn x_point(axis: Axis, x: i64, origin: i64) -> String {
     }
 }
 
+/// A wall-clock time of day (UTC) from microseconds since the epoch, as
+/// `HH:MM:SS.mmm UTC`.
+pub fn clock_us(us: i64) -> String {
+    let ms = us.div_euclid(1000);
+    let day_ms = ms.rem_euclid(86_400_000);
+    let (h, m, s, f) = (day_ms / 3_600_000, day_ms / 60_000 % 60, day_ms / 1000 % 60, day_ms % 1000);
+    format!("{h:02}:{m:02}:{s:02}.{f:03} UTC")
+}
+
+/// A share as a percentage with one decimal.
+pub fn percent(part: f64) -> String {
+    if part.is_finite() { format!("{:.1}%", part * 100.0) } else { "—".to_owned() }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -184,5 +198,14 @@ mod tests {
         assert_eq!(x_label(Axis::Event, 43_546, 0, 5_000), "43.5k");
         assert_eq!(x_point(Axis::Event, 1234, 0), "row 1,234");
         assert_eq!(x_point(Axis::Time, origin + 1_250_000, origin), "+1.25 s");
+    }
+
+    #[test]
+    fn clock_times_and_percentages() {
+        // 2026-12-02 18:27:55.123456 UTC.
+        assert_eq!(clock_us(1_796_236_075_123_456), "18:27:55.123 UTC");
+        assert_eq!(clock_us(0), "00:00:00.000 UTC");
+        assert_eq!(percent(0.1234), "12.3%");
+        assert_eq!(percent(f64::NAN), "—");
     }
 }

@@ -13,10 +13,14 @@
 //! live in the `wasm32`-only modules `app`, `api`, `library`, `snapshot` and
 //! `timeline`.
 
+pub mod blocks;
+pub mod brush;
 pub mod format;
 pub mod frames;
+pub mod hidpi;
 pub mod layout;
 pub mod model;
+pub mod permalink;
 pub mod plot;
 pub mod viewport;
 
@@ -27,6 +31,31 @@ mod api;
 #[cfg(target_arch = "wasm32")]
 #[allow(unreachable_pub)]
 mod app;
+#[cfg(target_arch = "wasm32")]
+mod canvas;
+#[cfg(target_arch = "wasm32")]
+mod draws;
+#[cfg(target_arch = "wasm32")]
+#[allow(unreachable_pub)]
+mod explorer;
+#[cfg(target_arch = "wasm32")]
+#[allow(unreachable_pub)]
+mod fragmentation;
+#[cfg(target_arch = "wasm32")]
+#[allow(unreachable_pub)]
+mod minimap;
+#[cfg(target_arch = "wasm32")]
+#[allow(unreachable_pub)]
+mod search;
+#[cfg(target_arch = "wasm32")]
+#[allow(unreachable_pub)]
+mod segments;
+#[cfg(target_arch = "wasm32")]
+#[allow(unreachable_pub)]
+mod state;
+#[cfg(target_arch = "wasm32")]
+#[allow(unreachable_pub)]
+mod track;
 // Files opened without uploading: parsed and answered in a Web Worker.
 mod local;
 #[cfg(target_arch = "wasm32")]

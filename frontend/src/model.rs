@@ -7,6 +7,46 @@ use serde::Deserialize;
 
 pub use vramscope_shared::StatsReport;
 pub use vramscope_shared::timeline::{Axis, Marker, MarkerKind, TimelineWindow, VisibleAllocation};
+pub use vramscope_shared::views::annotations::{AnnotationRange, AnnotationsAnswer};
+pub use vramscope_shared::views::entry::EntryAnswer;
+pub use vramscope_shared::views::fragmentation::{FragmentationAnswer, SettingsView};
+pub use vramscope_shared::views::search::{SearchAnswer, SearchKind, SearchMatch};
+pub use vramscope_shared::views::segments::SegmentsAnswer;
+pub use vramscope_shared::views::state::{AllocatorState, BlockKind, Figures};
+
+/// The instant the allocator-state panel is asked for: a trace row, or an
+/// x of an axis (a click on a timeline), which the server resolves to the
+/// last row at or before it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Instant {
+    /// Right after this row.
+    Row(u32),
+    /// At this x of this axis.
+    X(Axis, i64),
+}
+
+/// A review comment, as far as the timeline's markers need it
+/// (`GET /api/v1/snapshots/{id}/comments`).
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+pub struct CommentMark {
+    /// Comment id.
+    pub id: serde_json::Value,
+    /// Who wrote it.
+    #[serde(default)]
+    pub author: String,
+    /// The text.
+    #[serde(default)]
+    pub body: String,
+    /// The trace row it is about, if any.
+    #[serde(default)]
+    pub row: Option<u32>,
+    /// The time it is about, if any.
+    #[serde(default)]
+    pub time_us: Option<i64>,
+    /// The address it is about, if any.
+    #[serde(default)]
+    pub addr: Option<u64>,
+}
 
 /// A stored snapshot, as `GET /api/v1/snapshots` lists it.
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
@@ -109,5 +149,12 @@ mod tests {
         let up: UploadAnswer =
             serde_json::from_str(r#"{"id":"x","sha256":"y","status":"ready","deduplicated":true}"#).expect("upload");
         assert!(up.deduplicated);
+        let marks: Vec<CommentMark> = serde_json::from_str(
+            r#"[{"id":7,"author":"ana","body":"leak here","created_ms":1,"row":120,"time_us":null,"addr":null},
+            {"id":"8","author":"bo","body":"general","created_ms":2,"row":null,"time_us":null,"addr":null}]"#,
+        )
+        .expect("comments");
+        assert_eq!(marks[0].row, Some(120));
+        assert_eq!(marks[1].row, None);
     }
 }

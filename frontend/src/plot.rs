@@ -35,6 +35,10 @@ pub const ALLOCATED: RGBColor = RGBColor(9, 105, 218);
 pub const OOM: RGBColor = RGBColor(207, 34, 46);
 /// The first event of a wrapped trace.
 pub const WINDOW_START: RGBColor = RGBColor(130, 80, 223);
+/// Outline of search matches.
+pub const MATCH: RGBColor = RGBColor(191, 135, 0);
+/// The cursor: the instant the allocator-state panel shows.
+pub const CURSOR: RGBColor = RGBColor(31, 35, 40);
 
 /// Fill colours of allocation bars, picked by stack so that one call site
 /// keeps its colour across zooms. Pale, so the curves stay readable.
@@ -70,6 +74,10 @@ pub struct Scene<'a> {
     pub origin: i64,
     /// Index into `bars` of the bar under the mouse, drawn outlined.
     pub highlight: Option<usize>,
+    /// Indexes into `bars` of search matches, outlined in [`MATCH`].
+    pub marked: &'a [usize],
+    /// x of the instant the allocator-state panel shows: a vertical line.
+    pub cursor: Option<i64>,
 }
 
 impl Scene<'_> {
@@ -150,7 +158,15 @@ pub fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, scene: &Scene<'_>
     if let Some(rect) = scene.highlight.and_then(|i| scene.bars.get(i)).and_then(|bar| bar_rect(&geometry, bar)) {
         root.draw(&Rectangle::new(rect, BLACK.stroke_width(2))).map_err(err)?;
     }
+    for rect in scene.marked.iter().filter_map(|&i| scene.bars.get(i)).filter_map(|bar| bar_rect(&geometry, bar)) {
+        root.draw(&Rectangle::new(rect, MATCH.stroke_width(2))).map_err(err)?;
+    }
     draw_markers(root, scene, &geometry).map_err(err)?;
+    if let Some(x) = scene.cursor.filter(|&x| x >= view.start && x < view.end) {
+        let x = geometry.x_px(x as f64).round() as i32;
+        let (top, bottom) = (geometry.top.round() as i32, (geometry.top + geometry.height).round() as i32);
+        root.draw(&PathElement::new(vec![(x, top), (x, bottom)], CURSOR.stroke_width(1))).map_err(err)?;
+    }
     Ok(geometry)
 }
 
@@ -349,7 +365,15 @@ mod tests {
         let bars = stack(&data.allocations);
         assert!(!bars.is_empty());
         let view = Window::new(data.start, data.end);
-        let scene = Scene { data: &data, bars: &bars, view, origin: data.start, highlight: Some(0) };
+        let scene = Scene {
+            data: &data,
+            bars: &bars,
+            view,
+            origin: data.start,
+            highlight: Some(0),
+            marked: &[1],
+            cursor: Some(data.start + 100),
+        };
         let (geometry, recorder) = record(&scene);
         assert!(geometry.width > 800.0 && geometry.height > 300.0, "{geometry:?}");
 
@@ -381,6 +405,9 @@ mod tests {
         let (x0, y0, x1, y1) = geometry.bar_px(&bars[biggest], 1.0).expect("visible");
         assert_eq!(hit(&bars, &geometry, (x0 + x1) / 2.0, (y0 + y1) / 2.0), Some(biggest));
         assert!(recorder.rects.iter().any(|r| r.0 == BLACK && !r.1), "the highlight's outline");
+        assert!(recorder.rects.iter().any(|r| r.0 == MATCH && !r.1), "a search match's outline");
+        let cursor = geometry.x_px((data.start + 100) as f64).round() as i32;
+        assert!(recorder.paths.iter().any(|(c, p)| *c == CURSOR && p.iter().all(|pt| pt.0 == cursor)), "the cursor");
     }
 
     #[test]
@@ -390,7 +417,8 @@ mod tests {
         // Panned right by half a window: only the old data's right half shows.
         let half = (data.end - data.start) / 2;
         let view = Window::new(data.start + half, data.end + half);
-        let scene = Scene { data: &data, bars: &bars, view, origin: data.start, highlight: None };
+        let scene =
+            Scene { data: &data, bars: &bars, view, origin: data.start, highlight: None, marked: &[], cursor: None };
         let (geometry, recorder) = record(&scene);
         let right = (geometry.left + geometry.width).round() as i32;
         let middle = geometry.x_px((data.end) as f64).round() as i32;

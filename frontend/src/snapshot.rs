@@ -1,6 +1,7 @@
 //! `/snapshots/{id}`: one snapshot. Its record and statistics at the top
-//! (waiting while the server parses it), a device picker, and the active
-//! memory timeline of the chosen device.
+//! (waiting while the server parses it), a device picker, and the views of
+//! the chosen device ([`crate::explorer`]), restored from the URL's query
+//! when the page opens from a link ([`crate::permalink`]).
 
 use std::time::Duration;
 
@@ -10,9 +11,10 @@ use leptos_router::hooks::use_params_map;
 use vramscope_shared::DeviceStats;
 
 use crate::api;
+use crate::explorer::DeviceViews;
 use crate::format;
 use crate::model::{SnapshotMeta, StatsReport};
-use crate::timeline::Timeline;
+use crate::permalink;
 
 /// How often the statistics are asked for again while the server parses.
 const PARSING_POLL: Duration = Duration::from_millis(1500);
@@ -53,6 +55,19 @@ fn SnapshotView(id: String) -> impl IntoView {
     let meta = RwSignal::new(None::<Result<SnapshotMeta, String>>);
     let stats = RwSignal::new(StatsState::Loading);
     let device = RwSignal::new(None::<u32>);
+    // The view a link describes (`?device=…&axis=…&start=…`), for the first
+    // device shown; a device picked afterwards starts fresh.
+    let linked = permalink::parse(&window().location().search().unwrap_or_default());
+    let initial = StoredValue::new(Some(linked.clone()));
+    Effect::new(move |previous: Option<Option<u32>>| {
+        let now = device.get();
+        if let Some(Some(before)) = previous
+            && now != Some(before)
+        {
+            initial.set_value(None);
+        }
+        now
+    });
 
     let meta_id = id.clone();
     spawn_local(async move {
@@ -69,9 +84,11 @@ fn SnapshotView(id: String) -> impl IntoView {
             };
             let parsing = state == StatsState::Parsing;
             if let StatsState::Ready(report) = &state {
-                // PyTorch's viewer opens the device with the longest trace.
+                // The link's device, or, as PyTorch's viewer, the device
+                // with the longest trace.
                 let first = report.devices.iter().max_by_key(|d| (d.trace_entries, std::cmp::Reverse(d.device)));
-                device.try_set(first.map(|d| d.device));
+                let linked = linked.device.filter(|l| report.devices.iter().any(|d| d.device == *l));
+                device.try_set(linked.or(first.map(|d| d.device)));
             }
             // The page was left: stop asking.
             if stats.try_set(state).is_some() || !parsing {
@@ -135,10 +152,11 @@ fn SnapshotView(id: String) -> impl IntoView {
                             }
                                 .into_any()
                         } else {
-                            view! { <Timeline id=timeline_id.get_value() device=d.device/> }.into_any()
+                            view! { <DeviceViews id=timeline_id.get_value() device=d.device initial=initial.get_value().filter(|p| p.device.is_none_or(|x| x == d.device)).unwrap_or_default()/> <crate::analysis::AnalysisPanels id=timeline_id.get_value() device=d.device/> }.into_any()
                         }
                     })
             }}
+            <crate::review::ReviewThread id=timeline_id.get_value()/>
         </section>
     }
 }

@@ -21,11 +21,18 @@ use wasm_bindgen::JsCast;
 use web_sys::{KeyboardEvent, MouseEvent, WheelEvent};
 
 use crate::api::{self, TimelineQuery};
+use crate::canvas;
+use crate::draws;
+use crate::explorer::Shared;
 use crate::format;
 use crate::frames::{self, FrameRun};
+use crate::hidpi::Scaled;
 use crate::layout::{self, Bar, Geometry};
-use crate::model::{Axis, Frame, TimelineWindow, VisibleAllocation};
+use crate::minimap::Minimap;
+use crate::model::{Axis, EntryAnswer, Frame, Instant, TimelineWindow, VisibleAllocation};
+use crate::permalink::Selected;
 use crate::plot::{self, Scene};
+use crate::track::Track;
 use crate::viewport::Window;
 
 /// Canvas height in pixels.
@@ -69,19 +76,20 @@ fn same(a: &VisibleAllocation, b: &VisibleAllocation) -> bool {
     a.addr == b.addr && a.alloc_row == b.alloc_row && a.size == b.size
 }
 
-/// The timeline of device `device` of snapshot `id`.
+/// The timeline of the device of `shared`.
 #[component]
-pub(crate) fn Timeline(id: String, device: u32) -> impl IntoView {
-    let id = StoredValue::new(id);
+pub(crate) fn Timeline(shared: Shared) -> impl IntoView {
+    let id = shared.id;
+    let device = shared.device;
     let canvas_ref = NodeRef::<leptos::html::Canvas>::new();
     let wrap_ref = NodeRef::<leptos::html::Div>::new();
     let width = RwSignal::new(0u32);
-    // Event order first, as PyTorch's viewer: activity is often bunched in
-    // a small part of the wall time (a few steps after a long start-up).
-    let axis = RwSignal::new(Some(Axis::Event));
+    // Event order first (unless a link says otherwise), as PyTorch's
+    // viewer: activity is often bunched in a small part of the wall time.
+    let axis = shared.axis;
     let time_available = RwSignal::new(false);
-    let extent = RwSignal::new(None::<Window>);
-    let view = RwSignal::new(None::<Window>);
+    let extent = shared.extent;
+    let view = shared.view;
     let data = RwSignal::new(None::<Arc<Prepared>>);
     let geometry = StoredValue::new(None::<Geometry>);
     let hovered = RwSignal::new(None::<VisibleAllocation>);
@@ -93,6 +101,8 @@ pub(crate) fn Timeline(id: String, device: u32) -> impl IntoView {
     let drag = StoredValue::new(None::<Drag>);
     let last_drag_moved = StoredValue::new(false);
     let stacks = RwSignal::new(HashMap::<u32, StackState>::new());
+    let entries = RwSignal::new(HashMap::<u32, Result<EntryAnswer, String>>::new());
+    let schedule_fetch = RwSignal::new(None::<Window>);
 
     // Ask for a window: `None` for the whole trace on the current axis,
     // which also sets the extent and resets the view.
@@ -117,7 +127,16 @@ pub(crate) fn Timeline(id: String, device: u32) -> impl IntoView {
                         axis.set(Some(w.axis));
                         let whole = Window::new(w.start, w.end);
                         extent.set(Some(whole));
-                        view.set(Some(whole));
+                        // A link's window, once: shown from the whole
+                        // trace's data until its own arrives.
+                        match shared.initial_window.try_update_value(Option::take).flatten() {
+                            Some(linked) => {
+                                let v = linked.clamp_into(whole);
+                                view.set(Some(v));
+                                schedule_fetch.set(Some(v));
+                            }
+                            None => view.set(Some(whole)),
+                        }
                     }
                     let bars = layout::stack(&w.allocations);
                     data.set(Some(Arc::new(Prepared { window: w, bars })));
@@ -147,6 +166,15 @@ pub(crate) fn Timeline(id: String, device: u32) -> impl IntoView {
             schedule();
         }
     };
+    // The window moved by another view (the minimap's brush, a range of
+    // the track, a search match): fetch it as well.
+    Effect::new(move |_| {
+        let Some(v) = view.get() else { return };
+        let fetched = data.with_untracked(|d| d.as_ref().map(|d| Window::new(d.window.start, d.window.end)));
+        if extent.get_untracked().is_some() && fetched.is_some() && fetched != Some(v) {
+            schedule();
+        }
+    });
     let zoom = move |factor: f64, anchor: f64| {
         if let (Some(v), Some(e)) = (view.get_untracked(), extent.get_untracked()) {
             set_view(v.zoom(factor, anchor, e));
@@ -162,6 +190,12 @@ pub(crate) fn Timeline(id: String, device: u32) -> impl IntoView {
             set_view(e);
         }
     };
+    Effect::new(move |_| {
+        if let Some(w) = schedule_fetch.get() {
+            schedule_fetch.set(None);
+            fetch(Some(w));
+        }
+    });
     let switch_axis = move |to: Axis| {
         if axis.get_untracked() == Some(to) {
             return;
@@ -172,7 +206,12 @@ pub(crate) fn Timeline(id: String, device: u32) -> impl IntoView {
         view.set(None);
         hovered.set(None);
         pinned.set(false);
+        shared.state.set(None);
         fetch(None);
+        // The cursor stays on its row, drawn at that row's place on the new axis.
+        if let Some(row) = shared.state.with_untracked(|s| s.as_ref().and_then(|s| s.row)) {
+            shared.instant.set(Some(Instant::Row(row)));
+        }
     };
 
     // Size the canvas to its container, now and when the window resizes.
@@ -214,21 +253,59 @@ pub(crate) fn Timeline(id: String, device: u32) -> impl IntoView {
         let w = width.get();
         let hover = hovered.get();
         let origin = extent.get().map_or(v.start, |e| e.start);
+        let cursor = shared.cursor_x();
         data.with(|d| {
             let Some(d) = d else { return };
-            canvas.set_width(w);
-            canvas.set_height(HEIGHT);
+            let started = draws::now();
+            // HiDPI: a backing store of devicePixelRatio × the CSS size;
+            // plotters draws in CSS pixels through `Scaled`.
+            let dpr = canvas::ratio();
+            canvas.set_width((f64::from(w) * dpr).round() as u32);
+            canvas.set_height((f64::from(HEIGHT) * dpr).round() as u32);
+            let _ = canvas.set_attribute("style", &format!("width:{w}px;height:{HEIGHT}px"));
             let highlight = hover.and_then(|a| {
                 d.bars.iter().position(|b| d.window.allocations.get(b.index).is_some_and(|x| same(x, &a)))
             });
-            let scene = Scene { data: &d.window, bars: &d.bars, view: v, origin, highlight };
+            let marked: Vec<usize> = shared.matches.with(|m| {
+                let Some(m) = m else { return Vec::new() };
+                let keys: std::collections::HashSet<(u64, Option<u32>)> =
+                    m.matches.iter().map(|x| (x.addr, x.alloc_row)).collect();
+                (0..d.bars.len())
+                    .filter(|&i| {
+                        d.window.allocations.get(d.bars[i].index).is_some_and(|a| keys.contains(&(a.addr, a.alloc_row)))
+                    })
+                    .collect()
+            });
+            let scene = Scene { data: &d.window, bars: &d.bars, view: v, origin, highlight, marked: &marked, cursor };
             let Some(backend) = CanvasBackend::with_canvas_object(canvas.clone()) else {
                 error.set(Some("this browser gives no 2D drawing context for the canvas".to_owned()));
                 return;
             };
-            match plot::draw(&backend.into_drawing_area(), &scene) {
-                Ok(g) => geometry.set_value(Some(g)),
+            match plot::draw(&Scaled::new(backend, dpr).into_drawing_area(), &scene) {
+                Ok(g) => {
+                    geometry.set_value(Some(g));
+                    if shared.plot.get_untracked() != (g.left, g.width) {
+                        shared.plot.set((g.left, g.width));
+                    }
+                    draws::record("timeline", started);
+                }
                 Err(e) => error.set(Some(e)),
+            }
+        });
+    });
+
+    // A selection from a link (or the state panel) pins its allocation once
+    // a window lists it.
+    Effect::new(move |_| {
+        let Some(sel) = shared.selected.get() else { return };
+        data.with(|d| {
+            let Some(d) = d else { return };
+            if hovered.get_untracked().is_some_and(|h| h.addr == sel.addr && h.alloc_row == sel.alloc_row) {
+                return;
+            }
+            if let Some(a) = d.window.allocations.iter().find(|a| a.addr == sel.addr && a.alloc_row == sel.alloc_row) {
+                hovered.set(Some(*a));
+                pinned.set(true);
             }
         });
     });
@@ -256,13 +333,25 @@ pub(crate) fn Timeline(id: String, device: u32) -> impl IntoView {
         if last_drag_moved.get_value() {
             return;
         }
-        match allocation_at(f64::from(e.offset_x()), f64::from(e.offset_y())) {
+        let (x, y) = (f64::from(e.offset_x()), f64::from(e.offset_y()));
+        // The cursor moves to the instant clicked.
+        if let (Some(g), Some(v), Some(ax)) = (geometry.get_value(), view.get_untracked(), axis.get_untracked())
+            && x >= g.left
+            && x <= g.left + g.width
+        {
+            shared.instant.set(Some(Instant::X(ax, canvas::x_at(v, g.left, g.width, x))));
+        }
+        match allocation_at(x, y) {
             Some(found) => {
                 let again = pinned.get_untracked() && hovered.get_untracked().is_some_and(|h| same(&h, &found));
                 hovered.set(Some(found));
                 pinned.set(!again);
+                shared.selected.set((!again).then_some(Selected { addr: found.addr, alloc_row: found.alloc_row }));
             }
-            None => pinned.set(false),
+            None => {
+                pinned.set(false);
+                shared.selected.set(None);
+            }
         }
     };
     let on_mousedown = move |e: MouseEvent| {
@@ -302,9 +391,12 @@ pub(crate) fn Timeline(id: String, device: u32) -> impl IntoView {
         if e.ctrl_key() || e.meta_key() || e.alt_key() || typing_in_a_field(&e) {
             return;
         }
+        // Arrows step the cursor row by row once there is one; with Shift,
+        // or without a cursor, they pan.
         match e.key().as_str() {
-            "ArrowLeft" => pan(-PAN_STEP),
-            "ArrowRight" => pan(PAN_STEP),
+            "ArrowLeft" if e.shift_key() || !shared.step(-1) => pan(-PAN_STEP),
+            "ArrowRight" if e.shift_key() || !shared.step(1) => pan(PAN_STEP),
+            "ArrowLeft" | "ArrowRight" => {}
             "+" | "=" => zoom(1.0 / ZOOM_STEP, 0.5),
             "-" | "_" => zoom(ZOOM_STEP, 0.5),
             "0" => reset(),
@@ -320,6 +412,19 @@ pub(crate) fn Timeline(id: String, device: u32) -> impl IntoView {
         if let Some(handle) = timer.try_get_value().flatten() {
             handle.clear();
         }
+    });
+
+    // Fetch the alloc entry of the allocation shown (stream, time, compile
+    // context, user metadata), once per row.
+    Effect::new(move |_| {
+        let Some(row) = hovered.get().and_then(|a| a.alloc_row) else { return };
+        if entries.with_untracked(|m| m.contains_key(&row)) {
+            return;
+        }
+        spawn_local(async move {
+            let answer = api::entry(&id.get_value(), device, row).await.map_err(|e| e.to_string());
+            entries.try_update(|m| m.insert(row, answer));
+        });
     });
 
     // Fetch the stack of the allocation shown, once per stack.
@@ -421,8 +526,10 @@ pub(crate) fn Timeline(id: String, device: u32) -> impl IntoView {
                     on:wheel=on_wheel
                 ></canvas>
             </div>
+            <Track shared=shared/>
+            <Minimap shared=shared/>
             <Legend axis=axis/>
-            <Details hovered=hovered pinned=pinned axis=axis extent=extent stacks=stacks/>
+            <Details hovered=hovered pinned=pinned axis=axis extent=extent stacks=stacks entries=entries/>
         </section>
     }
 }
@@ -466,6 +573,7 @@ fn Details(
     axis: RwSignal<Option<Axis>>,
     extent: RwSignal<Option<Window>>,
     stacks: RwSignal<HashMap<u32, StackState>>,
+    entries: RwSignal<HashMap<u32, Result<EntryAnswer, String>>>,
 ) -> impl IntoView {
     move || {
         let Some(a) = hovered.get() else {
@@ -518,12 +626,34 @@ fn Details(
                     <dd>{freed}</dd>
                     <dt>"alive for"</dt>
                     <dd>{lifetime}</dd>
+                    {move || {
+                        let e = a.alloc_row.and_then(|r| entries.with(|m| m.get(&r).cloned()))?;
+                        Some(match e {
+                            Ok(e) => entry_facts(&e).into_any(),
+                            Err(e) => view! { <dt>"entry"</dt><dd class="error">{e}</dd> }.into_any(),
+                        })
+                    }}
                 </dl>
                 <Stack stack=a.stack stacks=stacks/>
             </div>
         }
             .into_any()
     }
+}
+
+/// The alloc entry's own fields, for the details list.
+fn entry_facts(e: &EntryAnswer) -> impl IntoView + use<> {
+    let time = e.time_us.map(format::clock_us);
+    let facts: Vec<(&'static str, String)> = [
+        Some(("stream", format::hex(e.stream))),
+        time.map(|t| ("wall time", t)),
+        e.compile_context.clone().map(|c| ("compile context", c)),
+        e.user_metadata.clone().map(|m| ("user metadata", m)),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    facts.into_iter().map(|(k, v)| view! { <dt>{k}</dt><dd class="entry-fact">{v}</dd> }).collect_view()
 }
 
 #[component]
@@ -538,26 +668,28 @@ fn Stack(stack: u32, stacks: RwSignal<HashMap<u32, StackState>>) -> impl IntoVie
             </p>
         }
         .into_any(),
-        Some(StackState::Loaded(frames)) => {
-            // Frames keep their numbers across runs, folded or not.
-            let mut first = 1;
-            let runs: Vec<AnyView> = frames::group(&frames)
-                .into_iter()
-                .map(|run| {
-                    let start = first;
-                    first += run.frames.len();
-                    run_view(run, start)
-                })
-                .collect();
-            view! {
-                <div class="stack" id="stack">
-                    <h4>"Stack, innermost first"</h4>
-                    {runs}
-                </div>
-            }
-            .into_any()
-        }
+        Some(StackState::Loaded(frames)) => stack_list(frames, "stack").into_any(),
     }
+    }
+}
+
+/// A stack's frames, innermost first, PyTorch's own frames folded.
+pub(crate) fn stack_list(frames: Vec<Frame>, id: &'static str) -> impl IntoView + use<> {
+    // Frames keep their numbers across runs, folded or not.
+    let mut first = 1;
+    let runs: Vec<AnyView> = frames::group(&frames)
+        .into_iter()
+        .map(|run| {
+            let start = first;
+            first += run.frames.len();
+            run_view(run, start)
+        })
+        .collect();
+    view! {
+        <div class="stack" id=id>
+            <h4>"Stack, innermost first"</h4>
+            {runs}
+        </div>
     }
 }
 

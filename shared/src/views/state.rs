@@ -157,6 +157,8 @@ pub struct AllocatorState {
     pub device: u32,
     /// The state is right after this row; `None` before the first row.
     pub row: Option<u32>,
+    /// Time of that row, where the trace has times.
+    pub time_us: Option<i64>,
     /// Rows in the device's trace.
     pub rows: u32,
     /// Segments by address.
@@ -234,6 +236,7 @@ pub fn state(a: &Analyzed, p: &StateParams) -> Result<AllocatorState, ViewError>
     Ok(AllocatorState {
         device,
         row,
+        time_us: row.filter(|_| d.trace.has_time()).and_then(|r| d.trace.times_us().get(r as usize).copied()),
         rows: u32::try_from(d.trace.len()).unwrap_or(u32::MAX),
         segments,
         figures,

@@ -1,0 +1,41 @@
+//! Draw timings for the benchmark: after each canvas draw the page pushes
+//! `{ms, at, kind}` to the global array `window.__vramscope_draws`, marks
+//! `vramscope-<kind>-drawn` in the performance timeline, and, the first
+//! time real data is drawn, sets `window.__vramscope_first_draw`. A
+//! benchmark reads these from the page; nothing in the page reads them.
+
+use wasm_bindgen::JsValue;
+
+/// `performance.now()`, or 0 where the browser has no performance clock.
+pub(crate) fn now() -> f64 {
+    web_sys::window().and_then(|w| w.performance()).map_or(0.0, |p| p.now())
+}
+
+/// Record a draw of `kind` (`timeline`, `segments`, ...) that began at
+/// `started` (from [`now`]). Failures are ignored: timings are a side show.
+pub(crate) fn record(kind: &str, started: f64) {
+    let Some(window) = web_sys::window() else { return };
+    let end = now();
+    let global = JsValue::from(window.clone());
+    let key = JsValue::from_str("__vramscope_draws");
+    let list = match js_sys::Reflect::get(&global, &key) {
+        Ok(v) if js_sys::Array::is_array(&v) => js_sys::Array::from(&v),
+        _ => {
+            let fresh = js_sys::Array::new();
+            let _ = js_sys::Reflect::set(&global, &key, &fresh);
+            fresh
+        }
+    };
+    let entry = js_sys::Object::new();
+    let _ = js_sys::Reflect::set(&entry, &"ms".into(), &JsValue::from_f64(end - started));
+    let _ = js_sys::Reflect::set(&entry, &"at".into(), &JsValue::from_f64(end));
+    let _ = js_sys::Reflect::set(&entry, &"kind".into(), &JsValue::from_str(kind));
+    list.push(&entry);
+    if let Some(p) = window.performance() {
+        let _ = p.mark(&format!("vramscope-{kind}-drawn"));
+    }
+    let first = JsValue::from_str("__vramscope_first_draw");
+    if kind == "timeline" && js_sys::Reflect::get(&global, &first).is_ok_and(|v| v.is_undefined()) {
+        let _ = js_sys::Reflect::set(&global, &first, &JsValue::from_f64(end));
+    }
+}

@@ -1,0 +1,208 @@
+//! The fragmentation panel: over the visible window, reserved against
+//! allocated bytes, free bytes stuck in split segments (inactive split)
+//! and rounding waste; the instant where the most bytes were stuck; and the
+//! allocator settings the snapshot recorded (`PYTORCH_CUDA_ALLOC_CONF`).
+
+use std::time::Duration;
+
+use leptos::prelude::*;
+use leptos::task::spawn_local;
+
+use crate::api;
+use crate::canvas::{self, colour};
+use crate::draws;
+use crate::explorer::Shared;
+use crate::format;
+use crate::model::{FragmentationAnswer, Instant, SettingsView};
+
+/// Picks one figure of a column.
+type Pick = fn(&crate::model::Figures) -> u64;
+
+/// Height of the chart.
+const HEIGHT: f64 = 190.0;
+/// How long the window must settle before new figures are asked for.
+const DEBOUNCE: Duration = Duration::from_millis(200);
+
+/// The fragmentation panel of the device of `shared`.
+#[component]
+pub(crate) fn FragmentationPanel(shared: Shared) -> impl IntoView {
+    let canvas_ref = NodeRef::<leptos::html::Canvas>::new();
+    let wrap_ref = NodeRef::<leptos::html::Div>::new();
+    let data = RwSignal::new(None::<FragmentationAnswer>);
+    let error = RwSignal::new(None::<String>);
+    let generation = StoredValue::new(0u64);
+    let timer = StoredValue::new(None::<TimeoutHandle>);
+
+    Effect::new(move |_| {
+        let (Some(v), Some(axis), (_, width)) = (shared.view.get(), shared.axis.get(), shared.plot.get()) else {
+            return;
+        };
+        if let Some(t) = timer.get_value() {
+            t.clear();
+        }
+        let columns = ((width / 4.0) as u32).clamp(10, 400);
+        let query = api::window_query(shared.device, axis, Some(v));
+        let handle = set_timeout_with_handle(
+            move || {
+                generation.update_value(|g| *g += 1);
+                let this = generation.get_value();
+                spawn_local(async move {
+                    let answer = api::fragmentation(&shared.id.get_value(), &query, columns).await;
+                    if generation.try_get_value() != Some(this) {
+                        return;
+                    }
+                    match answer {
+                        Ok(a) => {
+                            data.set(Some(a));
+                            error.set(None);
+                        }
+                        Err(e) => error.set(Some(e.to_string())),
+                    }
+                });
+            },
+            DEBOUNCE,
+        );
+        timer.set_value(handle.ok());
+    });
+
+    Effect::new(move |_| {
+        let (Some(canvas), Some(wrap), Some(v)) = (canvas_ref.get(), wrap_ref.get(), shared.view.get()) else { return };
+        let (left, width) = shared.plot.get();
+        let cursor = shared.cursor_x();
+        data.with(|d| {
+            let Some(d) = d else { return };
+            if width <= 0.0 {
+                return;
+            }
+            let started = draws::now();
+            let css_w = f64::from(wrap.client_width()).max(320.0);
+            let Some(ctx) = canvas::context(&canvas, css_w, HEIGHT) else { return };
+            let top = d.columns.iter().map(|c| c.figures.reserved).max().unwrap_or(1).max(1) as f64;
+            let y = |b: u64| HEIGHT - 4.0 - b as f64 / top * (HEIGHT - 24.0);
+            ctx.save();
+            ctx.begin_path();
+            ctx.rect(left, 0.0, width, HEIGHT);
+            ctx.clip();
+            let series: [(&str, Pick); 4] = [
+                (colour::RESERVED, |f| f.reserved),
+                (colour::ALLOCATED, |f| f.allocated),
+                (colour::PENDING, |f| f.inactive_split),
+                (colour::WASTE, |f| f.waste),
+            ];
+            for (col, value) in series {
+                ctx.begin_path();
+                for (i, c) in d.columns.iter().enumerate() {
+                    let x0 = canvas::x_px(v, left, width, c.column.x0 as f64);
+                    let x1 = canvas::x_px(v, left, width, c.column.x1 as f64);
+                    let yy = y(value(&c.figures));
+                    if i == 0 {
+                        ctx.move_to(x0, yy);
+                    } else {
+                        ctx.line_to(x0, yy);
+                    }
+                    ctx.line_to(x1, yy);
+                }
+                ctx.set_stroke_style_str(col);
+                ctx.set_line_width(2.0);
+                ctx.stroke();
+            }
+            if let Some(x) = cursor.filter(|&x| x >= v.start && x < v.end) {
+                canvas::vline(&ctx, colour::CURSOR, canvas::x_px(v, left, width, x as f64), 0.0, HEIGHT, 1.0);
+            }
+            ctx.restore();
+            canvas::text(&ctx, colour::LABEL, &format::bytes(top as u64), 4.0, 24.0);
+            canvas::text(&ctx, colour::LABEL, "0", 4.0, HEIGHT - 4.0);
+            draws::record("fragmentation", started);
+        });
+    });
+
+    let worst = move || {
+        data.with(|d| {
+            let w = d.as_ref()?.worst?;
+            (w.figures.inactive_split > 0).then_some(w)
+        })
+    };
+    view! {
+        <section class="fragmentation-panel" id="fragmentation-panel">
+            <div class="toolbar">
+                <h2>"Fragmentation over the window"</h2>
+                <span class="legend">
+                    <span class="key"><span class="swatch reserved"></span>"reserved"</span>
+                    <span class="key"><span class="swatch allocated"></span>"allocated (rounded)"</span>
+                    <span class="key"><span class="swatch seg-pending"></span>"inactive split (free bytes in split segments)"</span>
+                    <span class="key"><span class="swatch seg-waste"></span>"rounding waste"</span>
+                </span>
+            </div>
+            {move || error.get().map(|e| view! { <p class="notice error">{e}</p> })}
+            <div class="canvas-wrap" node_ref=wrap_ref>
+                <canvas id="fragmentation" node_ref=canvas_ref></canvas>
+            </div>
+            <p class="hint" id="fragmentation-worst">
+                {move || {
+                    worst()
+                        .map(|w| {
+                            let f = w.figures;
+                            let row = w.column.row;
+                            view! {
+                                {format!(
+                                    "Most free bytes stuck in split segments: {} of {} reserved ({} free in all, largest free block {}). ",
+                                    format::bytes(f.inactive_split),
+                                    format::bytes(f.reserved),
+                                    format::bytes(f.inactive),
+                                    format::bytes(f.largest_free),
+                                )}
+                                <button on:click=move |_| {
+                                    if let Some(r) = row {
+                                        shared.instant.set(Some(Instant::Row(r)));
+                                    }
+                                }>"Show that instant"</button>
+                            }
+                        })
+                }}
+            </p>
+            {move || data.with(|d| d.as_ref().map(|d| settings_view(&d.settings)))}
+        </section>
+    }
+}
+
+/// The allocator settings, as recorded.
+fn settings_view(s: &SettingsView) -> impl IntoView + use<> {
+    if !s.recorded {
+        return view! {
+            <p class="hint" id="alloc-settings">
+                "This snapshot does not record its allocator settings (PyTorch before 2.1): PyTorch's defaults are assumed."
+            </p>
+        }
+        .into_any();
+    }
+    let conf = s.alloc_conf.clone().unwrap_or_else(|| "not set (defaults)".to_owned());
+    let split = s.max_split_size.map_or("unlimited".to_owned(), format::bytes);
+    let gc = if s.garbage_collection_threshold > 0.0 {
+        format!("{}", s.garbage_collection_threshold)
+    } else {
+        "off".to_owned()
+    };
+    let raw = s.raw.clone();
+    view! {
+        <div class="settings">
+            <h3>"Allocator settings"</h3>
+            <dl id="alloc-settings">
+                <dt>"PYTORCH_CUDA_ALLOC_CONF"</dt>
+                <dd><code>{conf}</code></dd>
+                <dt>"expandable_segments"</dt>
+                <dd>{if s.expandable_segments { "on" } else { "off" }}</dd>
+                <dt>"max_split_size"</dt>
+                <dd>{split}</dd>
+                <dt>"garbage_collection_threshold"</dt>
+                <dd>{gc}</dd>
+            </dl>
+            <details>
+                <summary>{format!("All {} recorded keys", raw.len())}</summary>
+                <dl class="raw-settings">
+                    {raw.into_iter().map(|(k, v)| view! { <dt>{k}</dt><dd><code>{v}</code></dd> }).collect_view()}
+                </dl>
+            </details>
+        </div>
+    }
+    .into_any()
+}

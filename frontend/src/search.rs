@@ -1,0 +1,146 @@
+//! Search by address (`0x7f…`), size (`2 MiB`) or frame text: the count of
+//! matches, the first ones listed (a click selects one and moves the
+//! cursor to its allocation), and every listed match highlighted on the
+//! timeline and ticked on the track.
+
+use std::time::Duration;
+
+use leptos::prelude::*;
+use leptos::task::spawn_local;
+use web_sys::KeyboardEvent;
+
+use crate::api;
+use crate::explorer::Shared;
+use crate::format;
+use crate::model::{Axis, Instant, SearchKind, SearchMatch};
+use crate::permalink::Selected;
+use crate::viewport::Window;
+
+/// Matches listed under the box.
+const LISTED: usize = 12;
+/// Typing must pause this long before a search is sent.
+const DEBOUNCE: Duration = Duration::from_millis(350);
+
+/// The search box of the device of `shared`.
+#[component]
+pub(crate) fn SearchBox(shared: Shared) -> impl IntoView {
+    let error = RwSignal::new(None::<String>);
+    let generation = StoredValue::new(0u64);
+    let timer = StoredValue::new(None::<TimeoutHandle>);
+
+    let run = move || {
+        generation.update_value(|g| *g += 1);
+        let this = generation.get_value();
+        let q = shared.query.get_untracked();
+        if q.trim().is_empty() {
+            shared.matches.set(None);
+            error.set(None);
+            return;
+        }
+        spawn_local(async move {
+            let answer = api::search(&shared.id.get_value(), shared.device, q.trim()).await;
+            if generation.try_get_value() != Some(this) {
+                return;
+            }
+            match answer {
+                Ok(a) => {
+                    shared.matches.set(Some(a));
+                    error.set(None);
+                }
+                Err(e) => {
+                    shared.matches.set(None);
+                    error.set(Some(e.to_string()));
+                }
+            }
+        });
+    };
+    // A search from a link runs at once.
+    if !shared.query.get_untracked().trim().is_empty() {
+        run();
+    }
+    let typed = move |value: String| {
+        shared.query.set(value);
+        if let Some(t) = timer.get_value() {
+            t.clear();
+        }
+        timer.set_value(set_timeout_with_handle(run, DEBOUNCE).ok());
+    };
+    let go_to = move |m: SearchMatch| {
+        shared.selected.set(Some(Selected { addr: m.addr, alloc_row: m.alloc_row }));
+        let Some(row) = m.alloc_row else { return };
+        shared.instant.set(Some(Instant::Row(row)));
+        // Bring its allocation into view, keeping the zoom.
+        let x = match shared.axis.get_untracked() {
+            Some(Axis::Event) => Some(i64::from(row)),
+            Some(Axis::Time) => m.alloc_time_us,
+            None => None,
+        };
+        if let (Some(x), Some(v), Some(extent)) = (x, shared.view.get_untracked(), shared.extent.get_untracked())
+            && (x < v.start || x >= v.end)
+        {
+            let half = v.width() / 2;
+            shared.view.set(Some(Window::new(x - half, x - half + v.width()).clamp_into(extent)));
+        }
+    };
+
+    let count = move || {
+        shared.matches.with(|m| {
+            m.as_ref().map(|m| {
+                let how = match m.kind {
+                    SearchKind::Address => "allocations holding that address",
+                    SearchKind::Size => "allocations of that size",
+                    SearchKind::Frame => "allocations with that text in a frame",
+                };
+                let n = m.total;
+                format!("{} match{} · {how}", format::grouped(n as u64), if n == 1 { "" } else { "es" })
+            })
+        })
+    };
+    view! {
+        <section class="search-panel">
+            <label class="search">
+                "Search "
+                <input
+                    id="search"
+                    type="search"
+                    placeholder="address 0x7f…, size 2 MiB, or frame text"
+                    prop:value=move || shared.query.get()
+                    on:input=move |e| typed(event_target_value(&e))
+                    on:keydown=move |e: KeyboardEvent| {
+                        if e.key() == "Enter" {
+                            run();
+                        }
+                    }
+                />
+            </label>
+            <span class="count" id="search-count">
+                {count}
+            </span>
+            {move || error.get().map(|e| view! { <span class="notice error">{e}</span> })}
+            <ol class="matches" id="search-results">
+                {move || {
+                    shared
+                        .matches
+                        .with(|m| m.as_ref().map(|m| m.matches.iter().take(LISTED).copied().collect::<Vec<_>>()))
+                        .unwrap_or_default()
+                        .into_iter()
+                        .map(|m| {
+                            let row = m.alloc_row.map_or("before the trace".to_owned(), |r| format!("row {}", format::grouped(u64::from(r))));
+                            let selected = move || {
+                                shared.selected.get().is_some_and(|s| s.addr == m.addr && s.alloc_row == m.alloc_row)
+                            };
+                            view! {
+                                <li>
+                                    <button class:selected=selected on:click=move |_| go_to(m)>
+                                        <mark>{format::hex(m.addr)}</mark>
+                                        {format!(" · {} · {row}", format::bytes(m.size))}
+                                    </button>
+                                </li>
+                            }
+                        })
+                        .collect_view()
+                }}
+            </ol>
+        </section>
+    }
+}

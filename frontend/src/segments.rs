@@ -1,0 +1,212 @@
+//! The segment timeline ("segment split") under the active memory
+//! timeline, on the same x axis: per column, the segments alive then,
+//! stacked by address and each as tall as its bytes, split into requested
+//! bytes of allocated blocks, rounding waste, pending frees and free
+//! blocks; expandable segments outlined as mapped ranges. Hover names the
+//! segment; a click moves the cursor there.
+
+use std::time::Duration;
+
+use leptos::prelude::*;
+use leptos::task::spawn_local;
+use web_sys::MouseEvent;
+
+use crate::api;
+use crate::blocks::{self, Fill, Rect};
+use crate::canvas::{self, colour};
+use crate::draws;
+use crate::explorer::Shared;
+use crate::format;
+use crate::model::{Instant, SegmentsAnswer};
+
+/// Height of the canvas.
+const HEIGHT: f64 = 170.0;
+/// Columns per pixel asked for: one column every few pixels.
+const PX_PER_COLUMN: f64 = 3.0;
+/// How long the window must settle before new columns are asked for.
+const DEBOUNCE: Duration = Duration::from_millis(200);
+
+pub(crate) fn fill_colour(fill: Fill) -> &'static str {
+    match fill {
+        Fill::Allocated => colour::ALLOCATED,
+        Fill::Waste => colour::WASTE,
+        Fill::PendingFree => colour::PENDING,
+        Fill::Inactive => colour::INACTIVE,
+        Fill::LargestFree => colour::LARGEST_FREE,
+    }
+}
+
+/// The segment timeline of the device of `shared`.
+#[component]
+pub(crate) fn SegmentTimeline(shared: Shared) -> impl IntoView {
+    let canvas_ref = NodeRef::<leptos::html::Canvas>::new();
+    let wrap_ref = NodeRef::<leptos::html::Div>::new();
+    let data = RwSignal::new(None::<SegmentsAnswer>);
+    let rects = StoredValue::new(Vec::<Rect>::new());
+    let hover = RwSignal::new(None::<String>);
+    let loading = RwSignal::new(false);
+    let error = RwSignal::new(None::<String>);
+    let generation = StoredValue::new(0u64);
+    let timer = StoredValue::new(None::<TimeoutHandle>);
+
+    // New columns for each settled window.
+    Effect::new(move |_| {
+        let (Some(v), Some(axis), (_, width)) = (shared.view.get(), shared.axis.get(), shared.plot.get()) else {
+            return;
+        };
+        if width <= 0.0 {
+            return;
+        }
+        if let Some(t) = timer.get_value() {
+            t.clear();
+        }
+        let columns = ((width / PX_PER_COLUMN) as u32).clamp(10, 600);
+        let query = api::window_query(shared.device, axis, Some(v));
+        let handle = set_timeout_with_handle(
+            move || {
+                generation.update_value(|g| *g += 1);
+                let this = generation.get_value();
+                loading.set(true);
+                spawn_local(async move {
+                    let answer = api::segments(&shared.id.get_value(), &query, columns).await;
+                    if generation.try_get_value() != Some(this) {
+                        return;
+                    }
+                    loading.set(false);
+                    match answer {
+                        Ok(a) => {
+                            data.set(Some(a));
+                            error.set(None);
+                        }
+                        Err(e) => error.set(Some(e.to_string())),
+                    }
+                });
+            },
+            DEBOUNCE,
+        );
+        timer.set_value(handle.ok());
+    });
+
+    // Draw: the last answer placed at the current view, clipped.
+    Effect::new(move |_| {
+        let (Some(canvas), Some(wrap), Some(v)) = (canvas_ref.get(), wrap_ref.get(), shared.view.get()) else {
+            return;
+        };
+        let (left, width) = shared.plot.get();
+        let cursor = shared.cursor_x();
+        data.with(|d| {
+            let Some(d) = d else { return };
+            if width <= 0.0 || Some(d.axis) != shared.axis.get_untracked() {
+                return;
+            }
+            let started = draws::now();
+            let css_w = f64::from(wrap.client_width()).max(320.0);
+            let Some(ctx) = canvas::context(&canvas, css_w, HEIGHT) else { return };
+            let x0 = canvas::x_px(v, left, width, d.start as f64);
+            let x1 = canvas::x_px(v, left, width, d.end as f64);
+            let plot_h = HEIGHT - 18.0;
+            let mut placed = blocks::segment_rects(d, x0, x1 - x0, plot_h);
+            for r in &mut placed {
+                r.y += 14.0;
+            }
+            ctx.save();
+            ctx.begin_path();
+            ctx.rect(left, 0.0, width, HEIGHT);
+            ctx.clip();
+            for r in &placed {
+                // Neighbouring columns touch: no hairline gaps.
+                canvas::fill(&ctx, fill_colour(r.fill), r.x, r.y, r.w + 0.5, r.h);
+            }
+            // A white hairline at each segment's top separates neighbours.
+            let mut tops = std::collections::HashMap::<(usize, usize), (f64, f64, f64)>::new();
+            for r in &placed {
+                let e = tops.entry((r.segment, r.item)).or_insert((r.x, r.w, r.y));
+                e.2 = e.2.min(r.y);
+            }
+            for (x, w, top) in tops.values() {
+                canvas::fill(&ctx, "rgba(255,255,255,0.9)", *x, *top, *w + 0.5, 0.7);
+            }
+            ctx.set_line_width(1.0);
+            for r in &placed {
+                if d.segments.get(r.segment).is_some_and(|s| s.expandable) {
+                    ctx.set_stroke_style_str("#8250df");
+                    ctx.stroke_rect(r.x + 0.5, r.y + 0.5, r.w, r.h);
+                }
+            }
+            if let Some(x) = cursor.filter(|&x| x >= v.start && x < v.end) {
+                canvas::vline(&ctx, colour::CURSOR, canvas::x_px(v, left, width, x as f64), 0.0, HEIGHT, 1.0);
+            }
+            ctx.restore();
+            canvas::text(&ctx, colour::LABEL, &format!("{} peak", format::bytes(d.max_reserved)), 4.0, 24.0);
+            canvas::text(&ctx, colour::LABEL, &format!("{} segments", d.segments.len()), 4.0, 38.0);
+            rects.set_value(placed);
+            draws::record("segments", started);
+        });
+    });
+
+    let describe = move |e: &MouseEvent| -> Option<(String, Instant)> {
+        let (px, py) = (f64::from(e.offset_x()), f64::from(e.offset_y()));
+        let (segment, column) = rects.with_value(|r| blocks::segment_hit(r, px, py))?;
+        data.with_untracked(|d| {
+            let d = d.as_ref()?;
+            let lane = d.segments.get(segment)?;
+            let col = d.columns.get(column)?;
+            let cell = d.cells.iter().find(|c| c.segment as usize == segment && c.column as usize == column)?;
+            let row = col.row.map_or("before the trace".to_owned(), |r| format!("after row {}", format::grouped(u64::from(r))));
+            let text = format!(
+                "segment {} ({}{}, stream {}) {row}: {} reserved · {} allocated ({} rounding waste) · {} pending free · {} free · {} blocks",
+                format::hex(lane.addr),
+                if lane.small { "small pool" } else { "large pool" },
+                if lane.expandable { ", expandable: mapped range" } else { "" },
+                format::hex(lane.stream),
+                format::bytes(cell.size),
+                format::bytes(cell.allocated),
+                format::bytes(cell.waste),
+                format::bytes(cell.pending_free),
+                format::bytes(cell.inactive),
+                cell.blocks,
+            );
+            let at = match col.row {
+                Some(r) => Instant::Row(r),
+                None => Instant::X(d.axis, col.x0 - 1),
+            };
+            Some((text, at))
+        })
+    };
+
+    view! {
+        <section class="segments-panel">
+            <div class="toolbar">
+                <h2>"Segment timeline"</h2>
+                <span class="legend">
+                    <span class="key"><span class="swatch seg-allocated"></span>"allocated (requested)"</span>
+                    <span class="key"><span class="swatch seg-waste"></span>"rounding waste"</span>
+                    <span class="key"><span class="swatch seg-pending"></span>"pending free"</span>
+                    <span class="key"><span class="swatch seg-inactive"></span>"free (inactive)"</span>
+                    <span class="key"><span class="swatch seg-expandable"></span>"expandable: mapped"</span>
+                </span>
+                <Show when=move || loading.get()>
+                    <span class="loading" id="segments-loading">"loading…"</span>
+                </Show>
+            </div>
+            {move || error.get().map(|e| view! { <p class="notice error">{e}</p> })}
+            <div class="canvas-wrap" node_ref=wrap_ref>
+                <canvas
+                    id="segments"
+                    node_ref=canvas_ref
+                    aria-label="Segment timeline: each segment's bytes split into allocated, waste, pending free and free; click to move the cursor"
+                    on:mousemove=move |e| hover.set(describe(&e).map(|(t, _)| t))
+                    on:mouseleave=move |_| hover.set(None)
+                    on:click=move |e| {
+                        if let Some((_, at)) = describe(&e) {
+                            shared.instant.set(Some(at));
+                        }
+                    }
+                ></canvas>
+            </div>
+            <p class="hint" id="segments-hover">
+                {move || hover.get().unwrap_or_else(|| "Point at a segment for its figures; click to see the allocator's state there.".to_owned())}
+            </p>
+        </section>
+    }
+}
