@@ -18,6 +18,7 @@ pub(crate) fn App() -> impl IntoView {
             <header class="topbar">
                 <a class="brand" href="/">"vramscope"</a>
                 <span class="tagline">"GPU memory observatory for PyTorch"</span>
+                <a class="nav" href="/jobs">"Jobs"</a>
                 <TokenControl/>
             </header>
             <main>
@@ -28,6 +29,8 @@ pub(crate) fn App() -> impl IntoView {
                 }>
                     <Route path=path!("/") view=Library/>
                     <Route path=path!("/snapshots/:id") view=SnapshotPage/>
+                    <Route path=path!("/jobs") view=crate::job::JobsPage/>
+                    <Route path=path!("/jobs/:job") view=crate::job::JobPage/>
                 </Routes>
             </main>
         </Router>

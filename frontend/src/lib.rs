@@ -18,10 +18,12 @@ pub mod brush;
 pub mod format;
 pub mod frames;
 pub mod hidpi;
+pub mod job;
 pub mod layout;
 pub mod model;
 pub mod permalink;
 pub mod plot;
+pub mod review;
 pub mod viewport;
 
 // leptos's `#[component]` gives each component a `pub` props struct, which

@@ -464,7 +464,7 @@ fn Row(item: SnapshotMeta, items: RwSignal<Vec<SnapshotMeta>>, notice: RwSignal<
                     <button class="link" on:click=move |_| editing.set(false)>"Cancel"</button>
                 </Show>
             </td>
-            <td>{item.job.clone().unwrap_or_default()}</td>
+            <td>{item.job.clone().map(|j| view! { <a class="job" href=format!("/jobs/{}", api::encode(&j))>{j.clone()}</a> })}</td>
             <td>{item.host.clone().unwrap_or_default()}</td>
             <td class="num">{item.rank.map(|r| r.to_string()).unwrap_or_default()}</td>
             <td>{item.trigger.clone()}</td>
