@@ -4,6 +4,7 @@ mod analysis;
 mod jobs;
 mod review;
 mod snapshots;
+mod telemetry;
 mod upload;
 mod views;
 
@@ -47,5 +48,5 @@ pub(super) fn routes(timeout: Duration) -> Router<AppState> {
     let streaming = Router::new()
         .route("/api/v1/snapshots", post(upload::upload))
         .route("/api/v1/snapshots/{id}/file", get(snapshots::file));
-    timed.merge(streaming)
+    timed.merge(streaming).merge(telemetry::routes())
 }
