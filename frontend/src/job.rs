@@ -272,7 +272,7 @@ mod component {
                                     </span>
                                 }
                             });
-                            let ooms = m.ooms.map_or("—".to_owned(), |n| format::grouped(n));
+                            let ooms = m.ooms.map_or("—".to_owned(), format::grouped);
                             view! {
                                 <tr class="member" class:diverging=m.diverges>
                                     <td>{member_label(m)} " " {badge}</td>
