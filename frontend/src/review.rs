@@ -229,7 +229,7 @@ mod component {
                         title="A pinned snapshot is never deleted by the retention policy"
                         on:click=move |_| toggle_pin()
                     >
-                        {move || if pinned.get() == Some(true) { "📌 Pinned" } else { "Pin" }}
+                        {move || if pinned.get() == Some(true) { "✓ Pinned" } else { "Pin" }}
                     </button>
                 </h2>
                 {move || error.get().map(|e| view! { <p class="notice error">{e}</p> })}
