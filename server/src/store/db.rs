@@ -1028,6 +1028,7 @@ mod tests {
             "uploaded_at_ms",
             "status",
             "error",
+            "pinned",
         ]
         .into();
         assert_eq!(keys, expected);
