@@ -354,3 +354,50 @@ async fn two_instances_review_jobs_and_retention() {
     let (status, _) = send(client().get(a.api(&format!("/snapshots/{rank1}"))).bearer_auth(&alice)).await;
     assert_eq!(status, StatusCode::OK, "the commented one stays");
 }
+
+/// No Docker engine runs here, so the image is not built; this keeps the
+/// `Dockerfile` true to what the suite does run: the toolchain of the
+/// workspace, `scripts/build-frontend` and the locked release build, the
+/// health route, a non-root user, the data volume, and a `.dockerignore`
+/// that keeps the test targets cargo needs to load the manifest.
+#[test]
+fn dockerfile_runs_the_commands_the_suite_runs() {
+    let root = common::workspace_root();
+    let dockerfile = std::fs::read_to_string(root.join("Dockerfile")).expect("Dockerfile");
+    let manifest = std::fs::read_to_string(root.join("Cargo.toml")).expect("Cargo.toml");
+    let rust_version = manifest
+        .lines()
+        .find_map(|l| l.strip_prefix("rust-version = \""))
+        .and_then(|v| v.strip_suffix('"'))
+        .expect("rust-version in the workspace manifest");
+    assert!(dockerfile.contains(&format!("FROM rust:{rust_version}-bookworm AS build")), "builder toolchain");
+    let runs: Vec<&str> = dockerfile.lines().filter(|l| l.starts_with("RUN ")).collect();
+    assert!(runs.contains(&"RUN ./scripts/build-frontend"), "{runs:?}");
+    assert!(runs.iter().any(|r| r.starts_with("RUN cargo build --release --locked -p vramscope")), "{runs:?}");
+    let script = root.join("scripts/build-frontend");
+    use std::os::unix::fs::PermissionsExt;
+    assert!(script.metadata().expect("scripts/build-frontend").permissions().mode() & 0o111 != 0, "executable");
+    let ci = std::fs::read_to_string(root.join(".ci/run")).expect(".ci/run");
+    assert!(ci.contains("./scripts/test"), ".ci/run runs the test script");
+    let test_script = std::fs::read_to_string(root.join("scripts/test")).expect("scripts/test");
+    assert!(test_script.contains("build-frontend"), "scripts/test builds the dashboard the same way");
+
+    for needed in [
+        "FROM debian:bookworm-slim",
+        "USER vramscope",
+        "VOLUME /data",
+        "EXPOSE 8080",
+        "VRAMSCOPE_BIND=0.0.0.0:8080",
+        "http://127.0.0.1:8080/healthz",
+        r#"ENTRYPOINT ["vramscope", "serve"]"#,
+    ] {
+        assert!(dockerfile.contains(needed), "Dockerfile lacks {needed:?}");
+    }
+    let ignore = std::fs::read_to_string(root.join(".dockerignore")).expect(".dockerignore");
+    let ignored: Vec<&str> = ignore.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()).collect();
+    assert!(ignored.contains(&"target/"), "{ignored:?}");
+    for kept in ["tests/", "server/", "shared/", "frontend/", "scripts/", "assets/"] {
+        let whole = |i: &&str| *i == kept || *i == kept.trim_end_matches('/') || *i == format!("{kept}*");
+        assert!(!ignored.iter().any(whole), "{kept} must reach the build: {ignored:?}");
+    }
+}
