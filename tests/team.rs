@@ -401,3 +401,56 @@ fn dockerfile_runs_the_commands_the_suite_runs() {
         assert!(!ignored.iter().any(whole), "{kept} must reach the build: {ignored:?}");
     }
 }
+
+/// One person's server (SQLite and a folder): `vramscope retention` run
+/// beside it applies the policy once, says what it did, keeps the pinned
+/// snapshot, and removes the deleted one's file; without a policy it
+/// refuses with a sentence saying what to set.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_command_on_a_single_server() {
+    let data = scratch("single");
+    let data_arg = data.to_string_lossy().into_owned();
+    let (child, url) = common::spawn_server(&data, &[], &[]);
+    let server = Instance { child, url };
+    // Loopback without tokens: no Authorization header at all.
+    let post = |file: &str, name: &str| {
+        let bytes = std::fs::read(common::fixture_corpus().join(file)).expect("fixture");
+        client().post(server.api(&format!("/snapshots?name={name}"))).body(bytes)
+    };
+    let (_, keep) = send(post("streams.pickle", "keep")).await;
+    let (_, drop) = send(post("compiled.pickle", "drop")).await;
+    let (keep, drop) = (keep["id"].as_str().expect("id").to_owned(), drop["id"].as_str().expect("id").to_owned());
+    let (status, _) =
+        send(client().patch(server.api(&format!("/snapshots/{keep}"))).json(&json!({ "pinned": true }))).await;
+    assert_eq!(status, StatusCode::OK);
+    let files = || -> Vec<String> {
+        let dir = data.join("blobs/snapshots");
+        let mut names: Vec<String> = std::fs::read_dir(&dir)
+            .map(|d| d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+            .unwrap_or_default();
+        names.sort();
+        names
+    };
+    assert_eq!(files().len(), 2, "{:?}", files());
+
+    let refused = Command::new(env!("CARGO_BIN_EXE_vramscope"))
+        .args(["retention", "--data-dir", &data_arg])
+        .output()
+        .expect("run vramscope retention");
+    assert_eq!(refused.status.code(), Some(1));
+    let why = String::from_utf8_lossy(&refused.stderr);
+    assert!(why.contains("no retention policy: set retention_days or retention_max_bytes"), "{why}");
+
+    let done = vramscope(&["retention", "--data-dir", &data_arg, "--max-bytes", "1", "--json"], &[]);
+    let done: Value = serde_json::from_str(&done).expect("--json prints one object");
+    assert_eq!(done["applied"]["deleted"], json!([drop]));
+    assert_eq!(done["plan"]["spared"][0]["reason"], "pinned");
+    assert_eq!(done["plan"]["still_over_budget"], true, "the pinned file alone is over 1 byte");
+    let (status, _) = send(client().get(server.api(&format!("/snapshots/{drop}")))).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, _) = send(client().get(server.api(&format!("/snapshots/{keep}")))).await;
+    assert_eq!(status, StatusCode::OK);
+    let streams = std::fs::read(common::fixture_corpus().join("streams.pickle")).expect("fixture");
+    use sha2::Digest;
+    assert_eq!(files(), [hex::encode(sha2::Sha256::digest(&streams))], "only the kept snapshot's file is left");
+}
