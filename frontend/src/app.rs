@@ -22,11 +22,8 @@ pub(crate) fn App() -> impl IntoView {
                 <TokenControl/>
             </header>
             <main>
-                <Routes fallback=|| {
-                    view! {
-                        <p class="error">"There is no such page. " <a href="/">"Back to the library"</a></p>
-                    }
-                }>
+                // Unknown paths, and the page of a report file (a `file:` URL).
+                <Routes fallback=crate::local::NotFound>
                     <Route path=path!("/") view=Library/>
                     <Route path=path!("/snapshots/:id") view=SnapshotPage/>
                     <Route path=path!("/jobs") view=crate::job::JobsPage/>

@@ -256,11 +256,13 @@ mod page {
         next: Cell<u32>,
         // Kept alive as long as the worker: it routes the worker's answers.
         _on_message: Closure<dyn FnMut(MessageEvent)>,
-        _on_error: Closure<dyn FnMut(web_sys::ErrorEvent)>,
+        _on_error: Closure<dyn FnMut(web_sys::Event)>,
     }
 
     thread_local! {
         static SESSIONS: RefCell<HashMap<String, Rc<Session>>> = RefCell::new(HashMap::new());
+        /// Files read on the page itself (a report's page, see [`in_page`]).
+        static IN_PAGE: RefCell<HashMap<String, Rc<Opened>>> = RefCell::new(HashMap::new());
         static OPENED_COUNT: Cell<u32> = const { Cell::new(0) };
     }
 
@@ -285,6 +287,26 @@ mod page {
             .unwrap_or_else(|| WORKER_URL.to_owned())
     }
 
+    /// Whether files are read on the page rather than in a worker: a report
+    /// file (`vramscope report`) sets `window.__vramscope_local_in_page`, as
+    /// a page opened from `file:` may not start a worker from a blob: URL.
+    fn in_page() -> bool {
+        web_sys::window()
+            .and_then(|w| Reflect::get(&w, &JsValue::from_str("__vramscope_local_in_page")).ok())
+            .and_then(|v| v.as_bool())
+            .unwrap_or(false)
+    }
+
+    /// Read `file` on the page itself (blocking it while parsing).
+    async fn open_in_page(file: &File, id: String, progress: impl Fn(OpenProgress)) -> Result<String, String> {
+        progress(OpenProgress::Reading);
+        let buffer = JsFuture::from(file.array_buffer()).await.map_err(|e| js_text(&e))?;
+        let bytes = js_sys::Uint8Array::new(&buffer).to_vec();
+        let opened = open_bytes(&bytes, &id, &file.name(), file.last_modified(), |_| {})?;
+        IN_PAGE.with(|p| p.borrow_mut().insert(id.clone(), Rc::new(opened)));
+        Ok(id)
+    }
+
     /// Open `file` in a new worker; answers the id of its snapshot page.
     /// `progress` hears how far it got; errors say what was wrong with the
     /// file (the reader's words) or that the worker could not start.
@@ -295,6 +317,9 @@ mod page {
             c.get()
         });
         let id = format!("{LOCAL_PREFIX}{n}");
+        if in_page() {
+            return open_in_page(file, id, progress).await;
+        }
         let options = WorkerOptions::new();
         options.set_type(WorkerType::Module);
         let worker = Worker::new_with_options(&worker_url(), &options)
@@ -339,9 +364,14 @@ mod page {
         // memory) fails the open and every request waiting on it.
         let on_error = {
             let (opening, pending) = (opening.clone(), pending.clone());
-            Closure::<dyn FnMut(web_sys::ErrorEvent)>::new(move |event: web_sys::ErrorEvent| {
+            // A script that fails to load fires a plain `Event`, not an `ErrorEvent`.
+            Closure::<dyn FnMut(web_sys::Event)>::new(move |event: web_sys::Event| {
                 event.prevent_default();
-                let why = JsValue::from_str(&format!("the worker failed: {}", event.message()));
+                let message = field(&event, "message").as_string();
+                let why = JsValue::from_str(&format!(
+                    "the worker failed: {}",
+                    message.as_deref().unwrap_or("its script did not load")
+                ));
                 if let Some((_, reject)) = opening.borrow_mut().take() {
                     let _ = reject.call1(&JsValue::NULL, &why);
                 }
@@ -381,6 +411,12 @@ mod page {
         if method != "GET" {
             return error(405, format!("{} was opened locally: it cannot be changed here", request.id));
         }
+        if let Some(opened) = IN_PAGE.with(|p| p.borrow().get(&request.id).cloned()) {
+            return match opened.answer(&request.route, &request.query) {
+                Ok(body) => (200, body),
+                Err(e) => error(status_of(&e), e.to_string()),
+            };
+        }
         let Some(session) = SESSIONS.with(|s| s.borrow().get(&request.id).cloned()) else {
             return error(404, not_open_message(&request.id));
         };
@@ -412,6 +448,49 @@ mod page {
             },
             Err(e) => error(500, js_text(&e)),
         }
+    }
+}
+
+#[cfg(target_arch = "wasm32")]
+pub(crate) use report::NotFound;
+
+/// A report file's page (`vramscope report`): the app runs from a `file:`
+/// URL that no route matches, with the snapshot inlined in the page as
+/// `window.__vramscope_report_file`; it opens in local mode.
+#[cfg(target_arch = "wasm32")]
+#[allow(unreachable_pub)]
+mod report {
+    use leptos::prelude::*;
+    use leptos::task::spawn_local;
+    use wasm_bindgen::JsCast;
+
+    use super::page::open;
+    use crate::snapshot::SnapshotView;
+
+    /// Where no route matches: the report's snapshot if the page holds one,
+    /// else "no such page".
+    #[component]
+    pub fn NotFound() -> impl IntoView {
+        let file = web_sys::window()
+            .and_then(|w| js_sys::Reflect::get(&w, &"__vramscope_report_file".into()).ok())
+            .and_then(|v| v.dyn_into::<web_sys::File>().ok());
+        let Some(file) = file else {
+            return view! { <p class="error">"There is no such page. " <a href="/">"Back to the library"</a></p> }
+                .into_any();
+        };
+        let opened = RwSignal::new(None::<Result<String, String>>);
+        spawn_local(async move {
+            let answer = open(&file, |_| {}).await;
+            opened.try_set(Some(answer));
+        });
+        view! {
+            {move || match opened.get() {
+                None => view! { <p class="hint" id="report-opening">"Reading the snapshot…"</p> }.into_any(),
+                Some(Ok(id)) => view! { <SnapshotView id=id/> }.into_any(),
+                Some(Err(e)) => view! { <p class="notice error">{e}</p> }.into_any(),
+            }}
+        }
+        .into_any()
     }
 }
 

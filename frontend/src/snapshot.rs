@@ -51,7 +51,7 @@ async fn sleep(duration: Duration) {
 }
 
 #[component]
-fn SnapshotView(id: String) -> impl IntoView {
+pub(crate) fn SnapshotView(id: String) -> impl IntoView {
     let meta = RwSignal::new(None::<Result<SnapshotMeta, String>>);
     let stats = RwSignal::new(StatsState::Loading);
     let device = RwSignal::new(None::<u32>);

@@ -57,6 +57,10 @@ enum Command {
     /// Run a PyTorch job with snapshot capture (OOM, threshold, on request)
     /// and live telemetry sent to a server: `vramscope agent --server URL -- python train.py`.
     Agent(cli::agent::AgentArgs),
+    /// Write one self-contained HTML file (no network needed to open it):
+    /// the snapshot's timelines in the dashboard, inlined, and its OOM
+    /// post-mortem and likely leaks as text.
+    Report(cli::report::ReportArgs),
 }
 
 /// Milliseconds since the Unix epoch.
@@ -95,6 +99,7 @@ fn main() -> ExitCode {
         }
         Command::Upload(a) => runtime().and_then(|rt| rt.block_on(cli::upload::run(&a))),
         Command::Explain(a) => cli::explain::run(&a),
+        Command::Report(a) => cli::report::run(&a),
         Command::Leaks(a) => cli::leaks::run(&a),
         Command::Diff(a) => cli::diff::run(&a),
         Command::Simulate(a) => cli::simulate::run(&a),

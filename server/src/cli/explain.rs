@@ -56,7 +56,7 @@ pub(crate) fn run(args: &ExplainArgs) -> Result<(), Failure> {
     finish(written)
 }
 
-fn write_report(
+pub(super) fn write_report(
     out: &mut impl Write,
     path: &std::path::Path,
     has_trace: bool,
@@ -219,7 +219,7 @@ fn write_one(out: &mut impl Write, path: &std::path::Path, r: &OomReport, depth:
 /// Garbage collection only acts under a cap, so those settings are replayed
 /// under the largest cap consistent with the OOM (just below the reservation
 /// that failed) and judged by whether that replay still runs out.
-fn what_if(snapshot: &Snapshot, report: &OomReport) -> Option<Vec<SettingVerdict>> {
+pub(super) fn what_if(snapshot: &Snapshot, report: &OomReport) -> Option<Vec<SettingVerdict>> {
     let (_, failed) = report.capacity_bytes_range;
     let verdicts = report
         .candidate_settings()

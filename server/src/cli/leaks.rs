@@ -103,7 +103,7 @@ fn pattern_text(p: Pattern) -> &'static str {
     }
 }
 
-fn write_report(
+pub(super) fn write_report(
     out: &mut impl Write,
     path: &std::path::Path,
     report: &LeakReport,

@@ -5,6 +5,7 @@ pub(crate) mod diff;
 pub(crate) mod explain;
 pub(crate) mod leaks;
 pub(crate) mod progress;
+pub(crate) mod report;
 pub(crate) mod retention;
 pub(crate) mod serve;
 pub(crate) mod simulate;

@@ -3,7 +3,7 @@
 pub(crate) mod error;
 pub(crate) mod metrics;
 mod v1;
-mod web;
+pub(crate) mod web;
 
 use std::ops::Deref;
 use std::sync::Arc;

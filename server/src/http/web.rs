@@ -9,7 +9,8 @@
 //! answers the dashboard's pages with one saying how to build it.
 //!
 //! Routes: the page at `/` and at `/snapshots/{id}` (the app routes in the
-//! browser), the files at `/static/{name}`. Files are revalidated on each
+//! browser), the files at `/static/{name}` (`worker.js`, the Web Worker
+//! that reads local files, among them). Files are revalidated on each
 //! load (`no-cache` with a content-hash ETag), so a new binary's dashboard
 //! is never mixed with an old cached one.
 
@@ -108,6 +109,12 @@ fn content_type(name: &str) -> &'static str {
     }
 }
 
+/// An embedded dashboard file by name (`worker.js`, `style.css`, ...), for
+/// `vramscope report`, which inlines them into one HTML file.
+pub(crate) fn dashboard_file(name: &str) -> Option<&'static [u8]> {
+    ASSETS.get(name).map(|a| a.bytes)
+}
+
 /// Whether the dashboard was built into this binary.
 fn dashboard_built() -> bool {
     ASSETS.contains_key("index.html")
@@ -179,11 +186,13 @@ mod tests {
         if dashboard_built() {
             // What the page loads is embedded, with the types browsers insist on.
             let page = std::str::from_utf8(ASSETS["index.html"].bytes).expect("utf-8");
-            for name in ["vramscope_frontend.js", "vramscope_frontend_bg.wasm", "style.css"] {
+            for name in ["vramscope_frontend.js", "vramscope_frontend_bg.wasm", "style.css", "worker.js"] {
                 assert!(ASSETS.contains_key(name), "{name} is embedded");
             }
             assert!(page.contains("/static/vramscope_frontend.js") && page.contains("/static/style.css"));
             assert_eq!(ASSETS["vramscope_frontend_bg.wasm"].content_type, "application/wasm");
+            // Module workers load only with a JavaScript type.
+            assert_eq!(ASSETS["worker.js"].content_type, "text/javascript; charset=utf-8");
             assert!(!ASSETS.contains_key(".gitkeep"));
         }
     }

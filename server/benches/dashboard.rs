@@ -1,0 +1,721 @@
+//! Dashboard benchmark: the snapshot page in headless Chromium, side by side
+//! with PyTorch's memory_viz on the same files, in the same run.
+//!
+//! Run with `cargo bench -p vramscope --bench dashboard`. For each input
+//! (the corpus's real 22 MB `gpt_long.pickle` and the generated 1.5M-entry,
+//! 90 MB snapshot of `gen_large_snapshot.py`) it measures, in one Chromium:
+//!
+//! - **vramscope, server**: the file uploaded to a `vramscope serve` on
+//!   loopback and indexed (one timeline asked for beforehand), then
+//!   `/snapshots/{id}` opened: first draw is `window.__vramscope_first_draw`
+//!   (set by the page after its first real timeline draw), in ms from the
+//!   navigation's start;
+//! - **vramscope, local**: the same file opened from the library's "Open a
+//!   local file (not uploaded)" picker: first draw counted from the input's
+//!   `change` event (the file is read and indexed in a Web Worker);
+//! - **memory_viz**: PyTorch's `MemoryViz.js` on a page that hands the
+//!   picked file to its drop handler, as dropping it does; first draw is the
+//!   first frame painted after its timeline's polygons appear.
+//!
+//! Then 20 zoom-in steps and 20 pan steps, scripted in the page
+//! (`performance.now()` around each): vramscope zooms with `+` and pans
+//! with `→`; memory_viz zooms with the wheel and pans by dragging (d3-zoom).
+//! "input→frame" is from the input event to the next painted frame (a
+//! `requestAnimationFrame` then a task); "draw" is the duration of each
+//! canvas draw vramscope records (`window.__vramscope_draws`), including the
+//! redraw once the sharper window arrives; "settled" is input to that
+//! redraw (it includes the page's 150 ms debounce). JS heap is the largest
+//! `performance.memory.usedJSHeapSize` seen after a garbage collection
+//! (Chromium runs with `--enable-precise-memory-info --js-flags=--expose-gc`),
+//! after the first draw and after each step: the live heap; for local files
+//! the snapshot lives in the worker, whose memory this figure does not include.
+//!
+//! memory_viz is not copied into this repository: the bench reads it from
+//! `VRAMSCOPE_MEMORY_VIZ_JS` (default `target/bench-data/MemoryViz.js`,
+//! pytorch/pytorch's `torch/utils/viz/MemoryViz.js`), and d3 5 (the version
+//! it imports; its zoom reads `d3.event`, gone in d3 6) from
+//! `VRAMSCOPE_D3_JS` (default `target/tools/npm/node_modules/d3/dist/d3.min.js`,
+//! `npm install --prefix target/tools/npm d3@5`). Both are served from a
+//! loopback server in this process, the CDN imports rewritten to the local
+//! d3: nothing is fetched from the internet. Without them the table shows
+//! the figures recorded in issue 4, labelled "recorded".
+//!
+//! Needs Chromium and chromedriver (`VRAMSCOPE_CHROMIUM`,
+//! `VRAMSCOPE_CHROMEDRIVER` to override) and the dashboard built into the
+//! binary (`scripts/build-frontend`). Other settings: `VRAMSCOPE_BENCH_GPT_LONG`
+//! (default `/work/shared/corpus/gpt_long.pickle`, then
+//! `tests/fixtures/corpus/gpt_long.pickle`), `VRAMSCOPE_BENCH_PYTHON`,
+//! `VRAMSCOPE_BENCH_QUICK` (set: `gpt_long.pickle` only).
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use fantoccini::wd::TimeoutConfiguration;
+use fantoccini::{Client, ClientBuilder, Locator};
+use serde_json::{Value, json};
+
+mod common;
+use common::{LARGE_NAME, Table, ensure_large, file_len, target_dir, workspace_root};
+
+/// Zoom and pan steps scripted per tool.
+const STEPS: usize = 20;
+const TARGET_FIRST_DRAW_SERVER_MS: f64 = 1000.0;
+const TARGET_FIRST_DRAW_LOCAL_MS: f64 = 2500.0;
+const TARGET_FRAME_MS: f64 = 16.0;
+const TARGET_HEAP_BYTES: f64 = 150e6;
+
+/// memory_viz's figures recorded in issue 4 (same machine class, headless
+/// Chromium), shown when MemoryViz.js is not available here.
+const RECORDED: &[(&str, &str, &str, &str)] = &[
+    ("gpt_long.pickle", "1.7 s", "18–49 ms", "112 MB"),
+    (LARGE_NAME, "6.7–6.8 s (9.2 s to idle)", "1.6–2.1 s", "558 MB"),
+];
+
+fn main() {
+    let root = workspace_root();
+    let bench_data = target_dir(&root).join("bench-data");
+    let python = std::env::var("VRAMSCOPE_BENCH_PYTHON").unwrap_or_else(|_| "python3".to_owned());
+    let mut inputs = Vec::new();
+    match gpt_long(&root) {
+        Some(p) => inputs.push(p),
+        None => println!("gpt_long.pickle not found (set VRAMSCOPE_BENCH_GPT_LONG); measuring the large input only"),
+    }
+    let quick = std::env::var_os("VRAMSCOPE_BENCH_QUICK").is_some();
+    match if quick { Err("skipped (VRAMSCOPE_BENCH_QUICK)".to_owned()) } else { ensure_large(&bench_data, &python) } {
+        Ok(p) => inputs.push(p),
+        Err(e) => println!("the large input is unavailable: {e}"),
+    }
+    if inputs.is_empty() {
+        println!("nothing to measure");
+        return;
+    }
+    let memory_viz = MemoryViz::find(&root);
+    if let Err(why) = &memory_viz {
+        println!("memory_viz is not measured in this run: {why}; its figures below are those recorded in issue 4");
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            println!("cannot start tokio: {e}");
+            return;
+        }
+    };
+    let work = bench_data.join(format!("dashboard-{}", std::process::id()));
+    let outcome = runtime.block_on(run(&work, &inputs, memory_viz.as_ref().ok()));
+    let _ = std::fs::remove_dir_all(&work);
+    let rows = match outcome {
+        Ok(rows) => rows,
+        Err(e) => {
+            println!("dashboard bench failed: {e}");
+            std::process::exit(1);
+        }
+    };
+    print_table(&inputs, &rows, memory_viz.is_ok());
+}
+
+fn gpt_long(root: &Path) -> Option<PathBuf> {
+    let candidates = [
+        std::env::var_os("VRAMSCOPE_BENCH_GPT_LONG").map(PathBuf::from),
+        Some(PathBuf::from("/work/shared/corpus/gpt_long.pickle")),
+        Some(root.join("tests/fixtures/corpus/gpt_long.pickle")),
+    ];
+    candidates.into_iter().flatten().find(|p| p.is_file())
+}
+
+/// One measured row.
+struct Row {
+    file: String,
+    tool: &'static str,
+    /// First timeline drawn, ms.
+    first_draw: Option<f64>,
+    /// Input event to the next painted frame, per step.
+    to_frame: Vec<f64>,
+    /// Canvas draw durations (vramscope only).
+    draw_ms: Vec<f64>,
+    /// Input to the redraw with the fetched window (vramscope only).
+    settled: Vec<f64>,
+    heap: Option<f64>,
+    /// The page's timeline status at the deepest zoom.
+    deepest: String,
+}
+
+async fn run(work: &Path, inputs: &[PathBuf], memory_viz: Option<&MemoryViz>) -> Result<Vec<Row>, String> {
+    let server = Server::start(&work.join("data"))?;
+    let client = reqwest::Client::new();
+    let mut ids = Vec::new();
+    for input in inputs {
+        ids.push(upload_and_index(&client, &server.url, input).await?);
+    }
+    let static_url = match memory_viz {
+        Some(mv) => Some(mv.serve().await?),
+        None => None,
+    };
+    let (_driver, driver_url) = start_chromedriver()?;
+    let browser = connect(&driver_url, &work.join("profile")).await?;
+    let result = measure_all(&browser, &server.url, inputs, &ids, static_url.as_deref()).await;
+    let _ = browser.close().await;
+    result
+}
+
+async fn measure_all(
+    browser: &Client,
+    url: &str,
+    inputs: &[PathBuf],
+    ids: &[String],
+    memory_viz: Option<&str>,
+) -> Result<Vec<Row>, String> {
+    let mut rows = Vec::new();
+    // Load each page once so that every measured load finds the dashboard's
+    // files (and memory_viz's) in the browser's cache, as a returning user does.
+    goto(browser, &format!("{url}/")).await?;
+    if let Some(mv) = memory_viz {
+        goto(browser, &format!("{mv}/")).await?;
+    }
+    for (input, id) in inputs.iter().zip(ids) {
+        let file = input.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        println!("measuring {file} ...");
+        rows.push(ours_server(browser, url, id, &file).await?);
+        rows.push(ours_local(browser, url, input, &file).await?);
+        if let Some(mv) = memory_viz {
+            rows.push(theirs(browser, mv, input, &file).await?);
+        }
+    }
+    Ok(rows)
+}
+
+async fn goto(browser: &Client, url: &str) -> Result<(), String> {
+    browser.goto(url).await.map_err(|e| format!("open {url}: {e}"))
+}
+
+async fn eval(browser: &Client, script: &str) -> Result<Value, String> {
+    browser.execute(script, vec![]).await.map_err(|e| format!("script failed: {e}"))
+}
+
+/// Poll `script` until it answers a number; fail after `secs`.
+async fn wait_number(browser: &Client, script: &str, secs: u64, what: &str) -> Result<f64, String> {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = eval(browser, script).await?.as_f64() {
+            return Ok(v);
+        }
+        if Instant::now() > deadline {
+            let error =
+                eval(browser, "const e = document.querySelector('.notice.error'); return e ? e.textContent : ''")
+                    .await
+                    .unwrap_or_default();
+            return Err(format!("{what}: nothing after {secs} s {error}"));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The live JS heap: garbage collected first (`--js-flags=--expose-gc`).
+const HEAP: &str = "if (window.gc) gc(); return performance.memory ? performance.memory.usedJSHeapSize : null";
+const FIRST_DRAW: &str = "return window.__vramscope_first_draw ?? null";
+
+async fn ours_server(browser: &Client, url: &str, id: &str, file: &str) -> Result<Row, String> {
+    goto(browser, &format!("{url}/snapshots/{id}")).await?;
+    let first = wait_number(browser, FIRST_DRAW, 60, "vramscope's first draw").await?;
+    let heap = eval(browser, HEAP).await?.as_f64();
+    let mut row = interact_ours(browser, file, "vramscope (server)").await?;
+    row.first_draw = Some(first);
+    row.heap = max_opt(row.heap, heap);
+    Ok(row)
+}
+
+/// Records when a file input's `change` fires, before the page's own handler.
+const RECORD_PICK: &str = "window.__bench_pick = null; document.addEventListener('change', \
+                           () => { window.__bench_pick = performance.now(); }, true); return true";
+
+async fn ours_local(browser: &Client, url: &str, input: &Path, file: &str) -> Result<Row, String> {
+    goto(browser, &format!("{url}/")).await?;
+    let picker = browser
+        .wait()
+        .at_most(Duration::from_secs(30))
+        .for_element(Locator::Css("#local-file-input"))
+        .await
+        .map_err(|e| format!("the library's local-file picker: {e}"))?;
+    eval(browser, RECORD_PICK).await?;
+    picker.send_keys(&input.to_string_lossy()).await.map_err(|e| format!("pick {file}: {e}"))?;
+    let first = wait_number(browser, FIRST_DRAW, 120, "vramscope's first draw of a local file").await?;
+    let pick = eval(browser, "return window.__bench_pick").await?.as_f64().unwrap_or(0.0);
+    let heap = eval(browser, HEAP).await?.as_f64();
+    let mut row = interact_ours(browser, file, "vramscope (local file)").await?;
+    row.first_draw = Some(first - pick);
+    row.heap = max_opt(row.heap, heap);
+    Ok(row)
+}
+
+/// 20 `+` then 20 `→`, each measured until the sharper window is drawn.
+const INTERACT_OURS: &str = r#"
+const done = arguments[arguments.length - 1];
+const keys = arguments[0];
+(async () => {
+  const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+  const painted = () => new Promise((r) => requestAnimationFrame(() => setTimeout(() => r(performance.now()), 0)));
+  const draws = () => (window.__vramscope_draws || []).filter((d) => d.kind === "timeline");
+  const loading = () => document.getElementById("timeline-loading") !== null;
+  const status = () => (document.getElementById("timeline-status") || {}).textContent || "";
+  const out = { toFrame: [], drawMs: [], settled: [], heap: 0, deepest: "" };
+  const heap = () => { if (window.gc) gc(); if (performance.memory) out.heap = Math.max(out.heap, performance.memory.usedJSHeapSize); };
+  for (const [i, key] of keys.entries()) {
+    const before = draws().length;
+    const t0 = performance.now();
+    document.body.dispatchEvent(new KeyboardEvent("keydown", { key, bubbles: true, cancelable: true }));
+    const t1 = await painted();
+    const immediate = draws().length - before;
+    if (immediate > 0) out.toFrame.push(t1 - t0);
+    // Then the window fetched for the new view (after the page's debounce).
+    let sawLoading = false, quietSince = null;
+    while (performance.now() - t0 < 30000) {
+      if (loading()) { sawLoading = true; quietSince = null; }
+      else if (sawLoading && draws().length > before + immediate) break;
+      else if (sawLoading) { quietSince = quietSince ?? performance.now(); if (performance.now() - quietSince > 1000) break; }
+      else if (performance.now() - t0 > 1500) break;
+      await sleep(4);
+    }
+    await painted();
+    const mine = draws().slice(before);
+    for (const d of mine) out.drawMs.push(d.ms);
+    if (mine.length > immediate) out.settled.push(mine[mine.length - 1].at - t0);
+    heap();
+    if (i === keys.indexOf("ArrowRight") - 1) out.deepest = status();
+  }
+  out.recent = JSON.stringify((window.__vramscope_draws || []).slice(-3));
+  out.total = (window.__vramscope_draws || []).length;
+  done(out);
+})().catch((e) => done({ error: String(e) }));
+"#;
+
+async fn interact_ours(browser: &Client, file: &str, tool: &'static str) -> Result<Row, String> {
+    let keys: Vec<&str> = std::iter::repeat_n("+", STEPS).chain(std::iter::repeat_n("ArrowRight", STEPS)).collect();
+    let out = browser
+        .execute_async(INTERACT_OURS, vec![json!(keys)])
+        .await
+        .map_err(|e| format!("{tool} zoom/pan script: {e}"))?;
+    if let Some(e) = out.get("error") {
+        return Err(format!("{tool} zoom/pan script: {e}"));
+    }
+    if out["drawMs"].as_array().is_none_or(Vec::is_empty) {
+        println!(
+            "{tool}: no timeline draw recorded after the inputs ({} draws in all, last: {})",
+            out["total"], out["recent"]
+        );
+    }
+    Ok(Row {
+        file: file.to_owned(),
+        tool,
+        first_draw: None,
+        to_frame: numbers(&out["toFrame"]),
+        draw_ms: numbers(&out["drawMs"]),
+        settled: numbers(&out["settled"]),
+        heap: out["heap"].as_f64().filter(|&h| h > 0.0),
+        deepest: out["deepest"].as_str().unwrap_or_default().to_owned(),
+    })
+}
+
+fn numbers(v: &Value) -> Vec<f64> {
+    v.as_array().map(|a| a.iter().filter_map(Value::as_f64).collect()).unwrap_or_default()
+}
+
+fn max_opt(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.max(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// Their page: d3 5 as a classic script, MemoryViz.js as a module, and an
+/// input whose file goes to MemoryViz's drop handler.
+const THEIR_PAGE: &str = r#"<!doctype html>
+<html><head><meta charset="utf-8"><title>memory_viz (bench)</title>
+<script src="/d3.js"></script></head>
+<body>
+<input type="file" id="bench-file" style="position: fixed; right: 0; bottom: 0">
+<script type="module">
+import "/MemoryViz.js";
+const input = document.getElementById("bench-file");
+input.addEventListener("change", () => {
+  const files = new DataTransfer();
+  for (const f of input.files) files.items.add(f);
+  document.body.dispatchEvent(new DragEvent("drop", { dataTransfer: files, bubbles: true, cancelable: true }));
+});
+// First draw: the first frame painted after the timeline's polygons appear.
+new MutationObserver((records, observer) => {
+  if (document.querySelector("svg polygon")) {
+    observer.disconnect();
+    requestAnimationFrame(() => setTimeout(() => { window.__mv_first_draw = performance.now(); }, 0));
+  }
+}).observe(document.body, { childList: true, subtree: true });
+</script>
+</body></html>
+"#;
+
+/// 20 wheel zooms at the plot's centre, then a drag in 20 moves.
+const INTERACT_THEIRS: &str = r#"
+const done = arguments[arguments.length - 1];
+const steps = arguments[0];
+(async () => {
+  const painted = () => new Promise((r) => requestAnimationFrame(() => setTimeout(() => r(performance.now()), 0)));
+  const out = { toFrame: [], heap: 0 };
+  const heap = () => { if (window.gc) gc(); if (performance.memory) out.heap = Math.max(out.heap, performance.memory.usedJSHeapSize); };
+  const rect = document.querySelector("svg g[clip-path] > rect");
+  if (!rect) { done({ error: "no memory_viz plot on the page" }); return; }
+  const box = rect.getBoundingClientRect();
+  const [x, y] = [box.left + box.width / 2, box.top + box.height / 2];
+  for (let i = 0; i < steps; i++) {
+    const t0 = performance.now();
+    rect.dispatchEvent(new WheelEvent("wheel", { deltaY: -300, clientX: x, clientY: y, bubbles: true, cancelable: true, view: window }));
+    out.toFrame.push((await painted()) - t0);
+    heap();
+  }
+  rect.dispatchEvent(new MouseEvent("mousedown", { clientX: x, clientY: y, button: 0, bubbles: true, cancelable: true, view: window }));
+  for (let i = 1; i <= steps; i++) {
+    const t0 = performance.now();
+    window.dispatchEvent(new MouseEvent("mousemove", { clientX: x - i * box.width / 10, clientY: y, bubbles: true, cancelable: true, view: window }));
+    out.toFrame.push((await painted()) - t0);
+    heap();
+  }
+  window.dispatchEvent(new MouseEvent("mouseup", { clientX: x - steps * box.width / 10, clientY: y, bubbles: true, view: window }));
+  done(out);
+})().catch((e) => done({ error: String(e) }));
+"#;
+
+async fn theirs(browser: &Client, url: &str, input: &Path, file: &str) -> Result<Row, String> {
+    goto(browser, &format!("{url}/")).await?;
+    let picker = browser
+        .wait()
+        .at_most(Duration::from_secs(30))
+        .for_element(Locator::Css("#bench-file"))
+        .await
+        .map_err(|e| format!("memory_viz page: {e}"))?;
+    eval(browser, RECORD_PICK).await?;
+    picker.send_keys(&input.to_string_lossy()).await.map_err(|e| format!("pick {file}: {e}"))?;
+    let first = wait_number(browser, "return window.__mv_first_draw ?? null", 300, "memory_viz's first draw").await?;
+    let pick = eval(browser, "return window.__bench_pick").await?.as_f64().unwrap_or(0.0);
+    let heap = eval(browser, HEAP).await?.as_f64();
+    let out = browser
+        .execute_async(INTERACT_THEIRS, vec![json!(STEPS)])
+        .await
+        .map_err(|e| format!("memory_viz zoom/pan script: {e}"))?;
+    if let Some(e) = out.get("error") {
+        return Err(format!("memory_viz zoom/pan script: {e}"));
+    }
+    Ok(Row {
+        file: file.to_owned(),
+        tool: "memory_viz",
+        first_draw: Some(first - pick),
+        to_frame: numbers(&out["toFrame"]),
+        draw_ms: Vec::new(),
+        settled: Vec::new(),
+        heap: max_opt(out["heap"].as_f64().filter(|&h| h > 0.0), heap),
+        deepest: String::new(),
+    })
+}
+
+fn percentile(values: &[f64], p: f64) -> Option<f64> {
+    if values.is_empty() {
+        return None;
+    }
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    let rank = ((p / 100.0) * (v.len() - 1) as f64).round() as usize;
+    v.get(rank.min(v.len() - 1)).copied()
+}
+
+fn ms(v: Option<f64>) -> String {
+    match v {
+        Some(v) if v >= 1000.0 => format!("{:.2} s", v / 1000.0),
+        Some(v) => format!("{v:.1}"),
+        None => "-".to_owned(),
+    }
+}
+
+fn spread(values: &[f64]) -> String {
+    if values.is_empty() {
+        return "-".to_owned();
+    }
+    let max = values.iter().copied().fold(f64::MIN, f64::max);
+    format!("{} / {} / {}", ms(percentile(values, 50.0)), ms(percentile(values, 99.0)), ms(Some(max)))
+}
+
+fn print_table(inputs: &[PathBuf], rows: &[Row], measured_theirs: bool) {
+    println!();
+    let sizes: Vec<String> =
+        inputs.iter().map(|p| format!("{} ({:.1} MB)", p.display(), file_len(p) as f64 / 1e6)).collect();
+    println!("inputs: {}", sizes.join(", "));
+    println!(
+        "{STEPS} zoom + {STEPS} pan steps per row; times in ms unless marked; p50 / p99 / max. first draw: server = from \
+         navigation start, local file and memory_viz = from picking the file."
+    );
+    let mut table = Table::new(&[
+        "file",
+        "tool",
+        "first draw",
+        "input→frame",
+        "draw",
+        "settled (refetch)",
+        "JS heap",
+        "targets (1 s server, 2.5 s local, 16 ms, 150 MB)",
+    ]);
+    for r in rows {
+        let first_target =
+            if r.tool == "vramscope (local file)" { TARGET_FIRST_DRAW_LOCAL_MS } else { TARGET_FIRST_DRAW_SERVER_MS };
+        let worst_frame = r.to_frame.iter().chain(&r.draw_ms).copied().fold(0.0, f64::max);
+        let verdict = if r.tool == "memory_viz" {
+            "reference".to_owned()
+        } else {
+            let ok = |b: bool| if b { "ok" } else { "MISS" };
+            format!(
+                "first draw {}, frames {}, heap {}",
+                ok(r.first_draw.is_some_and(|f| f <= first_target)),
+                ok(worst_frame <= TARGET_FRAME_MS),
+                ok(r.heap.is_some_and(|h| h <= TARGET_HEAP_BYTES)),
+            )
+        };
+        table.row(vec![
+            r.file.clone(),
+            r.tool.to_owned(),
+            ms(r.first_draw),
+            spread(&r.to_frame),
+            spread(&r.draw_ms),
+            if r.settled.is_empty() {
+                "-".to_owned()
+            } else {
+                format!("{} / {}", ms(percentile(&r.settled, 50.0)), ms(r.settled.iter().copied().reduce(f64::max)))
+            },
+            r.heap.map_or_else(|| "-".to_owned(), |h| format!("{:.1} MB", h / 1e6)),
+            verdict,
+        ]);
+    }
+    if !measured_theirs {
+        for (file, first, zoom, heap) in RECORDED {
+            table.row(vec![
+                (*file).to_owned(),
+                "memory_viz (recorded)".to_owned(),
+                (*first).to_owned(),
+                format!("zoom {zoom}"),
+                "-".to_owned(),
+                "-".to_owned(),
+                (*heap).to_owned(),
+                "issue 4's figures".to_owned(),
+            ]);
+        }
+    }
+    table.print();
+    for r in rows.iter().filter(|r| !r.deepest.is_empty()) {
+        println!("{} / {} after {STEPS} zooms: {}", r.file, r.tool, r.deepest.trim());
+    }
+}
+
+/// PyTorch's viewer, served from loopback with its CDN imports rewritten.
+struct MemoryViz {
+    script: String,
+    d3: String,
+}
+
+impl MemoryViz {
+    fn find(root: &Path) -> Result<MemoryViz, String> {
+        let target = target_dir(root);
+        let script_path = std::env::var_os("VRAMSCOPE_MEMORY_VIZ_JS")
+            .map_or_else(|| target.join("bench-data/MemoryViz.js"), PathBuf::from);
+        let d3_path = std::env::var_os("VRAMSCOPE_D3_JS")
+            .map_or_else(|| target.join("tools/npm/node_modules/d3/dist/d3.min.js"), PathBuf::from);
+        let script = std::fs::read_to_string(&script_path).map_err(|e| {
+            format!(
+                "{}: {e} (save pytorch/pytorch's torch/utils/viz/MemoryViz.js there, or set VRAMSCOPE_MEMORY_VIZ_JS)",
+                script_path.display()
+            )
+        })?;
+        let d3 = std::fs::read_to_string(&d3_path).map_err(|e| {
+            format!("{}: {e} (npm install --prefix target/tools/npm d3@5, or set VRAMSCOPE_D3_JS)", d3_path.display())
+        })?;
+        Ok(MemoryViz { script: rewrite_imports(&script)?, d3 })
+    }
+
+    /// Serve the page, the script and d3 on a loopback port; answers its URL.
+    async fn serve(&self) -> Result<String, String> {
+        use axum::http::header::CONTENT_TYPE;
+        use axum::routing::get;
+        let js = "text/javascript; charset=utf-8";
+        let (script, d3) = (self.script.clone(), self.d3.clone());
+        let app = axum::Router::new()
+            .route("/", get(|| async { ([(CONTENT_TYPE, "text/html; charset=utf-8")], THEIR_PAGE) }))
+            .route("/MemoryViz.js", get(move || async move { ([(CONTENT_TYPE, js)], script) }))
+            .route("/d3.js", get(move || async move { ([(CONTENT_TYPE, js)], d3) }));
+        let listener =
+            tokio::net::TcpListener::bind("127.0.0.1:0").await.map_err(|e| format!("bind a loopback port: {e}"))?;
+        let addr = listener.local_addr().map_err(|e| e.to_string())?;
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Ok(format!("http://{addr}"))
+    }
+}
+
+/// MemoryViz.js imports d3 5 and four d3 modules from a CDN; the page loads
+/// d3 5 (which holds them all) as `window.d3` instead.
+fn rewrite_imports(script: &str) -> Result<String, String> {
+    let mut names = Vec::new();
+    let mut body = Vec::new();
+    for line in script.lines() {
+        let trimmed = line.trim();
+        if trimmed.starts_with("import ") && trimmed.contains("cdn.") {
+            if let (Some(open), Some(close)) = (trimmed.find('{'), trimmed.find('}')) {
+                names.extend(trimmed[open + 1..close].split(',').map(|n| n.trim().to_owned()));
+            } else if !trimmed.starts_with("import * as d3 ") {
+                return Err(format!("MemoryViz.js: an import this bench does not know: {trimmed}"));
+            }
+        } else {
+            body.push(line);
+        }
+    }
+    if names.is_empty() {
+        return Err("MemoryViz.js: no CDN imports found; is it the file from pytorch/pytorch?".to_owned());
+    }
+    Ok(format!("const d3 = window.d3;\nconst {{{}}} = d3;\n{}", names.join(", "), body.join("\n")))
+}
+
+/// `vramscope serve` on a loopback port, killed when dropped.
+struct Server {
+    child: Child,
+    url: String,
+}
+
+impl Server {
+    fn start(data_dir: &Path) -> Result<Server, String> {
+        use std::io::{BufRead, BufReader};
+        std::fs::create_dir_all(data_dir).map_err(|e| format!("create {}: {e}", data_dir.display()))?;
+        let mut child = Command::new(env!("CARGO_BIN_EXE_vramscope"))
+            .args(["serve", "--bind", "127.0.0.1:0", "--data-dir"])
+            .arg(data_dir)
+            .env("RUST_LOG", "warn")
+            // Uploads answer once parsed: no polling for the status.
+            .env("VRAMSCOPE_INLINE_PARSE_MAX_BYTES", (1u64 << 30).to_string())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|e| format!("spawn vramscope serve: {e}"))?;
+        let stdout = child.stdout.take();
+        let mut server = Server { child, url: String::new() };
+        let mut reader = BufReader::new(stdout.ok_or("no stdout from vramscope serve")?);
+        let mut line = String::new();
+        reader.read_line(&mut line).map_err(|e| format!("read the server's first line: {e}"))?;
+        server.url = line
+            .trim()
+            .strip_prefix("vramscope listening on ")
+            .ok_or_else(|| format!("unexpected first line from the server: {line:?}"))?
+            .to_owned();
+        std::thread::spawn(move || {
+            let _ = std::io::copy(&mut reader, &mut std::io::sink());
+        });
+        Ok(server)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Upload a file and ask for one timeline, so that the page opens an
+/// already-indexed snapshot; answers its id.
+async fn upload_and_index(client: &reqwest::Client, url: &str, path: &Path) -> Result<String, String> {
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let bytes = tokio::fs::read(path).await.map_err(|e| format!("read {}: {e}", path.display()))?;
+    let answer: Value = client
+        .post(format!("{url}/api/v1/snapshots?name={name}"))
+        .body(bytes)
+        .send()
+        .await
+        .and_then(reqwest::Response::error_for_status)
+        .map_err(|e| format!("upload {name}: {e}"))?
+        .json()
+        .await
+        .map_err(|e| format!("upload {name}: {e}"))?;
+    let id = answer["id"].as_str().ok_or_else(|| format!("upload {name}: no id in {answer}"))?.to_owned();
+    client
+        .get(format!("{url}/api/v1/snapshots/{id}/timeline?px=1000"))
+        .send()
+        .await
+        .and_then(reqwest::Response::error_for_status)
+        .map_err(|e| format!("index {name}: {e}"))?;
+    Ok(id)
+}
+
+/// A program from an environment variable, or the first of `names` on PATH.
+fn program(env: &str, names: &[&str]) -> Result<PathBuf, String> {
+    if let Some(p) = std::env::var_os(env) {
+        return Ok(PathBuf::from(p));
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    names
+        .iter()
+        .flat_map(|n| std::env::split_paths(&path).map(move |d| d.join(n)))
+        .find(|p| p.is_file())
+        .ok_or_else(|| format!("none of {names:?} is installed (or set {env}); Debian: chromium, chromium-driver"))
+}
+
+struct Driver(Child);
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start_chromedriver() -> Result<(Driver, String), String> {
+    let driver = program("VRAMSCOPE_CHROMEDRIVER", &["chromedriver"])?;
+    let port = TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map_err(|e| e.to_string())?.port();
+    let child = Command::new(&driver)
+        .arg(format!("--port={port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("start {}: {e}", driver.display()))?;
+    let process = Driver(child);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if Instant::now() > deadline {
+            return Err(format!("chromedriver did not listen on port {port} within 20 s"));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Ok((process, format!("http://127.0.0.1:{port}")))
+}
+
+async fn connect(driver: &str, profile: &Path) -> Result<Client, String> {
+    let browser = program("VRAMSCOPE_CHROMIUM", &["chromium", "chromium-browser", "google-chrome"])?;
+    let capabilities = json!({
+        "goog:chromeOptions": {
+            "binary": browser,
+            "args": [
+                "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                "--disable-dev-shm-usage", "--window-size=1400,1000", "--force-device-scale-factor=1",
+                "--enable-precise-memory-info", "--js-flags=--expose-gc",
+                format!("--user-data-dir={}", profile.display()),
+            ],
+        }
+    });
+    let Value::Object(capabilities) = capabilities else { return Err("capabilities are not an object".to_owned()) };
+    let client = ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+        .capabilities(capabilities)
+        .connect(driver)
+        .await
+        .map_err(|e| format!("chromedriver at {driver} could not start Chromium: {e}"))?;
+    // memory_viz on the large file takes minutes for 40 steps.
+    let timeouts = TimeoutConfiguration::new(
+        Some(Duration::from_secs(600)),
+        Some(Duration::from_secs(120)),
+        Some(Duration::from_secs(0)),
+    );
+    client.update_timeouts(timeouts).await.map_err(|e| format!("set WebDriver timeouts: {e}"))?;
+    Ok(client)
+}
