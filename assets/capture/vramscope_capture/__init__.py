@@ -28,6 +28,7 @@ What it does, and what it never does:
   line on stderr.
 """
 
+import atexit
 import json
 import os
 import pickle
@@ -48,6 +49,8 @@ ENV_MAX_ENTRIES = "VRAMSCOPE_MAX_ENTRIES"
 ENV_INTERVAL = "VRAMSCOPE_INTERVAL_S"
 ENV_MAX_DUMPS = "VRAMSCOPE_MAX_DUMPS_PER_HOUR"
 ENV_JOB = "VRAMSCOPE_JOB"
+#: Set to 1 for a line on stderr at each decision (start, threshold, dump).
+ENV_DEBUG = "VRAMSCOPE_DEBUG"
 
 #: How far below the threshold reserved memory must fall before the
 #: threshold trigger fires again.
@@ -66,6 +69,11 @@ def _warn(message):
         sys.stderr.write("vramscope_capture: %s\n" % message)
     except Exception:
         pass
+
+
+def _debug(message):
+    if os.environ.get(ENV_DEBUG):
+        _warn("[%.3f %d] %s" % (time.time(), os.getpid(), message))
 
 
 def _env_float(name, default):
@@ -267,7 +275,12 @@ class Capture:
         os.makedirs(spool_dir, exist_ok=True)
         self.link = Link(socket_path, self.labels, self._on_command) if socket_path else None
         threading.Thread(target=self._dump_loop, name="vramscope-dumper", daemon=True).start()
-        threading.Thread(target=self._watch_loop, name="vramscope-watcher", daemon=True).start()
+        self.watcher = threading.Thread(target=self._watch_loop, name="vramscope-watcher", daemon=True)
+        self.watcher.start()
+        # At exit our threads must be out of torch before its C++ state is
+        # torn down: a daemon thread inside memory_stats() or _snapshot()
+        # then crashes the process (exit code 139 instead of the job's).
+        atexit.register(self.close)
 
     # -- snapshots -----------------------------------------------------
 
@@ -278,10 +291,12 @@ class Capture:
     def dump(self, trigger, reason="", device=None, tags=()):
         """Takes a snapshot now, on this thread, and spools it. Returns the
         manifest file's name, or None when it failed."""
+        _debug("dump %s requested: %s" % (trigger, reason))
         with self.dump_lock:
             try:
                 started = time.monotonic()
                 snapshot = self.snapshotter()
+                _debug("dump %s: snapshot taken in %.3f s" % (trigger, time.monotonic() - started))
                 with _lock:
                     self.counter += 1
                     counter = self.counter
@@ -314,6 +329,7 @@ class Capture:
             except Exception as e:
                 _warn("could not write a %s snapshot: %s" % (trigger, e))
                 return None
+        _debug("dump %s written: %s (%d bytes)" % (trigger, meta_name, size))
         self._send({"type": "snapshot", "manifest": meta_name, "trigger": trigger})
         return meta_name
 
@@ -327,6 +343,8 @@ class Capture:
     def _dump_loop(self):
         while True:
             trigger, reason, tags = self.requests.get()
+            if self.stopped.is_set():
+                continue  # the process is exiting: torch may be half torn down
             self.dump(trigger, reason, tags=tags)
 
     def on_oom(self, device, requested, allowed, free):
@@ -366,7 +384,10 @@ class Capture:
                 continue
             fraction = s.get("reserved", 0) / float(capacity)
             trigger = self.triggers.setdefault(s.get("device"), ThresholdTrigger(self.threshold))
-            if trigger.update(fraction):
+            fired = trigger.update(fraction)
+            _debug("sample device %s reserved %d capacity %d (%.3f) armed %s fired %s"
+                   % (s.get("device"), s.get("reserved", 0), capacity, fraction, trigger.armed, fired))
+            if fired:
                 reason = "reserved %d of %d bytes (%.1f%% >= %.1f%%)" % (
                     s.get("reserved", 0),
                     capacity,
@@ -385,8 +406,13 @@ class Capture:
         while not self.stopped.wait(self.interval_s):
             self.sample_once()
 
-    def close(self):
+    def close(self, dump_timeout_s=30.0):
+        """Stops sampling, lets a dump in progress finish, flushes the link."""
         self.stopped.set()
+        if self.watcher is not threading.current_thread():
+            self.watcher.join(5.0)
+        if self.dump_lock.acquire(timeout=dump_timeout_s):
+            self.dump_lock.release()
         if self.link is not None:
             self.link.flush(1.0)
 
@@ -474,6 +500,7 @@ def _start_torch(torch, options):
             torch.cuda.memory._record_memory_history(
                 context="all", stacks="python", max_entries=options["max_entries"]
             )
+            _debug("recording (max_entries %d, threshold %s)" % (options["max_entries"], options["threshold"]))
         except Exception as e:
             _warn("cannot record the allocator history: %s" % e)
         capture = Capture(
