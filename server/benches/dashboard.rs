@@ -139,6 +139,9 @@ struct Row {
     heap: Option<f64>,
     /// The page's timeline status at the deepest zoom.
     deepest: String,
+    /// The draws of every view in the frames right after the inputs, by
+    /// kind: mean ms per step and draws per step.
+    frame_work: Vec<(String, f64, f64)>,
 }
 
 async fn run(work: &Path, inputs: &[PathBuf], memory_viz: Option<&MemoryViz>) -> Result<Vec<Row>, String> {
@@ -258,15 +261,22 @@ const keys = arguments[0];
   const draws = () => (window.__vramscope_draws || []).filter((d) => d.kind === "timeline");
   const loading = () => document.getElementById("timeline-loading") !== null;
   const status = () => (document.getElementById("timeline-status") || {}).textContent || "";
-  const out = { toFrame: [], drawMs: [], settled: [], heap: 0, deepest: "" };
+  const out = { toFrame: [], drawMs: [], settled: [], heap: 0, deepest: "", kinds: {} };
   const heap = () => { if (window.gc) gc(); if (performance.memory) out.heap = Math.max(out.heap, performance.memory.usedJSHeapSize); };
   for (const [i, key] of keys.entries()) {
     const before = draws().length;
+    const beforeAll = (window.__vramscope_draws || []).length;
     const t0 = performance.now();
     document.body.dispatchEvent(new KeyboardEvent("keydown", { key, bubbles: true, cancelable: true }));
     const t1 = await painted();
     const immediate = draws().length - before;
     if (immediate > 0) out.toFrame.push(t1 - t0);
+    // Every view's draws in that frame, by kind (timeline, segments, ...).
+    for (const d of (window.__vramscope_draws || []).slice(beforeAll)) {
+      const k = (out.kinds[d.kind] = out.kinds[d.kind] || { ms: 0, n: 0 });
+      k.ms += d.ms;
+      k.n += 1;
+    }
     // Then the window fetched for the new view (after the page's debounce).
     let sawLoading = false, quietSince = null;
     while (performance.now() - t0 < 30000) {
@@ -313,6 +323,15 @@ async fn interact_ours(browser: &Client, file: &str, tool: &'static str) -> Resu
         settled: numbers(&out["settled"]),
         heap: out["heap"].as_f64().filter(|&h| h > 0.0),
         deepest: out["deepest"].as_str().unwrap_or_default().to_owned(),
+        frame_work: out["kinds"].as_object().map_or_else(Vec::new, |kinds| {
+            let steps = (2 * STEPS) as f64;
+            kinds
+                .iter()
+                .map(|(k, v)| {
+                    (k.clone(), v["ms"].as_f64().unwrap_or(0.0) / steps, v["n"].as_f64().unwrap_or(0.0) / steps)
+                })
+                .collect()
+        }),
     })
 }
 
@@ -412,6 +431,7 @@ async fn theirs(browser: &Client, url: &str, input: &Path, file: &str) -> Result
         settled: Vec::new(),
         heap: max_opt(out["heap"].as_f64().filter(|&h| h > 0.0), heap),
         deepest: String::new(),
+        frame_work: Vec::new(),
     })
 }
 
@@ -507,6 +527,11 @@ fn print_table(inputs: &[PathBuf], rows: &[Row], measured_theirs: bool) {
     table.print();
     for r in rows.iter().filter(|r| !r.deepest.is_empty()) {
         println!("{} / {} after {STEPS} zooms: {}", r.file, r.tool, r.deepest.trim());
+    }
+    for r in rows.iter().filter(|r| !r.frame_work.is_empty()) {
+        let work: Vec<String> =
+            r.frame_work.iter().map(|(k, ms, n)| format!("{k} {ms:.1} ms ({n:.1} draws)")).collect();
+        println!("{} / {} drawn in the frame after an input, mean per step: {}", r.file, r.tool, work.join(", "));
     }
 }
 
