@@ -4,7 +4,7 @@
 //! time real data is drawn, sets `window.__vramscope_first_draw`. A
 //! benchmark reads these from the page; nothing in the page reads them.
 
-use wasm_bindgen::JsValue;
+use wasm_bindgen::{JsCast, JsValue};
 
 /// `performance.now()`, or 0 where the browser has no performance clock.
 pub(crate) fn now() -> f64 {
@@ -19,7 +19,8 @@ pub(crate) fn record(kind: &str, started: f64) {
     let global = JsValue::from(window.clone());
     let key = JsValue::from_str("__vramscope_draws");
     let list = match js_sys::Reflect::get(&global, &key) {
-        Ok(v) if js_sys::Array::is_array(&v) => js_sys::Array::from(&v),
+        // `Array::from` would be JavaScript's `Array.from`, a copy: cast instead.
+        Ok(v) if js_sys::Array::is_array(&v) => v.unchecked_into::<js_sys::Array>(),
         _ => {
             let fresh = js_sys::Array::new();
             let _ = js_sys::Reflect::set(&global, &key, &fresh);

@@ -15,6 +15,8 @@ use crate::explorer::Shared;
 use crate::model::TimelineWindow;
 use crate::viewport::Window;
 
+/// Outline of the brush.
+const BRUSH: &str = "#0550ae";
 /// Height of the minimap.
 const HEIGHT: f64 = 44.0;
 
@@ -97,12 +99,14 @@ pub(crate) fn Minimap(shared: Shared) -> impl IntoView {
                 }
             }
         });
+        // Whole pixels, so the outline is crisp (and findable by colour).
         let (l, r) = brush::brush_px(v, extent, width);
+        let (l, r) = ((left + l).round(), (left + r).round());
         ctx.set_fill_style_str("rgba(9,105,218,0.15)");
-        ctx.fill_rect(left + l, 0.0, r - l, HEIGHT);
-        ctx.set_stroke_style_str(colour::ALLOCATED);
+        ctx.fill_rect(l, 0.0, r - l, HEIGHT);
+        ctx.set_stroke_style_str(BRUSH);
         ctx.set_line_width(2.0);
-        ctx.stroke_rect(left + l + 1.0, 1.0, (r - l - 2.0).max(1.0), HEIGHT - 2.0);
+        ctx.stroke_rect(l + 1.0, 1.0, (r - l - 2.0).max(1.0), HEIGHT - 2.0);
         if let Some(x) = shared.cursor_x() {
             canvas::vline(&ctx, colour::CURSOR, canvas::x_px(extent, left, width, x as f64), 0.0, HEIGHT, 1.0);
         }
