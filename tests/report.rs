@@ -59,8 +59,25 @@ async fn a_report_opens_from_disk_with_the_network_off() {
     let dir = scratch("report");
     let html = dir.join("oom_leak.html");
     let fixture = common::fixture_corpus().join("oom_leak.pickle");
-    let out = vramscope(&["report", &fixture.to_string_lossy(), "-o", &html.to_string_lossy()]);
+    let svg = dir.join("oom_leak.svg");
+    let out = vramscope(&[
+        "report",
+        &fixture.to_string_lossy(),
+        "-o",
+        &html.to_string_lossy(),
+        "--svg",
+        &svg.to_string_lossy(),
+    ]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // The chart drawn natively by the dashboard's plot code: the curves in
+    // their colours and the OOM marker's label.
+    let chart = std::fs::read_to_string(&svg).expect("the SVG");
+    assert!(chart.starts_with("<svg") && chart.contains("</svg>"), "{}", &chart[..chart.len().min(200)]);
+    for (what, [r, g, b]) in [("reserved", RESERVED), ("allocated", ALLOCATED), ("oom", OOM)] {
+        let colour = format!("#{r:02X}{g:02X}{b:02X}");
+        assert!(chart.to_uppercase().matches(&colour).count() >= 2, "{what} ({colour}) is drawn");
+    }
+    assert!(chart.contains(">\nOOM\n</text>"), "the OOM marker is labelled");
     let page = std::fs::read_to_string(&html).expect("the report");
     // Self-contained: nothing fetched from a server or the internet.
     assert!(!page.contains("src=\"http") && !page.contains("href=\"http") && !page.contains("/static/"));

@@ -16,7 +16,6 @@
 // Natively only the pure parts are built, for their tests.
 #![cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
 
-use std::cell::RefCell;
 use std::io::Read;
 
 use serde_json::json;
@@ -165,6 +164,8 @@ fn status_of(e: &ViewError) -> u16 {
 #[cfg(target_arch = "wasm32")]
 #[allow(unreachable_pub)]
 mod worker {
+    use std::cell::RefCell;
+
     use wasm_bindgen::prelude::*;
 
     use super::*;
@@ -219,7 +220,7 @@ pub(crate) use page::{OpenProgress, open, respond};
 /// The page's side: one worker per opened file, and requests to it.
 #[cfg(target_arch = "wasm32")]
 mod page {
-    use std::cell::Cell;
+    use std::cell::{Cell, RefCell};
     use std::collections::HashMap;
     use std::rc::Rc;
 

@@ -5,6 +5,8 @@
 //! local mode (the same views as the server's, answered in the page). The
 //! post-mortem findings of `vramscope explain` and `vramscope leaks` are
 //! written into the page as text, readable even where scripts are off.
+//! `--svg PATH` also writes the main timeline chart, drawn by the
+//! dashboard's own plotting code (`vramscope_frontend::plot`) natively.
 //!
 //! Inlined, the JavaScript glue is imported from a blob: URL made at load
 //! and the WebAssembly comes from base64 text. A page opened from a `file:`
@@ -32,6 +34,11 @@ pub(crate) struct ReportArgs {
     /// Where to write the HTML file (default: the snapshot's name with `.html`).
     #[arg(short, long)]
     output: Option<PathBuf>,
+    /// Also write the main timeline chart (the device with the longest
+    /// trace, whole trace) as an SVG file, drawn by the dashboard's own
+    /// plotting code.
+    #[arg(long, value_name = "PATH")]
+    svg: Option<PathBuf>,
     /// Most memory the reader may use, in bytes (guards against hostile files).
     #[arg(long, default_value_t = ReadOptions::default().memory_budget)]
     memory_budget: u64,
@@ -58,6 +65,13 @@ pub(crate) fn run(args: &ReportArgs) -> Result<(), Failure> {
         .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
         .map_or(0, |d| d.as_millis() as u64);
     let html = render(&name, modified_ms, &bytes, &findings).map_err(Failure::Other)?;
+    if let Some(svg_path) = &args.svg {
+        let svg = timeline_svg(snapshot).map_err(Failure::BadInput)?;
+        std::fs::write(svg_path, svg)
+            .with_context(|| format!("cannot write {}", svg_path.display()))
+            .map_err(Failure::Other)?;
+        eprintln!("vramscope: wrote {}", svg_path.display());
+    }
     let output = args.output.clone().unwrap_or_else(|| path.with_extension("html"));
     std::fs::write(&output, html)
         .with_context(|| format!("cannot write {}", output.display()))
@@ -80,6 +94,47 @@ fn findings(path: &Path, snapshot: &vramscope_shared::Snapshot) -> anyhow::Resul
     super::leaks::write_report(&mut out, path, &LeakReport::build(snapshot, 10), 6)
         .context("writing the leak ranking")?;
     String::from_utf8(out).context("the findings are not UTF-8")
+}
+
+/// Size of the SVG chart, in pixels.
+const SVG_SIZE: (u32, u32) = (1200, 480);
+
+/// The timeline chart of the device with the longest trace, as the
+/// dashboard draws it (`vramscope_frontend::plot`), in SVG.
+fn timeline_svg(snapshot: vramscope_shared::Snapshot) -> anyhow::Result<String> {
+    use plotters::prelude::{IntoDrawingArea, SVGBackend};
+    use vramscope_frontend::{layout, plot, viewport::Window};
+    use vramscope_shared::views::{Analyzed, TimelineParams, timeline};
+
+    let device = snapshot
+        .devices
+        .iter()
+        .filter(|d| !d.trace.is_empty())
+        .max_by_key(|d| (d.trace.len(), std::cmp::Reverse(d.device)))
+        .map(|d| d.device)
+        .ok_or_else(|| anyhow!("no device of this snapshot has a trace: there is no timeline to draw"))?;
+    let analyzed = Analyzed::build(snapshot);
+    // One bucket per pixel of the plot area (the chart's margins and axis
+    // labels take about 100 of them).
+    let params = TimelineParams { device: Some(device), px: Some(SVG_SIZE.0 - 100), ..TimelineParams::default() };
+    let window = timeline(&analyzed, &params).map_err(|e| anyhow!("timeline of device {device}: {e}"))?;
+    let bars = layout::stack(&window.allocations);
+    let scene = plot::Scene {
+        data: &window,
+        bars: &bars,
+        view: Window::new(window.start, window.end),
+        origin: window.start,
+        highlight: None,
+        marked: &[],
+        cursor: None,
+    };
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, SVG_SIZE).into_drawing_area();
+        plot::draw(&root, &scene).map_err(|e| anyhow!(e))?;
+        root.present().map_err(|e| anyhow!("writing the SVG: {e}"))?;
+    }
+    Ok(svg)
 }
 
 /// The page: the findings, the dashboard and the snapshot inlined.
