@@ -26,6 +26,7 @@ pub(crate) fn App() -> impl IntoView {
                 <Routes fallback=crate::local::NotFound>
                     <Route path=path!("/") view=Library/>
                     <Route path=path!("/snapshots/:id") view=SnapshotPage/>
+                    <Route path=path!("/compare/:a/:b") view=crate::analysis::ComparePage/>
                     <Route path=path!("/jobs") view=crate::job::JobsPage/>
                     <Route path=path!("/jobs/:job") view=crate::job::JobPage/>
                 </Routes>

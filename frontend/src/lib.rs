@@ -28,6 +28,9 @@ pub mod viewport;
 
 // leptos's `#[component]` gives each component a `pub` props struct, which
 // `unreachable_pub` flags in these crate-private modules.
+// The analysis panels (what-if, OOM, leaks, compare): pure parts natively.
+#[allow(unreachable_pub)]
+mod analysis;
 #[cfg(target_arch = "wasm32")]
 mod api;
 #[cfg(target_arch = "wasm32")]
