@@ -161,6 +161,26 @@ pub fn segment_rects(answer: &SegmentsAnswer, left: f64, width: f64, height: f64
     rects
 }
 
+/// The rectangles to draw for `rects` (as [`segment_rects`] gives them,
+/// column by column): a segment part that stays the same over neighbouring
+/// columns becomes one wide rectangle. Steady stretches of a trace then
+/// cost one shape instead of one per column.
+pub fn merge_runs(rects: &[Rect]) -> Vec<Rect> {
+    let mut out: Vec<Rect> = Vec::with_capacity(rects.len() / 4);
+    let mut open = std::collections::HashMap::<(usize, u8, u64, u64), usize>::new();
+    for r in rects {
+        let key = (r.segment, r.fill as u8, r.y.to_bits(), r.h.to_bits());
+        match open.get(&key).copied() {
+            Some(i) if (out[i].x + out[i].w - r.x).abs() < 1e-6 => out[i].w += r.w,
+            _ => {
+                open.insert(key, out.len());
+                out.push(*r);
+            }
+        }
+    }
+    out
+}
+
 /// The (segment, column) under a point of the segment timeline.
 pub fn segment_hit(rects: &[Rect], x: f64, y: f64) -> Option<(usize, usize)> {
     rects.iter().find(|r| r.contains(x, y)).map(|r| (r.segment, r.item))
@@ -259,5 +279,13 @@ mod tests {
         assert_eq!(segment_hit(&rects, 150.0, 20.0), Some((1, 1)));
         assert_eq!(segment_hit(&rects, 150.0, 80.0), Some((0, 1)));
         assert_eq!(segment_hit(&rects, 50.0, 10.0), None);
+        // Column 1's lower segment is one rectangle; the same in column 0
+        // would merge with it.
+        let mut same = answer.clone();
+        same.cells = vec![cell(0, 0, 100, 100, 0, 0, 0), cell(1, 0, 100, 100, 0, 0, 0), cell(1, 1, 100, 0, 0, 20, 80)];
+        let merged = merge_runs(&segment_rects(&same, 10.0, 200.0, 100.0));
+        assert_eq!(merged.len(), 3, "{merged:?}");
+        assert!((merged[0].w - 200.0).abs() < 1e-9 && merged[0].x == 10.0);
+        assert_eq!(merge_runs(&rects).len(), rects.len(), "nothing to merge where parts differ");
     }
 }

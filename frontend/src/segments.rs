@@ -113,23 +113,35 @@ pub(crate) fn SegmentTimeline(shared: Shared) -> impl IntoView {
             ctx.begin_path();
             ctx.rect(left, 0.0, width, HEIGHT);
             ctx.clip();
-            for r in &placed {
-                // Neighbouring columns touch: no hairline gaps.
-                canvas::fill(&ctx, fill_colour(r.fill), r.x, r.y, r.w + 0.5, r.h);
+            // One fill style per colour, not per rectangle: setting a style
+            // parses a colour string, which dominated this draw.
+            // Steady stretches drawn as one shape: the count follows the
+            // changes on screen, not the columns.
+            let shapes = blocks::merge_runs(&placed);
+            for fill in [Fill::Allocated, Fill::Waste, Fill::PendingFree, Fill::Inactive, Fill::LargestFree] {
+                ctx.set_fill_style_str(fill_colour(fill));
+                for r in shapes.iter().filter(|r| r.fill == fill) {
+                    // Neighbouring columns touch: no hairline gaps.
+                    ctx.fill_rect(r.x, r.y, r.w + 0.5, r.h);
+                }
             }
-            // A white hairline at each segment's top separates neighbours.
-            let mut tops = std::collections::HashMap::<(usize, usize), (f64, f64, f64)>::new();
-            for r in &placed {
-                let e = tops.entry((r.segment, r.item)).or_insert((r.x, r.w, r.y));
-                e.2 = e.2.min(r.y);
+            // A white hairline at each segment's top separates neighbours:
+            // the top rectangle of each (segment, column) comes last.
+            let hairlines: Vec<Rect> = placed
+                .iter()
+                .enumerate()
+                .filter(|(k, r)| placed.get(k + 1).is_none_or(|n| n.segment != r.segment || n.item != r.item))
+                .map(|(_, r)| Rect { h: 0.7, ..*r })
+                .collect();
+            ctx.set_fill_style_str("rgba(255,255,255,0.9)");
+            for r in blocks::merge_runs(&hairlines) {
+                ctx.fill_rect(r.x, r.y, r.w + 0.5, r.h);
             }
-            for (x, w, top) in tops.values() {
-                canvas::fill(&ctx, "rgba(255,255,255,0.9)", *x, *top, *w + 0.5, 0.7);
-            }
+            // Expandable segments outlined: mapped ranges.
+            ctx.set_stroke_style_str("#8250df");
             ctx.set_line_width(1.0);
-            for r in &placed {
+            for r in &shapes {
                 if d.segments.get(r.segment).is_some_and(|s| s.expandable) {
-                    ctx.set_stroke_style_str("#8250df");
                     ctx.stroke_rect(r.x + 0.5, r.y + 0.5, r.w, r.h);
                 }
             }
