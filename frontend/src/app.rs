@@ -26,6 +26,8 @@ pub(crate) fn App() -> impl IntoView {
                 <Routes fallback=crate::local::NotFound>
                     <Route path=path!("/") view=Library/>
                     <Route path=path!("/snapshots/:id") view=SnapshotPage/>
+                    <Route path=path!("/live") view=crate::live::LiveListPage/>
+                    <Route path=path!("/live/:source") view=crate::live::LiveSourcePage/>
                     <Route path=path!("/compare/:a/:b") view=crate::analysis::ComparePage/>
                     <Route path=path!("/jobs") view=crate::job::JobsPage/>
                     <Route path=path!("/jobs/:job") view=crate::job::JobPage/>

@@ -66,6 +66,8 @@ mod local;
 #[cfg(target_arch = "wasm32")]
 #[allow(unreachable_pub)]
 mod library;
+// The live page: its model and charts compile natively, its components on wasm32.
+mod live;
 #[cfg(target_arch = "wasm32")]
 #[allow(unreachable_pub)]
 mod snapshot;

@@ -125,11 +125,12 @@ impl Db {
     }
 
     /// Samples of `source` after `since_ms`, oldest first, at most `limit`
-    /// (the newest ones when there are more).
+    /// (the newest ones when there are more; with several devices, the
+    /// highest-numbered device's fill the limit first).
     pub(crate) async fn samples(&self, source: &str, since_ms: i64, limit: i64) -> Result<Vec<Sample>> {
         let rows = sqlx::query(&format!(
             "SELECT {SAMPLE_COLUMNS} FROM telemetry_samples WHERE source = $1 AND t_ms > $2 \
-             ORDER BY t_ms DESC, device LIMIT $3"
+             ORDER BY device DESC, t_ms DESC LIMIT $3"
         ))
         .bind(source)
         .bind(since_ms)
@@ -137,8 +138,10 @@ impl Db {
         .fetch_all(&self.pool)
         .await
         .with_context(|| format!("telemetry_samples of {source}"))?;
+        // The key's order (source, device, t_ms) read backwards: no sort in
+        // the database (SQLite would spill a large one to a temporary file).
         let mut samples = rows.iter().map(sample_from_row).collect::<Result<Vec<_>>>()?;
-        samples.reverse();
+        samples.sort_by_key(|s| (s.t_ms, s.device));
         Ok(samples)
     }
 

@@ -1,0 +1,83 @@
+//! The live page in headless Chromium: a real server, the real agent running
+//! `fixtures/fake_job.py` (the real capture module, made-up allocator
+//! figures: no GPU here), the dashboard's `/live` list, one source's charts
+//! drawn on their canvases, and "Capture now" bringing a snapshot link.
+
+#[path = "common/browser.rs"]
+mod browser;
+mod common;
+
+use browser::*;
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use fantoccini::Locator;
+
+/// Pixels of `canvas.<class>` in the colour `rgb`.
+async fn pixels(client: &fantoccini::Client, class: &str, rgb: [u8; 3]) -> Option<u64> {
+    let script = r#"
+        const c = document.querySelector("canvas." + arguments[0]);
+        if (!c || c.width === 0) return null;
+        const d = c.getContext("2d").getImageData(0, 0, c.width, c.height).data;
+        const w = arguments[1];
+        let n = 0;
+        for (let i = 0; i < d.length; i += 4) if (d[i] === w[0] && d[i + 1] === w[1] && d[i + 2] === w[2]) n++;
+        return n;
+    "#;
+    let answer = client.execute(script, vec![serde_json::json!(class), serde_json::json!(rgb)]).await.ok()?;
+    answer.as_u64()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn live_page_streams_charts_and_captures_now() {
+    let dir = scratch("live-data");
+    let (_server, url) = start_server(&dir.join("data"), &[]);
+    assert_dashboard_built(&url).await;
+    let job = common::workspace_root().join("tests/fixtures/fake_job.py");
+    let snapshot = common::fixture_corpus().join("state_only.pickle");
+    let _agent = Process(
+        Command::new(env!("CARGO_BIN_EXE_vramscope"))
+            .args(["agent", "--server", &url, "--job", "livejob", "--interval", "200ms", "--spool-dir"])
+            .arg(dir.join("spool"))
+            .args(["--", "python3"])
+            .arg(&job)
+            .args(["--seconds", "60", "--peak", "0.4", "--snapshot"])
+            .arg(&snapshot)
+            .env_remove("PYTHONPATH")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("agent"),
+    );
+    let (_driver, driver_url) = start_chromedriver();
+    let client = connect(&driver_url, "live-profile").await;
+    client.goto(&format!("{url}/live")).await.expect("open /live");
+    let row = until(&client, 30, "a live source", || async {
+        let text = text_of(&client, "tr.live-source").await?;
+        text.contains("livejob").then_some(text)
+    })
+    .await;
+    assert!(row.contains("connected"), "{row}");
+    client.find(Locator::Css("tr.live-source a")).await.expect("link").click().await.expect("click");
+    // The memory chart's allocated line (blue) and the fragmentation line (orange) get drawn.
+    let blue = until(&client, 30, "the memory chart", || async {
+        pixels(&client, "live-memory", [9, 105, 218]).await.filter(|n| *n > 50)
+    })
+    .await;
+    let orange = until(&client, 30, "the fragmentation chart", || async {
+        pixels(&client, "live-fragmentation", [219, 109, 40]).await.filter(|n| *n > 50)
+    })
+    .await;
+    let cards = text_of(&client, ".live-cards").await.unwrap_or_default();
+    assert!(cards.contains("25.0%"), "fragmentation card (the fake job allocates 3/4 of reserved): {cards}");
+    client.find(Locator::Css("button.capture-now")).await.expect("button").click().await.expect("click");
+    let link = until(&client, 30, "the captured snapshot's link", || async {
+        text_of(&client, "ul.live-snapshots a").await.filter(|t| t.contains("manual"))
+    })
+    .await;
+    screenshot(&client, "live-source").await;
+    eprintln!("memory chart {blue} blue px, fragmentation {orange} orange px, snapshot {link}");
+    client.close().await.expect("close");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+}
