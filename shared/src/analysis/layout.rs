@@ -42,8 +42,8 @@ use crate::snapshot::{
 
 // The allocator's constants and rounding rules are the simulator's: one
 // model of PyTorch's allocator serves both.
-pub use crate::simulate::{LARGE_BUFFER, MIN_BLOCK_SIZE as MIN_BLOCK, SMALL_BUFFER, SMALL_SIZE, allocation_size};
 use crate::simulate::AllocatorConfig;
+pub use crate::simulate::{LARGE_BUFFER, MIN_BLOCK_SIZE as MIN_BLOCK, SMALL_BUFFER, SMALL_SIZE, allocation_size};
 
 /// The block size the allocator gives a request (`round_size`) under the
 /// recorded settings (PyTorch's defaults when there are none).
