@@ -9,9 +9,9 @@ use clap::Args;
 use serde::Serialize;
 use vramscope_shared::ReadOptions;
 use vramscope_shared::Snapshot;
-use vramscope_shared::analysis::oom::{Avoidance, Limit, OomCause, OomReport, SettingVerdict, explain_with};
+use vramscope_shared::analysis::oom::{Avoidance, Limit, OomCause, OomReport, explain_with};
 use vramscope_shared::analysis::stack_label;
-use vramscope_shared::simulate::{SimulateOptions, simulate};
+use vramscope_shared::views::analysis::avoided_by;
 
 use super::Failure;
 use super::leaks::{bytes, finish, write_frames, write_json};
@@ -45,7 +45,7 @@ struct ExplainJson<'a> {
 /// Run the subcommand.
 pub(crate) fn run(args: &ExplainArgs) -> Result<(), Failure> {
     let snapshot = load(&args.file, args.memory_budget)?;
-    let reports = explain_with(&snapshot, &what_if);
+    let reports = explain_with(&snapshot, &avoided_by);
     let has_trace = snapshot.devices.iter().any(|d| d.has_trace && !d.trace.is_empty());
     let mut out = std::io::stdout().lock();
     let written = if args.json {
@@ -211,36 +211,4 @@ fn write_one(out: &mut impl Write, path: &std::path::Path, r: &OomReport, depth:
         }
     }
     Ok(())
-}
-
-/// Replay the trace with each setting the report suggests and judge its
-/// reserved peak against what the OOM says about the memory cap.
-///
-/// Garbage collection only acts under a cap, so those settings are replayed
-/// under the largest cap consistent with the OOM (just below the reservation
-/// that failed) and judged by whether that replay still runs out.
-pub(super) fn what_if(snapshot: &Snapshot, report: &OomReport) -> Option<Vec<SettingVerdict>> {
-    let (_, failed) = report.capacity_bytes_range;
-    let verdicts = report
-        .candidate_settings()
-        .into_iter()
-        .filter_map(|setting| {
-            let needs_cap = setting.starts_with("garbage_collection_threshold");
-            let capacity = needs_cap.then(|| failed.saturating_sub(1));
-            let options = SimulateOptions { alloc_conf: Some(setting.clone()), capacity, record_series: false };
-            let simulation = simulate(snapshot, &options).ok()?;
-            let device = simulation.devices.iter().find(|d| d.device == report.device)?;
-            let mut verdict = SettingVerdict::judge(report, setting, device.stats.reserved_bytes.peak);
-            if let Some(cap) = capacity {
-                verdict.avoids =
-                    if device.oom.is_none() { Avoidance::IfCapacityAtLeast { bytes: cap } } else { Avoidance::No };
-                verdict.note = Some(format!(
-                    "replayed under a {} cap, just below the reservation that failed (GC acts only under a cap)",
-                    humansize::format_size(cap, humansize::BINARY)
-                ));
-            }
-            Some(verdict)
-        })
-        .collect();
-    Some(verdicts)
 }
