@@ -103,10 +103,12 @@ pub struct TimelineWindow {
     pub allocations: Vec<VisibleAllocation>,
     /// More allocations qualified than `max_allocations` let through.
     pub more_allocations: bool,
-    /// The size threshold used for `allocations`: the window's highest curve
-    /// value divided by `2 · px`, at least 1. An allocation smaller than this
-    /// is under one pixel row of a plot up to `2 · px` pixels tall, whose y
-    /// axis spans the window's peak.
+    /// The size threshold used for `allocations`, at least 1: by default the
+    /// window's highest curve value divided by `2 · px` (an allocation
+    /// smaller than this is under one pixel row of a plot up to `2 · px`
+    /// pixels tall, whose y axis spans the window's peak); with a [`YSpan`]
+    /// (the plot zoomed on its byte axis) its bytes divided by `2 ·` its
+    /// pixel height, so smaller allocations appear as one zooms in on memory.
     pub min_visible_size: u64,
     /// Markers in the window, in x order, at most one per kind per bucket.
     pub markers: Vec<Marker>,
@@ -114,6 +116,25 @@ pub struct TimelineWindow {
     /// wrapped or recording started late); same test as
     /// [`crate::DeviceStats::trace_wrapped`].
     pub trace_wrapped: bool,
+}
+
+/// The byte span a plot's y axis shows and its height in pixels: with it,
+/// a query lists the allocations of at least half a pixel row of *that*
+/// plot instead of one spanning the window's peak. Zooming in on x alone
+/// cannot reveal an allocation under one pixel row; zooming on y can.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct YSpan {
+    /// Bytes from the bottom to the top of the plot.
+    pub bytes: u64,
+    /// The plot's height in pixels.
+    pub px: u32,
+}
+
+impl YSpan {
+    /// The smallest allocation worth listing: half a pixel row, at least 1.
+    pub fn min_visible_size(self) -> u64 {
+        (self.bytes / (2 * u64::from(self.px.max(1)))).max(1)
+    }
 }
 
 /// The curves over one bucket `[x0, x1)`.
@@ -246,12 +267,29 @@ impl TimelineIndex {
         px: u32,
         max_allocations: usize,
     ) -> Option<TimelineWindow> {
+        self.query_zoomed(device, axis, start, end, px, max_allocations, None)
+    }
+
+    /// [`TimelineIndex::query`] for a plot whose y axis shows `y_span`
+    /// (`None`: the window's peak, as `query`), which sets the window's
+    /// [`TimelineWindow::min_visible_size`].
+    #[allow(clippy::too_many_arguments)] // one per query field, as the API's
+    pub fn query_zoomed(
+        &self,
+        device: u32,
+        axis: Axis,
+        start: i64,
+        end: i64,
+        px: u32,
+        max_allocations: usize,
+        y_span: Option<YSpan>,
+    ) -> Option<TimelineWindow> {
         let d = self.device(device)?;
         d.extent(axis)?;
         if px == 0 || end <= start {
             return None;
         }
-        Some(d.query(axis, start, end, px.min(MAX_PX), max_allocations))
+        Some(d.query(axis, start, end, px.min(MAX_PX), max_allocations, y_span))
     }
 
     fn device(&self, device: u32) -> Option<&DeviceTimeline> {
@@ -394,7 +432,15 @@ impl DeviceTimeline {
         }
     }
 
-    fn query(&self, axis: Axis, start: i64, end: i64, px: u32, max_allocations: usize) -> TimelineWindow {
+    fn query(
+        &self,
+        axis: Axis,
+        start: i64,
+        end: i64,
+        px: u32,
+        max_allocations: usize,
+        y_span: Option<YSpan>,
+    ) -> TimelineWindow {
         let width = i128::from(end) - i128::from(start);
         let count = width.min(i128::from(px)) as usize;
         // Bucket edges in x and the first row at or after each edge.
@@ -438,7 +484,7 @@ impl DeviceTimeline {
         }
 
         let peak = buckets.iter().map(|b| b.reserved.max.max(b.active.max).max(b.allocated.max)).max().unwrap_or(0);
-        let min_visible_size = (peak / (2 * u64::from(px))).max(1);
+        let min_visible_size = y_span.map_or((peak / (2 * u64::from(px))).max(1), YSpan::min_visible_size);
         let (pa, pb) = self.window_positions(axis, start, end);
         let mut found = self.allocations.top_k(pa, pb, min_visible_size, max_allocations.saturating_add(1));
         let more_allocations = found.len() > max_allocations;
@@ -1174,6 +1220,81 @@ mod tests {
             .collect();
         assert!(!revealed.is_empty(), "a narrower window lists a smaller allocation");
         assert!(revealed.iter().all(|a| !listed.contains(&(a.addr, a.alloc_row))));
+    }
+
+    #[test]
+    fn a_one_row_window_at_the_smallest_threshold_lists_every_allocation_alive_there() {
+        let one_byte_rows = YSpan { bytes: 1, px: 1 };
+        for name in FIXTURES {
+            let (snapshot, index, t) = load(name);
+            for d in snapshot.devices.iter().filter(|d| !d.trace.is_empty()) {
+                let rows = d.trace.len();
+                let all = intervals(&index, d.device, rows);
+                let dt = t.device(d.device).expect("timeline");
+                for row in (0..rows).step_by(rows / 23 + 1).chain([rows - 1]) {
+                    let (start, end) = (row as i64, row as i64 + 1);
+                    let w = t
+                        .query_zoomed(d.device, Axis::Event, start, end, 1000, 100_000, Some(one_byte_rows))
+                        .expect("window");
+                    assert_eq!(w.min_visible_size, 1);
+                    let (pa, pb) = dt.window_positions(Axis::Event, start, end);
+                    assert_eq!(pb, pa + 1, "one row is one state");
+                    let alive = brute_top_sizes(&all, pa, pb, 1, usize::MAX);
+                    let got: Vec<u64> = w.allocations.iter().map(|a| a.size).collect();
+                    assert_eq!(got, alive, "{name} row {row}");
+                    assert!(!w.more_allocations);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_memory_span_lists_smaller_allocations_than_the_peak_does() {
+        let (_, _, t) = load("mlp_train_all");
+        let (lo, hi) = t.extent(0, Axis::Event).expect("extent");
+        let whole = t.query(0, Axis::Event, lo, hi, 1000, 100_000).expect("window");
+        assert!(!whole.more_allocations);
+        let peak = whole.buckets.iter().map(|b| b.reserved.max.max(b.active.max)).max().expect("bucket");
+        let y = YSpan { bytes: peak / 64, px: 400 };
+        let zoomed = t.query_zoomed(0, Axis::Event, lo, hi, 1000, 100_000, Some(y)).expect("window");
+        assert_eq!(zoomed.min_visible_size, peak / 64 / 800);
+        assert!(zoomed.min_visible_size < whole.min_visible_size);
+        assert!(zoomed.allocations.iter().any(|a| a.size < whole.min_visible_size), "smaller ones appear");
+        // Nothing listed before is lost, and the buckets are the same.
+        let key = |a: &VisibleAllocation| (a.addr, a.alloc_row);
+        assert!(whole.allocations.iter().all(|a| zoomed.allocations.iter().any(|z| key(z) == key(a))));
+        assert_eq!(whole.buckets, zoomed.buckets);
+        // A degenerate span still has a threshold of at least one byte.
+        assert_eq!(YSpan { bytes: 0, px: 0 }.min_visible_size(), 1);
+    }
+
+    /// Issue 4: at the deepest zoom the page listed only the largest
+    /// allocations; one under a pixel row of the whole peak could never
+    /// appear, since zooming was on x only.
+    #[test]
+    fn regression_deep_zoom_lists_only_the_largest() {
+        // The dashboard's deepest zoom: 8 rows, a plot ~1800 px wide and
+        // ~400 tall, zoomed on memory to its narrowest span (512 bytes), at
+        // the API's allocation cap.
+        let (px, deepest_y) = (1800, YSpan { bytes: 512, px: 400 });
+        let (snapshot, index, t) = load("mlp_train_all");
+        let rows = snapshot.devices[0].trace.len();
+        let all = intervals(&index, 0, rows);
+        let dt = t.device(0).expect("timeline");
+        let mut hidden_before = 0;
+        for x in (0..rows as i64 - 8).step_by(97) {
+            let (pa, pb) = dt.window_positions(Axis::Event, x, x + 8);
+            let alive = brute_top_sizes(&all, pa, pb, 1, usize::MAX);
+            let old = t.query(0, Axis::Event, x, x + 8, px, 2000).expect("window");
+            hidden_before += alive.len() - old.allocations.len();
+            let w = t
+                .query_zoomed(0, Axis::Event, x, x + 8, px, crate::views::MAX_ALLOCATIONS, Some(deepest_y))
+                .expect("window");
+            let got: Vec<u64> = w.allocations.iter().map(|a| a.size).collect();
+            assert_eq!(got, alive, "every allocation alive in [{x}, {})", x + 8);
+            assert!(!w.more_allocations);
+        }
+        assert!(hidden_before > 0, "the x zoom alone hides small allocations here");
     }
 
     #[test]

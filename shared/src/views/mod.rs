@@ -24,7 +24,7 @@ use thiserror::Error;
 
 use crate::Snapshot;
 use crate::index::{DeviceIndex, SnapshotIndex};
-use crate::timeline::{Axis, MAX_PX, TimelineIndex, TimelineWindow};
+use crate::timeline::{Axis, MAX_PX, TimelineIndex, TimelineWindow, YSpan};
 
 /// Most allocations a timeline answer lists.
 pub const MAX_ALLOCATIONS: usize = 5_000;
@@ -99,6 +99,12 @@ pub struct TimelineParams {
     pub axis: Option<Axis>,
     /// Most allocations to list (default 2000, at most [`MAX_ALLOCATIONS`]).
     pub max_allocations: Option<usize>,
+    /// Bytes the plot's y axis shows when zoomed on memory: allocations down
+    /// to half a pixel row of it are listed ([`crate::timeline::YSpan`]).
+    /// Absent (old links and clients): the window's peak.
+    pub y_span: Option<u64>,
+    /// The plot's height in pixels, for `y_span` (default `px`).
+    pub py: Option<u32>,
 }
 
 /// Per-pixel buckets of the curves and the allocations visible at this
@@ -117,8 +123,9 @@ pub fn timeline(a: &Analyzed, p: &TimelineParams) -> Result<TimelineWindow, View
     }
     let px = p.px.unwrap_or(1000).clamp(1, MAX_PX);
     let max_allocations = p.max_allocations.unwrap_or(2000).min(MAX_ALLOCATIONS);
+    let y_span = p.y_span.map(|bytes| YSpan { bytes, px: p.py.unwrap_or(px).clamp(1, MAX_PX) });
     a.timeline
-        .query(device, axis, start, end, px, max_allocations)
+        .query_zoomed(device, axis, start, end, px, max_allocations, y_span)
         .ok_or_else(|| ViewError::BadRequest("no timeline for that window".to_owned()))
 }
 
