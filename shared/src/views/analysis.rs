@@ -16,7 +16,7 @@ use crate::analysis::diff::{DeviceDiff, SnapshotDiff};
 use crate::analysis::leaks::DeviceLeaks;
 use crate::analysis::oom::{Avoidance, OomReport, SettingVerdict, explain_device};
 use crate::analysis::steps::{StepSource, Steps};
-use crate::simulate::tune::{DEFAULT_GRID, TuneRow};
+use crate::simulate::tune::DEFAULT_GRID;
 use crate::simulate::{AllocatorConfig, Replayer, SimError, SimOom, parse_size, settings_for};
 use crate::snapshot::{DeviceSnapshot, Snapshot};
 use crate::timeline::{Axis, Bucket, MAX_PX, Range3, TimelineWindow};
@@ -352,14 +352,35 @@ pub struct TuneParams {
     pub capacity: Option<String>,
 }
 
-/// One candidate setting's outcome with its place in the ranking.
+/// One candidate setting's outcome.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TuneCandidate {
     /// 1 for the best.
     pub rank: u32,
-    /// The replay's figures, flattened into the same JSON object.
-    #[serde(flatten)]
-    pub outcome: TuneRow,
+    /// The settings (`""` = PyTorch's defaults).
+    pub alloc_conf: String,
+    /// These are the settings the snapshot was recorded with.
+    pub recorded: bool,
+    /// Highest reserved bytes.
+    pub reserved_peak_bytes: u64,
+    /// Highest allocated bytes.
+    pub allocated_peak_bytes: u64,
+    /// Highest requested bytes.
+    pub requested_peak_bytes: u64,
+    /// Highest inactive-split bytes.
+    pub inactive_split_peak_bytes: u64,
+    /// cudaMalloc calls and page mappings.
+    pub device_allocs: u64,
+    /// cudaFree calls and page unmappings.
+    pub device_frees: u64,
+    /// Allocations retried after releasing the cache.
+    pub alloc_retries: u64,
+    /// Ran out of memory under the capacity.
+    pub oom: bool,
+    /// Trace row where it did.
+    pub oom_row: Option<u32>,
+    /// What the settings trade away, in words.
+    pub trade_offs: Vec<String>,
 }
 
 /// Every candidate setting ranked: those that fit before those that do
@@ -383,9 +404,23 @@ pub fn tune(a: &Analyzed, p: &TuneParams) -> Result<TuneAnswer, ViewError> {
         .rows
         .iter()
         .enumerate()
-        .map(|(k, r)| TuneCandidate { rank: k as u32 + 1, outcome: r.clone() })
+        .map(|(k, r)| TuneCandidate {
+            rank: k as u32 + 1,
+            alloc_conf: r.alloc_conf.clone(),
+            recorded: r.recorded,
+            reserved_peak_bytes: r.reserved_peak_bytes,
+            allocated_peak_bytes: r.allocated_peak_bytes,
+            requested_peak_bytes: r.requested_peak_bytes,
+            inactive_split_peak_bytes: r.inactive_split_peak_bytes,
+            device_allocs: r.device_allocs,
+            device_frees: r.device_frees,
+            alloc_retries: r.alloc_retries,
+            oom: r.oom.is_some(),
+            oom_row: r.oom.map(|o| o.row),
+            trade_offs: r.trade_offs.iter().map(|t| (*t).to_owned()).collect(),
+        })
         .collect();
-    let recorded_reserved_peak_bytes = rows.iter().find(|r| r.outcome.recorded).map_or(0, |r| r.outcome.reserved_peak_bytes);
+    let recorded_reserved_peak_bytes = rows.iter().find(|r| r.recorded).map_or(0, |r| r.reserved_peak_bytes);
     Ok(TuneAnswer { capacity_bytes: capacity, recorded_reserved_peak_bytes, rows })
 }
 
