@@ -174,6 +174,8 @@ fn Header(meta: SnapshotMeta) -> impl IntoView {
     .flatten()
     .collect();
     let download = format!("/api/v1/snapshots/{}/file", meta.id);
+    // The same self-contained page as `vramscope report`.
+    let report = format!("/api/v1/snapshots/{}/report.html", meta.id);
     view! {
         <h1>{meta.name.clone()}</h1>
         <p class="facts">
@@ -181,6 +183,10 @@ fn Header(meta: SnapshotMeta) -> impl IntoView {
             " · "
             <a href=download rel="external" download>
                 "download"
+            </a>
+            " · "
+            <a href=report rel="external" download id="export-report">
+                "export report"
             </a>
             {meta.tags.iter().cloned().map(|t| view! { <span class="tag">{t}</span> }).collect_view()}
         </p>
