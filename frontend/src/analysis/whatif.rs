@@ -105,15 +105,16 @@ pub(crate) fn settings_label(conf: &str) -> String {
 
 /// A tune row's cells: rank, settings, reserved peak, vs recorded,
 /// allocated peak, device calls, OOM.
-pub(crate) fn tune_cells(row: &TuneCandidate, recorded_peak: u64) -> [String; 7] {
+pub(crate) fn tune_cells(candidate: &TuneCandidate, recorded_peak: u64) -> [String; 7] {
+    let row = &candidate.outcome;
     [
-        row.rank.to_string(),
+        candidate.rank.to_string(),
         settings_label(&row.alloc_conf) + if row.recorded { " (recorded)" } else { "" },
         format::bytes(row.reserved_peak_bytes),
         change(row.reserved_peak_bytes, recorded_peak),
         format::bytes(row.allocated_peak_bytes),
         format::grouped(row.device_allocs + row.device_frees),
-        if row.oom { "yes".to_owned() } else { "no".to_owned() },
+        if row.oom.is_some() { "yes".to_owned() } else { "no".to_owned() },
     ]
 }
 
@@ -301,10 +302,12 @@ mod ui {
                                                 .into_iter()
                                                 .map(|row| {
                                                     let cells = tune_cells(&row, base);
-                                                    let try_conf = row.alloc_conf.clone();
-                                                    let tip = row.trade_offs.join("\n");
+                                                    let try_conf = row.outcome.alloc_conf.clone();
+                                                    let tip = row.outcome.trade_offs.join("\n");
+                                                    let recorded = row.outcome.recorded;
+                                                    let oom = row.outcome.oom.is_some();
                                                     view! {
-                                                        <tr class:recorded=row.recorded class:oom=row.oom title=tip>
+                                                        <tr class:recorded=recorded class:oom=oom title=tip>
                                                             <td>{cells[0].clone()}</td>
                                                             <td><code>{cells[1].clone()}</code></td>
                                                             <td class="num">{cells[2].clone()}</td>
@@ -346,6 +349,8 @@ mod tests {
     use vramscope_shared::views::analysis::{WhatIfParams, whatif};
     use vramscope_shared::{ReadOptions, read_snapshot_bytes};
 
+    use vramscope_shared::simulate::tune::TuneRow;
+
     use super::*;
 
     fn oom_leak() -> Analyzed {
@@ -383,18 +388,19 @@ mod tests {
     fn tune_cells_read_like_the_cli() {
         let row = TuneCandidate {
             rank: 2,
-            alloc_conf: String::new(),
-            recorded: true,
-            reserved_peak_bytes: 3 << 30,
-            allocated_peak_bytes: 2 << 30,
-            requested_peak_bytes: 2 << 30,
-            inactive_split_peak_bytes: 0,
-            device_allocs: 1200,
-            device_frees: 34,
-            alloc_retries: 0,
-            oom: false,
-            oom_row: None,
-            trade_offs: Vec::new(),
+            outcome: TuneRow {
+                alloc_conf: String::new(),
+                recorded: true,
+                reserved_peak_bytes: 3 << 30,
+                allocated_peak_bytes: 2 << 30,
+                requested_peak_bytes: 2 << 30,
+                inactive_split_peak_bytes: 0,
+                device_allocs: 1200,
+                device_frees: 34,
+                alloc_retries: 0,
+                oom: None,
+                trade_offs: Vec::new(),
+            },
         };
         let cells = tune_cells(&row, 4 << 30);
         assert_eq!(cells[1], "(PyTorch defaults) (recorded)");

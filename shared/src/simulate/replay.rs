@@ -30,7 +30,7 @@
 //! equally sized free blocks break as in the recorded run.
 
 use rustc_hash::FxHashMap;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::SimError;
 use super::allocator::{Allocation, AllocatorStats, CachingAllocator, OutOfMemory, SimSegment};
@@ -39,7 +39,7 @@ use crate::snapshot::{Action, DeviceSnapshot};
 use crate::stats::DeviceStats;
 
 /// Where the simulated allocator ran out of memory.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SimOom {
     /// Trace row of the request.
     pub row: u32,

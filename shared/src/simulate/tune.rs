@@ -1,7 +1,7 @@
 //! Trying a grid of allocator settings on one trace and ranking them by
 //! reserved peak, with what each costs.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::{SimError, SimOom, SimulateOptions, Simulation, simulate};
 use crate::snapshot::Snapshot;
@@ -27,7 +27,7 @@ pub const DEFAULT_GRID: &[&str] = &[
 
 /// One candidate's outcome. Over several devices, each figure is the
 /// largest of any device (memory is limited per device).
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct TuneRow {
     /// The settings (`""` = PyTorch's defaults).
     pub alloc_conf: String,
@@ -51,7 +51,7 @@ pub struct TuneRow {
     /// Where it ran out of memory under the capacity, if it did.
     pub oom: Option<SimOom>,
     /// What the settings trade away, in words.
-    pub trade_offs: Vec<&'static str>,
+    pub trade_offs: Vec<String>,
 }
 
 /// All candidates, best first: those that fit the capacity before those
@@ -116,6 +116,6 @@ fn row(sim: &Simulation, recorded: bool) -> TuneRow {
         device_frees: max(&|d| d.stats.num_device_free),
         alloc_retries: max(&|d| d.stats.num_alloc_retries),
         oom: sim.devices.iter().find_map(|d| d.oom),
-        trade_offs,
+        trade_offs: trade_offs.into_iter().map(str::to_owned).collect(),
     }
 }

@@ -16,7 +16,7 @@ use crate::analysis::diff::{DeviceDiff, SnapshotDiff};
 use crate::analysis::leaks::DeviceLeaks;
 use crate::analysis::oom::{Avoidance, OomReport, SettingVerdict, explain_device};
 use crate::analysis::steps::{StepSource, Steps};
-use crate::simulate::tune::DEFAULT_GRID;
+use crate::simulate::tune::{DEFAULT_GRID, TuneRow};
 use crate::simulate::{AllocatorConfig, Replayer, SimError, SimOom, parse_size, settings_for};
 use crate::snapshot::{DeviceSnapshot, Snapshot};
 use crate::timeline::{Axis, Bucket, MAX_PX, Range3, TimelineWindow};
@@ -352,35 +352,14 @@ pub struct TuneParams {
     pub capacity: Option<String>,
 }
 
-/// One candidate setting's outcome.
+/// One candidate setting's outcome with its place in the ranking.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TuneCandidate {
     /// 1 for the best.
     pub rank: u32,
-    /// The settings (`""` = PyTorch's defaults).
-    pub alloc_conf: String,
-    /// These are the settings the snapshot was recorded with.
-    pub recorded: bool,
-    /// Highest reserved bytes.
-    pub reserved_peak_bytes: u64,
-    /// Highest allocated bytes.
-    pub allocated_peak_bytes: u64,
-    /// Highest requested bytes.
-    pub requested_peak_bytes: u64,
-    /// Highest inactive-split bytes.
-    pub inactive_split_peak_bytes: u64,
-    /// cudaMalloc calls and page mappings.
-    pub device_allocs: u64,
-    /// cudaFree calls and page unmappings.
-    pub device_frees: u64,
-    /// Allocations retried after releasing the cache.
-    pub alloc_retries: u64,
-    /// Ran out of memory under the capacity.
-    pub oom: bool,
-    /// Trace row where it did.
-    pub oom_row: Option<u32>,
-    /// What the settings trade away, in words.
-    pub trade_offs: Vec<String>,
+    /// The replay's figures, flattened into the same JSON object.
+    #[serde(flatten)]
+    pub outcome: TuneRow,
 }
 
 /// Every candidate setting ranked: those that fit before those that do
@@ -400,27 +379,10 @@ pub struct TuneAnswer {
 pub fn tune(a: &Analyzed, p: &TuneParams) -> Result<TuneAnswer, ViewError> {
     let capacity = parse_capacity(p.capacity.as_deref())?;
     let report = crate::simulate::tune::tune(&a.snapshot, capacity, DEFAULT_GRID)?;
-    let rows: Vec<TuneCandidate> = report
-        .rows
-        .iter()
-        .enumerate()
-        .map(|(k, r)| TuneCandidate {
-            rank: k as u32 + 1,
-            alloc_conf: r.alloc_conf.clone(),
-            recorded: r.recorded,
-            reserved_peak_bytes: r.reserved_peak_bytes,
-            allocated_peak_bytes: r.allocated_peak_bytes,
-            requested_peak_bytes: r.requested_peak_bytes,
-            inactive_split_peak_bytes: r.inactive_split_peak_bytes,
-            device_allocs: r.device_allocs,
-            device_frees: r.device_frees,
-            alloc_retries: r.alloc_retries,
-            oom: r.oom.is_some(),
-            oom_row: r.oom.map(|o| o.row),
-            trade_offs: r.trade_offs.iter().map(|t| (*t).to_owned()).collect(),
-        })
-        .collect();
-    let recorded_reserved_peak_bytes = rows.iter().find(|r| r.recorded).map_or(0, |r| r.reserved_peak_bytes);
+    let rows: Vec<TuneCandidate> =
+        report.rows.iter().enumerate().map(|(k, r)| TuneCandidate { rank: k as u32 + 1, outcome: r.clone() }).collect();
+    let recorded_reserved_peak_bytes =
+        rows.iter().find(|r| r.outcome.recorded).map_or(0, |r| r.outcome.reserved_peak_bytes);
     Ok(TuneAnswer { capacity_bytes: capacity, recorded_reserved_peak_bytes, rows })
 }
 
@@ -773,10 +735,9 @@ mod tests {
         let top = &l.devices[0].leaks.candidates[0];
         assert!(top.frames.iter().any(|f| f.filename == "/srv/jobs/train.py" && f.line == 96), "{top:?}");
         let t = tune(&a, &TuneParams::default()).expect("tune");
-        assert!(t.rows.iter().any(|r| r.recorded));
-        assert!(
-            t.rows.windows(2).all(|w| (w[0].oom, w[0].reserved_peak_bytes) <= (w[1].oom, w[1].reserved_peak_bytes))
-        );
+        assert!(t.rows.iter().any(|r| r.outcome.recorded));
+        let key = |r: &TuneCandidate| (r.outcome.oom.is_some(), r.outcome.reserved_peak_bytes);
+        assert!(t.rows.windows(2).all(|w| key(&w[0]) <= key(&w[1])));
     }
 
     #[test]
