@@ -167,6 +167,10 @@ pub(crate) struct TimelineQuery {
     pub(crate) px: u32,
     /// Most allocations to list.
     pub(crate) max_allocations: u32,
+    /// When zoomed on memory: the bytes the y axis shows and the plot's
+    /// height in pixels, so the server lists allocations down to half a
+    /// pixel row of that span (`y_span`, `py`).
+    pub(crate) y_span: Option<(u64, u32)>,
 }
 
 /// A window of a device's timeline.
@@ -186,6 +190,9 @@ pub(crate) async fn timeline(id: &str, q: TimelineQuery) -> Result<TimelineWindo
     }
     if let Some(w) = q.window {
         url.push_str(&format!("&start={}&end={}", w.start, w.end));
+    }
+    if let Some((bytes, py)) = q.y_span {
+        url.push_str(&format!("&y_span={bytes}&py={py}"));
     }
     get("loading the timeline", &url).await
 }

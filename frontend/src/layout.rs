@@ -84,6 +84,9 @@ pub struct Geometry {
     pub height: f64,
     /// The x window shown.
     pub window: Window,
+    /// The byte value at the bottom of the plot area: 0, or more when the
+    /// y axis is zoomed on memory.
+    pub y_min: u64,
     /// The byte value at the top of the plot area.
     pub y_max: u64,
 }
@@ -99,9 +102,17 @@ impl Geometry {
         self.window.start as f64 + (px - self.left) / self.width.max(1.0) * self.window.width() as f64
     }
 
-    /// Canvas y of a byte value.
+    /// Canvas y of a byte value (outside the plot area for one outside
+    /// `[y_min, y_max]`).
     pub fn y_px(&self, y: u64) -> f64 {
-        self.top + self.height * (1.0 - y as f64 / self.y_max.max(1) as f64)
+        let span = self.y_max.saturating_sub(self.y_min).max(1) as f64;
+        self.top + self.height * (1.0 - (y as f64 - self.y_min as f64) / span)
+    }
+
+    /// Where canvas y `py` falls on the y axis: 0 at the bottom of the plot
+    /// area, 1 at its top.
+    pub fn y_fraction(&self, py: f64) -> f64 {
+        1.0 - (py - self.top) / self.height.max(1.0)
     }
 
     /// Whether a canvas point lies in the plot area.
@@ -111,14 +122,18 @@ impl Geometry {
 
     /// The rectangle `(x0, y0, x1, y1)` of a bar in canvas pixels, clipped
     /// to the plot area, at least `min` pixels wide and tall so that thin
-    /// bars can still be drawn and pointed at; `None` when off screen.
+    /// bars can still be drawn and pointed at; `None` when off screen, in x
+    /// or outside the byte band shown (a memory zoom draws only the bars
+    /// that meet its band, however many the window lists).
     pub fn bar_px(&self, bar: &Bar, min: f64) -> Option<(f64, f64, f64, f64)> {
-        if bar.x1 < self.window.start || bar.x0 >= self.window.end || bar.y0 >= self.y_max {
+        let outside_band = bar.y0 >= self.y_max || (bar.y1 <= self.y_min && self.y_min > 0);
+        if bar.x1 < self.window.start || bar.x0 >= self.window.end || outside_band {
             return None;
         }
         let clip_x = |px: f64| px.clamp(self.left, self.left + self.width);
         let (mut x0, mut x1) = (clip_x(self.x_px(bar.x0 as f64)), clip_x(self.x_px(bar.x1 as f64)));
-        let (mut y0, mut y1) = (self.y_px(bar.y1).max(self.top), self.y_px(bar.y0));
+        let bottom = self.top + self.height;
+        let (mut y0, mut y1) = (self.y_px(bar.y1).max(self.top), self.y_px(bar.y0).min(bottom));
         if x1 - x0 < min {
             let mid = (x0 + x1) / 2.0;
             (x0, x1) = (mid - min / 2.0, mid + min / 2.0);
@@ -219,8 +234,15 @@ mod tests {
     fn the_mouse_finds_the_bar_under_it() {
         let allocations = [alloc(1, 100, 0, 50), alloc(2, 1, 60, 61), alloc(3, 100, 50, 100)];
         let bars = stack(&allocations);
-        let g =
-            Geometry { left: 50.0, top: 10.0, width: 100.0, height: 200.0, window: Window::new(0, 100), y_max: 200 };
+        let g = Geometry {
+            left: 50.0,
+            top: 10.0,
+            width: 100.0,
+            height: 200.0,
+            window: Window::new(0, 100),
+            y_min: 0,
+            y_max: 200,
+        };
         assert_eq!(g.x_px(50.0), 100.0);
         assert_eq!(g.x_at(100.0), 50.0);
         assert_eq!(g.y_px(100), 110.0);
@@ -242,5 +264,39 @@ mod tests {
         let zoomed = Geometry { window: Window::new(70, 100), ..g };
         assert_eq!(zoomed.bar_px(&bars[0], 3.0), None);
         assert!(zoomed.bar_px(&bars[1], 3.0).is_some());
+    }
+
+    #[test]
+    fn a_memory_zoom_maps_its_band_and_drops_the_bars_outside() {
+        let allocations = [alloc(1, 100, 0, 50), alloc(2, 10, 0, 50), alloc(3, 1, 0, 50)];
+        let bars = stack(&allocations);
+        // Bars: [0, 100), [100, 110), [110, 111); the plot shows bytes [95, 111).
+        let g = Geometry {
+            left: 0.0,
+            top: 0.0,
+            width: 100.0,
+            height: 160.0,
+            window: Window::new(0, 100),
+            y_min: 95,
+            y_max: 111,
+        };
+        assert_eq!(g.y_px(111), 0.0);
+        assert_eq!(g.y_px(95), 160.0);
+        assert_eq!(g.y_fraction(40.0), 0.75);
+        // The big bar is cut at the bottom edge; the one byte is a full row.
+        let (_, y0, _, y1) = g.bar_px(&bars[0], 1.0).expect("meets the band");
+        assert_eq!((y0, y1), (g.y_px(100), 160.0));
+        let (_, y0, _, y1) = g.bar_px(&bars[2], 1.0).expect("meets the band");
+        assert_eq!(y1 - y0, 10.0);
+        assert_eq!(index_at(&bars, &g, 50.0, 5.0), Some(2));
+        // Above the band or below it: not drawn.
+        let above = Geometry { y_min: 0, y_max: 100, ..g };
+        assert!(above.bar_px(&bars[1], 1.0).is_none());
+        let below = Geometry { y_min: 105, ..g };
+        assert!(below.bar_px(&bars[0], 1.0).is_none());
+    }
+
+    fn index_at(bars: &[Bar], g: &Geometry, x: f64, y: f64) -> Option<usize> {
+        hit(bars, g, x, y).map(|i| bars[i].index)
     }
 }

@@ -49,6 +49,7 @@ pub(crate) fn Minimap(shared: Shared) -> impl IntoView {
             window: None,
             px: (width as u32).max(50),
             max_allocations: 0,
+            y_span: None,
         };
         spawn_local(async move {
             if let Ok(w) = api::timeline(&shared.id.get_value(), query).await

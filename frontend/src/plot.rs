@@ -21,7 +21,7 @@ use vramscope_shared::timeline::{Axis, Bucket, MarkerKind, Range3, TimelineWindo
 
 use crate::format;
 use crate::layout::{Bar, Geometry};
-use crate::viewport::Window;
+use crate::viewport::{ByteRange, Window};
 
 /// Canvas background.
 pub const BACKGROUND: RGBColor = RGBColor(255, 255, 255);
@@ -78,6 +78,9 @@ pub struct Scene<'a> {
     pub marked: &'a [usize],
     /// x of the instant the allocator-state panel shows: a vertical line.
     pub cursor: Option<i64>,
+    /// The byte band shown when zoomed on memory; `None`: from 0 to
+    /// [`Scene::y_max`].
+    pub y_range: Option<ByteRange>,
 }
 
 impl Scene<'_> {
@@ -96,12 +99,13 @@ pub fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, scene: &Scene<'_>
     let err = |e: DrawingAreaErrorKind<DB::ErrorType>| format!("drawing the timeline failed: {e}");
     root.fill(&BACKGROUND).map_err(err)?;
     let view = scene.view;
-    let y_max = scene.y_max();
+    let y = scene.y_range.unwrap_or(ByteRange { lo: 0, hi: scene.y_max() });
+    let (y_min, y_max) = (y.lo, y.hi.max(y.lo + 1));
     // Our own ticks: round steps from the trace's start (plotters counts
     // from zero, which on microseconds since the epoch gives odd labels),
     // and powers of two for bytes.
     let (x_ticks, x_step) = format::x_ticks(view.start, view.end, scene.origin, 8);
-    let y_ticks = format::byte_ticks(y_max, 6);
+    let y_ticks = if y_min == 0 { format::byte_ticks(y_max, 6) } else { y.ticks(6) };
     let mut chart = ChartBuilder::on(root)
         .margin_top(18)
         .margin_right(16)
@@ -109,11 +113,14 @@ pub fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, scene: &Scene<'_>
         .margin_bottom(4)
         .x_label_area_size(28)
         .y_label_area_size(72)
-        .build_cartesian_2d((view.start..view.end).with_key_points(x_ticks), (0u64..y_max).with_key_points(y_ticks))
+        .build_cartesian_2d((view.start..view.end).with_key_points(x_ticks), (y_min..y_max).with_key_points(y_ticks))
         .map_err(err)?;
     let axis = scene.data.axis;
     let x_label = |x: &i64| format::x_label(axis, *x, scene.origin, x_step);
-    let y_label = |y: &u64| format::bytes(*y);
+    // Zoomed on memory far from 0, rounded labels would all read alike
+    // ("50.0 MiB"): exact bytes then.
+    let exact = y_max.saturating_sub(y_min).saturating_mul(100) < y_max;
+    let y_label = |y: &u64| if exact { format!("{} B", format::grouped(*y)) } else { format::bytes(*y) };
     chart
         .configure_mesh()
         .bold_line_style(GRID)
@@ -131,6 +138,7 @@ pub fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, scene: &Scene<'_>
         width: f64::from((xs.end - xs.start).max(1)),
         height: f64::from((ys.end - ys.start).max(1)),
         window: view,
+        y_min,
         y_max,
     };
 
@@ -194,7 +202,7 @@ fn columns(data: &TimelineWindow, g: &Geometry) -> Vec<Column> {
 }
 
 fn y_px(g: &Geometry, y: u64) -> i32 {
-    g.y_px(y.min(g.y_max)).round() as i32
+    g.y_px(y.clamp(g.y_min, g.y_max)).round() as i32
 }
 
 /// The outline of a curve's min–max band: the maxima left to right, then
@@ -373,6 +381,7 @@ mod tests {
             highlight: Some(0),
             marked: &[1],
             cursor: Some(data.start + 100),
+            y_range: None,
         };
         let (geometry, recorder) = record(&scene);
         assert!(geometry.width > 800.0 && geometry.height > 300.0, "{geometry:?}");
@@ -417,8 +426,16 @@ mod tests {
         // Panned right by half a window: only the old data's right half shows.
         let half = (data.end - data.start) / 2;
         let view = Window::new(data.start + half, data.end + half);
-        let scene =
-            Scene { data: &data, bars: &bars, view, origin: data.start, highlight: None, marked: &[], cursor: None };
+        let scene = Scene {
+            data: &data,
+            bars: &bars,
+            view,
+            origin: data.start,
+            highlight: None,
+            marked: &[],
+            cursor: None,
+            y_range: None,
+        };
         let (geometry, recorder) = record(&scene);
         let right = (geometry.left + geometry.width).round() as i32;
         let middle = geometry.x_px((data.end) as f64).round() as i32;

@@ -3,6 +3,13 @@
 //! `←`/`→`), a choice of x axis (wall time or event order) and a details
 //! panel for the allocation under the mouse.
 //!
+//! The byte axis zooms too (Shift+wheel, `]`/`[`): zooming on time alone
+//! never reveals an allocation under one pixel row of the window's peak, so
+//! the query then carries the byte span shown and the server lists
+//! allocations down to half a row of *it*. With both zooms every allocation
+//! is reachable: at a few rows and the narrowest span (512 bytes, a 1-byte
+//! threshold) the window lists everything alive, up to the server's cap.
+//!
 //! Each change of the window is drawn at once from the data already here
 //! (stretched or shifted, clipped), and a fresh window for the new range is
 //! asked for once the changes pause: the last image stays up while it
@@ -33,12 +40,17 @@ use crate::model::{Axis, EntryAnswer, Frame, Instant, TimelineWindow, VisibleAll
 use crate::permalink::Selected;
 use crate::plot::{self, Scene};
 use crate::track::Track;
-use crate::viewport::Window;
+use crate::viewport::{ByteRange, Window};
 
 /// Canvas height in pixels.
 const HEIGHT: u32 = 440;
-/// Most allocations asked for per window (the server allows 5000).
+/// Most allocations asked for per window at an ordinary zoom.
 const MAX_ALLOCATIONS: u32 = 2000;
+/// The server's cap, asked for when zoomed on memory or down to single
+/// events: there the window's allocations are bounded by the bytes shown
+/// over the threshold, and the bars outside the byte band are not drawn,
+/// so drawing stays cheap.
+const SERVER_MAX_ALLOCATIONS: u32 = 5000;
 /// How long zooming and panning must pause before a new window is fetched.
 const REFETCH_DEBOUNCE: Duration = Duration::from_millis(150);
 /// Width of the plot area outside the canvas's plot: the y labels and margins.
@@ -103,6 +115,10 @@ pub(crate) fn Timeline(shared: Shared) -> impl IntoView {
     let stacks = RwSignal::new(HashMap::<u32, StackState>::new());
     let entries = RwSignal::new(HashMap::<u32, Result<EntryAnswer, String>>::new());
     let schedule_fetch = RwSignal::new(None::<Window>);
+    // The byte band when zoomed on memory (`None`: 0 to the data's top),
+    // and that top at the last draw, which a memory zoom stays inside.
+    let y_zoom = RwSignal::new(None::<ByteRange>);
+    let y_full = StoredValue::new(0u64);
 
     // Ask for a window: `None` for the whole trace on the current axis,
     // which also sets the extent and resets the view.
@@ -113,7 +129,10 @@ pub(crate) fn Timeline(shared: Shared) -> impl IntoView {
             .get_value()
             .map_or_else(|| width.get_untracked().saturating_sub(PLOT_MARGIN_PX), |g| g.width.round() as u32)
             .max(50);
-        let query = TimelineQuery { device, axis: axis.get_untracked(), window, px, max_allocations: MAX_ALLOCATIONS };
+        let y_span = y_zoom.get_untracked().zip(geometry.get_value()).map(|(y, g)| (y.span(), g.height.round() as u32));
+        let narrow = window.is_some_and(|w| w.width() <= i64::from(px));
+        let max_allocations = if y_span.is_some() || narrow { SERVER_MAX_ALLOCATIONS } else { MAX_ALLOCATIONS };
+        let query = TimelineQuery { device, axis: axis.get_untracked(), window, px, max_allocations, y_span };
         loading.set(true);
         spawn_local(async move {
             let answer = api::timeline(&id.get_value(), query).await;
@@ -185,7 +204,24 @@ pub(crate) fn Timeline(shared: Shared) -> impl IntoView {
             set_view(v.pan(fraction, e));
         }
     };
+    // Zoom the byte axis by `factor` around `anchor` (0 bottom, 1 top).
+    let zoom_y = move |factor: f64, anchor: f64| {
+        let top = y_full.get_value();
+        let now = y_zoom.get_untracked().unwrap_or(ByteRange { lo: 0, hi: top });
+        let next = now.zoom(factor, anchor, top);
+        if next != y_zoom.get_untracked() {
+            y_zoom.set(next);
+            schedule();
+        }
+    };
+    let reset_y = move || {
+        if y_zoom.get_untracked().is_some() {
+            y_zoom.set(None);
+            schedule();
+        }
+    };
     let reset = move || {
+        reset_y();
         if let Some(e) = extent.get_untracked() {
             set_view(e);
         }
@@ -207,6 +243,7 @@ pub(crate) fn Timeline(shared: Shared) -> impl IntoView {
         hovered.set(None);
         pinned.set(false);
         shared.state.set(None);
+        y_zoom.set(None);
         fetch(None);
         // The cursor stays on its row, drawn at that row's place on the new axis.
         if let Some(row) = shared.state.with_untracked(|s| s.as_ref().and_then(|s| s.row)) {
@@ -235,7 +272,8 @@ pub(crate) fn Timeline(shared: Shared) -> impl IntoView {
     // Whether the trace records times (PyTorch 2.2+): a one-bucket window
     // on the time axis answers, or says there is none.
     spawn_local(async move {
-        let probe = TimelineQuery { device, axis: Some(Axis::Time), window: None, px: 1, max_allocations: 0 };
+        let probe =
+            TimelineQuery { device, axis: Some(Axis::Time), window: None, px: 1, max_allocations: 0, y_span: None };
         let has_time = api::timeline(&id.get_value(), probe).await.is_ok();
         time_available.try_set(has_time);
     });
@@ -254,6 +292,7 @@ pub(crate) fn Timeline(shared: Shared) -> impl IntoView {
         let hover = hovered.get();
         let origin = extent.get().map_or(v.start, |e| e.start);
         let cursor = shared.cursor_x();
+        let y_range = y_zoom.get();
         data.with(|d| {
             let Some(d) = d else { return };
             let started = draws::now();
@@ -276,7 +315,9 @@ pub(crate) fn Timeline(shared: Shared) -> impl IntoView {
                     })
                     .collect()
             });
-            let scene = Scene { data: &d.window, bars: &d.bars, view: v, origin, highlight, marked: &marked, cursor };
+            let scene =
+                Scene { data: &d.window, bars: &d.bars, view: v, origin, highlight, marked: &marked, cursor, y_range };
+            y_full.set_value(scene.y_max());
             let Some(backend) = CanvasBackend::with_canvas_object(canvas.clone()) else {
                 error.set(Some("this browser gives no 2D drawing context for the canvas".to_owned()));
                 return;
@@ -385,6 +426,12 @@ pub(crate) fn Timeline(shared: Shared) -> impl IntoView {
         // Lines (Firefox) or pixels: about 100 pixels per notch.
         let delta = if e.delta_mode() == 1 { e.delta_y() * 33.0 } else { e.delta_y() };
         let factor = (delta * 0.002).exp().clamp(0.5, 2.0);
+        if e.shift_key() {
+            // Some systems turn Shift+wheel into a horizontal scroll.
+            let delta = if delta == 0.0 { e.delta_x() } else { delta };
+            zoom_y((delta * 0.002).exp().clamp(0.5, 2.0), g.y_fraction(f64::from(e.offset_y())));
+            return;
+        }
         zoom(factor, (f64::from(e.offset_x()) - g.left) / g.width);
     };
     let keys = window_event_listener(ev::keydown, move |e: KeyboardEvent| {
@@ -399,6 +446,8 @@ pub(crate) fn Timeline(shared: Shared) -> impl IntoView {
             "ArrowLeft" | "ArrowRight" => {}
             "+" | "=" => zoom(1.0 / ZOOM_STEP, 0.5),
             "-" | "_" => zoom(ZOOM_STEP, 0.5),
+            "]" => zoom_y(1.0 / ZOOM_STEP, 0.5),
+            "[" => zoom_y(ZOOM_STEP, 0.5),
             "0" => reset(),
             _ => return,
         }
@@ -454,17 +503,29 @@ pub(crate) fn Timeline(shared: Shared) -> impl IntoView {
             }
             Axis::Time => format!("{} to {}", format::x_point(ax, v.start, origin), format::x_point(ax, v.end, origin)),
         };
+        // Says honestly whether the bars are all the allocations of the
+        // window down to the threshold, or only the largest of them.
         let shown = data.with(|d| {
             d.as_ref().map(|d| {
-                let n = d.bars.len();
+                let n = d.window.allocations.len();
+                let at_least = format::bytes(d.window.min_visible_size);
                 if d.window.more_allocations {
-                    format!("the {n} largest allocations of this window")
+                    let smallest = d.window.allocations.iter().map(|a| a.size).min().unwrap_or(0);
+                    format!(
+                        "largest {n} allocations shown (down to {}; more of at least {at_least}): zoom in time or \
+                         memory for smaller ones",
+                        format::bytes(smallest)
+                    )
                 } else {
-                    format!("{n} allocations of at least {}", format::bytes(d.window.min_visible_size))
+                    format!("all {n} allocations ≥ {at_least} shown")
                 }
             })
         });
-        format!("{range} · {}", shown.unwrap_or_default())
+        let memory = y_zoom
+            .get()
+            .map(|y| format!(" · memory {} to {}", format::bytes(y.lo), format::bytes(y.hi)))
+            .unwrap_or_default();
+        format!("{range}{memory} · {}", shown.unwrap_or_default())
     };
 
     view! {
@@ -500,6 +561,14 @@ pub(crate) fn Timeline(shared: Shared) -> impl IntoView {
                     </button>
                     <button title="Whole trace (0)" on:click=move |_| reset()>
                         "Reset"
+                    </button>
+                </div>
+                <div class="group" role="group" aria-label="memory zoom">
+                    <button id="y-zoom-in" title="Zoom in on memory (] or Shift+wheel)" on:click=move |_| zoom_y(1.0 / ZOOM_STEP, 0.5)>
+                        "Memory +"
+                    </button>
+                    <button id="y-reset" title="Whole memory axis" disabled=move || y_zoom.get().is_none() on:click=move |_| reset_y()>
+                        "Memory: all"
                     </button>
                 </div>
                 <span class="status" id="timeline-status">
@@ -560,7 +629,7 @@ fn Legend(axis: RwSignal<Option<Axis>>) -> impl IntoView {
             {swatch("oom", "OOM", "An allocation failed")}
             {swatch("window-start", "trace start", "The ring buffer wrapped: history before this is lost")}
             <span class="axis-caption">{move || axis.get().map(plot::x_axis_caption)}</span>
-            <span class="hint">"Bands: the range in each pixel column; lines: the value at its end. Scroll to zoom, drag or ←/→ to pan, 0 to reset."</span>
+            <span class="hint">"Bands: the range in each pixel column; lines: the value at its end. Scroll to zoom, Shift+scroll or ]/[ to zoom on memory (smaller allocations appear), drag or ←/→ to pan, 0 to reset."</span>
         </div>
     }
 }
