@@ -220,7 +220,7 @@ fn write_tune(out: &mut impl Write, path: &Path, snap: &Snapshot, report: &TuneR
     )?;
     let mut notes: Vec<&str> = Vec::new();
     for note in report.rows.iter().flat_map(|r| r.trade_offs.iter()) {
-        if !notes.contains(note) {
+        if !notes.contains(&note.as_str()) {
             notes.push(note);
         }
     }
