@@ -106,3 +106,114 @@ async fn open_report(client: &Client, html: &std::path::Path) {
     assert!(findings.contains("oom_leak.pickle"), "{findings}");
     assert!(findings.to_lowercase().contains("oom"), "{findings}");
 }
+
+/// A decoded PNG: width, height and RGB pixels.
+struct Image {
+    width: u32,
+    height: u32,
+    rgb: Vec<[u8; 3]>,
+}
+
+fn decode_png(bytes: &[u8]) -> Image {
+    let mut reader = png::Decoder::new(std::io::Cursor::new(bytes)).read_info().expect("a PNG header");
+    let mut buffer = vec![0; reader.output_buffer_size()];
+    let frame = reader.next_frame(&mut buffer).expect("a PNG frame");
+    assert_eq!((frame.color_type, frame.bit_depth), (png::ColorType::Rgb, png::BitDepth::Eight));
+    let rgb = buffer[..frame.buffer_size()].chunks_exact(3).map(|p| [p[0], p[1], p[2]]).collect();
+    Image { width: frame.width, height: frame.height, rgb }
+}
+
+/// The main chart of `oom_leak` as a PNG: the curves in their colours, the
+/// OOM marker, and the axis labels' glyphs (drawn with the embedded font,
+/// anti-aliased, so in many shades).
+fn assert_oom_leak_chart(image: &Image) {
+    assert_eq!((image.width, image.height), (1200, 480));
+    let count = |colour: [u8; 3]| image.rgb.iter().filter(|p| **p == colour).count();
+    let (reserved, allocated, oom) = (count(RESERVED), count(ALLOCATED), count(OOM));
+    assert!(
+        reserved >= 400 && allocated >= 2000 && oom >= 200,
+        "reserved {reserved}, allocated {allocated}, oom {oom}"
+    );
+    // Left of the plot area there is nothing but the byte labels' text.
+    let labels: Vec<[u8; 3]> = (0..image.height as usize)
+        .flat_map(|y| (0..60).map(move |x| (x, y)))
+        .map(|(x, y)| image.rgb[y * image.width as usize + x])
+        .filter(|p| *p != [255, 255, 255])
+        .collect();
+    let shades: std::collections::HashSet<[u8; 3]> = labels.iter().copied().collect();
+    assert!(labels.len() >= 300, "the byte labels are drawn: {} text pixels", labels.len());
+    assert!(shades.len() >= 8, "glyphs are anti-aliased: {} shades", shades.len());
+}
+
+#[test]
+fn png_chart_is_drawn_with_the_embedded_font() {
+    let dir = scratch("report-png");
+    let fixture = common::fixture_corpus().join("oom_leak.pickle");
+    let (html, png_path) = (dir.join("oom_leak.html"), dir.join("oom_leak.png"));
+    let out = vramscope(&[
+        "report",
+        &fixture.to_string_lossy(),
+        "-o",
+        &html.to_string_lossy(),
+        "--png",
+        &png_path.to_string_lossy(),
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(html.exists(), "the HTML report is still written");
+    assert_oom_leak_chart(&decode_png(&std::fs::read(&png_path).expect("the PNG")));
+}
+
+/// The dashboard's "export report": the server answers the same page and
+/// charts for a stored snapshot, from the same code.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_server_exports_the_same_report() {
+    let dir = scratch("report-server");
+    let (mut child, url) = common::spawn_server(&dir, &[], &[]);
+    let client = reqwest::Client::new();
+    let bytes = std::fs::read(common::fixture_corpus().join("oom_leak.pickle")).expect("fixture");
+    let answer: serde_json::Value = client
+        .post(format!("{url}/api/v1/snapshots?name=oom_leak.pickle"))
+        .body(bytes.clone())
+        .send()
+        .await
+        .expect("upload")
+        .json()
+        .await
+        .expect("JSON");
+    let id = answer["id"].as_str().expect("id");
+    let get = |what: &str| client.get(format!("{url}/api/v1/snapshots/{id}/{what}")).send();
+
+    let response = get("report.html").await.expect("report");
+    assert_eq!(response.status(), 200);
+    let header = |r: &reqwest::Response, name: &str| {
+        r.headers().get(name).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned()
+    };
+    assert_eq!(header(&response, "content-type"), "text/html; charset=utf-8");
+    assert_eq!(header(&response, "content-disposition"), "attachment; filename=\"oom_leak.html\"");
+    let page = response.text().await.expect("page");
+    // The report of `vramscope report`: dashboard and snapshot inlined, findings as text.
+    assert!(!page.contains("src=\"http") && !page.contains("href=\"http") && !page.contains("/static/"));
+    assert!(page.contains("id=\"vramscope-wasm\"") && page.contains("data-name=\"oom_leak.pickle\""));
+    use base64::Engine;
+    let inlined = base64::engine::general_purpose::STANDARD.encode(&bytes);
+    assert!(page.contains(&inlined), "the snapshot's bytes are inlined");
+    assert!(page.contains("Post-mortem of oom_leak.pickle") && page.contains("OOM"), "findings in the page");
+    // Opened from disk with the network off, it draws like the CLI's.
+    let html = dir.join("exported.html");
+    std::fs::write(&html, &page).expect("save the export");
+    let (_driver, driver_url) = start_chromedriver();
+    let browser = connect(&driver_url, "report-export-profile").await;
+    closing(&browser, open_report(&browser, &html)).await;
+
+    let response = get("chart.png").await.expect("png");
+    assert_eq!((response.status().as_u16(), header(&response, "content-type")), (200, "image/png".to_owned()));
+    assert_oom_leak_chart(&decode_png(&response.bytes().await.expect("bytes")));
+    let response = get("chart.svg").await.expect("svg");
+    assert_eq!(header(&response, "content-type"), "image/svg+xml");
+    let svg = response.text().await.expect("svg");
+    assert!(svg.starts_with("<svg") && svg.contains(">\nOOM\n</text>"), "{}", &svg[..svg.len().min(200)]);
+    let missing = client.get(format!("{url}/api/v1/snapshots/nope/report.html")).send().await.expect("404");
+    assert_eq!(missing.status(), 404);
+    let _ = child.kill();
+    let _ = child.wait();
+}

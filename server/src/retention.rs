@@ -229,15 +229,14 @@ pub(crate) struct Applied {
 }
 
 /// Deletes what `plan` names: the row (only if still unprotected), then
-/// the file once no row uses it.
+/// the file once no row uses it, under the file's lock (an upload of the
+/// same content on another instance may be committing it again).
 pub(crate) async fn apply(db: &Db, blobs: &BlobStore, plan: &Plan) -> Result<Applied> {
     let mut applied = Applied::default();
     for doomed in &plan.delete {
         match db.delete_unprotected(&doomed.id).await? {
             Some(rec) => {
-                if db.count_by_blob(&rec.blob_key).await? == 0 {
-                    blobs.delete(&rec.blob_key).await?;
-                }
+                crate::store::delete_blob_if_unused(db, blobs, &rec.blob_key).await?;
                 applied.deleted.push(rec.id);
             }
             None => applied.skipped.push(doomed.id.clone()),

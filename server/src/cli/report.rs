@@ -6,7 +6,10 @@
 //! post-mortem findings of `vramscope explain` and `vramscope leaks` are
 //! written into the page as text, readable even where scripts are off.
 //! `--svg PATH` also writes the main timeline chart, drawn by the
-//! dashboard's own plotting code (`vramscope_frontend::plot`) natively.
+//! dashboard's own plotting code (`vramscope_frontend::plot`) natively;
+//! `--png PATH` the same chart as a bitmap, its text drawn with DejaVu Sans
+//! embedded in the binary. The server's `GET /api/v1/snapshots/{id}/report.html`
+//! (and `chart.svg`, `chart.png`) answer the same files for a stored snapshot.
 //!
 //! Inlined, the JavaScript glue is imported from a blob: URL made at load
 //! and the WebAssembly comes from base64 text. A page opened from a `file:`
@@ -39,6 +42,10 @@ pub(crate) struct ReportArgs {
     /// plotting code.
     #[arg(long, value_name = "PATH")]
     svg: Option<PathBuf>,
+    /// Also write the same chart as a PNG image (1200×480), its labels drawn
+    /// with the font embedded in the binary (no system font needed).
+    #[arg(long, value_name = "PATH")]
+    png: Option<PathBuf>,
     /// Most memory the reader may use, in bytes (guards against hostile files).
     #[arg(long, default_value_t = ReadOptions::default().memory_budget)]
     memory_budget: u64,
@@ -57,20 +64,24 @@ pub(crate) fn run(args: &ReportArgs) -> Result<(), Failure> {
         std::fs::read(path).with_context(|| format!("cannot open {}", path.display())).map_err(Failure::BadInput)?;
     let snapshot = read_snapshot_bytes(&bytes, &ReadOptions { memory_budget: args.memory_budget })
         .map_err(|e| Failure::BadInput(anyhow!("{e} (file: {})", path.display())))?;
-    let findings = findings(path, &snapshot).map_err(Failure::Other)?;
     let name = path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
     let modified_ms = std::fs::metadata(path)
         .and_then(|m| m.modified())
         .ok()
         .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
         .map_or(0, |d| d.as_millis() as u64);
-    let html = render(&name, modified_ms, &bytes, &findings).map_err(Failure::Other)?;
-    if let Some(svg_path) = &args.svg {
-        let svg = timeline_svg(snapshot).map_err(Failure::BadInput)?;
-        std::fs::write(svg_path, svg)
-            .with_context(|| format!("cannot write {}", svg_path.display()))
+    let html = report_html(path, &name, modified_ms, &bytes, &snapshot).map_err(Failure::Other)?;
+    let charts = [(&args.svg, ChartFormat::Svg), (&args.png, ChartFormat::Png)];
+    let charts: Vec<_> = charts.into_iter().filter_map(|(p, f)| p.as_ref().map(|p| (p, f))).collect();
+    // One timeline window for both charts (building it consumes the snapshot).
+    let window = if charts.is_empty() { None } else { Some(main_window(snapshot).map_err(Failure::BadInput)?) };
+    for (chart_path, format) in charts {
+        let Some(window) = &window else { break };
+        let chart = chart_bytes(window, format).map_err(Failure::Other)?;
+        std::fs::write(chart_path, chart)
+            .with_context(|| format!("cannot write {}", chart_path.display()))
             .map_err(Failure::Other)?;
-        eprintln!("vramscope: wrote {}", svg_path.display());
+        eprintln!("vramscope: wrote {}", chart_path.display());
     }
     let output = args.output.clone().unwrap_or_else(|| path.with_extension("html"));
     std::fs::write(&output, html)
@@ -84,10 +95,24 @@ fn file_size(path: &Path) -> u64 {
     std::fs::metadata(path).map_or(0, |m| m.len())
 }
 
+/// The whole report page of a snapshot: its findings, the dashboard and
+/// the file's bytes inlined. `path` names the file in the findings' text;
+/// the dashboard's "export report" serves the same page.
+pub(crate) fn report_html(
+    path: &Path,
+    name: &str,
+    modified_ms: u64,
+    bytes: &[u8],
+    snapshot: &vramscope_shared::Snapshot,
+) -> anyhow::Result<String> {
+    let findings = findings(path, snapshot)?;
+    render(name, modified_ms, bytes, &findings)
+}
+
 /// The text of `vramscope explain` and `vramscope leaks` for the file.
 fn findings(path: &Path, snapshot: &vramscope_shared::Snapshot) -> anyhow::Result<String> {
     let mut out = Vec::new();
-    let reports = explain_with(snapshot, &super::explain::what_if);
+    let reports = explain_with(snapshot, &vramscope_shared::views::analysis::avoided_by);
     let has_trace = snapshot.devices.iter().any(|d| d.has_trace && !d.trace.is_empty());
     super::explain::write_report(&mut out, path, has_trace, &reports, 6).context("writing the OOM post-mortem")?;
     out.push(b'\n');
@@ -96,14 +121,64 @@ fn findings(path: &Path, snapshot: &vramscope_shared::Snapshot) -> anyhow::Resul
     String::from_utf8(out).context("the findings are not UTF-8")
 }
 
-/// Size of the SVG chart, in pixels.
-const SVG_SIZE: (u32, u32) = (1200, 480);
+/// Size of the main chart (SVG and PNG), in pixels.
+const CHART_SIZE: (u32, u32) = (1200, 480);
 
-/// The timeline chart of the device with the longest trace, as the
-/// dashboard draws it (`vramscope_frontend::plot`), in SVG.
-fn timeline_svg(snapshot: vramscope_shared::Snapshot) -> anyhow::Result<String> {
-    use plotters::prelude::{IntoDrawingArea, SVGBackend};
-    use vramscope_frontend::{layout, plot, viewport::Window};
+/// The formats the main chart is written in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ChartFormat {
+    /// SVG text (the labels are `<text>` elements, set by the viewer's fonts).
+    Svg,
+    /// A PNG image; its labels are drawn with the embedded DejaVu Sans.
+    Png,
+}
+
+/// The main chart of a snapshot: the timeline of the device with the
+/// longest trace, whole trace, as the dashboard draws it
+/// (`vramscope_frontend::plot`), in SVG text or PNG bytes. Fails when no
+/// device has a trace.
+pub(crate) fn main_chart(snapshot: vramscope_shared::Snapshot, format: ChartFormat) -> anyhow::Result<Vec<u8>> {
+    chart_bytes(&main_window(snapshot)?, format)
+}
+
+/// The chart of a timeline window, in SVG text or PNG bytes.
+fn chart_bytes(window: &vramscope_shared::timeline::TimelineWindow, format: ChartFormat) -> anyhow::Result<Vec<u8>> {
+    use plotters::prelude::{BitMapBackend, IntoDrawingArea, SVGBackend};
+
+    match format {
+        ChartFormat::Svg => {
+            let mut svg = String::new();
+            {
+                let root = SVGBackend::with_string(&mut svg, CHART_SIZE).into_drawing_area();
+                draw_main_chart(&root, window)?;
+                root.present().map_err(|e| anyhow!("writing the SVG: {e}"))?;
+            }
+            Ok(svg.into_bytes())
+        }
+        ChartFormat::Png => {
+            let (width, height) = CHART_SIZE;
+            let mut rgb = vec![0u8; width as usize * height as usize * 3];
+            {
+                let bitmap = BitMapBackend::with_buffer(&mut rgb, CHART_SIZE);
+                let root = glyphs::EmbeddedFont::new(bitmap).into_drawing_area();
+                draw_main_chart(&root, window)?;
+                root.present().map_err(|e| anyhow!("drawing the PNG: {e}"))?;
+            }
+            let mut png_bytes = Vec::new();
+            let mut encoder = png::Encoder::new(&mut png_bytes, width, height);
+            encoder.set_color(png::ColorType::Rgb);
+            encoder.set_depth(png::BitDepth::Eight);
+            let mut writer = encoder.write_header().context("encoding the PNG")?;
+            writer.write_image_data(&rgb).context("encoding the PNG")?;
+            writer.finish().context("encoding the PNG")?;
+            Ok(png_bytes)
+        }
+    }
+}
+
+/// The timeline window of the main chart: the device with the longest
+/// trace, one bucket per pixel of the plot area.
+fn main_window(snapshot: vramscope_shared::Snapshot) -> anyhow::Result<vramscope_shared::timeline::TimelineWindow> {
     use vramscope_shared::views::{Analyzed, TimelineParams, timeline};
 
     let device = snapshot
@@ -114,27 +189,32 @@ fn timeline_svg(snapshot: vramscope_shared::Snapshot) -> anyhow::Result<String> 
         .map(|d| d.device)
         .ok_or_else(|| anyhow!("no device of this snapshot has a trace: there is no timeline to draw"))?;
     let analyzed = Analyzed::build(snapshot);
-    // One bucket per pixel of the plot area (the chart's margins and axis
-    // labels take about 100 of them).
-    let params = TimelineParams { device: Some(device), px: Some(SVG_SIZE.0 - 100), ..TimelineParams::default() };
-    let window = timeline(&analyzed, &params).map_err(|e| anyhow!("timeline of device {device}: {e}"))?;
+    // The chart's margins and axis labels take about 100 pixels.
+    let params = TimelineParams { device: Some(device), px: Some(CHART_SIZE.0 - 100), ..TimelineParams::default() };
+    timeline(&analyzed, &params).map_err(|e| anyhow!("timeline of device {device}: {e}"))
+}
+
+/// Draws the main chart on any plotters backend: the one drawing code for
+/// the SVG and the PNG (and the dashboard's, which it calls).
+fn draw_main_chart<DB: plotters::prelude::DrawingBackend>(
+    root: &plotters::prelude::DrawingArea<DB, plotters::coord::Shift>,
+    window: &vramscope_shared::timeline::TimelineWindow,
+) -> anyhow::Result<()> {
+    use vramscope_frontend::{layout, plot, viewport::Window};
+
     let bars = layout::stack(&window.allocations);
     let scene = plot::Scene {
-        data: &window,
+        data: window,
         bars: &bars,
         view: Window::new(window.start, window.end),
         origin: window.start,
         highlight: None,
         marked: &[],
         cursor: None,
+        y_range: None,
     };
-    let mut svg = String::new();
-    {
-        let root = SVGBackend::with_string(&mut svg, SVG_SIZE).into_drawing_area();
-        plot::draw(&root, &scene).map_err(|e| anyhow!(e))?;
-        root.present().map_err(|e| anyhow!("writing the SVG: {e}"))?;
-    }
-    Ok(svg)
+    plot::draw(root, &scene).map_err(|e| anyhow!(e))?;
+    Ok(())
 }
 
 /// The page: the findings, the dashboard and the snapshot inlined.
@@ -254,6 +334,176 @@ fn escape_html(s: &str) -> String {
 /// strings), and `<!--` is broken up.
 fn raw_text(s: &str) -> String {
     s.replace("</", "<\\/").replace("<!--", "<\\!--")
+}
+
+/// Text on plotters' bitmap from a font embedded in the binary.
+///
+/// plotters' own `ab_glyph` feature would do this through a process-wide
+/// font registry, but features unify across the workspace: the dashboard's
+/// native tests (which register no font) would then fail to lay out any
+/// label. This wrapper keeps the font to the PNG: it measures and draws
+/// text with DejaVu Sans (the `dejavu` crate's bytes, Bitstream Vera
+/// licence) and passes every other primitive to the bitmap.
+mod glyphs {
+    use ab_glyph::{Font, FontRef, PxScale, ScaleFont, point};
+    use plotters::prelude::DrawingBackend;
+    use plotters_backend::{
+        BackendColor, BackendCoord, BackendStyle, BackendTextStyle, DrawingErrorKind, text_anchor::HPos,
+        text_anchor::VPos,
+    };
+
+    /// A backend whose text is drawn with the embedded DejaVu Sans.
+    pub(super) struct EmbeddedFont<B> {
+        inner: B,
+        font: FontRef<'static>,
+    }
+
+    impl<B> EmbeddedFont<B> {
+        pub(super) fn new(inner: B) -> EmbeddedFont<B> {
+            // The bytes are the crate's own TTF, checked by its tests and ours.
+            #[allow(clippy::expect_used)]
+            let font = FontRef::try_from_slice(dejavu::sans::regular()).expect("DejaVu Sans is a valid font");
+            EmbeddedFont { inner, font }
+        }
+
+        /// Width and height (ascent to descent) of a line of text, in pixels.
+        fn measure(&self, text: &str, size: f64) -> (f32, f32) {
+            let font = self.font.as_scaled(PxScale::from(size as f32));
+            let mut width = 0.0;
+            let mut previous = None;
+            for c in text.chars() {
+                let id = font.glyph_id(c);
+                if let Some(p) = previous {
+                    width += font.kern(p, id);
+                }
+                width += font.h_advance(id);
+                previous = Some(id);
+            }
+            (width, font.ascent() - font.descent())
+        }
+    }
+
+    impl<B: DrawingBackend> DrawingBackend for EmbeddedFont<B> {
+        type ErrorType = B::ErrorType;
+
+        fn get_size(&self) -> (u32, u32) {
+            self.inner.get_size()
+        }
+        fn ensure_prepared(&mut self) -> Result<(), DrawingErrorKind<B::ErrorType>> {
+            self.inner.ensure_prepared()
+        }
+        fn present(&mut self) -> Result<(), DrawingErrorKind<B::ErrorType>> {
+            self.inner.present()
+        }
+        fn draw_pixel(
+            &mut self,
+            point: BackendCoord,
+            color: BackendColor,
+        ) -> Result<(), DrawingErrorKind<B::ErrorType>> {
+            self.inner.draw_pixel(point, color)
+        }
+        fn draw_line<S: BackendStyle>(
+            &mut self,
+            from: BackendCoord,
+            to: BackendCoord,
+            style: &S,
+        ) -> Result<(), DrawingErrorKind<B::ErrorType>> {
+            self.inner.draw_line(from, to, style)
+        }
+        fn draw_rect<S: BackendStyle>(
+            &mut self,
+            upper_left: BackendCoord,
+            bottom_right: BackendCoord,
+            style: &S,
+            fill: bool,
+        ) -> Result<(), DrawingErrorKind<B::ErrorType>> {
+            self.inner.draw_rect(upper_left, bottom_right, style, fill)
+        }
+        fn draw_path<S: BackendStyle, I: IntoIterator<Item = BackendCoord>>(
+            &mut self,
+            path: I,
+            style: &S,
+        ) -> Result<(), DrawingErrorKind<B::ErrorType>> {
+            self.inner.draw_path(path, style)
+        }
+        fn draw_circle<S: BackendStyle>(
+            &mut self,
+            center: BackendCoord,
+            radius: u32,
+            style: &S,
+            fill: bool,
+        ) -> Result<(), DrawingErrorKind<B::ErrorType>> {
+            self.inner.draw_circle(center, radius, style, fill)
+        }
+        fn fill_polygon<S: BackendStyle, I: IntoIterator<Item = BackendCoord>>(
+            &mut self,
+            vert: I,
+            style: &S,
+        ) -> Result<(), DrawingErrorKind<B::ErrorType>> {
+            self.inner.fill_polygon(vert, style)
+        }
+        fn estimate_text_size<T: BackendTextStyle>(
+            &self,
+            text: &str,
+            style: &T,
+        ) -> Result<(u32, u32), DrawingErrorKind<B::ErrorType>> {
+            let (w, h) = self.measure(text, style.size());
+            Ok((w.ceil() as u32, h.ceil() as u32))
+        }
+        fn draw_text<T: BackendTextStyle>(
+            &mut self,
+            text: &str,
+            style: &T,
+            pos: BackendCoord,
+        ) -> Result<(), DrawingErrorKind<B::ErrorType>> {
+            let colour = style.color();
+            if colour.alpha == 0.0 {
+                return Ok(());
+            }
+            let size = style.size();
+            let (width, height) = self.measure(text, size);
+            let anchor = style.anchor();
+            let left = pos.0 as f32
+                - match anchor.h_pos {
+                    HPos::Left => 0.0,
+                    HPos::Center => width / 2.0,
+                    HPos::Right => width,
+                };
+            let top = pos.1 as f32
+                - match anchor.v_pos {
+                    VPos::Top => 0.0,
+                    VPos::Center => height / 2.0,
+                    VPos::Bottom => height,
+                };
+            let scaled = self.font.as_scaled(PxScale::from(size as f32));
+            let baseline = top + scaled.ascent();
+            let mut x = left;
+            let mut previous = None;
+            for c in text.chars() {
+                let id = scaled.glyph_id(c);
+                if let Some(p) = previous {
+                    x += scaled.kern(p, id);
+                }
+                previous = Some(id);
+                let glyph = id.with_scale_and_position(scaled.scale(), point(x, baseline));
+                x += scaled.h_advance(id);
+                let Some(outline) = self.font.outline_glyph(glyph) else { continue };
+                let bounds = outline.px_bounds();
+                // Coverage first, then pixels: `draw` takes a plain closure.
+                let mut coverage = Vec::new();
+                outline.draw(|gx, gy, c| coverage.push((gx, gy, c)));
+                for (gx, gy, c) in coverage {
+                    if c <= 0.0 {
+                        continue;
+                    }
+                    let at = (bounds.min.x as i32 + gx as i32, bounds.min.y as i32 + gy as i32);
+                    let alpha = colour.alpha * f64::from(c.min(1.0));
+                    self.inner.draw_pixel(at, BackendColor { alpha, rgb: colour.rgb })?;
+                }
+            }
+            Ok(())
+        }
+    }
 }
 
 #[cfg(test)]

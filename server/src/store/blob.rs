@@ -148,6 +148,11 @@ impl BlobStore {
         })
     }
 
+    /// The content-addressed key of a file whose SHA-256 is `sha256`.
+    pub(crate) fn key_of(sha256: &str) -> String {
+        format!("{SNAPSHOTS_DIR}/{sha256}")
+    }
+
     /// Moves a staged upload to its content-addressed key
     /// `snapshots/<sha256>` and returns that key. When the key exists (the
     /// same content was uploaded before), the staging object is deleted
@@ -157,7 +162,7 @@ impl BlobStore {
         if sha.len() != 64 || !sha.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
             bail!("cannot commit {}: {sha:?} is not a SHA-256 in lowercase hex", staged.staging_key);
         }
-        let final_key = format!("{SNAPSHOTS_DIR}/{sha}");
+        let final_key = BlobStore::key_of(sha);
         let final_path = ObjectPath::from(final_key.as_str());
         match self.store.head(&final_path).await {
             Ok(_) => {
@@ -201,9 +206,9 @@ impl BlobStore {
         Ok((total, result.into_stream().map_err(std::io::Error::other).boxed()))
     }
 
-    #[cfg(test)]
-    /// The whole file at `key`, in memory: for small files only (a
-    /// snapshot should be streamed with [`get_range`](Self::get_range)).
+    /// The whole file at `key`, in memory: for the report export, which
+    /// inlines the file anyway (elsewhere a snapshot is streamed with
+    /// [`get_range`](Self::get_range)).
     pub(crate) async fn get_bytes(&self, key: &str) -> Result<Bytes> {
         let read = async { self.store.get(&ObjectPath::from(key)).await?.bytes().await };
         read.await.with_context(|| format!("cannot read {key} from {}", self.location))

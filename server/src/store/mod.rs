@@ -10,8 +10,12 @@
 //! inserted; a crash at any point leaves at most a staging leftover (swept at
 //! startup) or an unreferenced file, never a row pointing at half a file.
 //!
-//! Deleting a snapshot deletes its row first; the caller deletes the file
-//! once [`Db::count_by_blob`] says no other row uses it.
+//! Deleting a snapshot deletes its row first; [`delete_blob_if_unused`]
+//! then deletes the file once [`Db::count_by_blob`] says no other row uses
+//! it. That check and an upload's commit of the same content
+//! ([`record_upload`]) hold the file's lock ([`Db::lock_blob`]), so a file
+//! an upload has just committed is never deleted under it, whichever
+//! instances do the two.
 
 mod blob;
 mod db;
@@ -21,3 +25,46 @@ pub(crate) mod telemetry;
 pub(crate) use blob::{BlobStore, S3Settings, Staged, StagedUpload, is_not_found};
 pub(crate) use db::{Cursor, Db, ListFilter, NewSnapshot, Page, SnapshotRecord, SnapshotStatus, TokenRecord, Trigger};
 pub(crate) use review::{CommentRecord, JobSummary, NewComment, RetentionItem};
+
+/// What [`record_upload`] did.
+#[derive(Debug)]
+pub(crate) enum Recorded {
+    /// The file was committed and this row inserted.
+    New(SnapshotRecord),
+    /// A parsed snapshot of the same content exists: the staged file was
+    /// dropped and this is that snapshot.
+    Duplicate(SnapshotRecord),
+}
+
+/// Commits a staged upload and inserts its row (`row` is given the blob
+/// key), unless a parsed snapshot of the same content exists, all under the
+/// file's lock so no deleter removes the file in between.
+pub(crate) async fn record_upload(
+    db: &Db,
+    blobs: &BlobStore,
+    staged: &Staged,
+    row: impl FnOnce(String) -> NewSnapshot,
+) -> anyhow::Result<Recorded> {
+    let lock = db.lock_blob(&BlobStore::key_of(&staged.sha256)).await?;
+    if let Some(existing) = db.find_ready_by_sha256(&staged.sha256).await? {
+        blobs.discard(staged).await?;
+        lock.release().await?;
+        return Ok(Recorded::Duplicate(existing));
+    }
+    let blob_key = blobs.commit(staged).await?;
+    let record = db.insert_snapshot(&row(blob_key)).await?;
+    lock.release().await?;
+    Ok(Recorded::New(record))
+}
+
+/// Deletes the file at `blob_key` when no row uses it (its rows are
+/// deleted first), under the file's lock. Returns whether it was deleted.
+pub(crate) async fn delete_blob_if_unused(db: &Db, blobs: &BlobStore, blob_key: &str) -> anyhow::Result<bool> {
+    let lock = db.lock_blob(blob_key).await?;
+    let unused = db.count_by_blob(blob_key).await? == 0;
+    if unused {
+        blobs.delete(blob_key).await?;
+    }
+    lock.release().await?;
+    Ok(unused)
+}

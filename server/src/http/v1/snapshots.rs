@@ -1,4 +1,5 @@
-//! Listing, metadata, statistics, file download and deletion.
+//! Listing, metadata, statistics, file download and deletion, and the
+//! report export (the page and chart of `vramscope report`).
 
 use axum::Json;
 use axum::body::Body;
@@ -6,7 +7,9 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
-use vramscope_shared::StatsReport;
+use vramscope_shared::{ReadOptions, Snapshot, StatsReport, read_snapshot_bytes};
+
+use crate::cli::report::{self, ChartFormat};
 
 use crate::http::AppState;
 use crate::http::error::{AppError, AppResult};
@@ -90,9 +93,7 @@ pub(crate) async fn delete(State(state): State<AppState>, Path(id): Path<String>
     let rec = state.db.delete(&id).await?.ok_or_else(|| AppError::NotFound(format!("snapshot {id}")))?;
     state.cache.remove(&id);
     // The file is shared by identical uploads: remove it with its last row.
-    if state.db.count_by_blob(&rec.blob_key).await? == 0 {
-        state.blobs.delete(&rec.blob_key).await?;
-    }
+    crate::store::delete_blob_if_unused(&state.db, &state.blobs, &rec.blob_key).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -156,6 +157,75 @@ pub(crate) async fn file(
         }
     }
     Ok(response)
+}
+
+/// The stored file of a snapshot, read: its record, bytes and model.
+async fn read_stored(state: &AppState, id: &str) -> AppResult<(SnapshotRecord, bytes::Bytes, Snapshot)> {
+    let rec = record(state, id).await?;
+    let bytes = state.blobs.get_bytes(&rec.blob_key).await.map_err(|e| {
+        if is_not_found(&e) { AppError::NotFound(format!("the file of snapshot {id}")) } else { AppError::Internal(e) }
+    })?;
+    let to_read = bytes.clone();
+    let snapshot = tokio::task::spawn_blocking(move || read_snapshot_bytes(&to_read, &ReadOptions::default()))
+        .await
+        .map_err(|e| AppError::Internal(anyhow::anyhow!("the report's worker thread failed: {e}")))?
+        .map_err(|e| AppError::Unprocessable(format!("snapshot {id} cannot be read: {e}")))?;
+    Ok((rec, bytes, snapshot))
+}
+
+/// `GET /api/v1/snapshots/{id}/report.html`: the same self-contained page
+/// as `vramscope report FILE` (dashboard, snapshot and findings inlined),
+/// as a download named after the snapshot.
+pub(crate) async fn report(State(state): State<AppState>, Path(id): Path<String>) -> AppResult<Response> {
+    let (rec, bytes, snapshot) = read_stored(&state, &id).await?;
+    let name = rec.name.clone();
+    let modified_ms = u64::try_from(rec.uploaded_at_ms).unwrap_or(0);
+    let html = tokio::task::spawn_blocking(move || {
+        report::report_html(std::path::Path::new(&name), &name, modified_ms, &bytes, &snapshot)
+    })
+    .await
+    .map_err(|e| AppError::Internal(anyhow::anyhow!("the report's worker thread failed: {e}")))?
+    .map_err(AppError::Internal)?;
+    Ok(download(html.into_bytes(), "text/html; charset=utf-8", &rec.name, "html"))
+}
+
+/// `GET /api/v1/snapshots/{id}/chart.svg`: the report's main chart, as
+/// `vramscope report --svg` draws it.
+pub(crate) async fn chart_svg(State(state): State<AppState>, Path(id): Path<String>) -> AppResult<Response> {
+    chart(&state, &id, ChartFormat::Svg).await
+}
+
+/// `GET /api/v1/snapshots/{id}/chart.png`: the same chart as `--png`.
+pub(crate) async fn chart_png(State(state): State<AppState>, Path(id): Path<String>) -> AppResult<Response> {
+    chart(&state, &id, ChartFormat::Png).await
+}
+
+async fn chart(state: &AppState, id: &str, format: ChartFormat) -> AppResult<Response> {
+    let (rec, _, snapshot) = read_stored(state, id).await?;
+    let chart = tokio::task::spawn_blocking(move || report::main_chart(snapshot, format))
+        .await
+        .map_err(|e| AppError::Internal(anyhow::anyhow!("the chart's worker thread failed: {e}")))?
+        // The only failure of a readable snapshot: no device has a trace.
+        .map_err(|e| AppError::Unprocessable(e.to_string()))?;
+    let (content_type, extension) = match format {
+        ChartFormat::Svg => ("image/svg+xml", "svg"),
+        ChartFormat::Png => ("image/png", "png"),
+    };
+    Ok(download(chart, content_type, &rec.name, extension))
+}
+
+/// A response with `bytes`, saved as the snapshot's name with `extension`.
+fn download(bytes: Vec<u8>, content_type: &'static str, name: &str, extension: &str) -> Response {
+    let mut response = Response::new(Body::from(bytes));
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    let stem = std::path::Path::new(name).file_stem().map_or_else(|| name.to_owned(), |s| s.to_string_lossy().into());
+    let filename: String =
+        stem.chars().map(|c| if c.is_ascii_alphanumeric() || "._-".contains(c) { c } else { '_' }).collect();
+    if let Ok(v) = HeaderValue::from_str(&format!("attachment; filename=\"{filename}.{extension}\"")) {
+        headers.insert(header::CONTENT_DISPOSITION, v);
+    }
+    response
 }
 
 #[cfg(test)]

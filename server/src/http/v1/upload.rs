@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use crate::analysis::{ParseFailure, analyze, parse_stored};
 use crate::http::AppState;
 use crate::http::error::{AppError, AppResult};
-use crate::store::{NewSnapshot, SnapshotStatus, Staged, StagedUpload, Trigger};
+use crate::store::{NewSnapshot, Recorded, SnapshotStatus, Staged, StagedUpload, Trigger, record_upload};
 
 /// Metadata of an upload, from the query string or multipart form fields.
 #[derive(Debug, Default, Deserialize)]
@@ -192,6 +192,8 @@ async fn finish(state: AppState, staged: Staged, meta: UploadMeta) -> AppResult<
         state.blobs.discard(&staged).await?;
         return Err(AppError::BadRequest(format!("trigger must be manual, threshold or oom, not {trigger_name:?}")));
     };
+    // A fast path that skips the parse of a duplicate; `record_upload`
+    // checks again under the file's lock before committing.
     if let Some(existing) = state.db.find_ready_by_sha256(&staged.sha256).await? {
         state.blobs.discard(&staged).await?;
         state.metrics.upload("duplicate");
@@ -222,14 +224,13 @@ async fn finish(state: AppState, staged: Staged, meta: UploadMeta) -> AppResult<
         None
     };
 
-    let blob_key = state.blobs.commit(&staged).await?;
-    state.metrics.bytes_stored.inc_by(staged.size);
     let id = uuid::Uuid::now_v7().to_string();
     let name = meta.name.filter(|n| !n.trim().is_empty()).unwrap_or_else(|| format!("snapshot-{id}"));
-    let record = NewSnapshot {
+    let status = if inline { SnapshotStatus::Ready } else { SnapshotStatus::Parsing };
+    let row = |blob_key: String| NewSnapshot {
         id: id.clone(),
         sha256: staged.sha256.clone(),
-        blob_key: blob_key.clone(),
+        blob_key,
         name,
         job: meta.job.filter(|s| !s.is_empty()),
         host: meta.host.filter(|s| !s.is_empty()),
@@ -238,10 +239,21 @@ async fn finish(state: AppState, staged: Staged, meta: UploadMeta) -> AppResult<
         trigger,
         size_bytes: staged.size,
         uploaded_at_ms: crate::now_ms(),
-        status: if inline { SnapshotStatus::Ready } else { SnapshotStatus::Parsing },
+        status,
         stats_json,
     };
-    state.db.insert_snapshot(&record).await?;
+    // Dedup lookup, commit and row under the file's lock: a retention run
+    // or a delete on another instance cannot remove the file in between.
+    let blob_key = match record_upload(&state.db, &state.blobs, &staged, row).await? {
+        Recorded::New(record) => record.blob_key,
+        Recorded::Duplicate(existing) => {
+            state.metrics.upload("duplicate");
+            let answer =
+                UploadAnswer { id: existing.id, sha256: existing.sha256, status: existing.status, deduplicated: true };
+            return Ok((StatusCode::OK, Json(answer)));
+        }
+    };
+    state.metrics.bytes_stored.inc_by(staged.size);
     state.metrics.upload("ok");
     match parsed {
         // Index it for the views right away, off the answer's path.
@@ -258,7 +270,7 @@ async fn finish(state: AppState, staged: Staged, meta: UploadMeta) -> AppResult<
             tokio::spawn(parse_in_background(state.clone(), id.clone(), blob_key));
         }
     }
-    let answer = UploadAnswer { id, sha256: staged.sha256, status: record.status, deduplicated: false };
+    let answer = UploadAnswer { id, sha256: staged.sha256, status, deduplicated: false };
     Ok((StatusCode::CREATED, Json(answer)))
 }
 
