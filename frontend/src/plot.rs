@@ -118,9 +118,10 @@ pub fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, scene: &Scene<'_>
     let axis = scene.data.axis;
     let x_label = |x: &i64| format::x_label(axis, *x, scene.origin, x_step);
     // Zoomed on memory far from 0, rounded labels would all read alike
-    // ("50.0 MiB"): exact bytes then.
-    let exact = y_max.saturating_sub(y_min).saturating_mul(100) < y_max;
-    let y_label = |y: &u64| if exact { format!("{} B", format::grouped(*y)) } else { format::bytes(*y) };
+    // ("50.0 MiB") and exact ones do not fit: bytes above the bottom then
+    // (the status line gives the bottom).
+    let relative = y_max.saturating_sub(y_min).saturating_mul(100) < y_max;
+    let y_label = |y: &u64| if relative { format!("+{}", format::bytes(y.saturating_sub(y_min))) } else { format::bytes(*y) };
     chart
         .configure_mesh()
         .bold_line_style(GRID)

@@ -521,9 +521,19 @@ pub(crate) fn Timeline(shared: Shared) -> impl IntoView {
                 }
             })
         });
+        // Exact bytes once rounded ones would read alike (the plot's labels
+        // then count from the bottom).
         let memory = y_zoom
             .get()
-            .map(|y| format!(" · memory {} to {}", format::bytes(y.lo), format::bytes(y.hi)))
+            .map(|y| {
+                let exact = |b: u64| format!("{} B", format::grouped(b));
+                let (lo, hi) = if y.span().saturating_mul(100) < y.hi {
+                    (exact(y.lo), exact(y.hi))
+                } else {
+                    (format::bytes(y.lo), format::bytes(y.hi))
+                };
+                format!(" · memory {lo} to {hi}")
+            })
             .unwrap_or_default();
         format!("{range}{memory} · {}", shown.unwrap_or_default())
     };
