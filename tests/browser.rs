@@ -275,17 +275,7 @@ async fn zooming_on_memory_lists_smaller_allocations() {
 async fn zoom_on_memory(client: &Client, url: &str) {
     let client = client.clone();
     let path = common::fixture_corpus().join("mlp_train_all.pickle");
-    let answer: serde_json::Value = reqwest::Client::new()
-        .post(format!("{url}/api/v1/snapshots?name=mlp_train_all.pickle"))
-        .header("Content-Type", "application/octet-stream")
-        .body(std::fs::read(&path).expect("fixture"))
-        .send()
-        .await
-        .expect("upload")
-        .json()
-        .await
-        .expect("upload answer");
-    let id = answer["id"].as_str().expect("id").to_owned();
+    let id = upload(url, &path).await;
     client.goto(&format!("{url}/snapshots/{id}")).await.expect("open the snapshot");
     let settled = || async {
         if client.find(Locator::Css("#timeline-loading")).await.is_ok() {

@@ -32,27 +32,11 @@ const REC_ALLOCATED: [u8; 3] = [9, 105, 218];
 async fn oom_whatif_leaks_and_compare_in_chromium() {
     let (_server, url) = start_server(&scratch("analysis-data"), &[]);
     assert_dashboard_built(&url).await;
-    let leak = upload(&url, "oom_leak.pickle").await;
-    let other = upload(&url, "mlp_train_all.pickle").await;
+    let leak = upload(&url, &common::fixture_corpus().join("oom_leak.pickle")).await;
+    let other = upload(&url, &common::fixture_corpus().join("mlp_train_all.pickle")).await;
     let (_driver, driver_url) = start_chromedriver();
     let client = connect(&driver_url, "analysis-profile").await;
     closing(&client, explore(&client, &url, &leak, &other)).await;
-}
-
-/// Upload a fixture through the API; its id.
-async fn upload(url: &str, name: &str) -> String {
-    let bytes = std::fs::read(common::fixture_corpus().join(name)).expect("fixture");
-    let answer: Value = reqwest::Client::new()
-        .post(format!("{url}/api/v1/snapshots?name={name}"))
-        .header("content-type", "application/octet-stream")
-        .body(bytes)
-        .send()
-        .await
-        .expect("upload")
-        .json()
-        .await
-        .expect("upload answer");
-    answer["id"].as_str().expect("id").to_owned()
 }
 
 /// Pixels of canvas `id` having exactly each of `colours`, and the canvas's

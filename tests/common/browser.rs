@@ -267,6 +267,24 @@ pub async fn closing(client: &Client, steps: impl std::future::Future<Output = (
     closed.expect("close the browser");
 }
 
+/// Uploads the file at `path` through the API (named after the file) and
+/// returns the stored snapshot's id: the browser tests' common first step.
+pub async fn upload(url: &str, path: &Path) -> String {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let name = path.file_name().expect("a file name").to_string_lossy().into_owned();
+    let answer: Value = reqwest::Client::new()
+        .post(format!("{url}/api/v1/snapshots?name={name}"))
+        .header("Content-Type", "application/octet-stream")
+        .body(bytes)
+        .send()
+        .await
+        .expect("upload")
+        .json()
+        .await
+        .expect("upload answer");
+    answer["id"].as_str().unwrap_or_else(|| panic!("upload of {name}: no id in {answer}")).to_owned()
+}
+
 pub async fn assert_dashboard_built(url: &str) {
     let page = reqwest::get(format!("{url}/")).await.expect("GET /");
     assert_eq!(

@@ -8,7 +8,6 @@ use std::path::PathBuf;
 use clap::Args;
 use serde::Serialize;
 use vramscope_shared::ReadOptions;
-use vramscope_shared::Snapshot;
 use vramscope_shared::analysis::oom::{Avoidance, Limit, OomCause, OomReport, explain_with};
 use vramscope_shared::analysis::stack_label;
 use vramscope_shared::views::analysis::avoided_by;
