@@ -11,6 +11,8 @@
 //!
 //! The data model and the drawing compile natively and are unit-tested; the
 //! components need a browser.
+// The model is read only by the wasm32 components (and the tests).
+#![cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
 
 use plotters::coord::Shift;
 use plotters::prelude::*;
