@@ -8,9 +8,10 @@
 //! retention, and the job page flags the leaking rank.
 //!
 //! Needs PostgreSQL and an S3 endpoint: `./scripts/test` starts both
-//! (`scripts/services`) and exports their addresses. The load balancer of
-//! the page is not run (no nginx here); requests alternate between the
-//! instances instead.
+//! (`scripts/services`) and exports their addresses. The page's load
+//! balancer runs too: Debian's nginx (`/usr/sbin/nginx`, run as this user
+//! with its files in a temp folder) from the page's configuration, in front
+//! of the two instances; the other steps alternate between the instances.
 
 mod common;
 
@@ -110,6 +111,114 @@ async fn upload(instance: &Instance, token: &str, bytes: Vec<u8>, query: &str) -
 async fn bucket_keys(s3: &str, bucket: &str) -> Vec<String> {
     let xml = client().get(format!("{s3}/{bucket}?list-type=2")).send().await.expect("list").text().await.expect("xml");
     xml.split("<Key>").skip(1).filter_map(|rest| rest.split("</Key>").next()).map(str::to_owned).collect()
+}
+
+/// nginx in front of the instances, configured from the ```nginx block of
+/// docs/team-setup.md (same upstream and proxy settings, loopback ports,
+/// plain HTTP instead of TLS, its files in `dir`), killed when dropped.
+struct LoadBalancer {
+    child: Child,
+    url: String,
+    access_log: PathBuf,
+}
+
+impl Drop for LoadBalancer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Debian's nginx binary (package nginx-light or nginx).
+const NGINX: &str = "/usr/sbin/nginx";
+
+impl LoadBalancer {
+    fn start(dir: &Path, upstreams: [&Instance; 2]) -> LoadBalancer {
+        assert!(
+            Path::new(NGINX).exists(),
+            "{NGINX} is missing: the team test runs the documented load balancer (apt-get install nginx-light; \
+             .ci/run installs it)"
+        );
+        let page =
+            std::fs::read_to_string(common::workspace_root().join("docs/team-setup.md")).expect("docs/team-setup.md");
+        let block = page.split("```nginx\n").nth(1).and_then(|rest| rest.split("```").next()).expect("an nginx block");
+        let port = std::net::TcpListener::bind("127.0.0.1:0").expect("free port").local_addr().expect("addr").port();
+        let address = |i: &Instance| i.url.trim_start_matches("http://").to_owned();
+        let documented = ["server 10.0.0.11:8080", "server 10.0.0.12:8080", "listen 443 ssl;", "ssl_certificate"];
+        for text in documented {
+            assert!(block.contains(text), "docs/team-setup.md changed: its nginx block lacks {text:?}");
+        }
+        let server_block: String = block
+            .replace("server 10.0.0.11:8080", &format!("server {}", address(upstreams[0])))
+            .replace("server 10.0.0.12:8080", &format!("server {}", address(upstreams[1])))
+            .replace("listen 443 ssl;", &format!("listen 127.0.0.1:{port};"))
+            .lines()
+            .filter(|line| !line.contains("ssl_certificate"))
+            .map(|line| format!("    {line}\n"))
+            .collect();
+        let d = dir.display();
+        // As root, workers would run as nobody and could not write the temp folders.
+        let root = std::fs::read_to_string("/proc/self/status")
+            .ok()
+            .and_then(|s| s.lines().find(|l| l.starts_with("Uid:")).map(|l| l.split_whitespace().nth(2) == Some("0")))
+            .unwrap_or(false);
+        let config = format!(
+            "daemon off;\n{user}worker_processes 1;\npid {d}/nginx.pid;\nerror_log {d}/error.log warn;\n\
+             events {{ worker_connections 256; }}\n\
+             http {{\n    log_format upstream '$upstream_addr $request_method $uri $status';\n    \
+             access_log {d}/access.log upstream;\n    client_body_temp_path {d}/client_body;\n    \
+             proxy_temp_path {d}/proxy;\n    fastcgi_temp_path {d}/fastcgi;\n    uwsgi_temp_path {d}/uwsgi;\n    \
+             scgi_temp_path {d}/scgi;\n{server_block}}}\n",
+            user = if root { "user root;\n" } else { "" },
+        );
+        let config_path = dir.join("nginx.conf");
+        std::fs::write(&config_path, config).expect("write nginx.conf");
+        let child = Command::new(NGINX)
+            .arg("-p")
+            .arg(dir)
+            .arg("-e")
+            .arg(dir.join("error.log"))
+            .arg("-c")
+            .arg(&config_path)
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {NGINX}: {e}"));
+        LoadBalancer { child, url: format!("http://127.0.0.1:{port}"), access_log: dir.join("access.log") }
+    }
+
+    fn api(&self, path: &str) -> String {
+        format!("{}/api/v1{path}", self.url)
+    }
+
+    /// Waits for nginx to answer `/healthz` through an instance.
+    async fn wait_ready(&mut self, dir: &Path) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                let log = std::fs::read_to_string(dir.join("error.log")).unwrap_or_default();
+                panic!("nginx exited ({status}): {log}");
+            }
+            if let Ok(response) = client().get(format!("{}/healthz", self.url)).send().await
+                && response.status() == StatusCode::OK
+            {
+                return;
+            }
+            assert!(Instant::now() < deadline, "nginx did not answer within 20 s");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// `(upstream address, method, path, status)` of each proxied request.
+    fn requests(&self) -> Vec<(String, String, String, u16)> {
+        let log = std::fs::read_to_string(&self.access_log).unwrap_or_default();
+        log.lines()
+            .filter_map(|line| {
+                let mut parts = line.split(' ');
+                let (upstream, method, path, status) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+                Some((upstream.to_owned(), method.to_owned(), path.to_owned(), status.parse().ok()?))
+            })
+            .collect()
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -237,6 +346,63 @@ async fn two_instances_review_jobs_and_retention() {
     assert_eq!(thread[0]["time_us"], 1_700_000_000_123_456i64);
     assert_eq!(thread[0]["addr"], 139_637_976_727_552u64);
     assert!(thread[0]["created_ms"].as_i64().is_some_and(|ms| ms > 1_700_000_000_000));
+
+    // Step 5: the documented load balancer in front of A and B. An agent
+    // uploads through it, people list and read through it, and nginx's log
+    // shows the requests landing on both instances.
+    let lb_dir = scratch("nginx");
+    let mut lb = LoadBalancer::start(&lb_dir, [&a, &b]);
+    lb.wait_ready(&lb_dir).await;
+    let (status, _) = send(client().get(lb.api("/snapshots"))).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "tokens are required through the load balancer too");
+    let compiled = std::fs::read(common::fixture_corpus().join("compiled.pickle")).expect("fixture");
+    let request = client().post(lb.api("/snapshots?name=via-lb.pickle&job=lb-run")).bearer_auth(&agents);
+    let (status, answer) = send(request.body(compiled.clone())).await;
+    assert_eq!(status, StatusCode::CREATED, "{answer}");
+    let via_lb = answer["id"].as_str().expect("id").to_owned();
+    for _ in 0..3 {
+        let (status, page) = send(client().get(lb.api("/snapshots?job=lb-run")).bearer_auth(&alice)).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(page["items"][0]["id"].as_str(), Some(via_lb.as_str()), "{page}");
+        let (status, stats) = send(client().get(lb.api(&format!("/snapshots/{via_lb}/stats"))).bearer_auth(&bob)).await;
+        assert_eq!(status, StatusCode::OK, "{stats}");
+        let file = client().get(lb.api(&format!("/snapshots/{via_lb}/file"))).bearer_auth(&alice).send().await;
+        assert_eq!(file.expect("file").bytes().await.expect("bytes").as_ref(), compiled.as_slice(), "byte for byte");
+        let (_, thread) = send(client().get(lb.api(&format!("/snapshots/{rank1}/comments"))).bearer_auth(&bob)).await;
+        assert_eq!(thread[0]["author"], "alice", "{thread}");
+    }
+    // An agent's WebSocket, upgraded through nginx.
+    {
+        use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+        let ws_url = format!("{}/api/v1/agents/ws", lb.url.replacen("http://", "ws://", 1));
+        let mut request = ws_url.into_client_request().expect("WebSocket request");
+        let bearer = format!("Bearer {agents}").parse().expect("header");
+        request.headers_mut().insert("authorization", bearer);
+        let (mut socket, response) = tokio_tungstenite::connect_async(request).await.expect("WebSocket through nginx");
+        assert_eq!(response.status().as_u16(), 101);
+        socket.close(None).await.expect("close the WebSocket");
+    }
+    // nginx logs a WebSocket once it has closed.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let requests = loop {
+        let requests = lb.requests();
+        if requests.iter().any(|(_, _, path, _)| path == "/api/v1/agents/ws") || Instant::now() > deadline {
+            break requests;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let api: Vec<_> = requests.iter().filter(|(_, _, path, _)| path.starts_with("/api/v1/snapshots")).collect();
+    assert!(requests.iter().any(|(_, _, path, status)| path == "/api/v1/agents/ws" && *status == 101), "{requests:?}");
+    assert_eq!(api.len(), 1 + 1 + 3 * 4, "{requests:?}");
+    assert!(api.iter().skip(1).all(|(_, _, _, status)| *status == 200 || *status == 201), "{requests:?}");
+    for instance in [&a, &b] {
+        let address = instance.url.trim_start_matches("http://");
+        assert!(api.iter().any(|(upstream, ..)| upstream == address), "no request reached {address}: {requests:?}");
+    }
+    // Its file is not the others': out of the retention figures below.
+    let (status, _) = send(client().delete(lb.api(&format!("/snapshots/{via_lb}"))).bearer_auth(&ops)).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    drop(lb);
 
     // Bad comments are refused with a reason.
     for (body, why) in [(json!({ "body": "  " }), "must not be empty"), (json!({ "text": "x" }), "comment body")] {
