@@ -1,9 +1,11 @@
 //! Plain 2D-canvas drawing for the page's small canvases (segment timeline,
 //! allocator state, fragmentation, minimap, track): HiDPI backing stores,
-//! and the x mapping they share with the main timeline's plot area.
+//! the x mapping they share with the main timeline's plot area, and the
+//! last real draw kept off screen ([`Drawn`]), shown shifted and stretched
+//! while the window moves.
 
 use wasm_bindgen::JsCast;
-use web_sys::{CanvasRenderingContext2d, HtmlCanvasElement};
+use web_sys::{CanvasRenderingContext2d, Element, HtmlCanvasElement};
 
 use crate::viewport::Window;
 
@@ -29,6 +31,97 @@ pub(crate) fn context(canvas: &HtmlCanvasElement, css_w: f64, css_h: f64) -> Opt
     let _ = ctx.set_transform(dpr, 0.0, 0.0, dpr, 0.0, 0.0);
     ctx.clear_rect(0.0, 0.0, css_w, css_h);
     Some(ctx)
+}
+
+/// The width of a canvas's container in CSS pixels, at least 320.
+pub(crate) fn css_width(wrap: &Element) -> f64 {
+    f64::from(wrap.client_width()).max(320.0)
+}
+
+/// Save the context and clip it to the plot area `left`..`left + width`
+/// (restore it when done).
+pub(crate) fn clip_plot(ctx: &CanvasRenderingContext2d, left: f64, width: f64, height: f64) {
+    ctx.save();
+    ctx.begin_path();
+    ctx.rect(left, 0.0, width, height);
+    ctx.clip();
+}
+
+/// A view's plot area as last drawn from real data, kept in an off-screen
+/// canvas with the window it showed. While the window moves, the view shows
+/// this image shifted and stretched (one `drawImage`), and draws for real
+/// only when fresh data arrives: the real draw costs tens of milliseconds on
+/// large snapshots, the image a fraction of one.
+pub(crate) struct Drawn {
+    image: HtmlCanvasElement,
+    /// The window the image shows.
+    pub(crate) view: Window,
+    left: f64,
+    width: f64,
+    css_w: f64,
+    height: f64,
+    dpr: f64,
+}
+
+impl Drawn {
+    /// An off-screen canvas of `css_w` × `height` CSS pixels, cleared,
+    /// reusing `old`'s; draw the plot area for `view` into the context.
+    pub(crate) fn start(
+        old: Option<Drawn>,
+        view: Window,
+        (left, width): (f64, f64),
+        css_w: f64,
+        height: f64,
+    ) -> Option<(Drawn, CanvasRenderingContext2d)> {
+        let image = match old {
+            Some(d) => d.image,
+            None => leptos::prelude::document().create_element("canvas").ok()?.dyn_into::<HtmlCanvasElement>().ok()?,
+        };
+        let ctx = context(&image, css_w, height)?;
+        Some((Drawn { image, view, left, width, css_w, height, dpr: ratio() }, ctx))
+    }
+
+    /// Whether the image still fits the page: same plot area, size and ratio.
+    pub(crate) fn fits(&self, (left, width): (f64, f64), css_w: f64) -> bool {
+        self.left == left && self.width == width && self.css_w == css_w && self.dpr == ratio()
+    }
+
+    /// Draw the image into `ctx` (sized like it) as it falls in `view`: the
+    /// part of its window still visible, shifted and stretched in place.
+    pub(crate) fn show(&self, ctx: &CanvasRenderingContext2d, view: Window) {
+        let (left, width) = (self.left, self.width);
+        // The visible window's ends on the image, clamped to what it holds.
+        let src0 = self.px_then(view, left).clamp(left, left + width);
+        let src1 = self.px_then(view, left + width).clamp(left, left + width);
+        if src1 - src0 < 1e-3 {
+            return;
+        }
+        let dst0 = self.px_now(view, src0);
+        let dst1 = self.px_now(view, src1);
+        let _ = ctx.draw_image_with_html_canvas_element_and_sw_and_sh_and_dx_and_dy_and_dw_and_dh(
+            &self.image,
+            src0 * self.dpr,
+            0.0,
+            (src1 - src0) * self.dpr,
+            self.height * self.dpr,
+            dst0,
+            0.0,
+            dst1 - dst0,
+            self.height,
+        );
+    }
+
+    /// Where a pixel of the plot showing `view` was on the image.
+    pub(crate) fn px_then(&self, view: Window, px: f64) -> f64 {
+        let x = view.start as f64 + (px - self.left) / self.width.max(1.0) * view.width() as f64;
+        self.left + (x - self.view.start as f64) / (self.view.width().max(1) as f64) * self.width
+    }
+
+    /// Where a pixel of the image lands on the plot showing `view`.
+    fn px_now(&self, view: Window, px: f64) -> f64 {
+        let x = self.view.start as f64 + (px - self.left) / self.width.max(1.0) * self.view.width() as f64;
+        self.left + (x - view.start as f64) / (view.width().max(1) as f64) * self.width
+    }
 }
 
 /// Fill a rectangle.

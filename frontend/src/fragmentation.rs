@@ -3,17 +3,22 @@
 //! and rounding waste; the instant where the most bytes were stuck; and the
 //! allocator settings the snapshot recorded (`PYTORCH_CUDA_ALLOC_CONF`).
 
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
 use std::time::Duration;
 
 use leptos::prelude::*;
 use leptos::task::spawn_local;
+use web_sys::CanvasRenderingContext2d;
 
 use crate::api;
 use crate::canvas::{self, colour};
 use crate::draws;
 use crate::explorer::Shared;
 use crate::format;
+use crate::frame;
 use crate::model::{FragmentationAnswer, Instant, SettingsView};
+use crate::viewport::Window;
 
 /// Picks one figure of a column.
 type Pick = fn(&crate::model::Figures) -> u64;
@@ -65,55 +70,64 @@ pub(crate) fn FragmentationPanel(shared: Shared) -> impl IntoView {
         timer.set_value(handle.ok());
     });
 
-    Effect::new(move |_| {
-        let (Some(canvas), Some(wrap), Some(v)) = (canvas_ref.get(), wrap_ref.get(), shared.view.get()) else { return };
-        let (left, width) = shared.plot.get();
-        let cursor = shared.cursor_x();
-        data.with(|d| {
-            let Some(d) = d else { return };
-            if width <= 0.0 {
+    // Once per frame at most: fresh figures drawn for real into an
+    // off-screen image, which a moved window (or cursor) shows shifted and
+    // stretched until the figures for it arrive.
+    let drawn = Rc::new(RefCell::new(None::<canvas::Drawn>));
+    let fresh = Rc::new(Cell::new(true));
+    let redraw = frame::Redraw::new({
+        let (drawn, fresh) = (Rc::clone(&drawn), Rc::clone(&fresh));
+        move || {
+            let (Some(canvas), Some(wrap), Some(v)) =
+                (canvas_ref.get_untracked(), wrap_ref.get_untracked(), shared.view.get_untracked())
+            else {
                 return;
-            }
-            let started = draws::now();
-            let css_w = f64::from(wrap.client_width()).max(320.0);
-            let Some(ctx) = canvas::context(&canvas, css_w, HEIGHT) else { return };
-            let top = d.columns.iter().map(|c| c.figures.reserved).max().unwrap_or(1).max(1) as f64;
-            let y = |b: u64| HEIGHT - 4.0 - b as f64 / top * (HEIGHT - 24.0);
-            ctx.save();
-            ctx.begin_path();
-            ctx.rect(left, 0.0, width, HEIGHT);
-            ctx.clip();
-            let series: [(&str, Pick); 4] = [
-                (colour::RESERVED, |f| f.reserved),
-                (colour::ALLOCATED, |f| f.allocated),
-                (colour::PENDING, |f| f.inactive_split),
-                (colour::WASTE, |f| f.waste),
-            ];
-            for (col, value) in series {
-                ctx.begin_path();
-                for (i, c) in d.columns.iter().enumerate() {
-                    let x0 = canvas::x_px(v, left, width, c.column.x0 as f64);
-                    let x1 = canvas::x_px(v, left, width, c.column.x1 as f64);
-                    let yy = y(value(&c.figures));
-                    if i == 0 {
-                        ctx.move_to(x0, yy);
-                    } else {
-                        ctx.line_to(x0, yy);
-                    }
-                    ctx.line_to(x1, yy);
+            };
+            let plot = shared.plot.get_untracked();
+            let (left, width) = plot;
+            data.with_untracked(|d| {
+                let Some(d) = d else { return };
+                if width <= 0.0 {
+                    return;
                 }
-                ctx.set_stroke_style_str(col);
-                ctx.set_line_width(2.0);
-                ctx.stroke();
-            }
-            if let Some(x) = cursor.filter(|&x| x >= v.start && x < v.end) {
-                canvas::vline(&ctx, colour::CURSOR, canvas::x_px(v, left, width, x as f64), 0.0, HEIGHT, 1.0);
-            }
-            ctx.restore();
-            canvas::text(&ctx, colour::LABEL, &format::bytes(top as u64), 4.0, 24.0);
-            canvas::text(&ctx, colour::LABEL, "0", 4.0, HEIGHT - 4.0);
-            draws::record("fragmentation", started);
-        });
+                let started = draws::now();
+                let css_w = canvas::css_width(&wrap);
+                let top = d.columns.iter().map(|c| c.figures.reserved).max().unwrap_or(1).max(1) as f64;
+                let mut image = drawn.borrow_mut();
+                if fresh.replace(false) || !image.as_ref().is_some_and(|i| i.fits(plot, css_w)) {
+                    let Some((next, ctx)) = canvas::Drawn::start(image.take(), v, plot, css_w, HEIGHT) else { return };
+                    draw_curves(&ctx, d, v, plot, top);
+                    *image = Some(next);
+                }
+                let Some(ctx) = canvas::context(&canvas, css_w, HEIGHT) else { return };
+                if let Some(i) = image.as_ref() {
+                    i.show(&ctx, v);
+                }
+                if let Some(x) = shared.cursor_x().filter(|&x| x >= v.start && x < v.end) {
+                    canvas::vline(&ctx, colour::CURSOR, canvas::x_px(v, left, width, x as f64), 0.0, HEIGHT, 1.0);
+                }
+                canvas::text(&ctx, colour::LABEL, &format::bytes(top as u64), 4.0, 24.0);
+                canvas::text(&ctx, colour::LABEL, "0", 4.0, HEIGHT - 4.0);
+                draws::record("fragmentation", started);
+            });
+        }
+    });
+    // Fresh figures, a new plot area or size: a real draw.
+    Effect::new({
+        let redraw = redraw.clone();
+        move |_| {
+            data.track();
+            shared.plot.track();
+            canvas_ref.track();
+            fresh.set(true);
+            redraw.request();
+        }
+    });
+    // A moved window or cursor: the image, moved.
+    Effect::new(move |_| {
+        shared.view.track();
+        shared.cursor_x();
+        redraw.request();
     });
 
     let worst = move || {
@@ -205,4 +219,41 @@ fn settings_view(s: &SettingsView) -> impl IntoView + use<> {
         </div>
     }
     .into_any()
+}
+
+/// The four curves of `d` placed at `view` in the plot area `(left, width)`
+/// of `ctx`, scaled so that `top` bytes reach the top.
+fn draw_curves(
+    ctx: &CanvasRenderingContext2d,
+    d: &FragmentationAnswer,
+    view: Window,
+    (left, width): (f64, f64),
+    top: f64,
+) {
+    let y = |b: u64| HEIGHT - 4.0 - b as f64 / top * (HEIGHT - 24.0);
+    canvas::clip_plot(ctx, left, width, HEIGHT);
+    let series: [(&str, Pick); 4] = [
+        (colour::RESERVED, |f| f.reserved),
+        (colour::ALLOCATED, |f| f.allocated),
+        (colour::PENDING, |f| f.inactive_split),
+        (colour::WASTE, |f| f.waste),
+    ];
+    for (col, value) in series {
+        ctx.begin_path();
+        for (i, c) in d.columns.iter().enumerate() {
+            let x0 = canvas::x_px(view, left, width, c.column.x0 as f64);
+            let x1 = canvas::x_px(view, left, width, c.column.x1 as f64);
+            let yy = y(value(&c.figures));
+            if i == 0 {
+                ctx.move_to(x0, yy);
+            } else {
+                ctx.line_to(x0, yy);
+            }
+            ctx.line_to(x1, yy);
+        }
+        ctx.set_stroke_style_str(col);
+        ctx.set_line_width(2.0);
+        ctx.stroke();
+    }
+    ctx.restore();
 }

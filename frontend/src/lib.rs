@@ -41,6 +41,8 @@ mod canvas;
 #[cfg(target_arch = "wasm32")]
 mod draws;
 #[cfg(target_arch = "wasm32")]
+mod frame;
+#[cfg(target_arch = "wasm32")]
 #[allow(unreachable_pub)]
 mod explorer;
 #[cfg(target_arch = "wasm32")]

@@ -5,11 +5,13 @@
 //! blocks; expandable segments outlined as mapped ranges. Hover names the
 //! segment; a click moves the cursor there.
 
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
 use std::time::Duration;
 
 use leptos::prelude::*;
 use leptos::task::spawn_local;
-use web_sys::MouseEvent;
+use web_sys::{CanvasRenderingContext2d, MouseEvent};
 
 use crate::api;
 use crate::blocks::{self, Fill, Rect};
@@ -17,7 +19,9 @@ use crate::canvas::{self, colour};
 use crate::draws;
 use crate::explorer::Shared;
 use crate::format;
+use crate::frame;
 use crate::model::{Instant, SegmentsAnswer};
+use crate::viewport::Window;
 
 /// Height of the canvas.
 const HEIGHT: f64 = 170.0;
@@ -48,6 +52,8 @@ pub(crate) fn SegmentTimeline(shared: Shared) -> impl IntoView {
     let error = RwSignal::new(None::<String>);
     let generation = StoredValue::new(0u64);
     let timer = StoredValue::new(None::<TimeoutHandle>);
+    // The window the shown image was drawn for (the rectangles' window).
+    let drawn_view = StoredValue::new(None::<Window>);
 
     // New columns for each settled window.
     Effect::new(move |_| {
@@ -87,77 +93,77 @@ pub(crate) fn SegmentTimeline(shared: Shared) -> impl IntoView {
         timer.set_value(handle.ok());
     });
 
-    // Draw: the last answer placed at the current view, clipped.
-    Effect::new(move |_| {
-        let (Some(canvas), Some(wrap), Some(v)) = (canvas_ref.get(), wrap_ref.get(), shared.view.get()) else {
-            return;
-        };
-        let (left, width) = shared.plot.get();
-        let cursor = shared.cursor_x();
-        data.with(|d| {
-            let Some(d) = d else { return };
-            if width <= 0.0 || Some(d.axis) != shared.axis.get_untracked() {
+    // Draw: once per frame at most. Fresh columns are drawn for real into
+    // an off-screen image; a moved window (or cursor) shows that image
+    // shifted and stretched until the columns for it arrive.
+    let drawn = Rc::new(RefCell::new(None::<canvas::Drawn>));
+    let fresh = Rc::new(Cell::new(true));
+    let redraw = frame::Redraw::new({
+        let (drawn, fresh) = (Rc::clone(&drawn), Rc::clone(&fresh));
+        move || {
+            let (Some(canvas), Some(wrap), Some(v)) =
+                (canvas_ref.get_untracked(), wrap_ref.get_untracked(), shared.view.get_untracked())
+            else {
                 return;
-            }
-            let started = draws::now();
-            let css_w = f64::from(wrap.client_width()).max(320.0);
-            let Some(ctx) = canvas::context(&canvas, css_w, HEIGHT) else { return };
-            let x0 = canvas::x_px(v, left, width, d.start as f64);
-            let x1 = canvas::x_px(v, left, width, d.end as f64);
-            let plot_h = HEIGHT - 18.0;
-            let mut placed = blocks::segment_rects(d, x0, x1 - x0, plot_h);
-            for r in &mut placed {
-                r.y += 14.0;
-            }
-            ctx.save();
-            ctx.begin_path();
-            ctx.rect(left, 0.0, width, HEIGHT);
-            ctx.clip();
-            // One fill style per colour, not per rectangle: setting a style
-            // parses a colour string, which dominated this draw.
-            // Steady stretches drawn as one shape: the count follows the
-            // changes on screen, not the columns.
-            let shapes = blocks::merge_runs(&placed);
-            for fill in [Fill::Allocated, Fill::Waste, Fill::PendingFree, Fill::Inactive, Fill::LargestFree] {
-                ctx.set_fill_style_str(fill_colour(fill));
-                for r in shapes.iter().filter(|r| r.fill == fill) {
-                    // Neighbouring columns touch: no hairline gaps.
-                    ctx.fill_rect(r.x, r.y, r.w + 0.5, r.h);
+            };
+            let plot = shared.plot.get_untracked();
+            let (left, width) = plot;
+            data.with_untracked(|d| {
+                let Some(d) = d else { return };
+                if width <= 0.0 || Some(d.axis) != shared.axis.get_untracked() {
+                    return;
                 }
-            }
-            // A white hairline at each segment's top separates neighbours:
-            // the top rectangle of each (segment, column) comes last.
-            let hairlines: Vec<Rect> = placed
-                .iter()
-                .enumerate()
-                .filter(|(k, r)| placed.get(k + 1).is_none_or(|n| n.segment != r.segment || n.item != r.item))
-                .map(|(_, r)| Rect { h: 0.7, ..*r })
-                .collect();
-            ctx.set_fill_style_str("rgba(255,255,255,0.9)");
-            for r in blocks::merge_runs(&hairlines) {
-                ctx.fill_rect(r.x, r.y, r.w + 0.5, r.h);
-            }
-            // Expandable segments outlined: mapped ranges.
-            ctx.set_stroke_style_str("#8250df");
-            ctx.set_line_width(1.0);
-            for r in &shapes {
-                if d.segments.get(r.segment).is_some_and(|s| s.expandable) {
-                    ctx.stroke_rect(r.x + 0.5, r.y + 0.5, r.w, r.h);
+                let started = draws::now();
+                let css_w = canvas::css_width(&wrap);
+                let mut image = drawn.borrow_mut();
+                if fresh.replace(false) || !image.as_ref().is_some_and(|i| i.fits(plot, css_w)) {
+                    let Some((next, ctx)) = canvas::Drawn::start(image.take(), v, plot, css_w, HEIGHT) else { return };
+                    rects.set_value(draw_columns(&ctx, d, v, plot));
+                    *image = Some(next);
                 }
-            }
-            if let Some(x) = cursor.filter(|&x| x >= v.start && x < v.end) {
-                canvas::vline(&ctx, colour::CURSOR, canvas::x_px(v, left, width, x as f64), 0.0, HEIGHT, 1.0);
-            }
-            ctx.restore();
-            canvas::text(&ctx, colour::LABEL, &format!("{} peak", format::bytes(d.max_reserved)), 4.0, 24.0);
-            canvas::text(&ctx, colour::LABEL, &format!("{} segments", d.segments.len()), 4.0, 38.0);
-            rects.set_value(placed);
-            draws::record("segments", started);
-        });
+                let Some(ctx) = canvas::context(&canvas, css_w, HEIGHT) else { return };
+                if let Some(i) = image.as_ref() {
+                    i.show(&ctx, v);
+                    drawn_view.set_value(Some(i.view));
+                }
+                if let Some(x) = shared.cursor_x().filter(|&x| x >= v.start && x < v.end) {
+                    canvas::vline(&ctx, colour::CURSOR, canvas::x_px(v, left, width, x as f64), 0.0, HEIGHT, 1.0);
+                }
+                canvas::text(&ctx, colour::LABEL, &format!("{} peak", format::bytes(d.max_reserved)), 4.0, 24.0);
+                canvas::text(&ctx, colour::LABEL, &format!("{} segments", d.segments.len()), 4.0, 38.0);
+                draws::record("segments", started);
+            });
+        }
+    });
+    // Fresh columns, a new plot area or size: a real draw.
+    Effect::new({
+        let redraw = redraw.clone();
+        move |_| {
+            data.track();
+            shared.plot.track();
+            canvas_ref.track();
+            fresh.set(true);
+            redraw.request();
+        }
+    });
+    // A moved window or cursor: the image, moved.
+    Effect::new(move |_| {
+        shared.view.track();
+        shared.cursor_x();
+        redraw.request();
     });
 
     let describe = move |e: &MouseEvent| -> Option<(String, Instant)> {
         let (px, py) = (f64::from(e.offset_x()), f64::from(e.offset_y()));
+        // The rectangles are where the image was drawn: map the pointer there.
+        let (left, width) = shared.plot.get_untracked();
+        let px = match (drawn_view.get_value(), shared.view.get_untracked()) {
+            (Some(then), Some(now)) if width > 0.0 => {
+                let x = now.start as f64 + (px - left) / width * now.width() as f64;
+                left + (x - then.start as f64) / then.width().max(1) as f64 * width
+            }
+            _ => px,
+        };
         let (segment, column) = rects.with_value(|r| blocks::segment_hit(r, px, py))?;
         data.with_untracked(|d| {
             let d = d.as_ref()?;
@@ -221,4 +227,59 @@ pub(crate) fn SegmentTimeline(shared: Shared) -> impl IntoView {
             </p>
         </section>
     }
+}
+
+/// Draw the columns of `d` placed at `view` into the plot area `(left,
+/// width)` of `ctx`; returns the rectangles, for hit-testing. One path per
+/// colour (one fill each), not one call per rectangle: on large snapshots
+/// the per-rectangle calls were most of the draw.
+fn draw_columns(
+    ctx: &CanvasRenderingContext2d,
+    d: &SegmentsAnswer,
+    view: Window,
+    (left, width): (f64, f64),
+) -> Vec<Rect> {
+    let x0 = canvas::x_px(view, left, width, d.start as f64);
+    let x1 = canvas::x_px(view, left, width, d.end as f64);
+    let plot_h = HEIGHT - 18.0;
+    let mut placed = blocks::segment_rects(d, x0, x1 - x0, plot_h);
+    for r in &mut placed {
+        r.y += 14.0;
+    }
+    canvas::clip_plot(ctx, left, width, HEIGHT);
+    // Steady stretches drawn as one shape: the count follows the changes
+    // on screen, not the columns.
+    let shapes = blocks::merge_runs(&placed);
+    let fill_path = |rects: &mut dyn Iterator<Item = &Rect>| {
+        ctx.begin_path();
+        for r in rects {
+            // Neighbouring columns touch: no hairline gaps.
+            ctx.rect(r.x, r.y, r.w + 0.5, r.h);
+        }
+        ctx.fill();
+    };
+    for fill in [Fill::Allocated, Fill::Waste, Fill::PendingFree, Fill::Inactive, Fill::LargestFree] {
+        ctx.set_fill_style_str(fill_colour(fill));
+        fill_path(&mut shapes.iter().filter(|r| r.fill == fill));
+    }
+    // A white hairline at each segment's top separates neighbours: the top
+    // rectangle of each (segment, column) comes last.
+    let hairlines: Vec<Rect> = placed
+        .iter()
+        .enumerate()
+        .filter(|(k, r)| placed.get(k + 1).is_none_or(|n| n.segment != r.segment || n.item != r.item))
+        .map(|(_, r)| Rect { h: 0.7, ..*r })
+        .collect();
+    ctx.set_fill_style_str("rgba(255,255,255,0.9)");
+    fill_path(&mut blocks::merge_runs(&hairlines).iter());
+    // Expandable segments outlined: mapped ranges.
+    ctx.set_stroke_style_str("#8250df");
+    ctx.set_line_width(1.0);
+    ctx.begin_path();
+    for r in shapes.iter().filter(|r| d.segments.get(r.segment).is_some_and(|s| s.expandable)) {
+        ctx.rect(r.x + 0.5, r.y + 0.5, r.w, r.h);
+    }
+    ctx.stroke();
+    ctx.restore();
+    placed
 }

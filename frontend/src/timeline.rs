@@ -32,6 +32,7 @@ use crate::canvas;
 use crate::draws;
 use crate::explorer::Shared;
 use crate::format;
+use crate::frame;
 use crate::frames::{self, FrameRun};
 use crate::hidpi::Scaled;
 use crate::layout::{self, Bar, Geometry};
@@ -285,8 +286,9 @@ pub(crate) fn Timeline(shared: Shared) -> impl IntoView {
         }
     });
 
-    // Draw whenever the data, the view, the size or the highlight change.
-    Effect::new(move |_| {
+    // Draw whenever the data, the view, the size or the highlight change,
+    // once per animation frame however many changes come before it.
+    let redraw = frame::Redraw::new(move || {
         let (Some(canvas), Some(v)) = (canvas_ref.get(), view.get()) else { return };
         let w = width.get();
         let hover = hovered.get();
@@ -333,6 +335,17 @@ pub(crate) fn Timeline(shared: Shared) -> impl IntoView {
                 Err(e) => error.set(Some(e)),
             }
         });
+    });
+    Effect::new(move |_| {
+        canvas_ref.track();
+        view.track();
+        width.track();
+        hovered.track();
+        extent.track();
+        data.track();
+        shared.matches.track();
+        shared.cursor_x();
+        redraw.request();
     });
 
     // A selection from a link (or the state panel) pins its allocation once
