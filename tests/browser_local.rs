@@ -35,6 +35,26 @@ async fn server_count(url: &str) -> usize {
     list["items"].as_array().expect("items").len()
 }
 
+/// A local file's "download" link pointed at the server, which never saw
+/// the file (404): it must give the file itself, byte for byte, and the
+/// server-only "export report" must not be offered.
+async fn regression_local_download_offers_the_file(client: &Client, fixture: &std::path::Path) {
+    let link = client.find(Locator::Css(".facts #download")).await.expect("a download link");
+    let href = link.attr("href").await.expect("href").unwrap_or_default();
+    assert!(href.starts_with("blob:"), "the local file's own bytes, not the server's: {href}");
+    let fetched = client
+        .execute_async(
+            "const done = arguments[arguments.length - 1]; \
+             fetch(arguments[0]).then((r) => r.arrayBuffer()).then((b) => done(b.byteLength), (e) => done(String(e)));",
+            vec![serde_json::json!(href)],
+        )
+        .await
+        .expect("fetch the link");
+    let size = std::fs::metadata(fixture).expect("the fixture").len();
+    assert_eq!(fetched.as_u64(), Some(size), "{fetched}");
+    assert!(client.find(Locator::Css("#export-report")).await.is_err(), "no server report for a local file");
+}
+
 async fn open_locally(client: &Client, url: &str) {
     let client = client.clone();
     client.goto(&format!("{url}/")).await.expect("open the library");
@@ -68,6 +88,7 @@ async fn open_locally(client: &Client, url: &str) {
     assert_eq!(title, "oom_leak.pickle");
     let facts = text_of(&client, ".facts").await.expect("facts");
     assert!(facts.contains("trigger oom") && facts.contains("570 KiB"), "{facts}");
+    regression_local_download_offers_the_file(&client, &fixture).await;
     let pixels = until(&client, 30, "the local timeline drawn", || async {
         let p = canvas_pixels(&client).await?;
         (p.allocated > 0 && client.find(Locator::Css("#timeline-loading")).await.is_err()).then_some(p)

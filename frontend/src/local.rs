@@ -215,7 +215,7 @@ mod worker {
 }
 
 #[cfg(target_arch = "wasm32")]
-pub(crate) use page::{OpenProgress, open, respond};
+pub(crate) use page::{OpenProgress, file_url, open, respond};
 
 /// The page's side: one worker per opened file, and requests to it.
 #[cfg(target_arch = "wasm32")]
@@ -265,6 +265,27 @@ mod page {
         /// Files read on the page itself (a report's page, see [`in_page`]).
         static IN_PAGE: RefCell<HashMap<String, Rc<Opened>>> = RefCell::new(HashMap::new());
         static OPENED_COUNT: Cell<u32> = const { Cell::new(0) };
+        /// The file behind each local id, for its page's download link.
+        static FILES: RefCell<HashMap<String, File>> = RefCell::new(HashMap::new());
+        /// Object URLs made for those files, one per id.
+        static FILE_URLS: RefCell<HashMap<String, String>> = RefCell::new(HashMap::new());
+    }
+
+    /// An object URL of the file opened as local snapshot `id` (the server
+    /// has no copy to download), or `None` once the page has lost it.
+    pub(crate) fn file_url(id: &str) -> Option<String> {
+        if let Some(url) = FILE_URLS.with(|u| u.borrow().get(id).cloned()) {
+            return Some(url);
+        }
+        let file = FILES.with(|f| f.borrow().get(id).cloned())?;
+        // `URL.createObjectURL` through js_sys: web-sys's `Url` feature is off.
+        let global = js_sys::global();
+        let url_class = Reflect::get(&global, &JsValue::from_str("URL")).ok()?;
+        let create =
+            Reflect::get(&url_class, &JsValue::from_str("createObjectURL")).ok()?.dyn_into::<Function>().ok()?;
+        let url = create.call1(&url_class, &file).ok()?.as_string()?;
+        FILE_URLS.with(|u| u.borrow_mut().insert(id.to_owned(), url.clone()));
+        Some(url)
     }
 
     fn field(value: &JsValue, name: &str) -> JsValue {
@@ -318,6 +339,7 @@ mod page {
             c.get()
         });
         let id = format!("{LOCAL_PREFIX}{n}");
+        FILES.with(|f| f.borrow_mut().insert(id.clone(), file.clone()));
         if in_page() {
             return open_in_page(file, id, progress).await;
         }

@@ -173,21 +173,29 @@ fn Header(meta: SnapshotMeta) -> impl IntoView {
     .into_iter()
     .flatten()
     .collect();
-    let download = format!("/api/v1/snapshots/{}/file", meta.id);
-    // The same self-contained page as `vramscope report`.
-    let report = format!("/api/v1/snapshots/{}/report.html", meta.id);
+    // A local file's page offers the file itself: the server never saw it.
+    let local = meta.id.starts_with(crate::local::LOCAL_PREFIX);
+    let download =
+        if local { crate::local::file_url(&meta.id) } else { Some(format!("/api/v1/snapshots/{}/file", meta.id)) };
+    // The same self-contained page as `vramscope report` (server only).
+    let report = (!local).then(|| format!("/api/v1/snapshots/{}/report.html", meta.id));
+    let name = meta.name.clone();
     view! {
         <h1>{meta.name.clone()}</h1>
         <p class="facts">
             {facts.join(" · ")}
-            " · "
-            <a href=download rel="external" download>
-                "download"
-            </a>
-            " · "
-            <a href=report rel="external" download id="export-report">
-                "export report"
-            </a>
+            {download.map(|href| view! {
+                " · "
+                <a href=href rel="external" download=name id="download">
+                    "download"
+                </a>
+            })}
+            {report.map(|href| view! {
+                " · "
+                <a href=href rel="external" download id="export-report">
+                    "export report"
+                </a>
+            })}
             {meta.tags.iter().cloned().map(|t| view! { <span class="tag">{t}</span> }).collect_view()}
         </p>
     }
