@@ -57,7 +57,7 @@ use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::{Value, json};
 
 mod common;
-use common::{LARGE_NAME, Table, ensure_large, file_len, target_dir, workspace_root};
+use common::{LARGE_NAME, Server, Table, ensure_large, file_len, target_dir, workspace_root};
 
 /// Zoom and pan steps scripted per tool.
 const STEPS: usize = 20;
@@ -145,7 +145,8 @@ struct Row {
 }
 
 async fn run(work: &Path, inputs: &[PathBuf], memory_viz: Option<&MemoryViz>) -> Result<Vec<Row>, String> {
-    let server = Server::start(&work.join("data"))?;
+    // Uploads answer once parsed: no polling for the status.
+    let server = Server::start(&work.join("data"), &[("VRAMSCOPE_INLINE_PARSE_MAX_BYTES", (1u64 << 30).to_string())])?;
     let client = reqwest::Client::new();
     let mut ids = Vec::new();
     for input in inputs {
@@ -601,51 +602,6 @@ fn rewrite_imports(script: &str) -> Result<String, String> {
         return Err("MemoryViz.js: no CDN imports found; is it the file from pytorch/pytorch?".to_owned());
     }
     Ok(format!("const d3 = window.d3;\nconst {{{}}} = d3;\n{}", names.join(", "), body.join("\n")))
-}
-
-/// `vramscope serve` on a loopback port, killed when dropped.
-struct Server {
-    child: Child,
-    url: String,
-}
-
-impl Server {
-    fn start(data_dir: &Path) -> Result<Server, String> {
-        use std::io::{BufRead, BufReader};
-        std::fs::create_dir_all(data_dir).map_err(|e| format!("create {}: {e}", data_dir.display()))?;
-        let mut child = Command::new(env!("CARGO_BIN_EXE_vramscope"))
-            .args(["serve", "--bind", "127.0.0.1:0", "--data-dir"])
-            .arg(data_dir)
-            .env("RUST_LOG", "warn")
-            // Uploads answer once parsed: no polling for the status.
-            .env("VRAMSCOPE_INLINE_PARSE_MAX_BYTES", (1u64 << 30).to_string())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .map_err(|e| format!("spawn vramscope serve: {e}"))?;
-        let stdout = child.stdout.take();
-        let mut server = Server { child, url: String::new() };
-        let mut reader = BufReader::new(stdout.ok_or("no stdout from vramscope serve")?);
-        let mut line = String::new();
-        reader.read_line(&mut line).map_err(|e| format!("read the server's first line: {e}"))?;
-        server.url = line
-            .trim()
-            .strip_prefix("vramscope listening on ")
-            .ok_or_else(|| format!("unexpected first line from the server: {line:?}"))?
-            .to_owned();
-        std::thread::spawn(move || {
-            let _ = std::io::copy(&mut reader, &mut std::io::sink());
-        });
-        Ok(server)
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// Upload a file and ask for one timeline, so that the page opens an

@@ -36,9 +36,9 @@
 //! default 3), `VRAMSCOPE_BENCH_PYTHON` (default `python3`).
 
 use std::fs::File;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
@@ -53,7 +53,7 @@ use vramscope_shared::{ReadOptions, read_snapshot};
 
 mod common;
 use common::{
-    LARGE_NAME, Table, ensure_large, file_len, fmt_mb, fmt_ratio, fmt_secs, pass, target_dir, warm_page_cache,
+    LARGE_NAME, Server, Table, ensure_large, file_len, fmt_mb, fmt_ratio, fmt_secs, pass, target_dir, warm_page_cache,
     workspace_root,
 };
 
@@ -768,62 +768,6 @@ fn median_len(sizes: &[usize]) -> Option<usize> {
 
 // ---------------------------------------------------------------------------
 // The server process
-
-/// A `vramscope serve` process, killed when dropped.
-struct Server {
-    child: Child,
-    url: String,
-}
-
-impl Server {
-    fn start(data_dir: &Path, env: &[(&str, String)]) -> Result<Server, String> {
-        std::fs::create_dir_all(data_dir).map_err(|e| format!("create {}: {e}", data_dir.display()))?;
-        let mut command = Command::new(env!("CARGO_BIN_EXE_vramscope"));
-        command
-            .args(["serve", "--bind", "127.0.0.1:0", "--data-dir"])
-            .arg(data_dir)
-            .env("RUST_LOG", "warn")
-            .env_remove("VRAMSCOPE_INLINE_PARSE_MAX_BYTES")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
-        for (k, v) in env {
-            command.env(k, v);
-        }
-        let mut child = command.spawn().map_err(|e| format!("spawn vramscope serve: {e}"))?;
-        let stdout = child.stdout.take();
-        // From here on the guard kills the child on every way out.
-        let mut server = Server { child, url: String::new() };
-        let mut reader = BufReader::new(stdout.ok_or("no stdout from vramscope serve")?);
-        let mut line = String::new();
-        reader.read_line(&mut line).map_err(|e| format!("read the server's first line: {e}"))?;
-        server.url = line
-            .trim()
-            .strip_prefix("vramscope listening on ")
-            .ok_or_else(|| format!("unexpected first line from the server: {line:?}"))?
-            .to_owned();
-        // Keep draining stdout so that the server never blocks on a full pipe.
-        std::thread::spawn(move || {
-            let _ = std::io::copy(&mut reader, &mut std::io::sink());
-        });
-        Ok(server)
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    fn api(&self, path: &str) -> String {
-        format!("{}/api/v1{path}", self.url)
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// A field of `/proc/<pid>/status` given in kB (`VmRSS`, `VmHWM`), in bytes.
 fn proc_status_bytes(pid: u32, field: &str) -> Option<u64> {

@@ -1,10 +1,11 @@
-//! Helpers the benchmarks share: where the workspace is, figures formatting
-//! and the aligned table they print.
+//! Helpers the benchmarks share: where the workspace is, the server they
+//! start, figures formatting and the aligned table they print.
 #![allow(dead_code)]
 
 use std::fs::File;
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 /// Trace entries of the generated large snapshot.
@@ -119,5 +120,66 @@ pub(crate) fn ensure_large(dir: &Path, python: &str) -> Result<PathBuf, String> 
 pub(crate) fn warm_page_cache(path: &Path) {
     if let Ok(mut f) = File::open(path) {
         let _ = std::io::copy(&mut f, &mut std::io::sink());
+    }
+}
+
+/// A `vramscope serve` process, killed when dropped.
+pub(crate) struct Server {
+    child: Child,
+    /// `http://127.0.0.1:<port>`.
+    pub(crate) url: String,
+}
+
+impl Server {
+    /// Start one on a loopback port with `data_dir` and the extra
+    /// environment `env`; answers once it listens.
+    pub(crate) fn start(data_dir: &Path, env: &[(&str, String)]) -> Result<Server, String> {
+        std::fs::create_dir_all(data_dir).map_err(|e| format!("create {}: {e}", data_dir.display()))?;
+        let mut command = Command::new(env!("CARGO_BIN_EXE_vramscope"));
+        command
+            .args(["serve", "--bind", "127.0.0.1:0", "--data-dir"])
+            .arg(data_dir)
+            .env("RUST_LOG", "warn")
+            .env_remove("VRAMSCOPE_INLINE_PARSE_MAX_BYTES")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        for (k, v) in env {
+            command.env(k, v);
+        }
+        let mut child = command.spawn().map_err(|e| format!("spawn vramscope serve: {e}"))?;
+        let stdout = child.stdout.take();
+        // From here on the guard kills the child on every way out.
+        let mut server = Server { child, url: String::new() };
+        let mut reader = BufReader::new(stdout.ok_or("no stdout from vramscope serve")?);
+        let mut line = String::new();
+        reader.read_line(&mut line).map_err(|e| format!("read the server's first line: {e}"))?;
+        server.url = line
+            .trim()
+            .strip_prefix("vramscope listening on ")
+            .ok_or_else(|| format!("unexpected first line from the server: {line:?}"))?
+            .to_owned();
+        // Keep draining stdout so that the server never blocks on a full pipe.
+        std::thread::spawn(move || {
+            let _ = std::io::copy(&mut reader, &mut std::io::sink());
+        });
+        Ok(server)
+    }
+
+    /// Its process id.
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The URL of an API path (`/snapshots`).
+    pub(crate) fn api(&self, path: &str) -> String {
+        format!("{}/api/v1{path}", self.url)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
