@@ -344,6 +344,7 @@ pub(crate) fn Timeline(shared: Shared) -> impl IntoView {
         extent.track();
         data.track();
         shared.matches.track();
+        y_zoom.track();
         shared.cursor_x();
         redraw.request();
     });

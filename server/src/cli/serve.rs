@@ -70,9 +70,10 @@ pub(crate) async fn run(args: &ServeArgs) -> anyhow::Result<()> {
 /// Remove committed files that no row names (see `BlobStore::committed_before`).
 async fn sweep_orphans(db: &Db, blobs: &BlobStore, older_than: std::time::Duration) -> anyhow::Result<()> {
     for (key, size) in blobs.committed_before(older_than).await? {
-        if db.count_by_blob(&key).await? == 0 {
-            tracing::info!(key, size, "removing a snapshot file no row names");
-            blobs.delete(&key).await?;
+        // Under the file's lock: an instance committing an upload of the
+        // same bytes right now names it in a row before releasing the lock.
+        if crate::store::delete_blob_if_unused(db, blobs, &key).await? {
+            tracing::info!(key, size, "removed a snapshot file no row names");
         }
     }
     Ok(())

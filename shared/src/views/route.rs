@@ -12,8 +12,8 @@
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::{Analyzed, BlocksParams, TimelineParams, ViewError, blocks, stack, timeline};
 use super::analysis;
+use super::{Analyzed, BlocksParams, TimelineParams, ViewError, blocks, stack, timeline};
 
 /// The JSON answer of a view, as the server would send it for
 /// `GET /api/v1/snapshots/{id}/{route}?{query}`.

@@ -279,6 +279,17 @@ fn stats_json(snapshot: &vramscope_shared::Snapshot) -> AppResult<String> {
         .map_err(|e| AppError::Internal(anyhow::anyhow!("serializing stats: {e}")))
 }
 
+/// Removes the file of an upload that failed to parse unless a ready row
+/// shares it, under the file's lock: an upload of the same bytes on another
+/// instance must not see the file vanish between its commit and its row.
+async fn remove_bad_bytes(state: &AppState, blob_key: &str) -> anyhow::Result<()> {
+    let lock = state.db.lock_blob(blob_key).await?;
+    if state.db.count_ready_by_blob(blob_key).await? == 0 {
+        state.blobs.delete(blob_key).await?;
+    }
+    lock.release().await
+}
+
 /// Parse a large upload after answering it; also used at start-up for rows
 /// left `parsing` by a stopped server. A file that turns out not to be a
 /// snapshot is marked failed (with the reader's error) and its bytes removed.
@@ -291,9 +302,7 @@ pub(crate) async fn parse_in_background(state: AppState, id: String, blob_key: S
         },
         Err(ParseFailure::Invalid(e)) => {
             let marked = state.db.set_failed(&id, &e.to_string()).await;
-            if let Ok(0) = state.db.count_ready_by_blob(&blob_key).await
-                && let Err(e) = state.blobs.delete(&blob_key).await
-            {
+            if let Err(e) = remove_bad_bytes(&state, &blob_key).await {
                 tracing::warn!(error = format!("{e:#}"), "could not remove the bytes of a bad upload");
             }
             marked
