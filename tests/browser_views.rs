@@ -51,22 +51,6 @@ async fn canvases_are_sharp_at_a_device_pixel_ratio_of_two() {
     closing(&client, hidpi(&client, &url)).await;
 }
 
-async fn upload(url: &str, path: &std::path::Path) -> String {
-    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let name = path.file_name().expect("name").to_string_lossy().into_owned();
-    let answer: Value = reqwest::Client::new()
-        .post(format!("{url}/api/v1/snapshots?name={name}"))
-        .header("Content-Type", "application/octet-stream")
-        .body(bytes)
-        .send()
-        .await
-        .expect("upload")
-        .json()
-        .await
-        .expect("upload answer");
-    answer["id"].as_str().expect("id").to_owned()
-}
-
 async fn api(url: &str, path: &str) -> Value {
     reqwest::get(format!("{url}{path}")).await.expect("GET").json().await.expect("json")
 }

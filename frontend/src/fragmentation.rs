@@ -112,22 +112,12 @@ pub(crate) fn FragmentationPanel(shared: Shared) -> impl IntoView {
             });
         }
     });
-    // Fresh figures, a new plot area or size: a real draw.
-    Effect::new({
-        let redraw = redraw.clone();
-        move |_| {
-            data.track();
-            shared.plot.track();
-            canvas_ref.track();
-            fresh.set(true);
-            redraw.request();
-        }
-    });
-    // A moved window or cursor: the image, moved.
-    Effect::new(move |_| {
-        shared.view.track();
-        shared.cursor_x();
-        redraw.request();
+    // Fresh figures, a new plot area or size: a real draw; a moved window
+    // or cursor: the image, moved.
+    frame::on_fresh_or_moved(shared, &redraw, fresh, move || {
+        data.track();
+        shared.plot.track();
+        canvas_ref.track();
     });
 
     let worst = move || {

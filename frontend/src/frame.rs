@@ -52,6 +52,32 @@ impl Redraw {
     }
 }
 
+/// The two triggers of a view that keeps its last real draw as an image
+/// (`canvas::Drawn`): a real draw, flagged in `fresh`, whenever a signal
+/// that `track_fresh` reads changes (new data, plot area or canvas); the
+/// kept image moved whenever the shared window or cursor moves.
+pub(crate) fn on_fresh_or_moved(
+    shared: crate::explorer::Shared,
+    redraw: &Redraw,
+    fresh: Rc<Cell<bool>>,
+    track_fresh: impl Fn() + 'static,
+) {
+    Effect::new({
+        let redraw = redraw.clone();
+        move |_| {
+            track_fresh();
+            fresh.set(true);
+            redraw.request();
+        }
+    });
+    let redraw = redraw.clone();
+    Effect::new(move |_| {
+        shared.view.track();
+        shared.cursor_x();
+        redraw.request();
+    });
+}
+
 /// Every redraw asked for, each once.
 fn run_frame() {
     SCHEDULED.set(false);
