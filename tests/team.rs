@@ -162,8 +162,13 @@ impl LoadBalancer {
             .ok()
             .and_then(|s| s.lines().find(|l| l.starts_with("Uid:")).map(|l| l.split_whitespace().nth(2) == Some("0")))
             .unwrap_or(false);
+        // One process (`master_process off`): killing the child stops nginx
+        // entirely. With a master and a worker, the killed master left its
+        // worker running, holding the output pipe of `cargo test | tee` in
+        // scripts/test, so CI waited on it forever. Its messages go to
+        // error.log (`-e`), none to the test's output.
         let config = format!(
-            "daemon off;\n{user}worker_processes 1;\npid {d}/nginx.pid;\nerror_log {d}/error.log warn;\n\
+            "daemon off;\nmaster_process off;\n{user}worker_processes 1;\npid {d}/nginx.pid;\nerror_log {d}/error.log warn;\n\
              events {{ worker_connections 256; }}\n\
              http {{\n    log_format upstream '$upstream_addr $request_method $uri $status';\n    \
              access_log {d}/access.log upstream;\n    client_body_temp_path {d}/client_body;\n    \
@@ -180,7 +185,8 @@ impl LoadBalancer {
             .arg(dir.join("error.log"))
             .arg("-c")
             .arg(&config_path)
-            .stderr(Stdio::inherit())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start {NGINX}: {e}"));
         LoadBalancer { child, url: format!("http://127.0.0.1:{port}"), access_log: dir.join("access.log") }
