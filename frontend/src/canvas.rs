@@ -4,6 +4,9 @@
 //! last real draw kept off screen ([`Drawn`]), shown shifted and stretched
 //! while the window moves.
 
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+
 use wasm_bindgen::JsCast;
 use web_sys::{CanvasRenderingContext2d, Element, HtmlCanvasElement};
 
@@ -61,6 +64,50 @@ pub(crate) struct Drawn {
     css_w: f64,
     height: f64,
     dpr: f64,
+}
+
+/// The kept image of a view and whether its data changed since the image
+/// was drawn: the drawing state the segment and fragmentation views share.
+pub(crate) struct Kept {
+    drawn: RefCell<Option<Drawn>>,
+    fresh: Cell<bool>,
+}
+
+impl Kept {
+    /// Nothing kept yet: the first paint draws for real.
+    pub(crate) fn new() -> Rc<Self> {
+        Rc::new(Kept { drawn: RefCell::new(None), fresh: Cell::new(true) })
+    }
+
+    /// The data changed: the next paint draws for real.
+    pub(crate) fn invalidate(&self) {
+        self.fresh.set(true);
+    }
+
+    /// Paints `canvas` for `view`: the kept image, shifted and stretched,
+    /// first drawn anew with `draw` (into the off-screen canvas, plot area
+    /// `plot`) when the data changed or the page no longer fits the image.
+    /// The canvas's context, for overlays, and the window the image shows.
+    pub(crate) fn paint(
+        &self,
+        canvas: &HtmlCanvasElement,
+        view: Window,
+        plot: (f64, f64),
+        css_w: f64,
+        height: f64,
+        draw: impl FnOnce(&CanvasRenderingContext2d),
+    ) -> Option<(CanvasRenderingContext2d, Window)> {
+        let mut image = self.drawn.borrow_mut();
+        if self.fresh.replace(false) || !image.as_ref().is_some_and(|i| i.fits(plot, css_w)) {
+            let (next, ctx) = Drawn::start(image.take(), view, plot, css_w, height)?;
+            draw(&ctx);
+            *image = Some(next);
+        }
+        let ctx = context(canvas, css_w, height)?;
+        let shown = image.as_ref()?;
+        shown.show(&ctx, view);
+        Some((ctx, shown.view))
+    }
 }
 
 impl Drawn {

@@ -3,7 +3,6 @@
 //! and rounding waste; the instant where the most bytes were stuck; and the
 //! allocator settings the snapshot recorded (`PYTORCH_CUDA_ALLOC_CONF`).
 
-use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -73,10 +72,9 @@ pub(crate) fn FragmentationPanel(shared: Shared) -> impl IntoView {
     // Once per frame at most: fresh figures drawn for real into an
     // off-screen image, which a moved window (or cursor) shows shifted and
     // stretched until the figures for it arrive.
-    let drawn = Rc::new(RefCell::new(None::<canvas::Drawn>));
-    let fresh = Rc::new(Cell::new(true));
+    let kept = canvas::Kept::new();
     let redraw = frame::Redraw::new({
-        let (drawn, fresh) = (Rc::clone(&drawn), Rc::clone(&fresh));
+        let kept = Rc::clone(&kept);
         move || {
             let (Some(canvas), Some(wrap), Some(v)) =
                 (canvas_ref.get_untracked(), wrap_ref.get_untracked(), shared.view.get_untracked())
@@ -93,16 +91,11 @@ pub(crate) fn FragmentationPanel(shared: Shared) -> impl IntoView {
                 let started = draws::now();
                 let css_w = canvas::css_width(&wrap);
                 let top = d.columns.iter().map(|c| c.figures.reserved).max().unwrap_or(1).max(1) as f64;
-                let mut image = drawn.borrow_mut();
-                if fresh.replace(false) || !image.as_ref().is_some_and(|i| i.fits(plot, css_w)) {
-                    let Some((next, ctx)) = canvas::Drawn::start(image.take(), v, plot, css_w, HEIGHT) else { return };
-                    draw_curves(&ctx, d, v, plot, top);
-                    *image = Some(next);
-                }
-                let Some(ctx) = canvas::context(&canvas, css_w, HEIGHT) else { return };
-                if let Some(i) = image.as_ref() {
-                    i.show(&ctx, v);
-                }
+                let Some((ctx, _)) =
+                    kept.paint(&canvas, v, plot, css_w, HEIGHT, |ctx| draw_curves(ctx, d, v, plot, top))
+                else {
+                    return;
+                };
                 if let Some(x) = shared.cursor_x().filter(|&x| x >= v.start && x < v.end) {
                     canvas::vline(&ctx, colour::CURSOR, canvas::x_px(v, left, width, x as f64), 0.0, HEIGHT, 1.0);
                 }
@@ -114,7 +107,7 @@ pub(crate) fn FragmentationPanel(shared: Shared) -> impl IntoView {
     });
     // Fresh figures, a new plot area or size: a real draw; a moved window
     // or cursor: the image, moved.
-    frame::on_fresh_or_moved(shared, &redraw, fresh, move || {
+    frame::on_fresh_or_moved(shared, &redraw, kept, move || {
         data.track();
         shared.plot.track();
         canvas_ref.track();

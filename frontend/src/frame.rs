@@ -53,20 +53,20 @@ impl Redraw {
 }
 
 /// The two triggers of a view that keeps its last real draw as an image
-/// (`canvas::Drawn`): a real draw, flagged in `fresh`, whenever a signal
+/// (`canvas::Kept`): a real draw whenever a signal
 /// that `track_fresh` reads changes (new data, plot area or canvas); the
 /// kept image moved whenever the shared window or cursor moves.
 pub(crate) fn on_fresh_or_moved(
     shared: crate::explorer::Shared,
     redraw: &Redraw,
-    fresh: Rc<Cell<bool>>,
+    kept: Rc<crate::canvas::Kept>,
     track_fresh: impl Fn() + 'static,
 ) {
     Effect::new({
         let redraw = redraw.clone();
         move |_| {
             track_fresh();
-            fresh.set(true);
+            kept.invalidate();
             redraw.request();
         }
     });

@@ -5,7 +5,6 @@
 //! blocks; expandable segments outlined as mapped ranges. Hover names the
 //! segment; a click moves the cursor there.
 
-use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -96,10 +95,9 @@ pub(crate) fn SegmentTimeline(shared: Shared) -> impl IntoView {
     // Draw: once per frame at most. Fresh columns are drawn for real into
     // an off-screen image; a moved window (or cursor) shows that image
     // shifted and stretched until the columns for it arrive.
-    let drawn = Rc::new(RefCell::new(None::<canvas::Drawn>));
-    let fresh = Rc::new(Cell::new(true));
+    let kept = canvas::Kept::new();
     let redraw = frame::Redraw::new({
-        let (drawn, fresh) = (Rc::clone(&drawn), Rc::clone(&fresh));
+        let kept = Rc::clone(&kept);
         move || {
             let (Some(canvas), Some(wrap), Some(v)) =
                 (canvas_ref.get_untracked(), wrap_ref.get_untracked(), shared.view.get_untracked())
@@ -115,17 +113,9 @@ pub(crate) fn SegmentTimeline(shared: Shared) -> impl IntoView {
                 }
                 let started = draws::now();
                 let css_w = canvas::css_width(&wrap);
-                let mut image = drawn.borrow_mut();
-                if fresh.replace(false) || !image.as_ref().is_some_and(|i| i.fits(plot, css_w)) {
-                    let Some((next, ctx)) = canvas::Drawn::start(image.take(), v, plot, css_w, HEIGHT) else { return };
-                    rects.set_value(draw_columns(&ctx, d, v, plot));
-                    *image = Some(next);
-                }
-                let Some(ctx) = canvas::context(&canvas, css_w, HEIGHT) else { return };
-                if let Some(i) = image.as_ref() {
-                    i.show(&ctx, v);
-                    drawn_view.set_value(Some(i.view));
-                }
+                let draw = |ctx: &web_sys::CanvasRenderingContext2d| rects.set_value(draw_columns(ctx, d, v, plot));
+                let Some((ctx, image_view)) = kept.paint(&canvas, v, plot, css_w, HEIGHT, draw) else { return };
+                drawn_view.set_value(Some(image_view));
                 if let Some(x) = shared.cursor_x().filter(|&x| x >= v.start && x < v.end) {
                     canvas::vline(&ctx, colour::CURSOR, canvas::x_px(v, left, width, x as f64), 0.0, HEIGHT, 1.0);
                 }
@@ -137,7 +127,7 @@ pub(crate) fn SegmentTimeline(shared: Shared) -> impl IntoView {
     });
     // Fresh columns, a new plot area or size: a real draw; a moved window
     // or cursor: the image, moved.
-    frame::on_fresh_or_moved(shared, &redraw, fresh, move || {
+    frame::on_fresh_or_moved(shared, &redraw, kept, move || {
         data.track();
         shared.plot.track();
         canvas_ref.track();
