@@ -102,10 +102,13 @@ async fn send(what: &str, request: RequestBuilder) -> Result<Response, ApiError>
 async fn json<T: DeserializeOwned>(what: &str, response: Response) -> Result<T, ApiError> {
     let status = response.status();
     let text = response.text().await.map_err(|e| ApiError::network(what, e))?;
-    serde_json::from_str(&text).map_err(|e| ApiError {
+    let started = crate::draws::now();
+    let decoded = serde_json::from_str(&text).map_err(|e| ApiError {
         status,
         message: format!("{what}: the server's answer is not what this page expects ({e})"),
-    })
+    });
+    crate::draws::record_detail("decode", &format!("{what} ({} kB)", text.len() / 1000), started);
+    decoded
 }
 
 pub(crate) async fn get<T: DeserializeOwned>(what: &str, url: &str) -> Result<T, ApiError> {

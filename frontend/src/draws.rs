@@ -1,5 +1,5 @@
 //! Draw timings for the benchmark: after each canvas draw the page pushes
-//! `{ms, at, kind}` to the global array `window.__vramscope_draws`, marks
+//! `{ms, at, kind, what?}` to the global array `window.__vramscope_draws`, marks
 //! `vramscope-<kind>-drawn` in the performance timeline, and, the first
 //! time real data is drawn, sets `window.__vramscope_first_draw`. A
 //! benchmark reads these from the page; nothing in the page reads them.
@@ -14,6 +14,13 @@ pub(crate) fn now() -> f64 {
 /// Record a draw of `kind` (`timeline`, `segments`, ...) that began at
 /// `started` (from [`now`]). Failures are ignored: timings are a side show.
 pub(crate) fn record(kind: &str, started: f64) {
+    record_detail(kind, "", started);
+}
+
+/// [`record`] with a note on what was done: main-thread work that is not a
+/// draw (`decode` of an answer, `stack` of a window's bars) is recorded
+/// this way too, so that a benchmark can tell what filled a slow frame.
+pub(crate) fn record_detail(kind: &str, what: &str, started: f64) {
     let Some(window) = web_sys::window() else { return };
     let end = now();
     let global = JsValue::from(window.clone());
@@ -31,6 +38,9 @@ pub(crate) fn record(kind: &str, started: f64) {
     let _ = js_sys::Reflect::set(&entry, &"ms".into(), &JsValue::from_f64(end - started));
     let _ = js_sys::Reflect::set(&entry, &"at".into(), &JsValue::from_f64(end));
     let _ = js_sys::Reflect::set(&entry, &"kind".into(), &JsValue::from_str(kind));
+    if !what.is_empty() {
+        let _ = js_sys::Reflect::set(&entry, &"what".into(), &JsValue::from_str(what));
+    }
     list.push(&entry);
     if let Some(p) = window.performance() {
         let _ = p.mark(&format!("vramscope-{kind}-drawn"));

@@ -158,7 +158,9 @@ pub(crate) fn Timeline(shared: Shared) -> impl IntoView {
                             None => view.set(Some(whole)),
                         }
                     }
+                    let started = draws::now();
                     let bars = layout::stack(&w.allocations);
+                    draws::record_detail("stack", &format!("{} allocations", w.allocations.len()), started);
                     data.set(Some(Arc::new(Prepared { window: w, bars })));
                     error.set(None);
                 }
