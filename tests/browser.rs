@@ -307,6 +307,19 @@ async fn zoom_on_memory(client: &Client, url: &str) {
     );
     screenshot(&client, "9-memory-zoom").await;
 
+    // The link keeps the memory zoom: opened again, the page shows the
+    // same band and lists the same allocations.
+    let link = client.current_url().await.expect("the page's URL");
+    assert!(link.as_str().contains("mem="), "{link}");
+    client.goto(link.as_str()).await.expect("open the link");
+    let band = |s: &str| s.split(" · ").find(|p| p.starts_with("memory ")).map(str::to_owned);
+    let reopened = until(&client, 60, "the linked memory zoom", || async {
+        settled().await.filter(|s| band(s).is_some())
+    })
+    .await;
+    assert_eq!(band(&reopened), band(&zoomed), "{reopened}");
+    assert_eq!(allocations_listed(&reopened), allocations_listed(&zoomed), "{reopened}");
+
     // Down to single events in time and to the narrowest byte span: every
     // allocation alive there is listed, as many as the API finds at a
     // one-byte threshold.

@@ -11,7 +11,7 @@ use leptos::task::spawn_local;
 use crate::api;
 use crate::model::{AllocatorState, Axis, Instant, SearchAnswer};
 use crate::permalink::{self, PageState, Selected, Tab};
-use crate::viewport::Window;
+use crate::viewport::{ByteRange, Window};
 
 /// What the views of a device share.
 #[derive(Clone, Copy)]
@@ -26,6 +26,9 @@ pub(crate) struct Shared {
     pub(crate) extent: RwSignal<Option<Window>>,
     /// The visible window.
     pub(crate) view: RwSignal<Option<Window>>,
+    /// The timeline's memory zoom: the byte band its y axis shows (`None`:
+    /// 0 to the data's top).
+    pub(crate) memory: RwSignal<Option<ByteRange>>,
     /// The timeline's plot area: left and width in CSS pixels, which the
     /// other canvases line up with.
     pub(crate) plot: RwSignal<(f64, f64)>,
@@ -81,6 +84,7 @@ pub(crate) fn DeviceViews(id: String, device: u32, initial: PageState) -> impl I
         axis: RwSignal::new(Some(initial.axis.unwrap_or(Axis::Event))),
         extent: RwSignal::new(None),
         view: RwSignal::new(None),
+        memory: RwSignal::new(initial.memory),
         plot: RwSignal::new((0.0, 0.0)),
         instant: RwSignal::new(initial.cursor.map(Instant::Row)),
         state: RwSignal::new(None),
@@ -116,6 +120,7 @@ pub(crate) fn DeviceViews(id: String, device: u32, initial: PageState) -> impl I
             device: Some(device),
             axis: shared.axis.get(),
             window: shared.view.get().filter(|v| shared.extent.get() != Some(*v)),
+            memory: shared.memory.get(),
             cursor: shared.state.with(|s| s.as_ref().and_then(|s| s.row)),
             selected: shared.selected.get(),
             tab: shared.tab.get(),

@@ -1,13 +1,13 @@
 //! The view's state in the page's URL, so a link pasted in chat opens what
-//! its sender saw: device, x axis, visible window, the instant under the
-//! cursor, the selected allocation, the panel shown and the search. The
+//! its sender saw: device, x axis, visible window, the memory zoom, the
+//! instant under the cursor, the selected allocation, the panel shown and the search. The
 //! page writes it with `history.replaceState` as the view changes and reads
 //! it on load; bad or missing fields fall back to the defaults.
 
 use serde::{Deserialize, Serialize};
 
 use crate::model::Axis;
-use crate::viewport::Window;
+use crate::viewport::{ByteRange, Window};
 
 /// Which panel shows below the timelines.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -39,6 +39,8 @@ pub struct PageState {
     pub axis: Option<Axis>,
     /// Visible window on that axis.
     pub window: Option<Window>,
+    /// The byte band of the timeline's memory zoom.
+    pub memory: Option<ByteRange>,
     /// The instant shown by the allocator-state panel: a trace row.
     pub cursor: Option<u32>,
     /// The allocation whose details show.
@@ -60,6 +62,8 @@ struct Fields {
     start: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     end: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    mem: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     row: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -84,6 +88,12 @@ pub fn parse(query: &str) -> PageState {
         (Some(s), Some(e)) if e > s => Some(Window::new(s, e)),
         _ => None,
     };
+    // `mem=1048576-2097152`: the bytes at the bottom and top of the plot.
+    let memory = fields.mem.as_deref().and_then(|m| {
+        let (lo, hi) = m.split_once('-')?;
+        let (lo, hi) = (lo.parse().ok()?, hi.parse().ok()?);
+        (hi > lo).then_some(ByteRange { lo, hi })
+    });
     // `sel=0x7f00@123`: address, and the alloc's row when known.
     let selected = fields.sel.as_deref().and_then(|s| {
         let (addr, row) = s.split_once('@').map_or((s, None), |(a, r)| (a, Some(r)));
@@ -94,6 +104,7 @@ pub fn parse(query: &str) -> PageState {
         device: fields.device.and_then(|d| d.parse().ok()),
         axis,
         window: window.filter(|_| axis.is_some()),
+        memory,
         cursor: fields.row.and_then(|r| r.parse().ok()),
         selected,
         tab: if fields.tab.as_deref() == Some("fragmentation") { Tab::Fragmentation } else { Tab::State },
@@ -111,6 +122,7 @@ pub fn query(state: &PageState) -> String {
         }),
         start: state.window.filter(|_| state.axis.is_some()).map(|w| w.start.to_string()),
         end: state.window.filter(|_| state.axis.is_some()).map(|w| w.end.to_string()),
+        mem: state.memory.map(|m| format!("{}-{}", m.lo, m.hi)),
         row: state.cursor.map(|r| r.to_string()),
         sel: state.selected.map(|s| match s.alloc_row {
             Some(r) => format!("0x{:x}@{r}", s.addr),
@@ -135,6 +147,7 @@ mod tests {
             device: Some(1),
             axis: Some(Axis::Time),
             window: Some(Window::new(1_796_216_233_536_725, 1_796_216_240_000_000)),
+            memory: Some(ByteRange { lo: 1 << 20, hi: 3 << 20 }),
             cursor: Some(4211),
             selected: Some(Selected { addr: 0x7f3a_0000_0200, alloc_row: Some(4100) }),
             tab: Tab::Fragmentation,
@@ -143,6 +156,7 @@ mod tests {
         let q = query(&state);
         assert!(q.starts_with("?device=1&axis=time&start=1796216233536725&"), "{q}");
         assert!(q.contains("sel=0x7f3a00000200%404100"), "{q}");
+        assert!(q.contains("&mem=1048576-3145728&"), "{q}");
         assert_eq!(parse(&q), state);
         assert_eq!(query(&PageState::default()), "");
         assert_eq!(parse(""), PageState::default());
@@ -150,13 +164,15 @@ mod tests {
 
     #[test]
     fn bad_fields_fall_back_to_defaults() {
-        let s = parse("?device=x&axis=sideways&start=9&end=3&row=-2&sel=zz&tab=nope&q=");
+        let s = parse("?device=x&axis=sideways&start=9&end=3&row=-2&sel=zz&tab=nope&q=&mem=5-5");
         assert_eq!(s, PageState::default());
         // A window without its axis means nothing.
         assert_eq!(parse("start=1&end=5").window, None);
         let s = parse("axis=event&start=1&end=5&sel=0x200");
         assert_eq!(s.window, Some(Window::new(1, 5)));
         assert_eq!(s.selected, Some(Selected { addr: 0x200, alloc_row: None }));
+        assert_eq!(parse("mem=7-x").memory, None);
+        assert_eq!(parse("mem=0-512").memory, Some(ByteRange { lo: 0, hi: 512 }));
         // Garbage that is no query string at all.
         assert_eq!(parse("%%%&&=="), PageState::default());
     }

@@ -94,6 +94,20 @@ impl Scene<'_> {
     }
 }
 
+/// Space above the plot area, in pixels.
+const MARGIN_TOP: u32 = 18;
+/// Space below the x labels, in pixels.
+const MARGIN_BOTTOM: u32 = 4;
+/// Height of the x labels' row, in pixels.
+const X_LABELS: u32 = 28;
+
+/// Height of the plot area on a canvas `canvas_height` pixels tall, as
+/// [`draw`] lays it out: known before the first draw, so the first query of
+/// a linked memory zoom asks for the same threshold as later ones.
+pub const fn plot_height(canvas_height: u32) -> u32 {
+    canvas_height.saturating_sub(MARGIN_TOP + MARGIN_BOTTOM + X_LABELS)
+}
+
 /// Draw `scene` on `root` and return where the plot area went.
 pub fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, scene: &Scene<'_>) -> Result<Geometry, String> {
     let err = |e: DrawingAreaErrorKind<DB::ErrorType>| format!("drawing the timeline failed: {e}");
@@ -107,11 +121,11 @@ pub fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, scene: &Scene<'_>
     let (x_ticks, x_step) = format::x_ticks(view.start, view.end, scene.origin, 8);
     let y_ticks = if y_min == 0 { format::byte_ticks(y_max, 6) } else { y.ticks(6) };
     let mut chart = ChartBuilder::on(root)
-        .margin_top(18)
+        .margin_top(MARGIN_TOP)
         .margin_right(16)
         .margin_left(8)
-        .margin_bottom(4)
-        .x_label_area_size(28)
+        .margin_bottom(MARGIN_BOTTOM)
+        .x_label_area_size(X_LABELS)
         .y_label_area_size(72)
         .build_cartesian_2d((view.start..view.end).with_key_points(x_ticks), (y_min..y_max).with_key_points(y_ticks))
         .map_err(err)?;
@@ -307,10 +321,12 @@ mod tests {
         RGBColor(c.rgb.0, c.rgb.1, c.rgb.2)
     }
 
+    const RECORDER_HEIGHT: u32 = 400;
+
     impl DrawingBackend for Recorder {
         type ErrorType = Infallible;
         fn get_size(&self) -> (u32, u32) {
-            (1000, 400)
+            (1000, RECORDER_HEIGHT)
         }
         fn ensure_prepared(&mut self) -> Result<(), DrawingErrorKind<Infallible>> {
             Ok(())
@@ -386,6 +402,8 @@ mod tests {
         };
         let (geometry, recorder) = record(&scene);
         assert!(geometry.width > 800.0 && geometry.height > 300.0, "{geometry:?}");
+        // The height a query uses before the first draw is the one drawn.
+        assert_eq!(geometry.height, f64::from(plot_height(RECORDER_HEIGHT)), "{geometry:?}");
 
         // A band and a line per curve, in the curve's colour.
         for colour in [RESERVED, ACTIVE, ALLOCATED] {

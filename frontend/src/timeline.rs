@@ -118,7 +118,7 @@ pub(crate) fn Timeline(shared: Shared) -> impl IntoView {
     let schedule_fetch = RwSignal::new(None::<Window>);
     // The byte band when zoomed on memory (`None`: 0 to the data's top),
     // and that top at the last draw, which a memory zoom stays inside.
-    let y_zoom = RwSignal::new(None::<ByteRange>);
+    let y_zoom = shared.memory;
     let y_full = StoredValue::new(0u64);
 
     // Ask for a window: `None` for the whole trace on the current axis,
@@ -130,7 +130,10 @@ pub(crate) fn Timeline(shared: Shared) -> impl IntoView {
             .get_value()
             .map_or_else(|| width.get_untracked().saturating_sub(PLOT_MARGIN_PX), |g| g.width.round() as u32)
             .max(50);
-        let y_span = y_zoom.get_untracked().zip(geometry.get_value()).map(|(y, g)| (y.span(), g.height.round() as u32));
+        // Before the first draw (a link's memory zoom) the plot's height
+        // comes from its layout.
+        let py = geometry.get_value().map_or(plot::plot_height(HEIGHT), |g| g.height.round() as u32);
+        let y_span = y_zoom.get_untracked().map(|y| (y.span(), py));
         let narrow = window.is_some_and(|w| w.width() <= i64::from(px));
         let max_allocations = if y_span.is_some() || narrow { SERVER_MAX_ALLOCATIONS } else { MAX_ALLOCATIONS };
         let query = TimelineQuery { device, axis: axis.get_untracked(), window, px, max_allocations, y_span };
