@@ -80,6 +80,28 @@ async fn colours(client: &Client, canvas: &str, want: &[[u8; 3]]) -> Option<(u64
     Some((answer["painted"].as_u64()?, counts))
 }
 
+/// The first pixel of `colour`, top down, in the pixel column `across`
+/// (0 to 1) of a canvas: CSS pixels from its top-left corner.
+async fn first_pixel(client: &Client, canvas: &str, colour: [u8; 3], across: f64) -> Option<(f64, f64)> {
+    let script = r#"
+        const c = document.getElementById(arguments[0]);
+        const [want, across] = [arguments[1], arguments[2]];
+        const x = Math.floor(c.width * across);
+        const d = c.getContext("2d").getImageData(x, 0, 1, c.height).data;
+        const scale = c.width / c.getBoundingClientRect().width;
+        for (let y = 0; y < c.height; y++) {
+            const i = y * 4;
+            if (Math.abs(d[i] - want[0]) <= 2 && Math.abs(d[i + 1] - want[1]) <= 2 && Math.abs(d[i + 2] - want[2]) <= 2) {
+                return [x / scale, y / scale + 0.5];
+            }
+        }
+        return null;
+    "#;
+    let answer = client.execute(script, vec![json!(canvas), json!(colour), json!(across)]).await.ok()?;
+    let v: Vec<f64> = answer.as_array()?.iter().filter_map(Value::as_f64).collect();
+    Some((*v.first()?, *v.get(1)?))
+}
+
 /// An element's box in the viewport: left, top, width, height.
 async fn box_of(client: &Client, id: &str) -> (f64, f64, f64, f64) {
     let r = client
@@ -162,6 +184,28 @@ async fn explore(client: &Client, url: &str) {
     let answer = api(url, &format!("/api/v1/snapshots/{id}/segments?axis=event&columns=100")).await;
     let waste: u64 = answer["cells"].as_array().expect("cells").iter().filter_map(|c| c["waste"].as_u64()).sum();
     assert!(waste > 0, "rounding waste in the segment split");
+    // Pointing at an allocated part names its segment and figures (the
+    // answer's cells are runs of columns: the pointer's column is inside
+    // one), and a click there moves the allocator state to that column.
+    scroll_to(&client, "segments").await;
+    let (x, y) = first_pixel(&client, "segments", SEG_ALLOCATED, 0.3).await.expect("an allocated part 30% across");
+    let (left, top, _, _) = box_of(&client, "segments").await;
+    let hover = MouseActions::new("mouse".to_owned()).then(PointerAction::MoveTo { duration: None, x: left + x, y: top + y });
+    client.perform_actions(hover).await.expect("hover the segment timeline");
+    let said = until(&client, 10, "the segment's figures", || async {
+        text_of(&client, "#segments-hover").await.filter(|t| t.starts_with("segment 0x"))
+    })
+    .await;
+    eprintln!("segment hover: {said}");
+    assert!(said.contains(" allocated (") && said.contains(" blocks"), "{said}");
+    let hovered_row = heading_row(&said).expect("the column's row");
+    click_at(&client, left + x, top + y).await;
+    until(&client, 30, "the state at the segment clicked", || async {
+        let heading = text_of(&client, "#state-heading").await?;
+        (heading_row(&heading)? == hovered_row).then_some(())
+    })
+    .await;
+    scroll_to(&client, "timeline").await;
     // The comment's marker, and the benchmark's draw timings.
     let (_, marks) = until(&client, 20, "the comment marker", || async {
         let (p, c) = colours(&client, "track", &[COMMENT]).await?;
@@ -182,7 +226,7 @@ async fn explore(client: &Client, url: &str) {
     // A click on the timeline opens the allocator state at that instant.
     let (left, top, width, height) = canvas_box(&client).await;
     click_at(&client, left + width * 0.6, top + height * 0.1).await;
-    let (row, figures) = state_row(&client, None, "the state at the click").await;
+    let (row, figures) = state_row(&client, Some(hovered_row), "the state at the click").await;
     assert!(row > 2000 && row < 6680, "60% across the event axis: row {row}");
     let upper = figures.to_uppercase();
     assert!(upper.contains("LARGEST FREE BLOCK") && upper.contains("FRAGMENTATION"), "{figures}");

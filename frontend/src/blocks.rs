@@ -5,7 +5,7 @@
 //! rectangles. The number of rectangles is bounded by the pixels, not by
 //! the blocks: neighbours that fall in one pixel column merge.
 
-use vramscope_shared::views::segments::SegmentsAnswer;
+use vramscope_shared::views::segments::{SegmentCell, SegmentsAnswer};
 use vramscope_shared::views::state::{AllocatorState, BlockKind};
 
 /// What a rectangle shows.
@@ -108,82 +108,144 @@ pub fn state_hit(rects: &[Rect], x: f64, y: f64) -> Option<(usize, usize)> {
     rects.iter().rev().find(|r| r.contains(x, y)).map(|r| (r.segment, r.item))
 }
 
-/// The segment timeline: per column, the segments stacked bottom-up by
-/// address, each as tall as its bytes (the top is the highest reserved of
-/// the window), split into its parts. `left`/`width` are the plot's
-/// horizontal extent, `height` its height.
-pub fn segment_rects(answer: &SegmentsAnswer, left: f64, width: f64, height: f64) -> Vec<Rect> {
-    let columns = answer.columns.len().max(1) as f64;
-    let col_w = width / columns;
-    let scale = height / answer.max_reserved.max(1) as f64;
-    let mut rects = Vec::new();
-    let mut bottom = height;
-    let mut column = usize::MAX;
-    for cell in &answer.cells {
-        let c = cell.column as usize;
-        if c != column {
-            column = c;
-            bottom = height;
+/// What the segment timeline draws: the parts of every segment, and a
+/// hairline at each segment's top that separates it from the next. Each
+/// rectangle spans the neighbouring columns where it keeps its place and
+/// height (`item` is its first column), so steady stretches of a trace
+/// cost one shape, not one per column.
+#[derive(Debug, Default)]
+pub struct SegmentShapes {
+    /// Allocated, waste, pending-free and free parts.
+    pub parts: Vec<Rect>,
+    /// Segment tops, 0.7 px tall.
+    pub tops: Vec<Rect>,
+}
+
+/// Where a segment timeline's figures go on a plot `width` × `height` at
+/// `left`: per column, the segments stacked bottom-up by address, each as
+/// tall as its bytes (the top is the highest reserved of the window).
+struct ColumnLayout<'a> {
+    answer: &'a SegmentsAnswer,
+    left: f64,
+    col_w: f64,
+    height: f64,
+    scale: f64,
+}
+
+impl<'a> ColumnLayout<'a> {
+    fn new(answer: &'a SegmentsAnswer, left: f64, width: f64, height: f64) -> Self {
+        let col_w = width / answer.columns.len().max(1) as f64;
+        let scale = height / answer.max_reserved.max(1) as f64;
+        ColumnLayout { answer, left, col_w, height, scale }
+    }
+
+    /// Calls `each(column, x, cell, bottom, top)` for every segment of
+    /// every column, bottom-up, columns left to right. The answer's cells
+    /// are runs of columns ordered by first column: one pass keeps the
+    /// run each segment is in.
+    fn walk(&self, mut each: impl FnMut(usize, f64, &SegmentCell, f64, f64)) {
+        let mut current: Vec<Option<&SegmentCell>> = vec![None; self.answer.segments.len()];
+        let mut next = self.answer.cells.iter().peekable();
+        for column in 0..self.answer.columns.len() {
+            while let Some(cell) = next.next_if(|c| c.column as usize <= column) {
+                if let Some(slot) = current.get_mut(cell.segment as usize) {
+                    *slot = Some(cell);
+                }
+            }
+            let x = self.left + column as f64 * self.col_w;
+            let mut bottom = self.height;
+            for slot in &mut current {
+                let Some(cell) = *slot else { continue };
+                if (cell.column + cell.columns.max(1)) as usize <= column {
+                    *slot = None;
+                    continue;
+                }
+                let top = bottom - cell.size as f64 * self.scale;
+                each(column, x, cell, bottom, top);
+                bottom = top;
+            }
         }
-        let x = left + c as f64 * col_w;
-        let parts = [
-            (cell.allocated - cell.waste.min(cell.allocated), Fill::Allocated),
-            (cell.waste.min(cell.allocated), Fill::Waste),
-            (cell.pending_free, Fill::PendingFree),
-            (cell.inactive, Fill::Inactive),
-        ];
-        let top_of_cell = bottom - cell.size as f64 * scale;
-        if bottom - top_of_cell < 1.0 {
-            // Under a pixel: one sliver in its main colour.
+    }
+}
+
+/// The parts of a cell, bottom-up: requested bytes, rounding waste,
+/// pending frees, free bytes.
+fn parts(cell: &SegmentCell) -> [(u64, Fill); 4] {
+    let waste = cell.waste.min(cell.allocated);
+    [
+        (cell.allocated - waste, Fill::Allocated),
+        (waste, Fill::Waste),
+        (cell.pending_free, Fill::PendingFree),
+        (cell.inactive, Fill::Inactive),
+    ]
+}
+
+/// Add `r` to `out`, or widen the shape `open` when `r` continues it (the
+/// same place and height, touching it on the right).
+fn extend(out: &mut Vec<Rect>, open: &mut Option<usize>, r: Rect) {
+    if let Some(last) = open.and_then(|i| out.get_mut(i))
+        && last.y == r.y
+        && last.h == r.h
+        && (last.x + last.w - r.x).abs() < 1e-6
+    {
+        last.w += r.w;
+        return;
+    }
+    *open = Some(out.len());
+    out.push(r);
+}
+
+/// The shapes of a segment timeline (see [`ColumnLayout`]). A segment
+/// under a pixel tall is one sliver in its main colour. Built in one pass
+/// over columns × segments, without a rectangle per column first: on a
+/// 95 MB trace that intermediate list and its merging took 20 ms.
+pub fn segment_shapes(answer: &SegmentsAnswer, left: f64, width: f64, height: f64) -> SegmentShapes {
+    let layout = ColumnLayout::new(answer, left, width, height);
+    let mut shapes = SegmentShapes::default();
+    // Per segment: the shape of each fill, and of its top, that the next
+    // column may widen.
+    let mut open = vec![[None::<usize>; 5]; answer.segments.len()];
+    let mut open_top = vec![None::<usize>; answer.segments.len()];
+    layout.walk(|column, x, cell, bottom, top| {
+        let segment = cell.segment as usize;
+        let (Some(open), Some(open_top)) = (open.get_mut(segment), open_top.get_mut(segment)) else { return };
+        let rect = |y: f64, h: f64, fill: Fill| Rect { x, y, w: layout.col_w, h, fill, segment, item: column };
+        let parts = parts(cell);
+        if bottom - top < 1.0 {
             let fill = parts.iter().max_by_key(|(b, _)| *b).map_or(Fill::Inactive, |(_, f)| *f);
-            rects.push(Rect {
-                x,
-                y: top_of_cell,
-                w: col_w,
-                h: bottom - top_of_cell,
-                fill,
-                segment: cell.segment as usize,
-                item: c,
-            });
+            extend(&mut shapes.parts, &mut open[fill as usize], rect(top, bottom - top, fill));
         } else {
             let mut y = bottom;
             for (bytes, fill) in parts {
-                let h = bytes as f64 * scale;
-                if h <= 0.0 {
-                    continue;
+                let h = bytes as f64 * layout.scale;
+                if h > 0.0 {
+                    extend(&mut shapes.parts, &mut open[fill as usize], rect(y - h, h, fill));
+                    y -= h;
                 }
-                rects.push(Rect { x, y: y - h, w: col_w, h, fill, segment: cell.segment as usize, item: c });
-                y -= h;
             }
         }
-        bottom = top_of_cell;
-    }
-    rects
+        extend(&mut shapes.tops, open_top, rect(top, 0.7, Fill::Inactive));
+    });
+    shapes
 }
 
-/// The rectangles to draw for `rects` (as [`segment_rects`] gives them,
-/// column by column): a segment part that stays the same over neighbouring
-/// columns becomes one wide rectangle. Steady stretches of a trace then
-/// cost one shape instead of one per column.
-pub fn merge_runs(rects: &[Rect]) -> Vec<Rect> {
-    let mut out: Vec<Rect> = Vec::with_capacity(rects.len() / 4);
-    let mut open = std::collections::HashMap::<(usize, u8, u64, u64), usize>::new();
-    for r in rects {
-        let key = (r.segment, r.fill as u8, r.y.to_bits(), r.h.to_bits());
-        match open.get(&key).copied() {
-            Some(i) if (out[i].x + out[i].w - r.x).abs() < 1e-6 => out[i].w += r.w,
-            _ => {
-                open.insert(key, out.len());
-                out.push(*r);
-            }
+/// The (segment, column) under a point of the segment timeline drawn by
+/// [`segment_shapes`] with the same plot.
+pub fn segment_hit(answer: &SegmentsAnswer, left: f64, width: f64, height: f64, x: f64, y: f64) -> Option<(usize, usize)> {
+    let layout = ColumnLayout::new(answer, left, width, height);
+    let wanted = ((x - left) / layout.col_w).floor();
+    if !(0.0..answer.columns.len() as f64).contains(&wanted) {
+        return None;
+    }
+    let wanted = wanted as usize;
+    let mut found = None;
+    layout.walk(|column, _, cell, bottom, top| {
+        // At least a pixel tall, as drawn.
+        if column == wanted && y < bottom && y >= top.min(bottom - 1.0) && found.is_none() {
+            found = Some((cell.segment as usize, column));
         }
-    }
-    out
-}
-
-/// The (segment, column) under a point of the segment timeline.
-pub fn segment_hit(rects: &[Rect], x: f64, y: f64) -> Option<(usize, usize)> {
-    rects.iter().find(|r| r.contains(x, y)).map(|r| (r.segment, r.item))
+    });
+    found
 }
 
 #[cfg(test)]
@@ -246,10 +308,11 @@ mod tests {
     #[test]
     fn segment_columns_stack_to_the_reserved_bytes() {
         let lane = |addr| SegmentLane { addr, stream: 0, small: false, expandable: false, max_size: 100 };
-        let cell = |column, segment, size, allocated, waste, pending_free, inactive| SegmentCell {
+        let cell = |column, columns, segment, allocated, waste, pending_free, inactive| SegmentCell {
             column,
+            columns,
             segment,
-            size,
+            size: 100,
             allocated,
             waste,
             pending_free,
@@ -263,29 +326,66 @@ mod tests {
             end: 2,
             columns: vec![Column { x0: 0, x1: 1, row: Some(0) }, Column { x0: 1, x1: 2, row: Some(1) }],
             segments: vec![lane(0), lane(1000)],
-            cells: vec![cell(0, 0, 100, 50, 10, 0, 50), cell(1, 0, 100, 100, 0, 0, 0), cell(1, 1, 100, 0, 0, 20, 80)],
+            cells: vec![cell(0, 1, 0, 50, 10, 0, 50), cell(1, 1, 0, 100, 0, 0, 0), cell(1, 1, 1, 0, 0, 20, 80)],
             max_reserved: 200,
             exact: true,
         };
-        let rects = segment_rects(&answer, 10.0, 200.0, 100.0);
+        let shapes = segment_shapes(&answer, 10.0, 200.0, 100.0);
         // Column 0: 40 requested + 10 waste + 50 free bytes = half the height.
-        let col0: Vec<_> = rects.iter().filter(|r| r.item == 0).collect();
+        let col0: Vec<_> = shapes.parts.iter().filter(|r| r.item == 0).collect();
         assert_eq!(col0.iter().map(|r| r.fill).collect::<Vec<_>>(), [Fill::Allocated, Fill::Waste, Fill::Inactive]);
         assert!((col0.iter().map(|r| r.h).sum::<f64>() - 50.0).abs() < 1e-9);
         assert!((col0[0].y - 80.0).abs() < 1e-9 && col0[0].x == 10.0 && col0[0].w == 100.0);
         // Column 1: both segments, the second above the first, full height.
-        let top = rects.iter().filter(|r| r.item == 1).map(|r| r.y).fold(f64::MAX, f64::min);
+        let top = shapes.parts.iter().filter(|r| r.item == 1).map(|r| r.y).fold(f64::MAX, f64::min);
         assert!(top.abs() < 1e-9, "{top}");
-        assert_eq!(segment_hit(&rects, 150.0, 20.0), Some((1, 1)));
-        assert_eq!(segment_hit(&rects, 150.0, 80.0), Some((0, 1)));
-        assert_eq!(segment_hit(&rects, 50.0, 10.0), None);
-        // Column 1's lower segment is one rectangle; the same in column 0
-        // would merge with it.
+        assert_eq!(segment_hit(&answer, 10.0, 200.0, 100.0, 150.0, 20.0), Some((1, 1)));
+        assert_eq!(segment_hit(&answer, 10.0, 200.0, 100.0, 150.0, 80.0), Some((0, 1)));
+        assert_eq!(segment_hit(&answer, 10.0, 200.0, 100.0, 50.0, 10.0), None);
+        assert_eq!(segment_hit(&answer, 10.0, 200.0, 100.0, 5.0, 80.0), None, "left of the plot");
+        // The lower segment keeps its size, so its top is one line over
+        // both columns, though its parts changed.
+        assert_eq!(shapes.tops.len(), 2);
+        assert!(shapes.tops.iter().any(|t| t.segment == 0 && (t.w - 200.0).abs() < 1e-9));
+
+        // The lower segment the same in both columns, as one run: one
+        // shape two columns wide, and a top as wide.
         let mut same = answer.clone();
-        same.cells = vec![cell(0, 0, 100, 100, 0, 0, 0), cell(1, 0, 100, 100, 0, 0, 0), cell(1, 1, 100, 0, 0, 20, 80)];
-        let merged = merge_runs(&segment_rects(&same, 10.0, 200.0, 100.0));
-        assert_eq!(merged.len(), 3, "{merged:?}");
-        assert!((merged[0].w - 200.0).abs() < 1e-9 && merged[0].x == 10.0);
-        assert_eq!(merge_runs(&rects).len(), rects.len(), "nothing to merge where parts differ");
+        same.cells = vec![cell(0, 2, 0, 100, 0, 0, 0), cell(1, 1, 1, 0, 0, 20, 80)];
+        let merged = segment_shapes(&same, 10.0, 200.0, 100.0);
+        assert_eq!(merged.parts.len(), 3, "{:?}", merged.parts);
+        assert!((merged.parts[0].w - 200.0).abs() < 1e-9 && merged.parts[0].x == 10.0);
+        assert_eq!(segment_hit(&same, 10.0, 200.0, 100.0, 150.0, 80.0), Some((0, 1)), "inside a run");
+    }
+
+    #[test]
+    fn a_segment_under_a_pixel_is_one_sliver_that_can_be_pointed_at() {
+        let lane = |addr| SegmentLane { addr, stream: 0, small: true, expandable: false, max_size: 1 };
+        let tiny = SegmentCell {
+            column: 0,
+            columns: 1,
+            segment: 0,
+            size: 1,
+            allocated: 1,
+            waste: 0,
+            pending_free: 0,
+            inactive: 0,
+            blocks: 1,
+        };
+        let answer = SegmentsAnswer {
+            device: 0,
+            axis: crate::model::Axis::Event,
+            start: 0,
+            end: 1,
+            columns: vec![Column { x0: 0, x1: 1, row: Some(0) }],
+            segments: vec![lane(0)],
+            cells: vec![tiny],
+            max_reserved: 1000,
+            exact: true,
+        };
+        let shapes = segment_shapes(&answer, 0.0, 100.0, 100.0);
+        assert_eq!(shapes.parts.len(), 1);
+        assert_eq!(shapes.parts[0].fill, Fill::Allocated);
+        assert_eq!(segment_hit(&answer, 0.0, 100.0, 100.0, 50.0, 99.5), Some((0, 0)));
     }
 }

@@ -24,6 +24,8 @@ use crate::viewport::Window;
 
 /// Height of the canvas.
 const HEIGHT: f64 = 170.0;
+/// Top of the plot: the labels' band is above it.
+const PLOT_TOP: f64 = 14.0;
 /// Columns per pixel asked for: one column every few pixels.
 const PX_PER_COLUMN: f64 = 3.0;
 /// How long the window must settle before new columns are asked for.
@@ -45,7 +47,6 @@ pub(crate) fn SegmentTimeline(shared: Shared) -> impl IntoView {
     let canvas_ref = NodeRef::<leptos::html::Canvas>::new();
     let wrap_ref = NodeRef::<leptos::html::Div>::new();
     let data = RwSignal::new(None::<SegmentsAnswer>);
-    let rects = StoredValue::new(Vec::<Rect>::new());
     let hover = RwSignal::new(None::<String>);
     let loading = RwSignal::new(false);
     let error = RwSignal::new(None::<String>);
@@ -113,7 +114,7 @@ pub(crate) fn SegmentTimeline(shared: Shared) -> impl IntoView {
                 }
                 let started = draws::now();
                 let css_w = canvas::css_width(&wrap);
-                let draw = |ctx: &web_sys::CanvasRenderingContext2d| rects.set_value(draw_columns(ctx, d, v, plot));
+                let draw = |ctx: &web_sys::CanvasRenderingContext2d| draw_columns(ctx, d, v, plot);
                 let Some((ctx, image_view)) = kept.paint(&canvas, v, plot, css_w, HEIGHT, draw) else { return };
                 drawn_view.set_value(Some(image_view));
                 if let Some(x) = shared.cursor_x().filter(|&x| x >= v.start && x < v.end) {
@@ -144,12 +145,17 @@ pub(crate) fn SegmentTimeline(shared: Shared) -> impl IntoView {
             }
             _ => px,
         };
-        let (segment, column) = rects.with_value(|r| blocks::segment_hit(r, px, py))?;
         data.with_untracked(|d| {
             let d = d.as_ref()?;
+            let (x, w, h) = placement(d, drawn_view.get_value()?, (left, width));
+            let (segment, column) = blocks::segment_hit(d, x, w, h, px, py - PLOT_TOP)?;
             let lane = d.segments.get(segment)?;
             let col = d.columns.get(column)?;
-            let cell = d.cells.iter().find(|c| c.segment as usize == segment && c.column as usize == column)?;
+            let column = column as u32;
+            let cell = d
+                .cells
+                .iter()
+                .find(|c| c.segment as usize == segment && (c.column..c.column + c.columns).contains(&column))?;
             let row = col.row.map_or("before the trace".to_owned(), |r| format!("after row {}", format::grouped(u64::from(r))));
             let text = format!(
                 "segment {} ({}{}, stream {}) {row}: {} reserved · {} allocated ({} rounding waste) · {} pending free · {} free · {} blocks",
@@ -209,57 +215,45 @@ pub(crate) fn SegmentTimeline(shared: Shared) -> impl IntoView {
     }
 }
 
-/// Draw the columns of `d` placed at `view` into the plot area `(left,
-/// width)` of `ctx`; returns the rectangles, for hit-testing. One path per
-/// colour (one fill each), not one call per rectangle: on large snapshots
-/// the per-rectangle calls were most of the draw.
-fn draw_columns(
-    ctx: &CanvasRenderingContext2d,
-    d: &SegmentsAnswer,
-    view: Window,
-    (left, width): (f64, f64),
-) -> Vec<Rect> {
+/// Where the columns of `d` go when placed at `view` in the plot area
+/// `(left, width)`: the plot's left, width and height for
+/// [`blocks::segment_shapes`], under the labels' band.
+fn placement(d: &SegmentsAnswer, view: Window, (left, width): (f64, f64)) -> (f64, f64, f64) {
     let x0 = canvas::x_px(view, left, width, d.start as f64);
     let x1 = canvas::x_px(view, left, width, d.end as f64);
-    let plot_h = HEIGHT - 18.0;
-    let mut placed = blocks::segment_rects(d, x0, x1 - x0, plot_h);
-    for r in &mut placed {
-        r.y += 14.0;
-    }
+    (x0, x1 - x0, HEIGHT - PLOT_TOP - 4.0)
+}
+
+/// Draw the columns of `d` placed at `view` into the plot area `(left,
+/// width)` of `ctx`. One path per colour (one fill each), not one call per
+/// rectangle: on large snapshots the per-rectangle calls were most of the
+/// draw.
+fn draw_columns(ctx: &CanvasRenderingContext2d, d: &SegmentsAnswer, view: Window, (left, width): (f64, f64)) {
+    let (x, w, h) = placement(d, view, (left, width));
+    let shapes = blocks::segment_shapes(d, x, w, h);
     canvas::clip_plot(ctx, left, width, HEIGHT);
-    // Steady stretches drawn as one shape: the count follows the changes
-    // on screen, not the columns.
-    let shapes = blocks::merge_runs(&placed);
     let fill_path = |rects: &mut dyn Iterator<Item = &Rect>| {
         ctx.begin_path();
         for r in rects {
             // Neighbouring columns touch: no hairline gaps.
-            ctx.rect(r.x, r.y, r.w + 0.5, r.h);
+            ctx.rect(r.x, r.y + PLOT_TOP, r.w + 0.5, r.h);
         }
         ctx.fill();
     };
     for fill in [Fill::Allocated, Fill::Waste, Fill::PendingFree, Fill::Inactive, Fill::LargestFree] {
         ctx.set_fill_style_str(fill_colour(fill));
-        fill_path(&mut shapes.iter().filter(|r| r.fill == fill));
+        fill_path(&mut shapes.parts.iter().filter(|r| r.fill == fill));
     }
-    // A white hairline at each segment's top separates neighbours: the top
-    // rectangle of each (segment, column) comes last.
-    let hairlines: Vec<Rect> = placed
-        .iter()
-        .enumerate()
-        .filter(|(k, r)| placed.get(k + 1).is_none_or(|n| n.segment != r.segment || n.item != r.item))
-        .map(|(_, r)| Rect { h: 0.7, ..*r })
-        .collect();
+    // A white hairline at each segment's top separates neighbours.
     ctx.set_fill_style_str("rgba(255,255,255,0.9)");
-    fill_path(&mut blocks::merge_runs(&hairlines).iter());
+    fill_path(&mut shapes.tops.iter());
     // Expandable segments outlined: mapped ranges.
     ctx.set_stroke_style_str("#8250df");
     ctx.set_line_width(1.0);
     ctx.begin_path();
-    for r in shapes.iter().filter(|r| d.segments.get(r.segment).is_some_and(|s| s.expandable)) {
-        ctx.rect(r.x + 0.5, r.y + 0.5, r.w, r.h);
+    for r in shapes.parts.iter().filter(|r| d.segments.get(r.segment).is_some_and(|s| s.expandable)) {
+        ctx.rect(r.x + 0.5, r.y + PLOT_TOP + 0.5, r.w, r.h);
     }
     ctx.stroke();
     ctx.restore();
-    placed
 }
