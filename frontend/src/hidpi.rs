@@ -175,76 +175,28 @@ impl<B: DrawingBackend> DrawingBackend for Scaled<B> {
 
 #[cfg(test)]
 mod tests {
-    use std::convert::Infallible;
-
     use super::*;
-
-    /// Records rectangles, paths and text sizes in device pixels.
-    #[derive(Default)]
-    struct Device {
-        rects: Vec<(BackendCoord, BackendCoord)>,
-        paths: Vec<(Vec<BackendCoord>, u32)>,
-        font_sizes: Vec<f64>,
-    }
-
-    impl DrawingBackend for Device {
-        type ErrorType = Infallible;
-        fn get_size(&self) -> (u32, u32) {
-            (2000, 800)
-        }
-        fn ensure_prepared(&mut self) -> Result<(), DrawingErrorKind<Infallible>> {
-            Ok(())
-        }
-        fn present(&mut self) -> Result<(), DrawingErrorKind<Infallible>> {
-            Ok(())
-        }
-        fn draw_pixel(&mut self, _: BackendCoord, _: BackendColor) -> Result<(), DrawingErrorKind<Infallible>> {
-            Ok(())
-        }
-        fn draw_rect<S: BackendStyle>(
-            &mut self,
-            a: BackendCoord,
-            b: BackendCoord,
-            _: &S,
-            _: bool,
-        ) -> Result<(), DrawingErrorKind<Infallible>> {
-            self.rects.push((a, b));
-            Ok(())
-        }
-        fn draw_path<S: BackendStyle, I: IntoIterator<Item = BackendCoord>>(
-            &mut self,
-            path: I,
-            style: &S,
-        ) -> Result<(), DrawingErrorKind<Infallible>> {
-            self.paths.push((path.into_iter().collect(), style.stroke_width()));
-            Ok(())
-        }
-        fn draw_text<T: BackendTextStyle>(
-            &mut self,
-            _: &str,
-            style: &T,
-            _: BackendCoord,
-        ) -> Result<(), DrawingErrorKind<Infallible>> {
-            self.font_sizes.push(style.size());
-            Ok(())
-        }
-    }
+    use crate::recorder::Recorder;
 
     #[test]
     fn css_pixels_become_device_pixels() {
         use plotters::prelude::*;
-        let mut scaled = Scaled::new(Device::default(), 2.0);
+        let (device, log) = Recorder::new((2000, 800));
+        let mut scaled = Scaled::new(device, 2.0);
         assert_eq!(scaled.get_size(), (1000, 400));
         let style = ShapeStyle { color: RED.to_rgba(), filled: true, stroke_width: 2 };
         scaled.draw_rect((10, 20), (30, 40), &style, true).expect("rect");
         scaled.draw_path(vec![(1, 1), (5, 5)], &style).expect("path");
         let font = TextStyle::from(("sans-serif", 12).into_font());
         scaled.draw_text("MiB", &font, (0, 0)).expect("text");
-        let device = scaled.inner;
-        assert_eq!(device.rects, [((20, 40), (60, 80))]);
-        assert_eq!(device.paths, [(vec![(2, 2), (10, 10)], 4)]);
-        assert_eq!(device.font_sizes, [24.0]);
+        let log = log.take();
+        let rects: Vec<_> = log.rects.iter().map(|&(_, _, a, b)| (a, b)).collect();
+        assert_eq!(rects, [((20, 40), (60, 80))]);
+        let paths: Vec<_> = log.paths.iter().map(|(_, p, w)| (p.clone(), *w)).collect();
+        assert_eq!(paths, [(vec![(2, 2), (10, 10)], 4)]);
+        let font_sizes: Vec<f64> = log.texts.iter().map(|t| t.2).collect();
+        assert_eq!(font_sizes, [24.0]);
         // Nonsense ratios draw at 1:1.
-        assert_eq!(Scaled::new(Device::default(), f64::NAN).get_size(), (2000, 800));
+        assert_eq!(Scaled::new(Recorder::new((2000, 800)).0, f64::NAN).get_size(), (2000, 800));
     }
 }

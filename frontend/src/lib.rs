@@ -23,6 +23,8 @@ pub mod layout;
 pub mod model;
 pub mod permalink;
 pub mod plot;
+#[cfg(test)]
+mod recorder;
 pub mod review;
 pub mod viewport;
 
@@ -41,13 +43,13 @@ mod canvas;
 #[cfg(target_arch = "wasm32")]
 mod draws;
 #[cfg(target_arch = "wasm32")]
-mod frame;
-#[cfg(target_arch = "wasm32")]
 #[allow(unreachable_pub)]
 mod explorer;
 #[cfg(target_arch = "wasm32")]
 #[allow(unreachable_pub)]
 mod fragmentation;
+#[cfg(target_arch = "wasm32")]
+mod frame;
 #[cfg(target_arch = "wasm32")]
 #[allow(unreachable_pub)]
 mod minimap;
@@ -64,10 +66,10 @@ mod state;
 #[allow(unreachable_pub)]
 mod track;
 // Files opened without uploading: parsed and answered in a Web Worker.
-mod local;
 #[cfg(target_arch = "wasm32")]
 #[allow(unreachable_pub)]
 mod library;
+mod local;
 // The live page: its model and charts compile natively, its components on wasm32.
 mod live;
 #[cfg(target_arch = "wasm32")]

@@ -135,7 +135,8 @@ pub fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, scene: &Scene<'_>
     // ("50.0 MiB") and exact ones do not fit: bytes above the bottom then
     // (the status line gives the bottom).
     let relative = y_max.saturating_sub(y_min).saturating_mul(100) < y_max;
-    let y_label = |y: &u64| if relative { format!("+{}", format::bytes(y.saturating_sub(y_min))) } else { format::bytes(*y) };
+    let y_label =
+        |y: &u64| if relative { format!("+{}", format::bytes(y.saturating_sub(y_min))) } else { format::bytes(*y) };
     chart
         .configure_mesh()
         .bold_line_style(GRID)
@@ -292,87 +293,16 @@ pub fn x_axis_caption(axis: Axis) -> &'static str {
 
 #[cfg(test)]
 mod tests {
-    use std::cell::RefCell;
-    use std::convert::Infallible;
-    use std::rc::Rc;
-
-    use plotters_backend::{BackendColor, BackendCoord, BackendStyle, BackendTextStyle, DrawingErrorKind};
+    use plotters_backend::BackendCoord;
     use vramscope_shared::index::SnapshotIndex;
     use vramscope_shared::timeline::TimelineIndex;
     use vramscope_shared::{ReadOptions, read_snapshot_bytes};
 
     use super::*;
     use crate::layout::{hit, stack};
-
-    /// A backend that records what is drawn, in the colours drawn with,
-    /// into a log the test keeps a handle to.
-    #[derive(Default)]
-    struct Recorder(Rc<RefCell<Log>>);
-
-    #[derive(Default)]
-    struct Log {
-        polygons: Vec<(RGBColor, Vec<BackendCoord>)>,
-        rects: Vec<(RGBColor, bool, BackendCoord, BackendCoord)>,
-        paths: Vec<(RGBColor, Vec<BackendCoord>)>,
-        texts: Vec<(String, BackendCoord)>,
-    }
-
-    fn rgb(c: BackendColor) -> RGBColor {
-        RGBColor(c.rgb.0, c.rgb.1, c.rgb.2)
-    }
+    use crate::recorder::{Log, Recorder};
 
     const RECORDER_HEIGHT: u32 = 400;
-
-    impl DrawingBackend for Recorder {
-        type ErrorType = Infallible;
-        fn get_size(&self) -> (u32, u32) {
-            (1000, RECORDER_HEIGHT)
-        }
-        fn ensure_prepared(&mut self) -> Result<(), DrawingErrorKind<Infallible>> {
-            Ok(())
-        }
-        fn present(&mut self) -> Result<(), DrawingErrorKind<Infallible>> {
-            Ok(())
-        }
-        fn draw_pixel(&mut self, _: BackendCoord, _: BackendColor) -> Result<(), DrawingErrorKind<Infallible>> {
-            Ok(())
-        }
-        fn draw_rect<S: BackendStyle>(
-            &mut self,
-            a: BackendCoord,
-            b: BackendCoord,
-            style: &S,
-            fill: bool,
-        ) -> Result<(), DrawingErrorKind<Infallible>> {
-            self.0.borrow_mut().rects.push((rgb(style.color()), fill, a, b));
-            Ok(())
-        }
-        fn draw_path<S: BackendStyle, I: IntoIterator<Item = BackendCoord>>(
-            &mut self,
-            path: I,
-            style: &S,
-        ) -> Result<(), DrawingErrorKind<Infallible>> {
-            self.0.borrow_mut().paths.push((rgb(style.color()), path.into_iter().collect()));
-            Ok(())
-        }
-        fn fill_polygon<S: BackendStyle, I: IntoIterator<Item = BackendCoord>>(
-            &mut self,
-            vert: I,
-            style: &S,
-        ) -> Result<(), DrawingErrorKind<Infallible>> {
-            self.0.borrow_mut().polygons.push((rgb(style.color()), vert.into_iter().collect()));
-            Ok(())
-        }
-        fn draw_text<T: BackendTextStyle>(
-            &mut self,
-            text: &str,
-            _: &T,
-            pos: BackendCoord,
-        ) -> Result<(), DrawingErrorKind<Infallible>> {
-            self.0.borrow_mut().texts.push((text.to_owned(), pos));
-            Ok(())
-        }
-    }
 
     fn oom_leak_window(axis: Axis, px: u32) -> TimelineWindow {
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/corpus/oom_leak.pickle");
@@ -408,7 +338,7 @@ mod tests {
         // A band and a line per curve, in the curve's colour.
         for colour in [RESERVED, ACTIVE, ALLOCATED] {
             assert!(recorder.polygons.iter().any(|(c, p)| *c == colour && p.len() > 100), "{colour:?} band");
-            assert!(recorder.paths.iter().any(|(c, p)| *c == colour && p.len() > 100), "{colour:?} line");
+            assert!(recorder.paths.iter().any(|(c, p, _)| *c == colour && p.len() > 100), "{colour:?} line");
         }
         // Everything stays inside the canvas's plot area.
         let inside = |&(x, y): &BackendCoord| {
@@ -421,10 +351,14 @@ mod tests {
         // The OOM marker: a red vertical line at its row, and its label.
         let oom = data.markers.iter().find(|m| m.kind == MarkerKind::Oom).expect("oom_leak has an OOM");
         let x = geometry.x_px(oom.x as f64).round() as i32;
-        assert!(recorder.paths.iter().any(|(c, p)| *c == OOM && p.iter().all(|pt| pt.0 == x)));
-        assert!(recorder.texts.iter().any(|(t, _)| t.starts_with("OOM")));
+        assert!(recorder.paths.iter().any(|(c, p, _)| *c == OOM && p.iter().all(|pt| pt.0 == x)));
+        assert!(recorder.texts.iter().any(|(t, _, _)| t.starts_with("OOM")));
         // Axis labels are byte sizes and row numbers.
-        assert!(recorder.texts.iter().any(|(t, _)| t.ends_with("MiB") || t.ends_with("KiB")), "{:?}", recorder.texts);
+        assert!(
+            recorder.texts.iter().any(|(t, _, _)| t.ends_with("MiB") || t.ends_with("KiB")),
+            "{:?}",
+            recorder.texts
+        );
         // Each bar is drawn once (plus the outline of the highlighted one),
         // and the mouse at a bar's centre finds that bar.
         let filled: Vec<_> = recorder.rects.iter().filter(|r| r.1 && !(r.2.0 == 0 && r.2.1 == 0)).collect();
@@ -435,7 +369,7 @@ mod tests {
         assert!(recorder.rects.iter().any(|r| r.0 == BLACK && !r.1), "the highlight's outline");
         assert!(recorder.rects.iter().any(|r| r.0 == MATCH && !r.1), "a search match's outline");
         let cursor = geometry.x_px((data.start + 100) as f64).round() as i32;
-        assert!(recorder.paths.iter().any(|(c, p)| *c == CURSOR && p.iter().all(|pt| pt.0 == cursor)), "the cursor");
+        assert!(recorder.paths.iter().any(|(c, p, _)| *c == CURSOR && p.iter().all(|pt| pt.0 == cursor)), "the cursor");
     }
 
     #[test]
@@ -463,12 +397,12 @@ mod tests {
                 assert!(points.iter().all(|p| p.0 <= middle + 1 && p.0 <= right), "clipped at the data's end");
             }
         }
-        assert!(recorder.texts.iter().any(|(t, _)| t.ends_with(" s") || t.ends_with(" ms")), "{:?}", recorder.texts);
+        assert!(recorder.texts.iter().any(|(t, _, _)| t.ends_with(" s") || t.ends_with(" ms")), "{:?}", recorder.texts);
     }
 
     fn record(scene: &Scene<'_>) -> (Geometry, Log) {
-        let log = Rc::new(RefCell::new(Log::default()));
-        let geometry = draw(&Recorder(log.clone()).into_drawing_area(), scene).expect("draws");
+        let (recorder, log) = Recorder::new((1000, RECORDER_HEIGHT));
+        let geometry = draw(&recorder.into_drawing_area(), scene).expect("draws");
         (geometry, log.take())
     }
 }
