@@ -17,12 +17,15 @@ pub mod search;
 pub mod segments;
 pub mod state;
 #[cfg(test)]
-mod testing;
+pub(crate) mod testing;
+
+use std::sync::OnceLock;
 
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::Snapshot;
+use crate::analysis::layout::{Checkpoints, Rewinder};
 use crate::index::{DeviceIndex, SnapshotIndex};
 use crate::timeline::{Axis, MAX_PX, TimelineIndex, TimelineWindow, YSpan};
 
@@ -38,7 +41,15 @@ pub struct Analyzed {
     pub index: SnapshotIndex,
     /// Level-of-detail curves.
     pub timeline: TimelineIndex,
+    /// Per device, layout checkpoints for the state and segment views,
+    /// built by the first query that rewinds the device.
+    checkpoints: Vec<(u32, OnceLock<Checkpoints>)>,
 }
+
+/// Rows between two layout checkpoints: a query undoes at most this many
+/// rows more than its own window (a few milliseconds), and a 1.5M-entry
+/// trace keeps 23 copies of its layout.
+const CHECKPOINT_ROWS: usize = 1 << 16;
 
 impl Analyzed {
     /// Build the indexes of a parsed snapshot (CPU work: tens of ms per
@@ -46,7 +57,8 @@ impl Analyzed {
     pub fn build(snapshot: Snapshot) -> Analyzed {
         let index = SnapshotIndex::build(&snapshot);
         let timeline = TimelineIndex::build(&snapshot, &index);
-        Analyzed { snapshot, index, timeline }
+        let checkpoints = snapshot.devices.iter().map(|d| (d.device, OnceLock::new())).collect();
+        Analyzed { snapshot, index, timeline, checkpoints }
     }
 
     /// The device asked for, or the first one when none was.
@@ -60,6 +72,29 @@ impl Analyzed {
                 .first()
                 .map(|d| d.device)
                 .ok_or_else(|| ViewError::NotFound("any device".to_owned())),
+        }
+    }
+
+    /// A layout rewinder of `device` standing at or just after `row` (`None`:
+    /// the trace's start), ready to rewind to `row` and then to earlier
+    /// rows. The first call for a device builds its checkpoints.
+    pub fn rewinder(&self, device: u32, row: Option<u32>) -> Result<Rewinder<'_>, ViewError> {
+        let d = self.snapshot.device(device).ok_or_else(|| ViewError::NotFound(format!("device {device}")))?;
+        let cell = self
+            .checkpoints
+            .iter()
+            .find(|(id, _)| *id == device)
+            .map(|(_, c)| c)
+            .ok_or_else(|| ViewError::NotFound(format!("device {device}")))?;
+        let checkpoints = cell.get_or_init(|| Rewinder::new(&self.snapshot, d).checkpoints(CHECKPOINT_ROWS));
+        Ok(Rewinder::from_checkpoints(&self.snapshot, d, checkpoints, row))
+    }
+
+    /// Build every device's layout checkpoints now (they are otherwise
+    /// built by the first query that needs them).
+    pub fn build_layout_checkpoints(&self) {
+        for d in &self.snapshot.devices {
+            let _ = self.rewinder(d.device, None);
         }
     }
 

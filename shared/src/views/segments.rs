@@ -5,9 +5,11 @@
 //! The answer is bounded by the screen, not the trace: a window is cut
 //! into at most [`MAX_COLUMNS`] columns and each column shows the layout
 //! right after its last row, rewound from the final segments
-//! ([`Rewinder`]); one rewinder walks the columns from the last to the
-//! first, so a query costs two passes over the trace plus one layout per
-//! column.
+//! ([`crate::analysis::layout::Rewinder`]). One rewinder walks the columns
+//! from the last to the first, starting at the device's nearest layout
+//! checkpoint ([`Analyzed::rewinder`]), so a query costs the rows of its
+//! window plus one layout per column; the first query of a device pays two
+//! passes over the trace to build the checkpoints.
 //!
 //! A segment whose figures stay the same over neighbouring columns is one
 //! cell spanning them ([`SegmentCell::columns`]). Most segments sit still
@@ -20,7 +22,7 @@ use serde::{Deserialize, Serialize};
 
 use super::state::rows_before;
 use super::{Analyzed, ViewError};
-use crate::analysis::layout::{Layout, Rewinder};
+use crate::analysis::layout::Layout;
 use crate::snapshot::BlockState;
 use crate::timeline::Axis;
 
@@ -169,7 +171,7 @@ pub(crate) fn for_each_column(
             Column { x0, x1, row }
         })
         .collect();
-    let mut rewinder = Rewinder::new(&a.snapshot, d);
+    let mut rewinder = a.rewinder(span.device, columns.last().and_then(|c| c.row))?;
     let mut last: Option<(Option<u32>, Layout)> = None;
     for (i, c) in columns.iter().enumerate().rev() {
         // Neighbouring columns often show the same row: rewind once.

@@ -8,7 +8,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::{Analyzed, ViewError};
-use crate::analysis::layout::{Layout, Rewinder};
+use crate::analysis::layout::Layout;
 use crate::snapshot::{BlockState, DeviceSnapshot};
 use crate::timeline::Axis;
 
@@ -209,7 +209,7 @@ pub fn state(a: &Analyzed, p: &StateParams) -> Result<AllocatorState, ViewError>
     let device = a.device_or_first(p.device)?;
     let d = a.snapshot.device(device).ok_or_else(|| ViewError::NotFound(format!("device {device}")))?;
     let row = resolve_row(d, p.at, p.x, p.axis)?;
-    let layout = Rewinder::new(&a.snapshot, d).rewind_to(row);
+    let layout = a.rewinder(device, row)?.rewind_to(row);
     let figures = Figures::of(&layout);
     let segments = layout
         .segments
