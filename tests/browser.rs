@@ -313,10 +313,8 @@ async fn zoom_on_memory(client: &Client, url: &str) {
     assert!(link.as_str().contains("mem="), "{link}");
     client.goto(link.as_str()).await.expect("open the link");
     let band = |s: &str| s.split(" · ").find(|p| p.starts_with("memory ")).map(str::to_owned);
-    let reopened = until(&client, 60, "the linked memory zoom", || async {
-        settled().await.filter(|s| band(s).is_some())
-    })
-    .await;
+    let reopened =
+        until(&client, 60, "the linked memory zoom", || async { settled().await.filter(|s| band(s).is_some()) }).await;
     assert_eq!(band(&reopened), band(&zoomed), "{reopened}");
     assert_eq!(allocations_listed(&reopened), allocations_listed(&zoomed), "{reopened}");
 

@@ -190,7 +190,8 @@ async fn explore(client: &Client, url: &str) {
     scroll_to(&client, "segments").await;
     let (x, y) = first_pixel(&client, "segments", SEG_ALLOCATED, 0.3).await.expect("an allocated part 30% across");
     let (left, top, _, _) = box_of(&client, "segments").await;
-    let hover = MouseActions::new("mouse".to_owned()).then(PointerAction::MoveTo { duration: None, x: left + x, y: top + y });
+    let hover =
+        MouseActions::new("mouse".to_owned()).then(PointerAction::MoveTo { duration: None, x: left + x, y: top + y });
     client.perform_actions(hover).await.expect("hover the segment timeline");
     let said = until(&client, 10, "the segment's figures", || async {
         text_of(&client, "#segments-hover").await.filter(|t| t.starts_with("segment 0x"))

@@ -127,7 +127,15 @@ pub(super) fn routes() -> Router<AppState> {
              then rebuild); the API is unaffected"
         );
     }
-    Router::new().route("/", get(index)).route("/snapshots/{id}", get(index)).route("/live", get(index)).route("/live/{source}", get(index)).route("/compare/{a}/{b}", get(index)).route("/jobs", get(index)).route("/jobs/{job}", get(index)).route("/static/{*name}", get(asset))
+    Router::new()
+        .route("/", get(index))
+        .route("/snapshots/{id}", get(index))
+        .route("/live", get(index))
+        .route("/live/{source}", get(index))
+        .route("/compare/{a}/{b}", get(index))
+        .route("/jobs", get(index))
+        .route("/jobs/{job}", get(index))
+        .route("/static/{*name}", get(asset))
 }
 
 /// The app's page, for every route the app handles in the browser.
