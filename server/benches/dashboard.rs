@@ -190,15 +190,23 @@ async fn measure_all(
     if let Some(mv) = memory_viz {
         goto(browser, &format!("{mv}/")).await?;
     }
+    let name = |input: &Path| input.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     for (input, id) in inputs.iter().zip(ids) {
-        let file = input.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let file = name(input);
         println!("measuring {file} ...");
         rows.push(ours_server(browser, url, id, &file).await?);
         rows.push(ours_local(browser, url, input, &file).await?);
-        if let Some(mv) = memory_viz {
+    }
+    // memory_viz last: its pages share Chromium's renderer with ours (one
+    // site, 127.0.0.1), and the heap it leaves would count in our figures.
+    if let Some(mv) = memory_viz {
+        for input in inputs {
+            let file = name(input);
+            println!("measuring {file} in memory_viz ...");
             rows.push(theirs(browser, mv, input, &file).await?);
         }
     }
+    rows.sort_by_key(|r| inputs.iter().position(|i| name(i) == r.file));
     Ok(rows)
 }
 
@@ -286,6 +294,18 @@ const keys = arguments[0];
   // Frame monitor: [previous frame start, this frame start] pairs.
   let last = null, monitoring = true;
   const spans = [];
+  // Chromium's long animation frames (over 50 ms): whether the page's
+  // thread was busy in a late frame, or the frame never came for lack of
+  // CPU (the server or the worker computing an answer on this 2-core box).
+  const long = [];
+  if ((PerformanceObserver.supportedEntryTypes || []).includes("long-animation-frame")) {
+    new PerformanceObserver((list) => {
+      for (const e of list.getEntries()) {
+        const scripts = (e.scripts || []).map((x) => `${x.invoker || x.name} ${x.duration.toFixed(0)}`).join("; ");
+        long.push({ start: e.startTime, end: e.startTime + e.duration, blocking: e.blockingDuration, scripts });
+      }
+    }).observe({ type: "long-animation-frame" });
+  }
   const tick = (ts) => { if (last !== null) spans.push([last, ts]); last = ts; if (monitoring) requestAnimationFrame(tick); };
   requestAnimationFrame(tick);
   const heap = () => {
@@ -329,6 +349,10 @@ const keys = arguments[0];
     for (const d of mine) out.drawMs.push(d.ms);
     if (mine.length > immediate) out.settled.push(mine[mine.length - 1].at - t0);
     heap();
+    // The forced collection in a frame of its own, before the next input.
+    await painted();
+    await painted();
+    last = null;
     if (i + 1 < keys.length && keys[i + 1] !== key) {
       if (key === "+") out.deepest = status();
       if (key === "]") out.deepestMemory = status();
@@ -340,7 +364,9 @@ const keys = arguments[0];
     out.gaps.push(b - a);
     if (b - a > 20) {
       const work = all.filter((d) => d.at > a && d.at <= b).map((d) => `${d.kind}${d.what ? " " + d.what : ""} ${d.ms.toFixed(1)}`);
-      out.late.push({ gap: b - a, work: work.join(", ") });
+      const busy = long.filter((l) => l.end > a && l.start < b)
+        .map((l) => `long frame ${(l.end - l.start).toFixed(0)} ms, blocking ${l.blocking.toFixed(0)}${l.scripts ? " (" + l.scripts + ")" : ""}`);
+      out.late.push({ gap: b - a, work: work.concat(busy).join(", ") });
     }
   }
   out.late.sort((x, y) => y.gap - x.gap);
@@ -698,8 +724,9 @@ fn rewrite_imports(script: &str) -> Result<String, String> {
     Ok(format!("const d3 = window.d3;\nconst {{{}}} = d3;\n{}", names.join(", "), body.join("\n")))
 }
 
-/// Upload a file and ask for one timeline, so that the page opens an
-/// already-indexed snapshot; answers its id.
+/// Upload a file and ask for one timeline and one segment timeline (which
+/// waits for the layout checkpoints built after indexing), so that the page
+/// opens an already-indexed snapshot; answers its id.
 async fn upload_and_index(client: &reqwest::Client, url: &str, path: &Path) -> Result<String, String> {
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let bytes = tokio::fs::read(path).await.map_err(|e| format!("read {}: {e}", path.display()))?;
@@ -720,6 +747,12 @@ async fn upload_and_index(client: &reqwest::Client, url: &str, path: &Path) -> R
         .await
         .and_then(reqwest::Response::error_for_status)
         .map_err(|e| format!("index {name}: {e}"))?;
+    client
+        .get(format!("{url}/api/v1/snapshots/{id}/segments?columns=10"))
+        .send()
+        .await
+        .and_then(reqwest::Response::error_for_status)
+        .map_err(|e| format!("layout checkpoints of {name}: {e}"))?;
     Ok(id)
 }
 
