@@ -108,19 +108,6 @@ pub fn state_hit(rects: &[Rect], x: f64, y: f64) -> Option<(usize, usize)> {
     rects.iter().rev().find(|r| r.contains(x, y)).map(|r| (r.segment, r.item))
 }
 
-/// What the segment timeline draws: the parts of every segment, and a
-/// hairline at each segment's top that separates it from the next. Each
-/// rectangle spans the neighbouring columns where it keeps its place and
-/// height (`item` is its first column), so steady stretches of a trace
-/// cost one shape, not one per column.
-#[derive(Debug, Default)]
-pub struct SegmentShapes {
-    /// Allocated, waste, pending-free and free parts.
-    pub parts: Vec<Rect>,
-    /// Segment tops, 0.7 px tall.
-    pub tops: Vec<Rect>,
-}
-
 /// Where a segment timeline's figures go on a plot `width` × `height` at
 /// `left`: per column, the segments stacked bottom-up by address, each as
 /// tall as its bytes (the top is the highest reserved of the window).
@@ -195,43 +182,145 @@ fn extend(out: &mut Vec<Rect>, open: &mut Option<usize>, r: Rect) {
     out.push(r);
 }
 
-/// The shapes of a segment timeline (see [`ColumnLayout`]). A segment
-/// under a pixel tall is one sliver in its main colour. Built in one pass
-/// over columns × segments, without a rectangle per column first: on a
-/// 95 MB trace that intermediate list and its merging took 20 ms.
-pub fn segment_shapes(answer: &SegmentsAnswer, left: f64, width: f64, height: f64) -> SegmentShapes {
+/// The parts of a segment timeline as rectangles (see [`ColumnLayout`]),
+/// for outlines and tests; the timeline itself is drawn as pixels
+/// ([`segment_raster`]). Each rectangle spans the neighbouring columns
+/// where it keeps its place and height (`item` is its first column). A
+/// segment under a pixel tall is one sliver in its main colour.
+pub fn segment_shapes(answer: &SegmentsAnswer, left: f64, width: f64, height: f64) -> Vec<Rect> {
     let layout = ColumnLayout::new(answer, left, width, height);
-    let mut shapes = SegmentShapes::default();
-    // Per segment: the shape of each fill, and of its top, that the next
-    // column may widen.
+    let mut shapes = Vec::new();
+    // Per segment: the shape of each fill that the next column may widen.
     let mut open = vec![[None::<usize>; 5]; answer.segments.len()];
-    let mut open_top = vec![None::<usize>; answer.segments.len()];
     layout.walk(|column, x, cell, bottom, top| {
         let segment = cell.segment as usize;
-        let (Some(open), Some(open_top)) = (open.get_mut(segment), open_top.get_mut(segment)) else { return };
+        let Some(open) = open.get_mut(segment) else { return };
         let rect = |y: f64, h: f64, fill: Fill| Rect { x, y, w: layout.col_w, h, fill, segment, item: column };
         let parts = parts(cell);
         if bottom - top < 1.0 {
             let fill = parts.iter().max_by_key(|(b, _)| *b).map_or(Fill::Inactive, |(_, f)| *f);
-            extend(&mut shapes.parts, &mut open[fill as usize], rect(top, bottom - top, fill));
+            extend(&mut shapes, &mut open[fill as usize], rect(top, bottom - top, fill));
         } else {
             let mut y = bottom;
             for (bytes, fill) in parts {
                 let h = bytes as f64 * layout.scale;
                 if h > 0.0 {
-                    extend(&mut shapes.parts, &mut open[fill as usize], rect(y - h, h, fill));
+                    extend(&mut shapes, &mut open[fill as usize], rect(y - h, h, fill));
                     y -= h;
                 }
             }
         }
-        extend(&mut shapes.tops, open_top, rect(top, 0.7, Fill::Inactive));
     });
     shapes
 }
 
-/// The (segment, column) under a point of the segment timeline drawn by
-/// [`segment_shapes`] with the same plot.
-pub fn segment_hit(answer: &SegmentsAnswer, left: f64, width: f64, height: f64, x: f64, y: f64) -> Option<(usize, usize)> {
+/// Device pixels, RGBA, row by row: a drawing for one `putImageData`.
+#[derive(Debug)]
+pub struct Raster {
+    /// Pixels across.
+    pub width: usize,
+    /// Pixels down.
+    pub height: usize,
+    /// `width × height × 4` bytes.
+    pub rgba: Vec<u8>,
+}
+
+/// The segment timeline as device pixels: the columns placed as
+/// [`segment_shapes`] places them (plot `width` × `height` CSS pixels at
+/// `left`), cut to the CSS range `clip` (left, width) at `dpr` device
+/// pixels per CSS pixel. Each pixel takes the colour of the part covering
+/// its centre, and a segment at least 3 pixels tall has its top row
+/// lightened, to part it from the next.
+///
+/// Pixels, not shapes: a wide window of a large trace is tens of thousands
+/// of shapes, and filling them as canvas paths took 13 to 23 ms a draw; this
+/// costs one pass over columns × segments and one write per pixel.
+pub fn segment_raster(
+    answer: &SegmentsAnswer,
+    (left, width, height): (f64, f64, f64),
+    (clip_left, clip_width): (f64, f64),
+    dpr: f64,
+    colour: impl Fn(Fill) -> [u8; 3],
+) -> Raster {
+    let dpr = if dpr.is_finite() && dpr > 0.0 { dpr } else { 1.0 };
+    let w = (clip_width * dpr).round().max(0.0) as usize;
+    let h = (height * dpr).round().max(0.0) as usize;
+    let mut rgba = vec![0u8; w * h * 4];
+    let layout = ColumnLayout::new(answer, left, width, height);
+    // The device pixel columns of each data column (they come in order).
+    let mut spans = vec![(usize::MAX, 0usize); answer.columns.len()];
+    for px in 0..w {
+        let x = clip_left + (px as f64 + 0.5) / dpr;
+        let c = ((x - left) / layout.col_w).floor();
+        if c >= 0.0 && (c as usize) < spans.len() {
+            let span = &mut spans[c as usize];
+            span.0 = span.0.min(px);
+            span.1 = px + 1;
+        }
+    }
+    let mut strip = vec![0u8; h * 4];
+    let mut flush = |column: usize, strip: &mut Vec<u8>| {
+        let (p0, p1) = spans[column];
+        for px in p0..p1.min(w) {
+            for row in 0..h {
+                let at = (row * w + px) * 4;
+                rgba[at..at + 4].copy_from_slice(&strip[row * 4..row * 4 + 4]);
+            }
+        }
+        strip.fill(0);
+    };
+    // Rows whose centres lie in [y0, y1) (CSS pixels from the plot's top).
+    let rows = |y0: f64, y1: f64| {
+        let first = (y0 * dpr - 0.5).ceil().max(0.0) as usize;
+        let end = ((y1 * dpr - 0.5).ceil().max(0.0) as usize).min(h);
+        first..end.max(first)
+    };
+    let paint = |strip: &mut Vec<u8>, rows: std::ops::Range<usize>, [r, g, b]: [u8; 3]| {
+        for row in rows {
+            strip[row * 4..row * 4 + 4].copy_from_slice(&[r, g, b, 255]);
+        }
+    };
+    let mut current = None;
+    layout.walk(|column, _, cell, bottom, top| {
+        if current != Some(column) {
+            if let Some(done) = current {
+                flush(done, &mut strip);
+            }
+            current = Some(column);
+        }
+        let mut y = bottom;
+        for (bytes, fill) in parts(cell) {
+            let part = bytes as f64 * layout.scale;
+            if part > 0.0 {
+                paint(&mut strip, rows(y - part, y), colour(fill));
+                y -= part;
+            }
+        }
+        if (bottom - top) * dpr >= 3.0 {
+            let row = rows(top, bottom).start;
+            if let Some(px) = strip.get_mut(row * 4..row * 4 + 3) {
+                for c in px {
+                    *c = (u16::from(*c) + (255 - u16::from(*c)) * 3 / 5) as u8;
+                }
+            }
+        }
+    });
+    if let Some(done) = current {
+        flush(done, &mut strip);
+    }
+    Raster { width: w, height: h, rgba }
+}
+
+/// The column under a point of the segment timeline drawn by
+/// [`segment_shapes`] with the same plot, and the cell of the segment there.
+pub fn segment_hit(
+    answer: &SegmentsAnswer,
+    left: f64,
+    width: f64,
+    height: f64,
+    x: f64,
+    y: f64,
+) -> Option<(usize, SegmentCell)> {
     let layout = ColumnLayout::new(answer, left, width, height);
     let wanted = ((x - left) / layout.col_w).floor();
     if !(0.0..answer.columns.len() as f64).contains(&wanted) {
@@ -242,7 +331,7 @@ pub fn segment_hit(answer: &SegmentsAnswer, left: f64, width: f64, height: f64, 
     layout.walk(|column, _, cell, bottom, top| {
         // At least a pixel tall, as drawn.
         if column == wanted && y < bottom && y >= top.min(bottom - 1.0) && found.is_none() {
-            found = Some((cell.segment as usize, column));
+            found = Some((column, *cell));
         }
     });
     found
@@ -330,32 +419,82 @@ mod tests {
             max_reserved: 200,
             exact: true,
         };
+        // (segment, column) of a hit.
+        let at = |(column, cell): (usize, SegmentCell)| (cell.segment as usize, column);
         let shapes = segment_shapes(&answer, 10.0, 200.0, 100.0);
         // Column 0: 40 requested + 10 waste + 50 free bytes = half the height.
-        let col0: Vec<_> = shapes.parts.iter().filter(|r| r.item == 0).collect();
+        let col0: Vec<_> = shapes.iter().filter(|r| r.item == 0).collect();
         assert_eq!(col0.iter().map(|r| r.fill).collect::<Vec<_>>(), [Fill::Allocated, Fill::Waste, Fill::Inactive]);
         assert!((col0.iter().map(|r| r.h).sum::<f64>() - 50.0).abs() < 1e-9);
         assert!((col0[0].y - 80.0).abs() < 1e-9 && col0[0].x == 10.0 && col0[0].w == 100.0);
         // Column 1: both segments, the second above the first, full height.
-        let top = shapes.parts.iter().filter(|r| r.item == 1).map(|r| r.y).fold(f64::MAX, f64::min);
+        let top = shapes.iter().filter(|r| r.item == 1).map(|r| r.y).fold(f64::MAX, f64::min);
         assert!(top.abs() < 1e-9, "{top}");
-        assert_eq!(segment_hit(&answer, 10.0, 200.0, 100.0, 150.0, 20.0), Some((1, 1)));
-        assert_eq!(segment_hit(&answer, 10.0, 200.0, 100.0, 150.0, 80.0), Some((0, 1)));
-        assert_eq!(segment_hit(&answer, 10.0, 200.0, 100.0, 50.0, 10.0), None);
-        assert_eq!(segment_hit(&answer, 10.0, 200.0, 100.0, 5.0, 80.0), None, "left of the plot");
-        // The lower segment keeps its size, so its top is one line over
-        // both columns, though its parts changed.
-        assert_eq!(shapes.tops.len(), 2);
-        assert!(shapes.tops.iter().any(|t| t.segment == 0 && (t.w - 200.0).abs() < 1e-9));
+        assert_eq!(segment_hit(&answer, 10.0, 200.0, 100.0, 150.0, 20.0).map(at), Some((1, 1)));
+        assert_eq!(segment_hit(&answer, 10.0, 200.0, 100.0, 150.0, 80.0).map(at), Some((0, 1)));
+        assert_eq!(segment_hit(&answer, 10.0, 200.0, 100.0, 50.0, 10.0).map(at), None);
+        assert_eq!(segment_hit(&answer, 10.0, 200.0, 100.0, 5.0, 80.0).map(at), None, "left of the plot");
 
         // The lower segment the same in both columns, as one run: one
-        // shape two columns wide, and a top as wide.
+        // shape two columns wide.
         let mut same = answer.clone();
         same.cells = vec![cell(0, 2, 0, 100, 0, 0, 0), cell(1, 1, 1, 0, 0, 20, 80)];
         let merged = segment_shapes(&same, 10.0, 200.0, 100.0);
-        assert_eq!(merged.parts.len(), 3, "{:?}", merged.parts);
-        assert!((merged.parts[0].w - 200.0).abs() < 1e-9 && merged.parts[0].x == 10.0);
-        assert_eq!(segment_hit(&same, 10.0, 200.0, 100.0, 150.0, 80.0), Some((0, 1)), "inside a run");
+        assert_eq!(merged.len(), 3, "{merged:?}");
+        assert!((merged[0].w - 200.0).abs() < 1e-9 && merged[0].x == 10.0);
+        assert_eq!(segment_hit(&same, 10.0, 200.0, 100.0, 150.0, 80.0), Some((1, same.cells[0])), "inside a run");
+    }
+
+    #[test]
+    fn the_raster_colours_each_pixel_by_the_part_at_its_centre() {
+        let lane = |addr| SegmentLane { addr, stream: 0, small: false, expandable: false, max_size: 100 };
+        let cell = |column, columns, segment, allocated, pending_free, inactive| SegmentCell {
+            column,
+            columns,
+            segment,
+            size: 100,
+            allocated,
+            waste: 0,
+            pending_free,
+            inactive,
+            blocks: 1,
+        };
+        // Two columns of 50 px over a 100 px plot, 200 bytes tall: column 0
+        // holds segment 0 (half allocated, half free), column 1 both.
+        let answer = SegmentsAnswer {
+            device: 0,
+            axis: crate::model::Axis::Event,
+            start: 0,
+            end: 2,
+            columns: vec![Column { x0: 0, x1: 1, row: Some(0) }, Column { x0: 1, x1: 2, row: Some(1) }],
+            segments: vec![lane(0), lane(1000)],
+            cells: vec![cell(0, 2, 0, 50, 0, 50), cell(1, 1, 1, 0, 100, 0)],
+            max_reserved: 200,
+            exact: true,
+        };
+        let colour = |f: Fill| [f as u8 + 1, 0, 0];
+        // Clipped to CSS 10..110 at a ratio of 2: 200 × 200 device pixels.
+        let raster = segment_raster(&answer, (10.0, 100.0, 100.0), (10.0, 100.0), 2.0, colour);
+        assert_eq!((raster.width, raster.height, raster.rgba.len()), (200, 200, 200 * 200 * 4));
+        let at = |x: usize, y: usize| {
+            let i = (y * raster.width + x) * 4;
+            (raster.rgba[i], raster.rgba[i + 3])
+        };
+        let code = |f: Fill| f as u8 + 1;
+        // Column 0: allocated at the bottom, free above it, nothing on top.
+        assert_eq!(at(50, 199), (code(Fill::Allocated), 255));
+        assert_eq!(at(50, 160), (code(Fill::Allocated), 255));
+        assert_eq!(at(50, 120), (code(Fill::Inactive), 255));
+        assert_eq!(at(50, 50), (0, 0), "above the segments: transparent");
+        // Its top row (y = 100 CSS px... row 100) is lightened.
+        assert!(at(50, 100).0 > code(Fill::Inactive), "{:?}", at(50, 100));
+        // Column 1: the same segment (one run), the pending one above it.
+        assert_eq!(at(150, 199), (code(Fill::Allocated), 255));
+        assert_eq!(at(150, 50), (code(Fill::PendingFree), 255));
+        // Clipped: a range left of the columns is transparent.
+        let shifted = segment_raster(&answer, (60.0, 100.0, 100.0), (10.0, 100.0), 1.0, colour);
+        assert_eq!(shifted.rgba[(99 * shifted.width + 20) * 4 + 3], 0);
+        assert_eq!(shifted.rgba[(99 * shifted.width + 60) * 4], code(Fill::Allocated));
     }
 
     #[test]
@@ -384,8 +523,8 @@ mod tests {
             exact: true,
         };
         let shapes = segment_shapes(&answer, 0.0, 100.0, 100.0);
-        assert_eq!(shapes.parts.len(), 1);
-        assert_eq!(shapes.parts[0].fill, Fill::Allocated);
-        assert_eq!(segment_hit(&answer, 0.0, 100.0, 100.0, 50.0, 99.5), Some((0, 0)));
+        assert_eq!(shapes.len(), 1);
+        assert_eq!(shapes[0].fill, Fill::Allocated);
+        assert_eq!(segment_hit(&answer, 0.0, 100.0, 100.0, 50.0, 99.5), Some((0, tiny)));
     }
 }

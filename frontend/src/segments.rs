@@ -13,7 +13,7 @@ use leptos::task::spawn_local;
 use web_sys::{CanvasRenderingContext2d, MouseEvent};
 
 use crate::api;
-use crate::blocks::{self, Fill, Rect};
+use crate::blocks::{self, Fill};
 use crate::canvas::{self, colour};
 use crate::draws;
 use crate::explorer::Shared;
@@ -148,14 +148,9 @@ pub(crate) fn SegmentTimeline(shared: Shared) -> impl IntoView {
         data.with_untracked(|d| {
             let d = d.as_ref()?;
             let (x, w, h) = placement(d, drawn_view.get_value()?, (left, width));
-            let (segment, column) = blocks::segment_hit(d, x, w, h, px, py - PLOT_TOP)?;
-            let lane = d.segments.get(segment)?;
+            let (column, cell) = blocks::segment_hit(d, x, w, h, px, py - PLOT_TOP)?;
+            let lane = d.segments.get(cell.segment as usize)?;
             let col = d.columns.get(column)?;
-            let column = column as u32;
-            let cell = d
-                .cells
-                .iter()
-                .find(|c| c.segment as usize == segment && (c.column..c.column + c.columns).contains(&column))?;
             let row = col.row.map_or("before the trace".to_owned(), |r| format!("after row {}", format::grouped(u64::from(r))));
             let text = format!(
                 "segment {} ({}{}, stream {}) {row}: {} reserved · {} allocated ({} rounding waste) · {} pending free · {} free · {} blocks",
@@ -225,35 +220,38 @@ fn placement(d: &SegmentsAnswer, view: Window, (left, width): (f64, f64)) -> (f6
 }
 
 /// Draw the columns of `d` placed at `view` into the plot area `(left,
-/// width)` of `ctx`. One path per colour (one fill each), not one call per
-/// rectangle: on large snapshots the per-rectangle calls were most of the
-/// draw.
+/// width)` of `ctx`: as pixels ([`blocks::segment_raster`]), then the
+/// outlines of expandable segments' mapped ranges.
 fn draw_columns(ctx: &CanvasRenderingContext2d, d: &SegmentsAnswer, view: Window, (left, width): (f64, f64)) {
-    let (x, w, h) = placement(d, view, (left, width));
+    let placed = placement(d, view, (left, width));
+    let dpr = canvas::ratio();
+    let raster = blocks::segment_raster(d, placed, (left, width), dpr, |fill| rgb(fill_colour(fill)));
+    if let Ok(image) = web_sys::ImageData::new_with_u8_clamped_array_and_sh(
+        wasm_bindgen::Clamped(&raster.rgba),
+        raster.width as u32,
+        raster.height as u32,
+    ) {
+        // In device pixels: putImageData ignores the context's scaling.
+        let _ = ctx.put_image_data(&image, (left * dpr).round(), (PLOT_TOP * dpr).round());
+    }
+    if !d.segments.iter().any(|s| s.expandable) {
+        return;
+    }
+    let (x, w, h) = placed;
     let shapes = blocks::segment_shapes(d, x, w, h);
     canvas::clip_plot(ctx, left, width, HEIGHT);
-    let fill_path = |rects: &mut dyn Iterator<Item = &Rect>| {
-        ctx.begin_path();
-        for r in rects {
-            // Neighbouring columns touch: no hairline gaps.
-            ctx.rect(r.x, r.y + PLOT_TOP, r.w + 0.5, r.h);
-        }
-        ctx.fill();
-    };
-    for fill in [Fill::Allocated, Fill::Waste, Fill::PendingFree, Fill::Inactive, Fill::LargestFree] {
-        ctx.set_fill_style_str(fill_colour(fill));
-        fill_path(&mut shapes.parts.iter().filter(|r| r.fill == fill));
-    }
-    // A white hairline at each segment's top separates neighbours.
-    ctx.set_fill_style_str("rgba(255,255,255,0.9)");
-    fill_path(&mut shapes.tops.iter());
-    // Expandable segments outlined: mapped ranges.
-    ctx.set_stroke_style_str("#8250df");
+    ctx.set_stroke_style_str(colour::COMMENT);
     ctx.set_line_width(1.0);
     ctx.begin_path();
-    for r in shapes.parts.iter().filter(|r| d.segments.get(r.segment).is_some_and(|s| s.expandable)) {
+    for r in shapes.iter().filter(|r| d.segments.get(r.segment).is_some_and(|s| s.expandable)) {
         ctx.rect(r.x + 0.5, r.y + PLOT_TOP + 0.5, r.w, r.h);
     }
     ctx.stroke();
     ctx.restore();
+}
+
+/// `#rrggbb` as bytes (black for anything else).
+fn rgb(hex: &str) -> [u8; 3] {
+    let byte = |i: usize| hex.get(i..i + 2).and_then(|h| u8::from_str_radix(h, 16).ok()).unwrap_or(0);
+    [byte(1), byte(3), byte(5)]
 }

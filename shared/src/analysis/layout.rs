@@ -238,7 +238,7 @@ impl<'a> Rewinder<'a> {
         while self.at.next > 0 {
             self.at.next -= 1;
             self.undo(self.at.next);
-            if self.at.next % every == 0 {
+            if self.at.next.is_multiple_of(every) {
                 positions.push(self.at.clone());
             }
         }
