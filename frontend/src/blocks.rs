@@ -347,6 +347,34 @@ mod tests {
         StateBlock { addr, size, requested, kind, stack: 0 }
     }
 
+    /// A 100-byte segment's cell over `columns` columns from `column`:
+    /// its allocated (with `waste`), pending-free and free bytes.
+    fn cell(
+        column: u32,
+        columns: u32,
+        segment: u32,
+        [allocated, waste, pending_free, inactive]: [u64; 4],
+    ) -> SegmentCell {
+        SegmentCell { column, columns, segment, size: 100, allocated, waste, pending_free, inactive, blocks: 1 }
+    }
+
+    /// Two columns (rows 0 and 1), segments at 0 and 1000, 200 bytes at
+    /// the top.
+    fn two_columns(cells: Vec<SegmentCell>) -> SegmentsAnswer {
+        let lane = |addr| SegmentLane { addr, stream: 0, small: false, expandable: false, max_size: 100 };
+        SegmentsAnswer {
+            device: 0,
+            axis: crate::model::Axis::Event,
+            start: 0,
+            end: 2,
+            columns: vec![Column { x0: 0, x1: 1, row: Some(0) }, Column { x0: 1, x1: 2, row: Some(1) }],
+            segments: vec![lane(0), lane(1000)],
+            cells,
+            max_reserved: 200,
+            exact: true,
+        }
+    }
+
     #[test]
     fn state_bars_place_blocks_by_address_and_merge_slivers() {
         let mib = 1 << 20;
@@ -396,29 +424,11 @@ mod tests {
 
     #[test]
     fn segment_columns_stack_to_the_reserved_bytes() {
-        let lane = |addr| SegmentLane { addr, stream: 0, small: false, expandable: false, max_size: 100 };
-        let cell = |column, columns, segment, allocated, waste, pending_free, inactive| SegmentCell {
-            column,
-            columns,
-            segment,
-            size: 100,
-            allocated,
-            waste,
-            pending_free,
-            inactive,
-            blocks: 1,
-        };
-        let answer = SegmentsAnswer {
-            device: 0,
-            axis: crate::model::Axis::Event,
-            start: 0,
-            end: 2,
-            columns: vec![Column { x0: 0, x1: 1, row: Some(0) }, Column { x0: 1, x1: 2, row: Some(1) }],
-            segments: vec![lane(0), lane(1000)],
-            cells: vec![cell(0, 1, 0, 50, 10, 0, 50), cell(1, 1, 0, 100, 0, 0, 0), cell(1, 1, 1, 0, 0, 20, 80)],
-            max_reserved: 200,
-            exact: true,
-        };
+        let answer = two_columns(vec![
+            cell(0, 1, 0, [50, 10, 0, 50]),
+            cell(1, 1, 0, [100, 0, 0, 0]),
+            cell(1, 1, 1, [0, 0, 20, 80]),
+        ]);
         // (segment, column) of a hit.
         let at = |(column, cell): (usize, SegmentCell)| (cell.segment as usize, column);
         let shapes = segment_shapes(&answer, 10.0, 200.0, 100.0);
@@ -437,8 +447,7 @@ mod tests {
 
         // The lower segment the same in both columns, as one run: one
         // shape two columns wide.
-        let mut same = answer.clone();
-        same.cells = vec![cell(0, 2, 0, 100, 0, 0, 0), cell(1, 1, 1, 0, 0, 20, 80)];
+        let same = two_columns(vec![cell(0, 2, 0, [100, 0, 0, 0]), cell(1, 1, 1, [0, 0, 20, 80])]);
         let merged = segment_shapes(&same, 10.0, 200.0, 100.0);
         assert_eq!(merged.len(), 3, "{merged:?}");
         assert!((merged[0].w - 200.0).abs() < 1e-9 && merged[0].x == 10.0);
@@ -447,31 +456,9 @@ mod tests {
 
     #[test]
     fn the_raster_colours_each_pixel_by_the_part_at_its_centre() {
-        let lane = |addr| SegmentLane { addr, stream: 0, small: false, expandable: false, max_size: 100 };
-        let cell = |column, columns, segment, allocated, pending_free, inactive| SegmentCell {
-            column,
-            columns,
-            segment,
-            size: 100,
-            allocated,
-            waste: 0,
-            pending_free,
-            inactive,
-            blocks: 1,
-        };
         // Two columns of 50 px over a 100 px plot, 200 bytes tall: column 0
         // holds segment 0 (half allocated, half free), column 1 both.
-        let answer = SegmentsAnswer {
-            device: 0,
-            axis: crate::model::Axis::Event,
-            start: 0,
-            end: 2,
-            columns: vec![Column { x0: 0, x1: 1, row: Some(0) }, Column { x0: 1, x1: 2, row: Some(1) }],
-            segments: vec![lane(0), lane(1000)],
-            cells: vec![cell(0, 2, 0, 50, 0, 50), cell(1, 1, 1, 0, 100, 0)],
-            max_reserved: 200,
-            exact: true,
-        };
+        let answer = two_columns(vec![cell(0, 2, 0, [50, 0, 0, 50]), cell(1, 1, 1, [0, 0, 100, 0])]);
         let colour = |f: Fill| [f as u8 + 1, 0, 0];
         // Clipped to CSS 10..110 at a ratio of 2: 200 × 200 device pixels.
         let raster = segment_raster(&answer, (10.0, 100.0, 100.0), (10.0, 100.0), 2.0, colour);
@@ -499,32 +486,12 @@ mod tests {
 
     #[test]
     fn a_segment_under_a_pixel_is_one_sliver_that_can_be_pointed_at() {
-        let lane = |addr| SegmentLane { addr, stream: 0, small: true, expandable: false, max_size: 1 };
-        let tiny = SegmentCell {
-            column: 0,
-            columns: 1,
-            segment: 0,
-            size: 1,
-            allocated: 1,
-            waste: 0,
-            pending_free: 0,
-            inactive: 0,
-            blocks: 1,
-        };
-        let answer = SegmentsAnswer {
-            device: 0,
-            axis: crate::model::Axis::Event,
-            start: 0,
-            end: 1,
-            columns: vec![Column { x0: 0, x1: 1, row: Some(0) }],
-            segments: vec![lane(0)],
-            cells: vec![tiny],
-            max_reserved: 1000,
-            exact: true,
-        };
+        // 100 bytes of 100,000 over 100 px: a tenth of a pixel.
+        let tiny = cell(0, 1, 0, [100, 0, 0, 0]);
+        let answer = SegmentsAnswer { max_reserved: 100_000, ..two_columns(vec![tiny]) };
         let shapes = segment_shapes(&answer, 0.0, 100.0, 100.0);
         assert_eq!(shapes.len(), 1);
         assert_eq!(shapes[0].fill, Fill::Allocated);
-        assert_eq!(segment_hit(&answer, 0.0, 100.0, 100.0, 50.0, 99.5), Some((0, tiny)));
+        assert_eq!(segment_hit(&answer, 0.0, 100.0, 100.0, 25.0, 99.5), Some((0, tiny)));
     }
 }
