@@ -1,7 +1,9 @@
-//! Draw timings for the benchmark: after each canvas draw the page pushes
-//! `{ms, at, kind, what?}` to the global array `window.__vramscope_draws`, marks
-//! `vramscope-<kind>-drawn` in the performance timeline, and, the first
-//! time real data is drawn, sets `window.__vramscope_first_draw`. A
+//! Draw timings for the benchmark: after each canvas draw, and after other
+//! main-thread work worth timing (an answer decoded, bars stacked), the
+//! page pushes `{ms, at, kind, what?}` to the global array
+//! `window.__vramscope_draws` and marks `vramscope-<kind>` in the
+//! performance timeline; the first time real data is drawn it sets
+//! `window.__vramscope_first_draw`. A
 //! benchmark reads these from the page; nothing in the page reads them.
 
 use wasm_bindgen::{JsCast, JsValue};
@@ -43,7 +45,7 @@ pub(crate) fn record_detail(kind: &str, what: &str, started: f64) {
     }
     list.push(&entry);
     if let Some(p) = window.performance() {
-        let _ = p.mark(&format!("vramscope-{kind}-drawn"));
+        let _ = p.mark(&format!("vramscope-{kind}"));
     }
     let first = JsValue::from_str("__vramscope_first_draw");
     if kind == "timeline" && js_sys::Reflect::get(&global, &first).is_ok_and(|v| v.is_undefined()) {

@@ -17,16 +17,27 @@
 //!   picked file to its drop handler, as dropping it does; first draw is the
 //!   first frame painted after its timeline's polygons appear.
 //!
-//! Then 20 zoom-in steps and 20 pan steps, scripted in the page
-//! (`performance.now()` around each): vramscope zooms with `+` and pans
-//! with `→`; memory_viz zooms with the wheel and pans by dragging (d3-zoom).
+//! Then 20 zoom-in steps, (vramscope only) 8 memory-zoom steps and 20 pan
+//! steps, scripted in the page (`performance.now()` around each):
+//! vramscope zooms with `+`, `]` and pans with `→`, each step waiting for
+//! the window it fetches; memory_viz zooms with the wheel and pans by
+//! dragging (d3-zoom). memory_viz runs after all of vramscope's rows: both
+//! share one Chromium renderer (one site), and its heap would count in ours.
 //! "input→frame" is from the input event to the next painted frame (a
-//! `requestAnimationFrame` then a task); "draw" is the duration of each
-//! canvas draw vramscope records (`window.__vramscope_draws`), including the
-//! redraw once the sharper window arrives; "settled" is input to that
-//! redraw (it includes the page's 150 ms debounce). JS heap is the largest
+//! `requestAnimationFrame` then a task); "frame cost" leaves out the wait
+//! for the display's refresh (but counts tasks queued ahead of the timer).
+//! For vramscope a `requestAnimationFrame` loop runs through the whole
+//! interaction, refetches included: a gap over 20 ms between two frame
+//! starts is a late frame, listed with the work the page recorded in it
+//! (draws, answers decoded, bars stacked) and Chromium's long animation
+//! frames; the frame verdict is no late frame and no draw over 16 ms.
+//! "draw" is the duration of each canvas draw vramscope records
+//! (`window.__vramscope_draws`), including the redraw once the sharper
+//! window arrives; "settled" is input to that redraw (it includes the
+//! page's 150 ms debounce). JS heap is the largest
 //! `performance.memory.usedJSHeapSize` seen after a garbage collection
-//! (Chromium runs with `--enable-precise-memory-info --js-flags=--expose-gc`),
+//! (Chromium runs with `--enable-precise-memory-info --js-flags=--expose-gc`;
+//! the bench's collections fall in frames of their own, outside the monitor),
 //! after the first draw and after each step: the live heap; for local files
 //! the snapshot lives in the worker, whose memory this figure does not include.
 //!
