@@ -135,7 +135,7 @@ fn addresses_above_two_to_the_63_are_exact() {
 
 #[test]
 fn the_memory_budget_is_enforced() {
-    let err = read_snapshot(open("current.p4.pickle"), &ReadOptions { memory_budget: 64 * 1024 })
+    let err = read_snapshot(open("current.p4.pickle"), &ReadOptions::with_budget(64 * 1024))
         .expect_err("64 KiB is too little for this file");
     assert!(matches!(err, ReadError::MemoryBudget { .. }), "{err}");
     assert!(err.to_string().contains("budget"));

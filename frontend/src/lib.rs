@@ -95,7 +95,7 @@ pub fn snapshot_stats_json(bytes: &[u8]) -> Result<String, JsError> {
 /// The platform-independent part of [`snapshot_stats_json`], testable natively.
 pub fn stats_json(bytes: &[u8]) -> Result<String, String> {
     let snapshot =
-        read_snapshot_bytes(bytes, &ReadOptions { memory_budget: BROWSER_MEMORY_BUDGET }).map_err(|e| e.to_string())?;
+        read_snapshot_bytes(bytes, &ReadOptions::with_budget(BROWSER_MEMORY_BUDGET)).map_err(|e| e.to_string())?;
     serde_json::to_string(&snapshot.stats()).map_err(|e| e.to_string())
 }
 

@@ -85,7 +85,7 @@ pub(crate) fn open_bytes(
     progress: impl FnMut(u64),
 ) -> Result<Opened, String> {
     let mut counted = Counted { rest: bytes, read: 0, next_report: PROGRESS_STEP, progress };
-    let options = ReadOptions { memory_budget: crate::BROWSER_MEMORY_BUDGET };
+    let options = ReadOptions::with_budget(crate::BROWSER_MEMORY_BUDGET);
     let snapshot = read_snapshot(&mut counted, &options).map_err(|e| e.to_string())?;
     // All read: what follows is building the indexes.
     (counted.progress)(bytes.len() as u64);

@@ -9,7 +9,7 @@ use vramscope_shared::{ReadOptions, read_snapshot_bytes};
 fuzz_target!(|data: &[u8]| {
     // A small budget: the fuzzer's inputs are small, and a claimed length
     // must fail on the budget, not on the fuzzer's own memory limit.
-    let options = ReadOptions { memory_budget: 64 << 20 };
+    let options = ReadOptions::with_budget(64 << 20);
     if let Ok(snapshot) = read_snapshot_bytes(data, &options) {
         let _ = snapshot.stats();
         let _ = SnapshotIndex::build(&snapshot);

@@ -101,6 +101,29 @@ pub enum ReadError {
         /// The decompressor's message.
         message: String,
     },
+    /// A compressed stream that expands more than `ReadOptions::max_expansion`
+    /// times: a decompression bomb.
+    #[error(
+        "{format} stream expands more than {ratio} times ({output} bytes of pickle from the first {input} \
+         compressed bytes): refused as a decompression bomb (the limit is ReadOptions::max_expansion)"
+    )]
+    DecompressionLimit {
+        /// `gzip` or `zstd`.
+        format: &'static str,
+        /// The limit.
+        ratio: u32,
+        /// Compressed bytes read.
+        input: u64,
+        /// Pickle bytes they became.
+        output: u64,
+    },
+    /// The caller stopped the reader (`ReadOptions::cancel`): a time limit,
+    /// or nobody waiting for the result any more.
+    #[error("reading stopped at byte {offset}: cancelled by the caller (a time limit, or nobody waits for it)")]
+    Cancelled {
+        /// Bytes of pickle stream read before stopping.
+        offset: u64,
+    },
     /// An I/O error from the underlying reader (never from the parser itself).
     #[error("read error at byte {offset}: {source}")]
     Io {
@@ -126,6 +149,8 @@ impl ReadError {
             ReadError::Cycle { .. } => "cycle",
             ReadError::BadPickle { .. } => "bad_pickle",
             ReadError::BadCompression { .. } => "bad_compression",
+            ReadError::DecompressionLimit { .. } => "decompression_limit",
+            ReadError::Cancelled { .. } => "cancelled",
             ReadError::Io { .. } => "io",
         }
     }

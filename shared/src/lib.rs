@@ -13,5 +13,5 @@ pub mod timeline;
 pub mod views;
 
 pub use error::ReadError;
-pub use snapshot::{ReadOptions, Snapshot, read_snapshot, read_snapshot_bytes};
+pub use snapshot::{DEFAULT_MAX_EXPANSION, ReadOptions, Snapshot, read_snapshot, read_snapshot_bytes};
 pub use stats::{DeviceStats, SnapshotStats, StatsReport};

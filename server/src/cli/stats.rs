@@ -33,7 +33,7 @@ pub(crate) fn load(path: &PathBuf, memory_budget: u64) -> Result<Snapshot, Failu
     let size = file.metadata().map(|m| m.len()).unwrap_or(0);
     let label = path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
     let mut reader = ProgressReader::new(BufReader::with_capacity(1 << 20, file), size, &label);
-    let result = read_snapshot(&mut reader, &ReadOptions { memory_budget });
+    let result = read_snapshot(&mut reader, &ReadOptions::with_budget(memory_budget));
     reader.finish();
     result.map_err(|e| Failure::BadInput(anyhow!("{e} (file: {})", path.display())))
 }

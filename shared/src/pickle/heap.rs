@@ -75,6 +75,17 @@ pub struct Obj {
     /// incremented (on memo GET and DUP), so it overestimates; an object with
     /// `refs == 1` is certainly held by one place only.
     refs: u32,
+    /// A dict that received the heap's watched key (see [`Heap::watch_key`]).
+    has_watched_key: bool,
+}
+
+impl Obj {
+    /// Whether this dict ever received the watched key: an O(1) answer to
+    /// "is this a trace entry?", asked on every SETITEMS and APPEND.
+    #[inline]
+    pub fn has_watched_key(&self) -> bool {
+        self.has_watched_key
+    }
 }
 
 const NO_MEMO: u32 = u32::MAX;
@@ -82,6 +93,10 @@ const NO_MEMO: u32 = u32::MAX;
 const SPARE_BUFFERS: usize = 256;
 /// Rough per-object cost used by the budget: the `Obj` itself plus allocator overhead.
 const OBJ_COST: u64 = 64;
+/// Budget cost of a wide integer and of a float: their side-table slot,
+/// doubled for the table's growth.
+const BIG_COST: u64 = 2 * std::mem::size_of::<BigInt>() as u64;
+const FLOAT_COST: u64 = 2 * std::mem::size_of::<f64>() as u64;
 
 /// The pickle machine's heap.
 pub struct Heap {
@@ -98,6 +113,7 @@ pub struct Heap {
     spare_items: Vec<Vec<Value>>,
     charged: u64,
     budget: u64,
+    watched_key: Option<Value>,
 }
 
 impl Heap {
@@ -116,7 +132,16 @@ impl Heap {
             spare_items: Vec::new(),
             charged: 0,
             budget,
+            watched_key: None,
         }
+    }
+
+    /// Remember, for every dict, whether it received this key. The snapshot
+    /// reader watches `action`, the key of a trace entry: looking for it by
+    /// scanning a dict's items on each SETITEMS made one dict of 200,000
+    /// items written in short batches cost seconds (quadratic).
+    pub fn watch_key(&mut self, key: Value) {
+        self.watched_key = Some(key);
     }
 
     /// Account for `bytes` more memory, or fail if that passes the budget.
@@ -179,21 +204,26 @@ impl Heap {
         std::mem::take(&mut self.strings)
     }
 
-    /// Make an integer value, inline when it fits.
+    /// Make an integer value, inline when it fits; a wider one is kept in a
+    /// side table, charged to the budget.
     #[inline]
-    pub fn int(&mut self, i: i128) -> Value {
+    pub fn int(&mut self, i: i128, offset: u64) -> Result<Value, ReadError> {
         if (INLINE_INT_MIN as i128..=INLINE_INT_MAX as i128).contains(&i) {
-            Value::small_int(i as i64)
+            Ok(Value::small_int(i as i64))
         } else {
-            self.bigs.push(BigInt::I128(i));
-            Value::big(self.bigs.len() as u32 - 1)
+            self.big(BigInt::I128(i), offset)
         }
     }
 
     /// Make a value for an integer too wide for 128 bits.
-    pub fn too_wide_int(&mut self, bytes: u32) -> Value {
-        self.bigs.push(BigInt::TooWide { bytes });
-        Value::big(self.bigs.len() as u32 - 1)
+    pub fn too_wide_int(&mut self, bytes: u32, offset: u64) -> Result<Value, ReadError> {
+        self.big(BigInt::TooWide { bytes }, offset)
+    }
+
+    fn big(&mut self, big: BigInt, offset: u64) -> Result<Value, ReadError> {
+        self.charge(BIG_COST, || "an integer wider than 60 bits".to_owned(), offset)?;
+        self.bigs.push(big);
+        Ok(Value::big(self.bigs.len() as u32 - 1))
     }
 
     /// The integer behind a value, if it is one (`bool` counts, as in Python).
@@ -210,10 +240,11 @@ impl Heap {
         }
     }
 
-    /// Make a float value.
-    pub fn float(&mut self, f: f64) -> Value {
+    /// Make a float value (kept in a side table, charged to the budget).
+    pub fn float(&mut self, f: f64, offset: u64) -> Result<Value, ReadError> {
+        self.charge(FLOAT_COST, || "a float".to_owned(), offset)?;
         self.floats.push(f);
-        Value::float(self.floats.len() as u32 - 1)
+        Ok(Value::float(self.floats.len() as u32 - 1))
     }
 
     /// The float behind a value index.
@@ -273,10 +304,11 @@ impl Heap {
                 slot.offset = offset;
                 slot.memo_slot = NO_MEMO;
                 slot.refs = 1;
+                slot.has_watched_key = false;
                 id
             }
             None => {
-                self.objs.push(Obj { kind, offset, memo_slot: NO_MEMO, refs: 1 });
+                self.objs.push(Obj { kind, offset, memo_slot: NO_MEMO, refs: 1, has_watched_key: false });
                 self.objs.len() as ObjId - 1
             }
         };
@@ -435,6 +467,11 @@ impl Heap {
         }
         if let ObjKind::Dict(v) = &mut self.objs[id as usize].kind {
             v.extend(pairs.chunks_exact(2).map(|p| (p[0], p[1])));
+        }
+        if let Some(watched) = self.watched_key
+            && pairs.iter().step_by(2).any(|k| *k == watched)
+        {
+            self.objs[id as usize].has_watched_key = true;
         }
         Ok(())
     }

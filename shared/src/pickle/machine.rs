@@ -97,16 +97,16 @@ fn forbidden(opcode: u8) -> Option<&'static str> {
 }
 
 /// Decode a little-endian two's-complement integer of any width (LONG1/LONG4).
-fn decode_long(heap: &mut Heap, bytes: &[u8]) -> Value {
+fn decode_long(heap: &mut Heap, bytes: &[u8], at: u64) -> Result<Value, ReadError> {
     if bytes.is_empty() {
-        return Value::small_int(0);
+        return Ok(Value::small_int(0));
     }
     // Fast path: addresses and times fit in eight bytes.
     if bytes.len() <= 8 {
         let negative = bytes[bytes.len() - 1] & 0x80 != 0;
         let mut buf = if negative { [0xff; 8] } else { [0; 8] };
         buf[..bytes.len()].copy_from_slice(bytes);
-        return heap.int(i64::from_le_bytes(buf) as i128);
+        return heap.int(i64::from_le_bytes(buf) as i128, at);
     }
     let negative = bytes[bytes.len() - 1] & 0x80 != 0;
     let fill = if negative { 0xff } else { 0x00 };
@@ -117,11 +117,11 @@ fn decode_long(heap: &mut Heap, bytes: &[u8]) -> Value {
         len -= 1;
     }
     if len > 16 {
-        return heap.too_wide_int(bytes.len() as u32);
+        return heap.too_wide_int(bytes.len() as u32, at);
     }
     let mut buf = [fill; 16];
     buf[..len].copy_from_slice(&bytes[..len]);
-    heap.int(i128::from_le_bytes(buf))
+    heap.int(i128::from_le_bytes(buf), at)
 }
 
 impl<R: Read, H: Hooks> Machine<'_, R, H> {
@@ -134,6 +134,19 @@ impl<R: Read, H: Hooks> Machine<'_, R, H> {
             self.stack.reserve(self.stack.capacity().max(64));
         }
         self.stack.push(v);
+        Ok(())
+    }
+
+    /// MARK: every mark is charged to the budget like a stack slot (a file
+    /// of nothing but MARKs once took 7.8 times its size uncounted).
+    #[inline]
+    fn push_mark(&mut self, at: u64) -> Result<(), ReadError> {
+        if self.marks.len() == self.marks.capacity() {
+            let grow = self.marks.capacity().max(64) as u64 * std::mem::size_of::<usize>() as u64;
+            self.heap.charge(grow, || "the pickle's marks".to_owned(), at)?;
+            self.marks.reserve(self.marks.capacity().max(64));
+        }
+        self.marks.push(self.stack.len());
         Ok(())
     }
 
@@ -207,14 +220,16 @@ impl<R: Read, H: Hooks> Machine<'_, R, H> {
     fn byte_string(&mut self, len: u64, at: u64) -> Result<Value, ReadError> {
         let len = self.claim(len, at, "a byte string")?;
         let bytes: Box<[u8]> = self.src.take(len, "reading a byte string")?.into();
+        self.src.shrink();
         self.heap.charge(len as u64, || format!("a byte string of {len} bytes"), at)?;
         Ok(self.heap.bytes(bytes))
     }
 
     /// Check a length read from the stream against the budget before
-    /// reading that many bytes.
+    /// reading that many bytes. Twice the length must fit: the value passes
+    /// through the input buffer (given back after it) before it is kept.
     fn claim(&mut self, len: u64, at: u64, what: &str) -> Result<usize, ReadError> {
-        if len > self.heap.budget_left() {
+        if len.saturating_mul(2) > self.heap.budget_left() {
             return Err(ReadError::MemoryBudget {
                 what: format!("{what} claiming {len} bytes"),
                 needed: self.heap.charged().saturating_add(len),
@@ -287,7 +302,7 @@ impl<R: Read, H: Hooks> Machine<'_, R, H> {
                         message: "STOP with an empty stack".to_owned(),
                     });
                 }
-                b'(' => self.marks.push(self.stack.len()),
+                b'(' => self.push_mark(at)?,
                 b'0' => {
                     if self.stack.len() > self.marks.last().copied().unwrap_or(0) {
                         self.stack.pop();
@@ -320,7 +335,7 @@ impl<R: Read, H: Hooks> Machine<'_, R, H> {
                 0x8a => {
                     let n = self.src.u8("reading LONG1")? as usize;
                     let bytes = self.src.take(n, "reading LONG1")?;
-                    let v = decode_long(self.heap, bytes);
+                    let v = decode_long(self.heap, bytes, at)?;
                     self.push(v)?;
                 }
                 0x8b => {
@@ -332,8 +347,9 @@ impl<R: Read, H: Hooks> Machine<'_, R, H> {
                         });
                     }
                     let n = self.claim(n as u64, at, "a LONG4 integer")?;
-                    let bytes = self.src.take(n, "reading LONG4")?.to_vec();
-                    let v = decode_long(self.heap, &bytes);
+                    let bytes = self.src.take(n, "reading LONG4")?;
+                    let v = decode_long(self.heap, bytes, at)?;
+                    self.src.shrink();
                     self.push(v)?;
                 }
                 b'I' => {
@@ -348,14 +364,14 @@ impl<R: Read, H: Hooks> Machine<'_, R, H> {
                                 .trim()
                                 .parse::<i128>()
                                 .map_err(|_| ReadError::BadPickle { offset: at, message: format!("bad INT {t:?}") })?;
-                            self.heap.int(i)
+                            self.heap.int(i, at)?
                         }
                     };
                     self.push(v)?;
                 }
                 b'L' => {
                     let i = self.text_int(at, "reading LONG")?;
-                    let v = self.heap.int(i);
+                    let v = self.heap.int(i, at)?;
                     self.push(v)?;
                 }
                 b'N' => self.push(Value::NONE)?,
@@ -363,7 +379,7 @@ impl<R: Read, H: Hooks> Machine<'_, R, H> {
                 0x89 => self.push(Value::bool(false))?,
                 b'G' => {
                     let f = f64::from_be_bytes(self.src.le::<8>("reading BINFLOAT")?);
-                    let v = self.heap.float(f);
+                    let v = self.heap.float(f, at)?;
                     self.push(v)?;
                 }
                 b'F' => {
@@ -373,7 +389,7 @@ impl<R: Read, H: Hooks> Machine<'_, R, H> {
                         .trim()
                         .parse::<f64>()
                         .map_err(|_| ReadError::BadPickle { offset: at, message: format!("bad FLOAT {t:?}") })?;
-                    let v = self.heap.float(f);
+                    let v = self.heap.float(f, at)?;
                     self.push(v)?;
                 }
                 // Strings.
@@ -429,9 +445,15 @@ impl<R: Read, H: Hooks> Machine<'_, R, H> {
                 b'}' => self.new_empty(EmptyKind::Dict, at)?,
                 0x8f => self.new_empty(EmptyKind::Set, at)?,
                 b'l' => {
-                    let items = self.items_from_mark(at)?;
+                    let mark = self.pop_mark(at)?;
                     let v = self.heap.alloc(ObjKind::List(Vec::new()), at)?;
-                    self.append(v, &items, at)?;
+                    // The items are appended from the stack in place, as for
+                    // APPENDS: no uncounted copy of a long run of items.
+                    let stack = std::mem::take(&mut self.stack);
+                    let result = self.append(v, &stack[mark..], at);
+                    self.stack = stack;
+                    self.stack.truncate(mark);
+                    result?;
                     self.push(v)?;
                 }
                 b't' => {
@@ -449,9 +471,13 @@ impl<R: Read, H: Hooks> Machine<'_, R, H> {
                     self.new_container(ObjKind::Tuple(items), at)?;
                 }
                 b'd' => {
-                    let items = self.items_from_mark(at)?;
+                    let mark = self.pop_mark(at)?;
                     let v = self.heap.alloc(ObjKind::Dict(Vec::new()), at)?;
-                    self.set_items(v, &items, at)?;
+                    let stack = std::mem::take(&mut self.stack);
+                    let result = self.set_items(v, &stack[mark..], at);
+                    self.stack = stack;
+                    self.stack.truncate(mark);
+                    result?;
                     self.push(v)?;
                 }
                 b'a' => {

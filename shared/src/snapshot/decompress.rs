@@ -1,6 +1,13 @@
-//! Detect gzip and zstd by their magic bytes and decompress as a stream.
+//! Detect gzip and zstd by their magic bytes and decompress as a stream,
+//! under the reader's limits: how far a compressed stream may expand, and a
+//! flag that stops reading from another thread (a deadline, or nobody
+//! waiting for the result any more).
 
+use std::cell::Cell;
 use std::io::{BufRead, BufReader, Read};
+use std::rc::Rc;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::model::Compression;
 use crate::error::ReadError;
@@ -24,12 +31,97 @@ impl std::fmt::Display for CompressionFailure {
 
 impl std::error::Error for CompressionFailure {}
 
+/// Why the guard stopped the stream, carried inside an `io::Error` like
+/// [`CompressionFailure`].
+#[derive(Debug)]
+enum Stop {
+    Cancelled { offset: u64 },
+    Expansion { format: &'static str, ratio: u32, input: u64, output: u64 },
+}
+
+impl std::fmt::Display for Stop {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Stop::Cancelled { offset } => write!(f, "cancelled at byte {offset}"),
+            Stop::Expansion { format, ratio, .. } => write!(f, "{format} stream expands more than {ratio} times"),
+        }
+    }
+}
+
+impl std::error::Error for Stop {}
+
 /// Turn an I/O error from the input stream into the reader's error.
 pub(crate) fn map_io_error(e: std::io::Error, offset: u64) -> ReadError {
     if let Some(failure) = e.get_ref().and_then(|inner| inner.downcast_ref::<CompressionFailure>()) {
         return ReadError::BadCompression { format: failure.format, message: failure.message.clone() };
     }
-    ReadError::Io { offset, source: e }
+    match e.get_ref().and_then(|inner| inner.downcast_ref::<Stop>()) {
+        Some(Stop::Cancelled { offset }) => ReadError::Cancelled { offset: *offset },
+        Some(Stop::Expansion { format, ratio, input, output }) => {
+            ReadError::DecompressionLimit { format, ratio: *ratio, input: *input, output: *output }
+        }
+        None => ReadError::Io { offset, source: e },
+    }
+}
+
+/// What bounds the stream besides the memory budget.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct StreamLimits {
+    /// Most bytes of pickle per compressed byte (see `ReadOptions::max_expansion`).
+    pub(crate) max_expansion: Option<u32>,
+    /// Stop reading when set.
+    pub(crate) cancel: Option<Arc<AtomicBool>>,
+}
+
+/// Output a compressed stream may produce before the ratio applies: the
+/// first block of a decoder can expand far more than the stream as a whole.
+const EXPANSION_SLACK: u64 = 16 << 20;
+
+/// Counts the bytes read from the raw (compressed) input.
+struct Counting<R> {
+    inner: R,
+    read: Rc<Cell<u64>>,
+}
+
+impl<R: Read> Read for Counting<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.read.set(self.read.get() + n as u64);
+        Ok(n)
+    }
+}
+
+/// Sits between the decompressor and the pickle machine: checks the cancel
+/// flag on every read (the machine reads 256 KiB at a time) and the
+/// expansion ratio of compressed input.
+struct Guard<'a> {
+    inner: Box<dyn Read + 'a>,
+    format: &'static str,
+    raw: Rc<Cell<u64>>,
+    output: u64,
+    limits: StreamLimits,
+}
+
+impl Read for Guard<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.limits.cancel.as_ref().is_some_and(|c| c.load(Ordering::Relaxed)) {
+            return Err(std::io::Error::other(Stop::Cancelled { offset: self.output }));
+        }
+        let n = self.inner.read(buf)?;
+        self.output += n as u64;
+        if let Some(ratio) = self.limits.max_expansion {
+            let input = self.raw.get();
+            if self.output > input.saturating_mul(ratio as u64).saturating_add(EXPANSION_SLACK) {
+                return Err(std::io::Error::other(Stop::Expansion {
+                    format: self.format,
+                    ratio,
+                    input,
+                    output: self.output,
+                }));
+            }
+        }
+        Ok(n)
+    }
 }
 
 /// Marks every error of a decompressor as a compression failure.
@@ -50,18 +142,29 @@ impl<R: Read> Read for Decompressing<R> {
     }
 }
 
-/// Wrap `input` in the decompressor its first bytes call for.
-pub(crate) fn open<'a, R: Read + 'a>(input: R) -> Result<(Box<dyn Read + 'a>, Compression), ReadError> {
-    let mut buffered = BufReader::with_capacity(64 * 1024, input);
+/// Wrap `input` in the decompressor its first bytes call for, under `limits`.
+pub(crate) fn open<'a, R: Read + 'a>(
+    input: R,
+    limits: StreamLimits,
+) -> Result<(Box<dyn Read + 'a>, Compression), ReadError> {
+    let raw = Rc::new(Cell::new(0));
+    let counted = Counting { inner: input, read: Rc::clone(&raw) };
+    let mut buffered = BufReader::with_capacity(64 * 1024, counted);
     let head = buffered.fill_buf().map_err(|e| ReadError::Io { offset: 0, source: e })?;
-    if head.starts_with(&GZIP_MAGIC) {
+    let (inner, format, compression): (Box<dyn Read + 'a>, _, _) = if head.starts_with(&GZIP_MAGIC) {
         let decoder = flate2::read::MultiGzDecoder::new(buffered);
-        return Ok((Box::new(Decompressing { inner: decoder, format: "gzip" }), Compression::Gzip));
-    }
-    if head.starts_with(&ZSTD_MAGIC) {
+        (Box::new(Decompressing { inner: decoder, format: "gzip" }), "gzip", Compression::Gzip)
+    } else if head.starts_with(&ZSTD_MAGIC) {
         let decoder = ruzstd::decoding::StreamingDecoder::new(buffered)
             .map_err(|e| ReadError::BadCompression { format: "zstd", message: e.to_string() })?;
-        return Ok((Box::new(Decompressing { inner: decoder, format: "zstd" }), Compression::Zstd));
-    }
-    Ok((Box::new(buffered), Compression::None))
+        (Box::new(Decompressing { inner: decoder, format: "zstd" }), "zstd", Compression::Zstd)
+    } else {
+        // Plain pickle: no ratio to watch, only the cancel flag.
+        let limits = StreamLimits { max_expansion: None, ..limits };
+        return Ok((
+            Box::new(Guard { inner: Box::new(buffered), format: "", raw, output: 0, limits }),
+            Compression::None,
+        ));
+    };
+    Ok((Box::new(Guard { inner, format, raw, output: 0, limits }), compression))
 }

@@ -5,6 +5,8 @@
 //! annotations) is small and converted after the machine stops.
 
 use std::io::Read;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
@@ -22,26 +24,49 @@ use crate::pickle::{self, Heap, Hooks, ObjId, ObjKind, V, Value};
 #[derive(Clone, Debug)]
 pub struct ReadOptions {
     /// Upper bound, in bytes, on what the reader holds while parsing
-    /// (containers, strings, memo, trace columns). Reading fails with
-    /// [`ReadError::MemoryBudget`] rather than pass it.
+    /// (containers, strings, memo, marks, numbers, trace columns). Reading
+    /// fails with [`ReadError::MemoryBudget`] rather than pass it.
     pub memory_budget: u64,
+    /// Most bytes of pickle a gzip or zstd stream may give per compressed
+    /// byte (past a first 16 MiB); `None` for no limit. Real snapshots
+    /// compress 4 to 20 times; a bomb of repeated opcodes, thousands of times.
+    /// Fails with [`ReadError::DecompressionLimit`].
+    pub max_expansion: Option<u32>,
+    /// Set it (from any thread) to stop the reader at its next read of
+    /// input, every 256 KiB at most: it fails with [`ReadError::Cancelled`].
+    /// Parsing costs time in proportion to the input (every opcode is
+    /// amortised O(1)), so this bounds a parse's CPU time too.
+    pub cancel: Option<Arc<AtomicBool>>,
 }
+
+/// The default most pickle bytes per compressed byte.
+pub const DEFAULT_MAX_EXPANSION: u32 = 200;
 
 impl Default for ReadOptions {
     fn default() -> Self {
         // A real snapshot needs about its own size; 8 GiB covers multi-GB
-        // files while keeping a hostile one from taking the machine.
-        ReadOptions { memory_budget: 8 << 30 }
+        // files while keeping a hostile one from taking the machine. The
+        // server sets its own budget from its upload limit and memory.
+        ReadOptions { memory_budget: 8 << 30, max_expansion: Some(DEFAULT_MAX_EXPANSION), cancel: None }
+    }
+}
+
+impl ReadOptions {
+    /// The defaults with another memory budget.
+    pub fn with_budget(memory_budget: u64) -> ReadOptions {
+        ReadOptions { memory_budget, ..ReadOptions::default() }
     }
 }
 
 /// Read a snapshot from a stream (plain, gzip or zstd pickle).
 pub fn read_snapshot<R: Read>(input: R, options: &ReadOptions) -> Result<Snapshot, ReadError> {
-    let (decoded, compression) = decompress::open(input)?;
+    let limits = decompress::StreamLimits { max_expansion: options.max_expansion, cancel: options.cancel.clone() };
+    let (decoded, compression) = decompress::open(input, limits)?;
     let mut heap = Heap::new(options.memory_budget);
     for word in WORDS {
         heap.intern(word, 0)?;
     }
+    heap.watch_key(Value::str(ACTION));
     let mut reader = Reader::default();
     let outcome = pickle::run(decoded, &mut heap, &mut reader)?;
     let mut snapshot = reader.build(&mut heap, outcome.root)?;
@@ -224,9 +249,11 @@ fn get(items: &[(Value, Value)], key: StrId) -> Option<Value> {
 impl Reader {
     #[inline]
     fn convert_if_entry(&mut self, heap: &mut Heap, id: ObjId, offset: u64) -> Result<Option<Value>, ReadError> {
-        let ObjKind::Dict(items) = &heap.obj(id).kind else { return Ok(None) };
-        let action_key = Value::str(ACTION);
-        if !items.iter().any(|(k, _)| *k == action_key) {
+        let obj = heap.obj(id);
+        // O(1): a scan of the items here made short SETITEMS batches into
+        // one big dict quadratic.
+        let ObjKind::Dict(items) = &obj.kind else { return Ok(None) };
+        if !obj.has_watched_key() {
             return Ok(None);
         }
         self.entry_items.clear();
