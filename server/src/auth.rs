@@ -61,17 +61,75 @@ pub(crate) struct Identity {
 /// How long a verified token is trusted without checking the database again.
 const VERIFIED_FOR: Duration = Duration::from_secs(300);
 
+/// How long a token that failed its check is refused without hashing again.
+const REFUSED_FOR: Duration = Duration::from_secs(300);
+/// Most argon2 checks of wrong secrets per token id and minute: past that,
+/// a guessed secret for a real id is refused without hashing (each check
+/// costs 19 MiB and tens of milliseconds, by design).
+const FAILURES_PER_MINUTE: u32 = 10;
+/// Most argon2 checks running at once.
+const HASHING_AT_ONCE: usize = 2;
+/// Most entries in each of the remembered-token tables.
+const REMEMBERED: usize = 10_000;
+
 /// Token checks for the API.
 pub(crate) struct Auth {
     required: bool,
     db: Db,
     verified: Mutex<HashMap<[u8; 32], (Identity, Instant)>>,
+    /// Tokens (by SHA-256) that failed, and when.
+    refused: Mutex<HashMap<[u8; 32], Instant>>,
+    /// Failures per token id in the current minute: (window start, count).
+    failures: Mutex<HashMap<String, (Instant, u32)>>,
+    hashing: tokio::sync::Semaphore,
+    hashes: std::sync::atomic::AtomicU64,
 }
 
 impl Auth {
     /// `required` is false only in the loopback-only default mode.
     pub(crate) fn new(db: Db, required: bool) -> Auth {
-        Auth { required, db, verified: Mutex::new(HashMap::new()) }
+        Auth {
+            required,
+            db,
+            verified: Mutex::new(HashMap::new()),
+            refused: Mutex::new(HashMap::new()),
+            failures: Mutex::new(HashMap::new()),
+            hashing: tokio::sync::Semaphore::new(HASHING_AT_ONCE),
+            hashes: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    /// Token secrets checked with argon2 since start.
+    pub(crate) fn hashes(&self) -> u64 {
+        self.hashes.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Whether a wrong secret for `id` may still be hashed this minute.
+    fn may_hash(&self, id: &str) -> bool {
+        let Ok(failures) = self.failures.lock() else { return false };
+        failures.get(id).is_none_or(|(since, n)| since.elapsed() >= Duration::from_secs(60) || *n < FAILURES_PER_MINUTE)
+    }
+
+    /// Remember a failed check: the token itself, and one more for its id.
+    fn failed(&self, key: [u8; 32], id: &str) {
+        if let Ok(mut refused) = self.refused.lock() {
+            if refused.len() >= REMEMBERED {
+                refused.retain(|_, at| at.elapsed() < REFUSED_FOR);
+            }
+            if refused.len() < REMEMBERED {
+                refused.insert(key, Instant::now());
+            }
+        }
+        if let Ok(mut failures) = self.failures.lock() {
+            if failures.len() >= REMEMBERED {
+                failures.retain(|_, (since, _)| since.elapsed() < Duration::from_secs(60));
+            }
+            let entry = failures.entry(id.to_owned()).or_insert((Instant::now(), 0));
+            if entry.0.elapsed() >= Duration::from_secs(60) {
+                *entry = (Instant::now(), 0);
+            }
+            entry.1 += 1;
+        }
     }
 
     /// Whether requests must carry a token.
@@ -91,13 +149,26 @@ impl Auth {
         {
             return Ok(Some(identity.clone()));
         }
+        if let Ok(refused) = self.refused.lock()
+            && refused.get(&key).is_some_and(|at| at.elapsed() < REFUSED_FOR)
+        {
+            return Ok(None);
+        }
         let Some((id, secret)) = split_token(token) else { return Ok(None) };
         let Some(record) = self.db.get_token(id).await? else { return Ok(None) };
+        if !self.may_hash(id) {
+            return Ok(None);
+        }
         let secret = secret.to_owned();
         let hash = record.secret_hash.clone();
-        // argon2 takes tens of milliseconds: keep it off the async workers.
+        // argon2 takes tens of milliseconds and 19 MiB: a few at a time, off
+        // the async workers.
+        let permit = self.hashing.acquire().await.context("hashing slots")?;
+        self.hashes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let valid = tokio::task::spawn_blocking(move || verify_secret(&secret, &hash)).await.context("verify")?;
+        drop(permit);
         if !valid {
+            self.failed(key, id);
             return Ok(None);
         }
         let Some(role) = Role::parse(&record.role) else { return Ok(None) };

@@ -7,6 +7,7 @@ mod analysis;
 mod auth;
 mod cli;
 mod http;
+mod machine;
 mod retention;
 mod settings;
 mod store;

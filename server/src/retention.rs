@@ -226,6 +226,9 @@ pub(crate) struct Applied {
     /// Snapshots the plan named but that were gone (another instance
     /// deleted them) or became pinned or commented meanwhile.
     pub(crate) skipped: Vec<String>,
+    /// The files of the deleted snapshots (to drop from the analysis cache).
+    #[serde(skip)]
+    pub(crate) files: Vec<String>,
 }
 
 /// Deletes what `plan` names: the row (only if still unprotected), then
@@ -238,6 +241,7 @@ pub(crate) async fn apply(db: &Db, blobs: &BlobStore, plan: &Plan) -> Result<App
             Some(rec) => {
                 crate::store::delete_blob_if_unused(db, blobs, &rec.blob_key).await?;
                 applied.deleted.push(rec.id);
+                applied.files.push(rec.blob_key);
             }
             None => applied.skipped.push(doomed.id.clone()),
         }
@@ -278,8 +282,8 @@ pub(crate) fn spawn_periodic(state: crate::http::AppState) {
             ticks.tick().await;
             match run_once(&state.db, &state.blobs, &policy, false).await {
                 Ok((plan, Some(applied))) => {
-                    for id in &applied.deleted {
-                        state.cache.remove(id);
+                    for key in &applied.files {
+                        state.cache.remove(key);
                     }
                     if !applied.deleted.is_empty() {
                         tracing::info!(

@@ -25,6 +25,11 @@ const SETTING_NAMES: &[&str] = &[
     "max_upload_bytes",
     "inline_parse_max_bytes",
     "parse_concurrency",
+    "parse_memory_budget",
+    "parse_timeout_secs",
+    "max_expansion",
+    "max_body_bytes",
+    "allowed_hosts",
     "cache_entries",
     "request_timeout_secs",
     "cors_allowed_origins",
@@ -56,6 +61,24 @@ pub(crate) struct Settings {
     pub(crate) inline_parse_max_bytes: u64,
     /// Snapshots parsed at the same time.
     pub(crate) parse_concurrency: usize,
+    /// Most memory one parse may hold, in bytes. Default: twice
+    /// `max_upload_bytes`, and never more than three quarters of the
+    /// machine's memory shared by `parse_concurrency` parses.
+    pub(crate) parse_memory_budget: Option<u64>,
+    /// A parse still running after this many seconds is stopped and its
+    /// snapshot marked failed (reading is linear in the file, so only a
+    /// hostile or broken file gets there).
+    pub(crate) parse_timeout_secs: f64,
+    /// Most bytes of pickle a gzip or zstd upload may give per compressed
+    /// byte (real snapshots: 4 to 20).
+    pub(crate) max_expansion: u32,
+    /// Largest body of any request but an upload (comments, edits), in bytes.
+    pub(crate) max_body_bytes: usize,
+    /// Host names (with or without a port) that requests may name in `Host`
+    /// besides the bound address, `localhost` and the loopback addresses.
+    /// Checked only without tokens, where a request's origin is its only
+    /// credential: it stops DNS rebinding.
+    pub(crate) allowed_hosts: Vec<String>,
     /// Parsed snapshots kept in memory for timeline queries.
     pub(crate) cache_entries: usize,
     /// Seconds before a request other than an upload or download times out.
@@ -85,6 +108,11 @@ impl Default for Settings {
             max_upload_bytes: 4 << 30,
             inline_parse_max_bytes: 256 << 20,
             parse_concurrency: 2,
+            parse_memory_budget: None,
+            parse_timeout_secs: 600.0,
+            max_expansion: vramscope_shared::DEFAULT_MAX_EXPANSION,
+            max_body_bytes: 256 << 10,
+            allowed_hosts: Vec::new(),
             cache_entries: 4,
             request_timeout_secs: 60,
             cors_allowed_origins: Vec::new(),
@@ -147,7 +175,39 @@ impl Settings {
             settings.blob_store = Some(url.clone());
         }
         anyhow::ensure!(settings.parse_concurrency > 0, "parse_concurrency must be at least 1");
+        anyhow::ensure!(
+            settings.parse_timeout_secs.is_finite() && settings.parse_timeout_secs > 0.0,
+            "parse_timeout_secs must be a positive number of seconds"
+        );
+        anyhow::ensure!(
+            !settings.cors_allowed_origins.iter().any(|o| o == "*") || settings.tokens_required(),
+            "cors_allowed_origins = [\"*\"] lets any web page call this server, which without tokens \
+             (a loopback address, require_tokens = false) is anyone's admin: list the origins, or require tokens"
+        );
         Ok(settings)
+    }
+
+    /// The memory budget of one parse: `parse_memory_budget`, or twice the
+    /// largest upload, capped so that `parse_concurrency` parses fit in three
+    /// quarters of the machine's memory.
+    pub(crate) fn parse_budget(&self) -> u64 {
+        if let Some(budget) = self.parse_memory_budget {
+            return budget;
+        }
+        let wanted = self.max_upload_bytes.saturating_mul(2);
+        match crate::machine::memory_bytes() {
+            Some(total) => wanted.min(total / 4 * 3 / self.parse_concurrency as u64),
+            None => wanted,
+        }
+    }
+
+    /// How the server reads stored snapshots (the cancel flag is set per parse).
+    pub(crate) fn read_options(&self) -> vramscope_shared::ReadOptions {
+        vramscope_shared::ReadOptions {
+            memory_budget: self.parse_budget(),
+            max_expansion: Some(self.max_expansion),
+            cancel: None,
+        }
     }
 
     /// The database URL, defaulting to SQLite in the data folder.
@@ -185,6 +245,31 @@ mod tests {
         assert_eq!(from_example.max_upload_bytes, defaults.max_upload_bytes);
         assert_eq!(from_example.inline_parse_max_bytes, defaults.inline_parse_max_bytes);
         assert!(!from_example.tokens_required());
+    }
+
+    #[test]
+    fn the_parse_budget_follows_the_upload_limit_and_the_machine() {
+        let small = Settings { max_upload_bytes: 64 << 20, ..Settings::default() };
+        assert_eq!(small.parse_budget(), 128 << 20);
+        let huge = Settings { max_upload_bytes: 1 << 50, ..Settings::default() };
+        let total = crate::machine::memory_bytes().expect("this machine's memory is known");
+        assert_eq!(huge.parse_budget(), total / 4 * 3 / 2, "never more than the machine has");
+        let set = Settings { parse_memory_budget: Some(12345), ..Settings::default() };
+        assert_eq!(set.parse_budget(), 12345);
+    }
+
+    #[test]
+    fn regression_cors_star_without_tokens_is_refused_not_a_panic() {
+        let dir = std::env::temp_dir().join(format!("vramscope-cors-{}", uuid::Uuid::now_v7()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let config = dir.join("c.toml");
+        std::fs::write(&config, "cors_allowed_origins = [\"*\"]\n").expect("write");
+        let args = SettingsArgs { config: Some(config.clone()), ..Default::default() };
+        let err = Settings::load(&args).expect_err("refused");
+        assert!(format!("{err:#}").contains("require tokens"), "{err:#}");
+        let args =
+            SettingsArgs { config: Some(config), bind: Some("0.0.0.0:0".parse().expect("addr")), ..Default::default() };
+        assert!(Settings::load(&args).is_ok(), "with tokens, * is allowed");
     }
 
     #[test]

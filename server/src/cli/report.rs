@@ -62,7 +62,7 @@ pub(crate) fn run(args: &ReportArgs) -> Result<(), Failure> {
     let path = &args.file;
     let bytes =
         std::fs::read(path).with_context(|| format!("cannot open {}", path.display())).map_err(Failure::BadInput)?;
-    let snapshot = read_snapshot_bytes(&bytes, &ReadOptions { memory_budget: args.memory_budget })
+    let snapshot = read_snapshot_bytes(&bytes, &ReadOptions::with_budget(args.memory_budget))
         .map_err(|e| Failure::BadInput(anyhow!("{e} (file: {})", path.display())))?;
     let name = path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
     let modified_ms = std::fs::metadata(path)
@@ -73,8 +73,13 @@ pub(crate) fn run(args: &ReportArgs) -> Result<(), Failure> {
     let html = report_html(path, &name, modified_ms, &bytes, &snapshot).map_err(Failure::Other)?;
     let charts = [(&args.svg, ChartFormat::Svg), (&args.png, ChartFormat::Png)];
     let charts: Vec<_> = charts.into_iter().filter_map(|(p, f)| p.as_ref().map(|p| (p, f))).collect();
-    // One timeline window for both charts (building it consumes the snapshot).
-    let window = if charts.is_empty() { None } else { Some(main_window(snapshot).map_err(Failure::BadInput)?) };
+    // One timeline window for both charts.
+    let window = if charts.is_empty() {
+        None
+    } else {
+        let analyzed = vramscope_shared::views::Analyzed::build(snapshot);
+        Some(main_window(&analyzed).map_err(Failure::BadInput)?)
+    };
     for (chart_path, format) in charts {
         let Some(window) = &window else { break };
         let chart = chart_bytes(window, format).map_err(Failure::Other)?;
@@ -137,8 +142,8 @@ pub(crate) enum ChartFormat {
 /// longest trace, whole trace, as the dashboard draws it
 /// (`vramscope_frontend::plot`), in SVG text or PNG bytes. Fails when no
 /// device has a trace.
-pub(crate) fn main_chart(snapshot: vramscope_shared::Snapshot, format: ChartFormat) -> anyhow::Result<Vec<u8>> {
-    chart_bytes(&main_window(snapshot)?, format)
+pub(crate) fn main_chart(analyzed: &vramscope_shared::views::Analyzed, format: ChartFormat) -> anyhow::Result<Vec<u8>> {
+    chart_bytes(&main_window(analyzed)?, format)
 }
 
 /// The chart of a timeline window, in SVG text or PNG bytes.
@@ -178,17 +183,19 @@ fn chart_bytes(window: &vramscope_shared::timeline::TimelineWindow, format: Char
 
 /// The timeline window of the main chart: the device with the longest
 /// trace, one bucket per pixel of the plot area.
-fn main_window(snapshot: vramscope_shared::Snapshot) -> anyhow::Result<vramscope_shared::timeline::TimelineWindow> {
-    use vramscope_shared::views::{Analyzed, TimelineParams, timeline};
+fn main_window(
+    analyzed: &vramscope_shared::views::Analyzed,
+) -> anyhow::Result<vramscope_shared::timeline::TimelineWindow> {
+    use vramscope_shared::views::{TimelineParams, timeline};
 
-    let device = snapshot
+    let device = analyzed
+        .snapshot
         .devices
         .iter()
         .filter(|d| !d.trace.is_empty())
         .max_by_key(|d| (d.trace.len(), std::cmp::Reverse(d.device)))
         .map(|d| d.device)
         .ok_or_else(|| anyhow!("no device of this snapshot has a trace: there is no timeline to draw"))?;
-    let analyzed = Analyzed::build(snapshot);
     // The chart's margins and axis labels take about 100 pixels. Event
     // order, as the dashboard opens: on wall time the activity is often
     // bunched into the last fraction of the trace (oom_leak: its last 0.4 s
@@ -199,7 +206,7 @@ fn main_window(snapshot: vramscope_shared::Snapshot) -> anyhow::Result<vramscope
         axis: Some(vramscope_shared::timeline::Axis::Event),
         ..TimelineParams::default()
     };
-    timeline(&analyzed, &params).map_err(|e| anyhow!("timeline of device {device}: {e}"))
+    timeline(analyzed, &params).map_err(|e| anyhow!("timeline of device {device}: {e}"))
 }
 
 /// Draws the main chart on any plotters backend: the one drawing code for

@@ -60,11 +60,32 @@ pub(crate) async fn run(args: &ServeArgs) -> anyhow::Result<()> {
     let state = AppState::new(settings, db, blobs);
     resume_parsing(&state).await;
     crate::retention::spawn_periodic(state.clone());
+    spawn_staging_sweeps(state.blobs.clone());
     tracing::info!(%address, tokens = state.auth.required(), "vramscope serving");
     // Tests and scripts read this line to find the port when binding to :0.
     println!("vramscope listening on http://{address}");
     axum::serve(listener, app(state)).with_graceful_shutdown(shutdown_signal()).await.context("server failed")?;
     Ok(())
+}
+
+/// Sweep staging objects untouched for [`STALE_STAGING`] while serving too,
+/// not only at start-up: an instance that runs for weeks must not keep what
+/// a crashed upload left (an upload in flight writes to its object, so its
+/// time stays recent).
+fn spawn_staging_sweeps(blobs: BlobStore) {
+    tokio::spawn(async move {
+        let mut ticks = tokio::time::interval(STALE_STAGING / 4);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        ticks.tick().await; // The first tick is now: start-up swept already.
+        loop {
+            ticks.tick().await;
+            match blobs.clean_staging(STALE_STAGING).await {
+                Ok(0) => {}
+                Ok(removed) => tracing::info!(removed, "removed staging objects left by interrupted uploads"),
+                Err(e) => tracing::warn!(error = format!("{e:#}"), "could not sweep old staging uploads"),
+            }
+        }
+    });
 }
 
 /// Remove committed files that no row names (see `BlobStore::committed_before`).

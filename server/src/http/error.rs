@@ -19,8 +19,22 @@ pub(crate) enum AppError {
     Forbidden(&'static str),
     /// The upload is larger than the configured limit.
     PayloadTooLarge(u64),
-    /// The upload is not a readable snapshot: the reader's error.
-    NotASnapshot(vramscope_shared::ReadError),
+    /// Any other request body larger than `max_body_bytes`.
+    BodyTooLarge(usize),
+    /// A body of a type the route does not take.
+    UnsupportedMediaType(String),
+    /// Without tokens: a `Host` that does not name this server (DNS rebinding).
+    ForeignHost(String),
+    /// Without tokens: a change asked for by another web page.
+    CrossOrigin(String),
+    /// The file is not a readable snapshot, or its parse was stopped: the
+    /// reader's error kind (or `parse_timeout`) and message.
+    Unreadable {
+        /// Stable kind (`truncated`, `memory_budget`, `parse_timeout`, …).
+        kind: &'static str,
+        /// What was wrong, and where.
+        message: String,
+    },
     /// The snapshot exists but could not be parsed (an earlier background parse failed).
     Unprocessable(String),
     /// Anything else: storage, database. Logged, and answered without details.
@@ -34,8 +48,11 @@ impl AppError {
             AppError::BadRequest(_) => (StatusCode::BAD_REQUEST, "bad_request"),
             AppError::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized"),
             AppError::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden"),
-            AppError::PayloadTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "too_large"),
-            AppError::NotASnapshot(e) => (StatusCode::UNPROCESSABLE_ENTITY, e.kind()),
+            AppError::PayloadTooLarge(_) | AppError::BodyTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "too_large"),
+            AppError::UnsupportedMediaType(_) => (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type"),
+            AppError::ForeignHost(_) => (StatusCode::FORBIDDEN, "foreign_host"),
+            AppError::CrossOrigin(_) => (StatusCode::FORBIDDEN, "cross_origin"),
+            AppError::Unreadable { kind, .. } => (StatusCode::UNPROCESSABLE_ENTITY, kind),
             AppError::Unprocessable(_) => (StatusCode::UNPROCESSABLE_ENTITY, "parse_failed"),
             AppError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         }
@@ -48,7 +65,19 @@ impl AppError {
             AppError::Unauthorized => "a valid API token is required (Authorization: Bearer vs_...)".to_owned(),
             AppError::Forbidden(role) => format!("this needs a token with the {role} role"),
             AppError::PayloadTooLarge(limit) => format!("upload larger than the limit of {limit} bytes"),
-            AppError::NotASnapshot(e) => e.to_string(),
+            AppError::BodyTooLarge(limit) => {
+                format!("request body larger than the limit of {limit} bytes (max_body_bytes)")
+            }
+            AppError::UnsupportedMediaType(why) => why.clone(),
+            AppError::ForeignHost(host) => format!(
+                "Host {host:?} does not name this server: without API tokens it answers only requests to its own \
+                 address, localhost or a name in allowed_hosts (this stops DNS rebinding)"
+            ),
+            AppError::CrossOrigin(what) => format!(
+                "refused {what}: without API tokens this server takes changes only from its own pages and from \
+                 clients that are not web pages"
+            ),
+            AppError::Unreadable { message, .. } => message.clone(),
             AppError::Unprocessable(why) => why.clone(),
             AppError::Internal(_) => "internal error (see the server log)".to_owned(),
         }
@@ -66,6 +95,15 @@ impl IntoResponse for AppError {
             response.headers_mut().insert("www-authenticate", axum::http::HeaderValue::from_static("Bearer"));
         }
         response
+    }
+}
+
+impl From<&crate::analysis::ParseFailure> for AppError {
+    fn from(failure: &crate::analysis::ParseFailure) -> AppError {
+        match failure {
+            crate::analysis::ParseFailure::Storage(e) => AppError::Internal(anyhow::anyhow!("{e:#}")),
+            other => AppError::Unreadable { kind: other.kind(), message: other.message() },
+        }
     }
 }
 

@@ -1,6 +1,7 @@
 //! The HTTP API and the dashboard's files: `fn app(state) -> Router`.
 
 pub(crate) mod error;
+mod guard;
 pub(crate) mod metrics;
 mod v1;
 pub(crate) mod web;
@@ -21,7 +22,7 @@ use tower_http::compression::CompressionLayer;
 use tower_http::cors::{AllowOrigin, CorsLayer};
 use tower_http::trace::TraceLayer;
 
-use crate::analysis::AnalysisCache;
+use crate::analysis::{AnalysisCache, Parser};
 use crate::auth::{Auth, Identity, Role};
 use crate::settings::Settings;
 use crate::store::{BlobStore, Db};
@@ -41,8 +42,8 @@ pub(crate) struct Inner {
     pub(crate) auth: Auth,
     pub(crate) metrics: Metrics,
     pub(crate) cache: AnalysisCache,
-    /// Bounds the snapshots parsed at once (each takes about its size in memory).
-    pub(crate) parse_permits: Semaphore,
+    /// Parses stored files under the settings' limits, a few at a time.
+    pub(crate) parser: Parser,
 }
 
 impl Deref for AppState {
@@ -56,8 +57,12 @@ impl AppState {
     pub(crate) fn new(settings: Settings, db: Db, blobs: BlobStore) -> AppState {
         let auth = Auth::new(db.clone(), settings.tokens_required());
         let cache = AnalysisCache::new(settings.cache_entries);
-        let parse_permits = Semaphore::new(settings.parse_concurrency);
-        AppState(Arc::new(Inner { settings, db, blobs, auth, metrics: Metrics::new(), cache, parse_permits }))
+        let parser = Parser {
+            options: settings.read_options(),
+            timeout: Duration::from_secs_f64(settings.parse_timeout_secs),
+            permits: Semaphore::new(settings.parse_concurrency),
+        };
+        AppState(Arc::new(Inner { settings, db, blobs, auth, metrics: Metrics::new(), cache, parser }))
     }
 }
 
@@ -71,8 +76,11 @@ pub(crate) fn app(state: AppState) -> Router {
         .route("/healthz", get(healthz))
         .merge(api)
         .merge(web::routes())
-        // Uploads stream to storage with their own limit (max_upload_bytes).
-        .layer(DefaultBodyLimit::disable())
+        // Every body is small but an upload's, which streams to storage with
+        // its own limit (max_upload_bytes; its route lifts this one).
+        .layer(DefaultBodyLimit::max(state.settings.max_body_bytes))
+        .layer(middleware::from_fn_with_state(state.clone(), json_errors))
+        .layer(middleware::from_fn_with_state(state.clone(), guard::same_origin_only))
         .layer(cors(&state.settings))
         // gzip at its fastest level: a timeline answer (~700 kB of JSON)
         // still shrinks 7x, at ~1 ms. The default level, and brotli or zstd
@@ -83,12 +91,31 @@ pub(crate) fn app(state: AppState) -> Router {
         .with_state(state)
 }
 
+/// Extractors refuse an oversized body with a plain-text 413: answer this
+/// API's JSON error instead.
+async fn json_errors(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let response = next.run(request).await;
+    let is_json = response
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    if response.status() == StatusCode::PAYLOAD_TOO_LARGE && !is_json {
+        return AppError::BodyTooLarge(state.settings.max_body_bytes).into_response();
+    }
+    response
+}
+
 fn cors(settings: &Settings) -> CorsLayer {
     // Closed by default: no Access-Control-Allow-Origin unless configured.
-    let origins: Vec<HeaderValue> =
-        settings.cors_allowed_origins.iter().filter_map(|o| HeaderValue::from_str(o).ok()).collect();
+    // "*" (allowed only with tokens, see Settings::load) is any origin:
+    // listing it as a value panicked at start-up.
+    let allow = if settings.cors_allowed_origins.iter().any(|o| o == "*") {
+        AllowOrigin::any()
+    } else {
+        AllowOrigin::list(settings.cors_allowed_origins.iter().filter_map(|o| HeaderValue::from_str(o).ok()))
+    };
     CorsLayer::new()
-        .allow_origin(AllowOrigin::list(origins))
+        .allow_origin(allow)
         .allow_methods([Method::GET, Method::POST, Method::PATCH, Method::DELETE])
         .allow_headers([axum::http::header::AUTHORIZATION, axum::http::header::CONTENT_TYPE])
 }
@@ -99,6 +126,7 @@ async fn healthz() -> Json<serde_json::Value> {
 
 async fn metrics_text(State(state): State<AppState>) -> impl IntoResponse {
     state.metrics.cached_snapshots.set(state.cache.len() as i64);
+    state.metrics.token_hashes.set(state.auth.hashes() as i64);
     ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], state.metrics.render())
 }
 

@@ -49,7 +49,7 @@ pub(super) fn routes(timeout: Duration) -> Router<AppState> {
         .route("/api/v1/compare", get(analysis::compare))
         .layer(TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, timeout));
     let streaming = Router::new()
-        .route("/api/v1/snapshots", post(upload::upload))
+        .route("/api/v1/snapshots", post(upload::upload).layer(axum::extract::DefaultBodyLimit::disable()))
         .route("/api/v1/snapshots/{id}/file", get(snapshots::file));
     timed.merge(streaming).merge(telemetry::routes())
 }

@@ -55,8 +55,14 @@ pub(crate) async fn post(
     State(state): State<AppState>,
     Extension(identity): Extension<Identity>,
     Path(id): Path<String>,
+    headers: axum::http::HeaderMap,
     body: Bytes,
 ) -> AppResult<(StatusCode, Json<CommentRecord>)> {
+    // A JSON body only: `text/plain` is what another web page can send
+    // without asking (a "simple" request).
+    if !headers.get(axum::http::header::CONTENT_TYPE).is_some_and(|v| v.as_bytes().starts_with(b"application/json")) {
+        return Err(AppError::UnsupportedMediaType("a comment is a JSON body (Content-Type: application/json)".into()));
+    }
     // Parsed by hand (not `Json<…>`) so a bad body gets this API's JSON error.
     let post: PostComment = serde_json::from_slice(&body)
         .map_err(|e| AppError::BadRequest(format!("comment body: expected {{\"body\": \"…\"}}: {e}")))?;

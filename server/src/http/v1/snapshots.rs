@@ -7,7 +7,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
-use vramscope_shared::{ReadOptions, Snapshot, StatsReport, read_snapshot_bytes};
+use vramscope_shared::StatsReport;
 
 use crate::cli::report::{self, ChartFormat};
 
@@ -74,12 +74,16 @@ pub(crate) async fn update(
     Path(id): Path<String>,
     Json(update): Json<Update>,
 ) -> AppResult<Json<SnapshotRecord>> {
-    if let Some(name) = &update.name
-        && name.trim().is_empty()
-    {
-        return Err(AppError::BadRequest("name must not be empty".to_owned()));
+    if let Some(name) = &update.name {
+        if name.trim().is_empty() {
+            return Err(AppError::BadRequest("name must not be empty".to_owned()));
+        }
+        super::upload::check_name(name)?;
     }
     let tags = update.tags.map(|tags| super::upload::clean_tags(tags.iter().map(String::as_str)));
+    if let Some(tags) = &tags {
+        super::upload::check_tags(tags)?;
+    }
     if let Some(pinned) = update.pinned
         && !state.db.set_pinned(&id, pinned).await?
     {
@@ -91,7 +95,7 @@ pub(crate) async fn update(
 
 pub(crate) async fn delete(State(state): State<AppState>, Path(id): Path<String>) -> AppResult<StatusCode> {
     let rec = state.db.delete(&id).await?.ok_or_else(|| AppError::NotFound(format!("snapshot {id}")))?;
-    state.cache.remove(&id);
+    state.cache.remove(&rec.blob_key);
     // The file is shared by identical uploads: remove it with its last row.
     crate::store::delete_blob_if_unused(&state.db, &state.blobs, &rec.blob_key).await?;
     Ok(StatusCode::NO_CONTENT)
@@ -159,29 +163,46 @@ pub(crate) async fn file(
     Ok(response)
 }
 
-/// The stored file of a snapshot, read: its record, bytes and model.
-async fn read_stored(state: &AppState, id: &str) -> AppResult<(SnapshotRecord, bytes::Bytes, Snapshot)> {
+/// The analyzed snapshot behind a record, from the analysis cache (or the
+/// parse of it under way): the report and charts never parse on their own.
+async fn analyzed_record(
+    state: &AppState,
+    id: &str,
+) -> AppResult<(SnapshotRecord, std::sync::Arc<vramscope_shared::views::Analyzed>)> {
     let rec = record(state, id).await?;
-    let bytes = state.blobs.get_bytes(&rec.blob_key).await.map_err(|e| {
-        if is_not_found(&e) { AppError::NotFound(format!("the file of snapshot {id}")) } else { AppError::Internal(e) }
-    })?;
-    let to_read = bytes.clone();
-    let snapshot = tokio::task::spawn_blocking(move || read_snapshot_bytes(&to_read, &ReadOptions::default()))
-        .await
-        .map_err(|e| AppError::Internal(anyhow::anyhow!("the report's worker thread failed: {e}")))?
-        .map_err(|e| AppError::Unprocessable(format!("snapshot {id} cannot be read: {e}")))?;
-    Ok((rec, bytes, snapshot))
+    if rec.status == SnapshotStatus::Failed {
+        return Err(AppError::Unprocessable(rec.error.unwrap_or_else(|| "parse failed".to_owned())));
+    }
+    let analyzed = super::views::load(state, &rec.blob_key).await.map_err(|failure| AppError::from(&*failure))?;
+    Ok((rec, analyzed))
 }
+
+/// Largest file exported as a report page: the page holds it as base64,
+/// and rendering it holds the file and the page at once.
+const REPORT_MAX_BYTES: u64 = 256 << 20;
 
 /// `GET /api/v1/snapshots/{id}/report.html`: the same self-contained page
 /// as `vramscope report FILE` (dashboard, snapshot and findings inlined),
-/// as a download named after the snapshot.
+/// as a download named after the snapshot. The page holds the whole file,
+/// so files above [`REPORT_MAX_BYTES`] are not exported; rendering takes a
+/// parse slot.
 pub(crate) async fn report(State(state): State<AppState>, Path(id): Path<String>) -> AppResult<Response> {
-    let (rec, bytes, snapshot) = read_stored(&state, &id).await?;
+    let (rec, analyzed) = analyzed_record(&state, &id).await?;
+    if rec.size_bytes > REPORT_MAX_BYTES {
+        return Err(AppError::Unprocessable(format!(
+            "snapshot {id} is {} bytes, too large to inline in one HTML page (the limit is {REPORT_MAX_BYTES}): \
+             download the file and run `vramscope report` on it",
+            rec.size_bytes
+        )));
+    }
+    let _slot = state.parser.permits.acquire().await.map_err(|e| AppError::Internal(e.into()))?;
+    let bytes = state.blobs.get_bytes(&rec.blob_key).await.map_err(|e| {
+        if is_not_found(&e) { AppError::NotFound(format!("the file of snapshot {id}")) } else { AppError::Internal(e) }
+    })?;
     let name = rec.name.clone();
     let modified_ms = u64::try_from(rec.uploaded_at_ms).unwrap_or(0);
     let html = tokio::task::spawn_blocking(move || {
-        report::report_html(std::path::Path::new(&name), &name, modified_ms, &bytes, &snapshot)
+        report::report_html(std::path::Path::new(&name), &name, modified_ms, &bytes, &analyzed.snapshot)
     })
     .await
     .map_err(|e| AppError::Internal(anyhow::anyhow!("the report's worker thread failed: {e}")))?
@@ -201,8 +222,8 @@ pub(crate) async fn chart_png(State(state): State<AppState>, Path(id): Path<Stri
 }
 
 async fn chart(state: &AppState, id: &str, format: ChartFormat) -> AppResult<Response> {
-    let (rec, _, snapshot) = read_stored(state, id).await?;
-    let chart = tokio::task::spawn_blocking(move || report::main_chart(snapshot, format))
+    let (rec, analyzed) = analyzed_record(state, id).await?;
+    let chart = tokio::task::spawn_blocking(move || report::main_chart(&analyzed, format))
         .await
         .map_err(|e| AppError::Internal(anyhow::anyhow!("the chart's worker thread failed: {e}")))?
         // The only failure of a readable snapshot: no device has a trace.

@@ -13,10 +13,18 @@ use axum::http::{StatusCode, header};
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 
-use crate::analysis::{ParseFailure, analyze, parse_stored};
+use crate::analysis::analyze;
 use crate::http::AppState;
 use crate::http::error::{AppError, AppResult};
-use crate::store::{NewSnapshot, Recorded, SnapshotStatus, Staged, StagedUpload, Trigger, record_upload};
+use crate::store::{BlobStore, NewSnapshot, Recorded, SnapshotStatus, Staged, StagedUpload, Trigger, record_upload};
+
+/// Longest name, job or host accepted, in bytes.
+const MAX_LABEL_BYTES: usize = 256;
+/// Most tags on one snapshot, and the longest tag.
+const MAX_TAGS: usize = 32;
+const MAX_TAG_BYTES: usize = 64;
+/// Longest multipart text field (a label or the tag list), in bytes.
+const MAX_FIELD_BYTES: usize = 4096;
 
 /// Metadata of an upload, from the query string or multipart form fields.
 #[derive(Debug, Default, Deserialize)]
@@ -93,11 +101,17 @@ pub(crate) async fn upload(
         state.metrics.upload("too_large");
         return Err(AppError::PayloadTooLarge(max));
     }
-    let multipart = request
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("multipart/form-data"));
+    let content_type = request.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default();
+    let multipart = content_type.starts_with("multipart/form-data");
+    // The types a web form or a plain `fetch` sends without a preflight
+    // (besides multipart, which the dashboard uses): never a snapshot.
+    if content_type.starts_with("text/") || content_type.starts_with("application/x-www-form-urlencoded") {
+        state.metrics.upload("rejected");
+        return Err(AppError::UnsupportedMediaType(format!(
+            "a snapshot is sent as application/octet-stream or multipart/form-data, not {content_type} (with curl: \
+             -H 'Content-Type: application/octet-stream' --data-binary @FILE)"
+        )));
+    }
 
     let mut receiver = Receiver { staged: Some(state.blobs.begin_upload().await?), size: 0, max };
     let received = if multipart {
@@ -132,6 +146,101 @@ async fn receive_raw(request: Request, receiver: &mut Receiver) -> AppResult<()>
     Ok(())
 }
 
+/// A finished staging object that is discarded if the request goes away
+/// before it is committed or discarded (a client that leaves during the
+/// inline parse once left up to 256 MiB in staging for an hour).
+struct StagedGuard {
+    staged: Option<Staged>,
+    blobs: BlobStore,
+}
+
+impl StagedGuard {
+    fn get(&self) -> AppResult<&Staged> {
+        self.staged.as_ref().ok_or_else(|| AppError::Internal(anyhow::anyhow!("staged upload already taken")))
+    }
+
+    /// Remove the staging object now.
+    async fn discard(mut self) -> AppResult<()> {
+        match self.staged.take() {
+            Some(staged) => Ok(self.blobs.discard(&staged).await?),
+            None => Ok(()),
+        }
+    }
+
+    /// The staging object is in other hands now (committed).
+    fn keep(&mut self) {
+        self.staged = None;
+    }
+}
+
+impl Drop for StagedGuard {
+    fn drop(&mut self) {
+        if let Some(staged) = self.staged.take()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            let blobs = self.blobs.clone();
+            runtime.spawn(async move {
+                if let Err(e) = blobs.discard(&staged).await {
+                    tracing::warn!(error = format!("{e:#}"), "could not remove an abandoned staged upload");
+                }
+            });
+        }
+    }
+}
+
+/// Read a multipart text field in chunks: at most [`MAX_FIELD_BYTES`], and
+/// counted against the upload's limit like the file.
+async fn field_text(
+    field: &mut axum::extract::multipart::Field<'_>,
+    name: &str,
+    receiver: &mut Receiver,
+) -> AppResult<String> {
+    let mut bytes = Vec::new();
+    while let Some(chunk) = field.chunk().await.map_err(|e| AppError::BadRequest(format!("field {name}: {e}")))? {
+        receiver.size += chunk.len() as u64;
+        if receiver.size > receiver.max {
+            return Err(AppError::PayloadTooLarge(receiver.max));
+        }
+        if bytes.len() + chunk.len() > MAX_FIELD_BYTES {
+            return Err(AppError::BadRequest(format!("field {name}: longer than {MAX_FIELD_BYTES} bytes")));
+        }
+        bytes.extend_from_slice(&chunk);
+    }
+    String::from_utf8(bytes).map_err(|_| AppError::BadRequest(format!("field {name}: not UTF-8 text")))
+}
+
+/// Refuse labels and tags past their limits.
+fn check_labels(meta: &UploadMeta) -> AppResult<()> {
+    for (what, value) in [("name", &meta.name), ("job", &meta.job), ("host", &meta.host)] {
+        if let Some(v) = value
+            && v.len() > MAX_LABEL_BYTES
+        {
+            return Err(AppError::BadRequest(format!("{what}: {} bytes, more than {MAX_LABEL_BYTES}", v.len())));
+        }
+    }
+    let tags = clean_tags(meta.tags.as_deref().unwrap_or_default().split(','));
+    check_tags(&tags)
+}
+
+/// Refuse more than [`MAX_TAGS`] tags or one longer than [`MAX_TAG_BYTES`].
+pub(crate) fn check_tags(tags: &[String]) -> AppResult<()> {
+    if tags.len() > MAX_TAGS {
+        return Err(AppError::BadRequest(format!("tags: {} of them, more than {MAX_TAGS}", tags.len())));
+    }
+    if let Some(t) = tags.iter().find(|t| t.len() > MAX_TAG_BYTES) {
+        return Err(AppError::BadRequest(format!("tags: {:?}… is longer than {MAX_TAG_BYTES} bytes", &t[..16])));
+    }
+    Ok(())
+}
+
+/// Refuse a name past [`MAX_LABEL_BYTES`] (renames).
+pub(crate) fn check_name(name: &str) -> AppResult<()> {
+    if name.len() > MAX_LABEL_BYTES {
+        return Err(AppError::BadRequest(format!("name: {} bytes, more than {MAX_LABEL_BYTES}", name.len())));
+    }
+    Ok(())
+}
+
 async fn receive_multipart(
     state: &AppState,
     request: Request,
@@ -161,7 +270,7 @@ async fn receive_multipart(
             }
             continue;
         }
-        let value = field.text().await.map_err(|e| AppError::BadRequest(format!("field {name}: {e}")))?;
+        let value = field_text(&mut field, &name, receiver).await?;
         match name.as_str() {
             "name" => meta.name = Some(value),
             "job" => meta.job = Some(value),
@@ -187,37 +296,42 @@ async fn receive_multipart(
 
 /// Dedup, parse (inline for small files), commit and record.
 async fn finish(state: AppState, staged: Staged, meta: UploadMeta) -> AppResult<(StatusCode, Json<UploadAnswer>)> {
-    let trigger_name = meta.trigger.unwrap_or_else(|| "manual".to_owned());
+    let mut guard = StagedGuard { staged: Some(staged), blobs: state.blobs.clone() };
+    let trigger_name = meta.trigger.clone().unwrap_or_else(|| "manual".to_owned());
     let Some(trigger) = Trigger::parse(&trigger_name) else {
-        state.blobs.discard(&staged).await?;
+        guard.discard().await?;
         return Err(AppError::BadRequest(format!("trigger must be manual, threshold or oom, not {trigger_name:?}")));
     };
+    if let Err(e) = check_labels(&meta) {
+        guard.discard().await?;
+        return Err(e);
+    }
     // A fast path that skips the parse of a duplicate; `record_upload`
     // checks again under the file's lock before committing.
-    if let Some(existing) = state.db.find_ready_by_sha256(&staged.sha256).await? {
-        state.blobs.discard(&staged).await?;
+    if let Some(existing) = state.db.find_ready_by_sha256(&guard.get()?.sha256).await? {
+        guard.discard().await?;
         state.metrics.upload("duplicate");
         let answer =
             UploadAnswer { id: existing.id, sha256: existing.sha256, status: existing.status, deduplicated: true };
         return Ok((StatusCode::OK, Json(answer)));
     }
 
+    let staged = guard.get()?.clone();
     let inline = staged.size <= state.settings.inline_parse_max_bytes;
     let mut parsed = None;
     let stats_json = if inline {
-        match parse_stored(&state.blobs, &staged.staging_key, &state.parse_permits, &state.metrics).await {
+        // Dropping this future (the client left) stops the parse, and the
+        // guard removes the staged bytes.
+        match state.parser.parse_stored(&state.blobs, &staged.staging_key, &state.metrics).await {
             Ok(snapshot) => {
                 let json = stats_json(&snapshot)?;
                 parsed = Some(snapshot);
                 Some(json)
             }
             Err(failure) => {
-                state.blobs.discard(&staged).await?;
+                guard.discard().await?;
                 state.metrics.upload("rejected");
-                return Err(match failure {
-                    ParseFailure::Invalid(e) => AppError::NotASnapshot(e),
-                    ParseFailure::Storage(e) => AppError::Internal(e),
-                });
+                return Err(AppError::from(&failure));
             }
         }
     } else {
@@ -244,6 +358,9 @@ async fn finish(state: AppState, staged: Staged, meta: UploadMeta) -> AppResult<
     };
     // Dedup lookup, commit and row under the file's lock: a retention run
     // or a delete on another instance cannot remove the file in between.
+    // From here the staging object is record_upload's: committed, or
+    // discarded as a duplicate.
+    guard.keep();
     let blob_key = match record_upload(&state.db, &state.blobs, &staged, row).await? {
         Recorded::New(record) => record.blob_key,
         Recorded::Duplicate(existing) => {
@@ -257,14 +374,12 @@ async fn finish(state: AppState, staged: Staged, meta: UploadMeta) -> AppResult<
     state.metrics.upload("ok");
     match parsed {
         // Index it for the views right away, off the answer's path.
+        // Index it for the views right away, off the answer's path; a view
+        // asked for before that ends waits for it instead of parsing again.
         Some(snapshot) => {
-            let (state, id) = (state.clone(), id.clone());
-            tokio::spawn(async move {
-                match analyze(snapshot).await {
-                    Ok(analyzed) => state.cache.insert(&id, analyzed),
-                    Err(e) => tracing::warn!(snapshot = id, error = format!("{e:#}"), "indexing failed"),
-                }
-            });
+            drop(state.cache.start(&blob_key, move || async move {
+                analyze(snapshot).await.map_err(crate::analysis::ParseFailure::Storage)
+            }));
         }
         None => {
             tokio::spawn(parse_in_background(state.clone(), id.clone(), blob_key));
@@ -291,24 +406,27 @@ async fn remove_bad_bytes(state: &AppState, blob_key: &str) -> anyhow::Result<()
 }
 
 /// Parse a large upload after answering it; also used at start-up for rows
-/// left `parsing` by a stopped server. A file that turns out not to be a
-/// snapshot is marked failed (with the reader's error) and its bytes removed.
+/// left `parsing` by a stopped server. It goes through the analysis cache,
+/// so a view asked for meanwhile joins this parse instead of starting its
+/// own. A file that turns out not to be a snapshot, or whose parse ran out
+/// of time, is marked failed (with the reason) and its bytes removed.
 pub(crate) async fn parse_in_background(state: AppState, id: String, blob_key: String) {
-    let outcome = parse_stored(&state.blobs, &blob_key, &state.parse_permits, &state.metrics).await;
+    let outcome = super::views::load(&state, &blob_key).await;
     let result = match outcome {
-        Ok(snapshot) => match stats_json(&snapshot) {
+        Ok(analyzed) => match stats_json(&analyzed.snapshot) {
             Ok(json) => state.db.set_ready(&id, &json).await,
             Err(_) => state.db.set_failed(&id, "could not serialize the statistics").await,
         },
-        Err(ParseFailure::Invalid(e)) => {
-            let marked = state.db.set_failed(&id, &e.to_string()).await;
+        Err(failure) if failure.is_the_files_fault() => {
+            state.cache.remove(&blob_key);
+            let marked = state.db.set_failed(&id, &failure.message()).await;
             if let Err(e) = remove_bad_bytes(&state, &blob_key).await {
                 tracing::warn!(error = format!("{e:#}"), "could not remove the bytes of a bad upload");
             }
             marked
         }
-        Err(ParseFailure::Storage(e)) => {
-            tracing::error!(snapshot = id, error = format!("{e:#}"), "background parse could not read the file");
+        Err(failure) => {
+            tracing::error!(snapshot = id, error = failure.message(), "background parse could not read the file");
             Ok(())
         }
     };

@@ -17,7 +17,7 @@ use vramscope_shared::views::state::{AllocatorState, StateParams};
 use vramscope_shared::views::{self, Analyzed, BlocksParams, FrameJson, StateAt, TimelineParams, ViewError};
 
 use super::snapshots::record;
-use crate::analysis::{ParseFailure, analyze, parse_stored};
+use crate::analysis::{ParseFailure, analyze};
 use crate::http::AppState;
 use crate::http::error::{AppError, AppResult};
 use crate::store::SnapshotStatus;
@@ -37,18 +37,21 @@ pub(crate) async fn analyzed(state: &AppState, id: &str) -> AppResult<Arc<Analyz
     if rec.status == SnapshotStatus::Failed {
         return Err(AppError::Unprocessable(rec.error.unwrap_or_else(|| "parse failed".to_owned())));
     }
-    let key = rec.blob_key.clone();
+    load(state, &rec.blob_key).await.map_err(|failure| AppError::from(&*failure))
+}
+
+/// The analyzed snapshot of a stored file: from the cache, or joining the
+/// parse of it under way, or parsing it in a task of its own (see
+/// [`crate::analysis::AnalysisCache`]).
+pub(crate) async fn load(state: &AppState, blob_key: &str) -> crate::analysis::Loaded {
+    let (task_state, key) = (state.clone(), blob_key.to_owned());
     state
         .cache
-        .get_or_load(id, || async {
-            let snapshot = parse_stored(&state.blobs, &key, &state.parse_permits, &state.metrics).await?;
+        .get_or_load(blob_key, move || async move {
+            let snapshot = task_state.parser.parse_stored(&task_state.blobs, &key, &task_state.metrics).await?;
             analyze(snapshot).await.map_err(ParseFailure::Storage)
         })
         .await
-        .map_err(|failure| match failure {
-            ParseFailure::Invalid(e) => AppError::NotASnapshot(e),
-            ParseFailure::Storage(e) => AppError::Internal(e),
-        })
 }
 
 /// `GET /api/v1/snapshots/{id}/timeline`: see [`views::timeline`].

@@ -1,0 +1,96 @@
+//! No ambient authority: without tokens (the loopback default), where every
+//! request is an anonymous admin, a request's `Host` and `Origin` are its
+//! only credentials.
+//!
+//! - **DNS rebinding**: a page on `evil.example` whose name is made to
+//!   resolve to 127.0.0.1 reaches the server with `Host: evil.example`. Only
+//!   requests naming this server (the bound address, `localhost`, a loopback
+//!   address, or a name in `allowed_hosts`) are served.
+//! - **Cross-site requests**: any page may send a "simple" POST (a form, or
+//!   `text/plain`) to 127.0.0.1 without a preflight. A request that changes
+//!   something (any method but GET, HEAD and OPTIONS) or opens a WebSocket
+//!   is refused when its `Origin` is not this server, or when the browser
+//!   says it is cross-site (`Sec-Fetch-Site`).
+//!
+//! With tokens these checks are off: a token travels in a header that no
+//! other page can make a browser send, and a load balancer may give the
+//! server any name.
+
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, Method, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+use super::AppState;
+use super::error::AppError;
+
+/// The middleware: refuses what the module doc says, answers the rest.
+pub(crate) async fn same_origin_only(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    if !state.auth.required()
+        && let Err(refusal) = check(&state, request.method(), request.headers())
+    {
+        state.metrics.error("forbidden");
+        return refusal.into_response();
+    }
+    next.run(request).await
+}
+
+fn check(state: &AppState, method: &Method, headers: &HeaderMap) -> Result<(), AppError> {
+    if let Some(host) = headers.get(header::HOST) {
+        let host = host.to_str().unwrap_or_default();
+        if !is_this_server(state, host_name(host)) {
+            return Err(AppError::ForeignHost(host.chars().take(100).collect()));
+        }
+    }
+    let upgrade = headers.contains_key(header::UPGRADE);
+    let changes = !matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS);
+    if !(changes || upgrade) {
+        return Ok(());
+    }
+    if headers.get("sec-fetch-site").is_some_and(|v| v.as_bytes() == b"cross-site") {
+        return Err(AppError::CrossOrigin("a cross-site request (Sec-Fetch-Site)".to_owned()));
+    }
+    if let Some(origin) = headers.get(header::ORIGIN) {
+        let origin = origin.to_str().unwrap_or_default();
+        let host = url::Url::parse(origin).ok().and_then(|u| u.host_str().map(str::to_owned));
+        if !host.is_some_and(|h| is_this_server(state, &h)) {
+            return Err(AppError::CrossOrigin(format!("Origin {:?}", origin.chars().take(100).collect::<String>())));
+        }
+    }
+    Ok(())
+}
+
+/// The name part of a `Host` header: `[::1]:8080` → `[::1]`, `a:80` → `a`.
+fn host_name(host: &str) -> &str {
+    if host.starts_with('[') {
+        return host.split_once(']').map_or(host, |(name, _)| &host[..name.len() + 1]);
+    }
+    host.rsplit_once(':').map_or(host, |(name, _)| name)
+}
+
+fn is_this_server(state: &AppState, name: &str) -> bool {
+    let name = name.trim_end_matches('.').to_ascii_lowercase();
+    let bare = name.trim_start_matches('[').trim_end_matches(']');
+    if name == "localhost" || name.ends_with(".localhost") {
+        return true;
+    }
+    if let Ok(ip) = bare.parse::<std::net::IpAddr>()
+        && (ip.is_loopback() || ip == state.settings.bind.ip())
+    {
+        return true;
+    }
+    state.settings.allowed_hosts.iter().any(|allowed| host_name(allowed).eq_ignore_ascii_case(&name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::host_name;
+
+    #[test]
+    fn host_names_lose_their_port() {
+        assert_eq!(host_name("127.0.0.1:8080"), "127.0.0.1");
+        assert_eq!(host_name("[::1]:8080"), "[::1]");
+        assert_eq!(host_name("[::1]"), "[::1]");
+        assert_eq!(host_name("evil.example"), "evil.example");
+    }
+}
