@@ -1,6 +1,8 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code, unreachable_pub)]
 
+pub mod server;
+
 use std::path::{Path, PathBuf};
 
 use vramscope_shared::{ReadOptions, Snapshot, read_snapshot};

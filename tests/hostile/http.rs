@@ -1,0 +1,352 @@
+//! Attacks on a real server on a loopback port. Each test asserts the
+//! refusal (status and error kind) and that the server still answers
+//! `/healthz` and still serves a snapshot stored before the attack.
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use super::bombs;
+use crate::common::server::{TestServer, client};
+use crate::common::{self};
+
+fn fixture(name: &str) -> Vec<u8> {
+    std::fs::read(common::fixture_corpus().join(name)).expect("fixture")
+}
+
+/// Upload a real snapshot to be served after the attack; its id.
+async fn victim(server: &TestServer) -> String {
+    let (status, answer) = server.upload(fixture("streams.pickle"), "name=victim").await;
+    assert_eq!(status, StatusCode::CREATED, "{answer}");
+    answer["id"].as_str().expect("id").to_owned()
+}
+
+/// The server is alive and still serves the victim's statistics and file.
+async fn still_serves(server: &TestServer, id: &str) {
+    let health = client().get(format!("{}/healthz", server.url)).send().await.expect("healthz");
+    assert_eq!(health.status(), StatusCode::OK);
+    let (status, stats) = server.get(&format!("/snapshots/{id}/stats")).await;
+    assert_eq!(status, StatusCode::OK, "{stats}");
+    assert_eq!(stats["devices"][0]["trace_entries"], 1727);
+    let file = client().get(server.api(&format!("/snapshots/{id}/file"))).send().await.expect("file");
+    assert_eq!(file.bytes().await.expect("bytes").as_ref(), fixture("streams.pickle").as_slice());
+}
+
+fn kind(answer: &Value) -> &str {
+    answer["kind"].as_str().unwrap_or_default()
+}
+
+async fn answer(response: reqwest::Response) -> (StatusCode, Value) {
+    let status = response.status();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+#[tokio::test]
+async fn regression_dns_rebinding_host_cannot_delete_or_read() {
+    let server = TestServer::start("rebinding", &[]);
+    let id = victim(&server).await;
+    let url = server.api(&format!("/snapshots/{id}"));
+    let port = server.url.rsplit(':').next().expect("port");
+    let (status, refusal) =
+        answer(client().delete(&url).header("host", format!("evil.example:{port}")).send().await.expect("delete"))
+            .await;
+    assert_eq!((status, kind(&refusal)), (StatusCode::FORBIDDEN, "foreign_host"), "{refusal}");
+    let (status, refusal) =
+        answer(client().get(server.api("/snapshots")).header("host", "evil.example").send().await.expect("get")).await;
+    assert_eq!((status, kind(&refusal)), (StatusCode::FORBIDDEN, "foreign_host"), "{refusal}");
+    // The names of this server still work.
+    for host in [format!("localhost:{port}"), format!("127.0.0.1:{port}")] {
+        let response = client().get(server.api("/snapshots")).header("host", host.as_str()).send().await;
+        assert_eq!(response.expect("get").status(), StatusCode::OK, "{host}");
+    }
+    still_serves(&server, &id).await;
+}
+
+#[tokio::test]
+async fn regression_cross_origin_simple_posts_are_refused() {
+    let server = TestServer::start("cross-origin", &[]);
+    let id = victim(&server).await;
+    let comments = server.api(&format!("/snapshots/{id}/comments"));
+    // What any web page can send without a preflight.
+    let forged = client()
+        .post(&comments)
+        .header("origin", "http://evil.example")
+        .header("content-type", "text/plain")
+        .body(r#"{"body":"pwned"}"#)
+        .send()
+        .await
+        .expect("post");
+    let (status, refusal) = answer(forged).await;
+    assert_eq!((status, kind(&refusal)), (StatusCode::FORBIDDEN, "cross_origin"), "{refusal}");
+    let forged_upload = client()
+        .post(server.api("/snapshots"))
+        .header("origin", "null")
+        .header("content-type", "application/octet-stream")
+        .body(fixture("oom_leak.pickle"))
+        .send()
+        .await
+        .expect("upload");
+    assert_eq!(answer(forged_upload).await.0, StatusCode::FORBIDDEN);
+    let fetch_metadata = client()
+        .delete(server.api(&format!("/snapshots/{id}")))
+        .header("sec-fetch-site", "cross-site")
+        .send()
+        .await
+        .expect("delete");
+    assert_eq!(answer(fetch_metadata).await.0, StatusCode::FORBIDDEN);
+    // A comment as text/plain is refused even without an Origin.
+    let plain = client().post(&comments).header("content-type", "text/plain").body(r#"{"body":"x"}"#).send().await;
+    let (status, refusal) = answer(plain.expect("post")).await;
+    assert_eq!((status, kind(&refusal)), (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type"));
+    // An upload as a form is refused too.
+    let form = client()
+        .post(server.api("/snapshots"))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(fixture("oom_leak.pickle"))
+        .send()
+        .await
+        .expect("upload");
+    assert_eq!(answer(form).await.0, StatusCode::UNSUPPORTED_MEDIA_TYPE);
+    // The dashboard's own requests (its Origin is the server) still work.
+    let own = client().post(&comments).header("origin", server.url.as_str()).json(&json!({"body": "ok"})).send().await;
+    assert_eq!(own.expect("post").status(), StatusCode::CREATED);
+    let (_, listed) = server.get(&format!("/snapshots/{id}/comments")).await;
+    assert_eq!(listed.as_array().map(Vec::len), Some(1), "only the same-origin comment: {listed}");
+    let (_, page) = server.get("/snapshots").await;
+    assert_eq!(page["items"].as_array().map(Vec::len), Some(1), "no forged upload: {page}");
+    still_serves(&server, &id).await;
+}
+
+#[tokio::test]
+async fn regression_agent_websocket_refuses_other_origins() {
+    let server = TestServer::start("ws-origin", &[]);
+    let id = victim(&server).await;
+    let response = client()
+        .get(server.api("/agents/ws"))
+        .header("connection", "Upgrade")
+        .header("upgrade", "websocket")
+        .header("sec-websocket-version", "13")
+        .header("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ==")
+        .header("origin", "http://evil.example")
+        .send()
+        .await
+        .expect("upgrade");
+    let (status, refusal) = answer(response).await;
+    assert_eq!((status, kind(&refusal)), (StatusCode::FORBIDDEN, "cross_origin"), "{refusal}");
+    still_serves(&server, &id).await;
+}
+
+#[tokio::test]
+async fn regression_request_bodies_and_labels_are_bounded() {
+    let server = TestServer::start("bodies", &[]);
+    let id = victim(&server).await;
+    let big = "x".repeat(1 << 20);
+    let comment = client()
+        .post(server.api(&format!("/snapshots/{id}/comments")))
+        .json(&json!({ "body": big }))
+        .send()
+        .await
+        .expect("post");
+    let (status, refusal) = answer(comment).await;
+    assert_eq!((status, kind(&refusal)), (StatusCode::PAYLOAD_TOO_LARGE, "too_large"), "{refusal}");
+    let patch = client()
+        .patch(server.api(&format!("/snapshots/{id}")))
+        .json(&json!({ "name": big }))
+        .send()
+        .await
+        .expect("patch");
+    assert_eq!(answer(patch).await.0, StatusCode::PAYLOAD_TOO_LARGE);
+    // Under the body limit but over the label limits.
+    let long_name = "n".repeat(300);
+    let patch = client()
+        .patch(server.api(&format!("/snapshots/{id}")))
+        .json(&json!({ "name": long_name }))
+        .send()
+        .await
+        .expect("patch");
+    assert_eq!(answer(patch).await.0, StatusCode::BAD_REQUEST);
+    let tags: Vec<String> = (0..40).map(|i| format!("t{i}")).collect();
+    let patch =
+        client().patch(server.api(&format!("/snapshots/{id}"))).json(&json!({ "tags": tags })).send().await.expect("p");
+    assert_eq!(answer(patch).await.0, StatusCode::BAD_REQUEST);
+    let (status, _) = server.upload(fixture("oom_leak.pickle"), &format!("name={long_name}")).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    // A multipart text field is read in bounded chunks, not whole.
+    let form = reqwest::multipart::Form::new()
+        .text("job", "j".repeat(64 << 10))
+        .part("file", reqwest::multipart::Part::bytes(fixture("oom_leak.pickle")).file_name("a.pickle"));
+    let response = client().post(server.api("/snapshots")).multipart(form).send().await.expect("multipart");
+    let (status, refusal) = answer(response).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{refusal}");
+    assert!(refusal["error"].as_str().is_some_and(|e| e.contains("job")), "{refusal}");
+    let (_, page) = server.get("/snapshots").await;
+    assert_eq!(page["items"].as_array().map(Vec::len), Some(1), "nothing else was stored: {page}");
+    assert_eq!(page["items"][0]["name"], "victim");
+    still_serves(&server, &id).await;
+}
+
+#[tokio::test]
+async fn regression_bomb_uploads_are_refused_within_the_servers_budget() {
+    let budget = (32u64 << 20).to_string();
+    let server = TestServer::start("bombs", &[("VRAMSCOPE_PARSE_MEMORY_BUDGET", budget.as_str())]);
+    let id = victim(&server).await;
+    let (status, refusal) = server.upload(bombs::marks(48 << 20), "name=marks").await;
+    assert_eq!((status, kind(&refusal)), (StatusCode::UNPROCESSABLE_ENTITY, "memory_budget"), "{refusal}");
+    let zstd = bombs::compress("zstd", &bombs::mark_pop_pairs(48 << 20));
+    let (status, refusal) = server.upload(zstd, "name=pairs.zst").await;
+    assert_eq!((status, kind(&refusal)), (StatusCode::UNPROCESSABLE_ENTITY, "decompression_limit"), "{refusal}");
+    // Before the fix the MARKs alone took 7.8x their 48 MB.
+    let peak = server.peak_rss();
+    assert!(peak < 256 << 20, "server peak RSS {} MiB", peak >> 20);
+    let (_, page) = server.get("/snapshots").await;
+    assert_eq!(page["items"].as_array().map(Vec::len), Some(1), "{page}");
+    still_serves(&server, &id).await;
+}
+
+#[tokio::test]
+async fn regression_a_slow_parse_is_stopped_and_never_resumed() {
+    // A limit no parse of a 22 MB file meets, for the inline and the
+    // background parse alike.
+    let gpt_long = std::fs::read(common::large_corpus().join("gpt_long.pickle")).expect("gpt_long");
+    let env = [("VRAMSCOPE_PARSE_TIMEOUT_SECS", "0.001")];
+    let server = TestServer::start("timeout", &env);
+    let (status, refusal) = server.upload(gpt_long.clone(), "name=inline").await;
+    assert_eq!((status, kind(&refusal)), (StatusCode::UNPROCESSABLE_ENTITY, "parse_timeout"), "{refusal}");
+    assert!(refusal["error"].as_str().is_some_and(|e| e.contains("parse_timeout_secs")), "{refusal}");
+    let dir = server.kill();
+    let env = [("VRAMSCOPE_PARSE_TIMEOUT_SECS", "0.001"), ("VRAMSCOPE_INLINE_PARSE_MAX_BYTES", "0")];
+    let server = TestServer::start_in(&dir, &env);
+    let (status, answer) = server.upload(gpt_long, "name=background").await;
+    assert_eq!(status, StatusCode::CREATED, "{answer}");
+    let id = answer["id"].as_str().expect("id").to_owned();
+    let rec = server.settled(&id).await;
+    assert_eq!(rec["status"], "failed", "{rec}");
+    assert!(rec["error"].as_str().is_some_and(|e| e.contains("parse_timeout_secs")), "{rec}");
+    let (status, refusal) = server.get(&format!("/snapshots/{id}/timeline?px=100")).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{refusal}");
+    // A restart with a generous limit does not parse it again.
+    let dir = server.kill();
+    let server = TestServer::start_in(&dir, &[]);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (_, rec) = server.get(&format!("/snapshots/{id}")).await;
+    assert_eq!(rec["status"], "failed", "{rec}");
+    let victim = victim(&server).await;
+    still_serves(&server, &victim).await;
+}
+
+/// The server's `parse_seconds` count: how many parses it ran.
+async fn parses(server: &TestServer) -> u64 {
+    let text = client().get(format!("{}/metrics", server.url)).send().await.expect("metrics");
+    let text = text.text().await.expect("text");
+    text.lines()
+        .find(|l| l.contains("parse_seconds_count"))
+        .and_then(|l| l.split_whitespace().last())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no parse count in the metrics:\n{text}"))
+}
+
+#[tokio::test]
+async fn regression_one_parse_per_file_for_views_reports_and_concurrent_requests() {
+    let gpt_long = std::fs::read(common::large_corpus().join("gpt_long.pickle")).expect("gpt_long");
+    let server = TestServer::start("parse-once", &[("VRAMSCOPE_INLINE_PARSE_MAX_BYTES", "0")]);
+    let (status, answer) = server.upload(gpt_long, "name=big").await;
+    assert_eq!(status, StatusCode::CREATED, "{answer}");
+    let id = answer["id"].as_str().expect("id").to_owned();
+    // Eight views at once while the background parse runs, one of them
+    // given up by its client: all share the one parse.
+    let quitter =
+        client().get(server.api(&format!("/snapshots/{id}/timeline?px=500"))).timeout(Duration::from_millis(50)).send();
+    let path = format!("/snapshots/{id}/timeline?px=500");
+    let views = (0..8).map(|_| server.get(&path));
+    let (_, answers) = tokio::join!(quitter, futures::future::join_all(views));
+    for (status, window) in answers {
+        assert_eq!(status, StatusCode::OK, "{window}");
+    }
+    assert_eq!(server.settled(&id).await["status"], "ready");
+    for path in ["report.html", "chart.png", "chart.svg"] {
+        let response = client().get(server.api(&format!("/snapshots/{id}/{path}"))).send().await.expect(path);
+        assert_eq!(response.status(), StatusCode::OK, "{path}");
+    }
+    assert_eq!(parses(&server).await, 1, "one parse for the upload, the views and the exports");
+    // An upload parsed inline: its views and exports do not parse again.
+    let (status, answer) = server.upload(fixture("oom_leak.pickle"), "name=small").await;
+    assert_eq!(status, StatusCode::CREATED);
+    let small = answer["id"].as_str().expect("id").to_owned();
+    let before = parses(&server).await;
+    for path in ["timeline?px=300", "report.html", "chart.png"] {
+        let response = client().get(server.api(&format!("/snapshots/{small}/{path}"))).send().await.expect(path);
+        assert_eq!(response.status(), StatusCode::OK, "{path}");
+    }
+    assert_eq!(parses(&server).await, before, "served from the upload's parse");
+    let (_, found) = server.get(&format!("/snapshots/{id}/search?q=py&limit=1000000000")).await;
+    let total = found["total"].as_u64().expect("total");
+    assert!(total > 5000, "a query matching more than a page: {total}");
+    assert_eq!(found["matches"].as_array().map(Vec::len), Some(5000), "the limit is clamped");
+}
+
+#[tokio::test]
+async fn regression_a_client_leaving_mid_parse_leaves_no_staged_bytes() {
+    let gpt_long = std::fs::read(common::large_corpus().join("gpt_long.pickle")).expect("gpt_long");
+    let server = TestServer::start("left", &[]);
+    let id = victim(&server).await;
+    // The body is sent in well under a second; the inline parse (debug
+    // build) takes longer, and the client gives up during it.
+    let gone = client()
+        .post(server.api("/snapshots?name=left"))
+        .header("content-type", "application/octet-stream")
+        .timeout(Duration::from_millis(400))
+        .body(gpt_long)
+        .send()
+        .await;
+    assert!(gone.is_err(), "the client gave up before the answer");
+    let staging = server.data_dir.join("blobs/staging");
+    let mut left = usize::MAX;
+    for _ in 0..100 {
+        left = std::fs::read_dir(&staging).map(|d| d.count()).unwrap_or(0);
+        if left == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(left, 0, "staging emptied after the client left");
+    still_serves(&server, &id).await;
+}
+
+#[tokio::test]
+async fn regression_guessing_a_tokens_secret_costs_no_argon2_past_a_few() {
+    let dir = crate::common::server::unique_dir("argon2");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_vramscope"))
+        .args(["token", "create", "--role", "admin", "--name", "ops", "--data-dir"])
+        .arg(&dir)
+        .output()
+        .expect("token create");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let token = String::from_utf8(out.stdout).expect("utf8").trim().to_owned();
+    let id = token.split('_').nth(1).expect("token id").to_owned();
+    let server = TestServer::start_in(&dir, &[("VRAMSCOPE_REQUIRE_TOKENS", "true")]);
+    // The holder works (and stays verified through what follows).
+    let response = client().get(server.api("/snapshots")).bearer_auth(&token).send().await.expect("get");
+    assert_eq!(response.status(), StatusCode::OK);
+    // 40 different secrets for the real id, then one wrong token 40 times.
+    let guesses = (0..40).map(|i| format!("vs_{id}_guess{i}")).chain((0..40).map(|_| format!("vs_{id}_same")));
+    for guess in guesses {
+        let response = client().get(server.api("/snapshots")).bearer_auth(&guess).send().await.expect("get");
+        assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+    }
+    let metrics = client().get(format!("{}/metrics", server.url)).bearer_auth(&token).send().await.expect("metrics");
+    assert_eq!(metrics.status(), StatusCode::OK, "the real token still works");
+    let text = metrics.text().await.expect("text");
+    let hashes: u64 = text
+        .lines()
+        .find(|l| l.starts_with("token_hashes") || l.contains("_token_hashes "))
+        .and_then(|l| l.split_whitespace().last())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no token_hashes in\n{text}"));
+    assert!(
+        hashes <= 11,
+        "{hashes} argon2 checks for 80 wrong tokens and one right one (10 a minute per id, then none)"
+    );
+    let health = client().get(format!("{}/healthz", server.url)).send().await.expect("healthz");
+    assert_eq!(health.status(), StatusCode::OK);
+}

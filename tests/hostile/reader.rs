@@ -1,0 +1,121 @@
+//! The reader under bombs: `vramscope stats --memory-budget` in a child
+//! process, whose peak RSS is read by a `python3` parent through
+//! `getrusage(RUSAGE_CHILDREN)` (this test process runs many children, so it
+//! cannot read one child's peak itself). Each bomb must fail with the
+//! right error, under its budget plus a fixed margin (the binary, its
+//! buffers), and the ones as large as a real file must not take much
+//! longer to fail than that file takes to read.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use super::bombs;
+use crate::common;
+
+/// The budget every bomb is read with.
+const BUDGET: u64 = 32 << 20;
+/// What the process holds besides the budget: the binary, its allocator's
+/// slack, the input buffers.
+const MARGIN: u64 = 48 << 20;
+
+/// What one child did.
+struct Run {
+    code: i32,
+    stderr: String,
+    peak_rss: u64,
+    wall: Duration,
+}
+
+fn stats(path: &Path, budget: u64) -> Run {
+    const WRAPPER: &str = "import resource, subprocess, sys\n\
+        p = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)\n\
+        sys.stderr.buffer.write(p.stderr)\n\
+        print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, p.returncode)\n";
+    let started = Instant::now();
+    let out = Command::new("python3")
+        .args(["-c", WRAPPER, env!("CARGO_BIN_EXE_vramscope"), "stats", "--json", "--memory-budget"])
+        .arg(budget.to_string())
+        .arg(path)
+        .output()
+        .expect("python3 runs the child");
+    let wall = started.elapsed();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let mut fields = stdout.split_whitespace();
+    let kib: u64 = fields.next().and_then(|f| f.parse().ok()).expect("peak RSS line");
+    let code: i32 = fields.next().and_then(|f| f.parse().ok()).expect("exit code");
+    Run { code, stderr: String::from_utf8_lossy(&out.stderr).into_owned(), peak_rss: kib * 1024, wall }
+}
+
+/// Read `bytes` as `name` and check the refusal and the memory it took.
+fn refused(name: &str, bytes: &[u8], says: &str) -> Run {
+    let path = bombs::write(name, bytes);
+    let run = stats(&path, BUDGET);
+    assert_eq!(run.code, 2, "{name}: exit code 2 for bad input ({})", run.stderr);
+    assert!(run.stderr.contains(says), "{name}: expected {says:?} in {:?}", run.stderr);
+    assert!(
+        run.peak_rss < BUDGET + MARGIN,
+        "{name}: peak RSS {} MiB, over the budget of {} MiB plus {} MiB",
+        run.peak_rss >> 20,
+        BUDGET >> 20,
+        MARGIN >> 20
+    );
+    run
+}
+
+#[test]
+fn regression_mark_bomb_stays_under_the_budget() {
+    // 48 MB of MARKs held 7.8 times their size, uncounted.
+    refused("marks.pickle", &bombs::marks(48 << 20), "memory budget exceeded");
+}
+
+#[test]
+fn lists_bigints_floats_and_memo_stay_under_the_budget() {
+    refused("lists.pickle", &bombs::lists(8 << 20), "memory budget exceeded");
+    refused("bigints.pickle", &bombs::bigints(4 << 20), "memory budget exceeded");
+    refused("floats.pickle", &bombs::floats(5 << 20), "memory budget exceeded");
+    refused("memo.pickle", &bombs::memo(12 << 20), "memory budget exceeded");
+}
+
+#[test]
+fn claimed_lengths_are_refused_before_anything_is_read() {
+    for (name, bytes) in bombs::claimed_lengths() {
+        refused(&format!("claim_{name}.pickle"), &bytes, "memory budget exceeded");
+    }
+}
+
+#[test]
+fn regression_gzip_and_zstd_bombs_hit_the_expansion_limit() {
+    // MARK/POP_MARK pairs take no memory: only the expansion limit stops
+    // 96 MB of them hidden in a few KB.
+    let plain = bombs::mark_pop_pairs(48 << 20);
+    for tool in ["gzip", "zstd"] {
+        let packed = bombs::compress(tool, &plain);
+        assert!(packed.len() < plain.len() / 200, "{tool}: {} bytes is no bomb", packed.len());
+        refused(&format!("pairs.pickle.{tool}"), &packed, "refused as a decompression bomb");
+    }
+}
+
+#[test]
+fn regression_setitems_and_frame_spam_take_time_in_proportion_to_their_size() {
+    // A real file of about the same size, read the same way, sets the pace.
+    let real = common::fixture_corpus().join("ring_overflow.pickle");
+    let size = std::fs::metadata(&real).expect("fixture").len() as usize;
+    let reference = stats(&real, BUDGET);
+    assert_eq!(reference.code, 0, "{}", reference.stderr);
+    // One dict of 130,000 items in one-pair SETITEMS: each one scanned
+    // every key so far (8 s of CPU for 200,000 items).
+    let dict = bombs::setitems(size / 9);
+    let spam = bombs::frames(size / 9);
+    for (name, bytes) in [("setitems.pickle", dict), ("frames.pickle", spam)] {
+        let run = refused(name, &bytes, "not a PyTorch memory snapshot");
+        let bound = reference.wall * 10 + Duration::from_secs(1);
+        assert!(
+            run.wall < bound,
+            "{name} ({} bytes) took {:?}; the real file of {size} bytes took {:?} (bound: 10x + 1 s)",
+            bytes.len(),
+            run.wall,
+            reference.wall
+        );
+    }
+}
