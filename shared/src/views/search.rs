@@ -13,6 +13,9 @@ type Filter = Box<dyn Fn(&crate::index::Allocation) -> bool>;
 
 /// Most matches listed unless `limit` says otherwise.
 pub const DEFAULT_LIMIT: usize = 500;
+/// Most matches listed whatever `limit` says: an answer stays a page, not
+/// the whole trace (a viewer asking for 10^9 matches got every one).
+pub const MAX_LIMIT: usize = 5000;
 
 /// Query of the search view.
 #[derive(Debug, Default, Clone, Deserialize, Serialize)]
@@ -21,7 +24,7 @@ pub struct SearchParams {
     pub device: Option<u32>,
     /// What to look for.
     pub q: Option<String>,
-    /// Most matches listed (default [`DEFAULT_LIMIT`]).
+    /// Most matches listed (default [`DEFAULT_LIMIT`], at most [`MAX_LIMIT`]).
     pub limit: Option<usize>,
 }
 
@@ -137,7 +140,7 @@ pub fn search(a: &Analyzed, p: &SearchParams) -> Result<SearchAnswer, ViewError>
     let times = trace.has_time().then(|| trace.times_us());
     let matches = found
         .into_iter()
-        .take(p.limit.unwrap_or(DEFAULT_LIMIT))
+        .take(p.limit.unwrap_or(DEFAULT_LIMIT).min(MAX_LIMIT))
         .map(|x| SearchMatch {
             addr: x.addr,
             size: x.size,
