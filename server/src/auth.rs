@@ -56,6 +56,9 @@ pub(crate) struct Identity {
     pub(crate) name: String,
     /// Its role.
     pub(crate) role: Role,
+    /// The token's id (`None` without tokens): what owns a comment, since
+    /// names are not unique.
+    pub(crate) token_id: Option<String>,
 }
 
 /// How long a verified token is trusted without checking the database again.
@@ -140,7 +143,11 @@ impl Auth {
     /// Check a bearer token. `Ok(None)`: no valid token.
     pub(crate) async fn identify(&self, token: Option<&str>) -> anyhow::Result<Option<Identity>> {
         let Some(token) = token else {
-            return Ok((!self.required).then(|| Identity { name: "local".to_owned(), role: Role::Admin }));
+            return Ok((!self.required).then(|| Identity {
+                name: "local".to_owned(),
+                role: Role::Admin,
+                token_id: None,
+            }));
         };
         let key: [u8; 32] = Sha256::digest(token.as_bytes()).into();
         if let Ok(cache) = self.verified.lock()
@@ -172,7 +179,7 @@ impl Auth {
             return Ok(None);
         }
         let Some(role) = Role::parse(&record.role) else { return Ok(None) };
-        let identity = Identity { name: record.name, role };
+        let identity = Identity { name: record.name, role, token_id: Some(record.id) };
         if let Ok(mut cache) = self.verified.lock() {
             cache.retain(|_, (_, at)| at.elapsed() < VERIFIED_FOR);
             cache.insert(key, (identity.clone(), Instant::now()));

@@ -26,6 +26,7 @@ const SETTING_NAMES: &[&str] = &[
     "inline_parse_max_bytes",
     "parse_concurrency",
     "parse_memory_budget",
+    "analysis_concurrency",
     "parse_timeout_secs",
     "max_expansion",
     "max_body_bytes",
@@ -61,6 +62,9 @@ pub(crate) struct Settings {
     pub(crate) inline_parse_max_bytes: u64,
     /// Snapshots parsed at the same time.
     pub(crate) parse_concurrency: usize,
+    /// Threads the analysis routes (replays, rankings, post-mortems, leaks,
+    /// comparisons) share; requests about one snapshot also wait in line.
+    pub(crate) analysis_concurrency: usize,
     /// Most memory one parse may hold, in bytes. Default: twice
     /// `max_upload_bytes`, and never more than three quarters of the
     /// machine's memory shared by `parse_concurrency` parses.
@@ -109,6 +113,7 @@ impl Default for Settings {
             inline_parse_max_bytes: 256 << 20,
             parse_concurrency: 2,
             parse_memory_budget: None,
+            analysis_concurrency: 2,
             parse_timeout_secs: 600.0,
             max_expansion: vramscope_shared::DEFAULT_MAX_EXPANSION,
             max_body_bytes: 256 << 10,

@@ -352,3 +352,66 @@ async fn regression_guessing_a_tokens_secret_costs_no_argon2_past_a_few() {
     let health = client().get(format!("{}/healthz", server.url)).send().await.expect("healthz");
     assert_eq!(health.status(), StatusCode::OK);
 }
+
+#[tokio::test]
+async fn regression_a_file_the_server_dies_on_is_not_parsed_at_every_start() {
+    // A file that kills the server mid-parse would kill it again at every
+    // start-up. Stand-in for that death: SIGKILL while the background parse
+    // runs (a debug build takes about 2 s over gpt_long).
+    let gpt_long = std::fs::read(common::large_corpus().join("gpt_long.pickle")).expect("gpt_long");
+    let env = [("VRAMSCOPE_INLINE_PARSE_MAX_BYTES", "0")];
+    let server = TestServer::start("crash-loop", &env);
+    let (status, answer) = server.upload(gpt_long, "name=deadly").await;
+    assert_eq!(status, StatusCode::CREATED, "{answer}");
+    let id = answer["id"].as_str().expect("id").to_owned();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let dir = server.kill();
+    // The second start parses it once more (a deploy may have stopped the
+    // first), and dies again.
+    let server = TestServer::start_in(&dir, &env);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (_, rec) = server.get(&format!("/snapshots/{id}")).await;
+    assert_eq!(rec["status"], "parsing", "resumed once: {rec}");
+    let dir = server.kill();
+    // The third start gives up on it, says why, and serves the rest.
+    let server = TestServer::start_in(&dir, &env);
+    let rec = server.settled(&id).await;
+    assert_eq!(rec["status"], "failed", "{rec}");
+    assert!(rec["error"].as_str().is_some_and(|e| e.contains("stopped 2 times")), "{rec}");
+    let victim = victim(&server).await;
+    still_serves(&server, &victim).await;
+}
+
+#[tokio::test]
+async fn regression_analyses_take_only_settings_a_user_can_name_and_wait_in_line() {
+    let server = TestServer::start("analysis-pool", &[("VRAMSCOPE_ANALYSIS_CONCURRENCY", "1")]);
+    let id = victim(&server).await;
+    let refused = [
+        ("tune?capacity=1234567", "capacity"),
+        ("whatif?capacity=1", "capacity"),
+        ("whatif?capacity=99999TiB", "capacity"),
+        (&*format!("whatif?alloc_conf={}", "x".repeat(600)), "alloc_conf"),
+    ];
+    for (query, what) in refused {
+        let (status, refusal) = server.get(&format!("/snapshots/{id}/{query}")).await;
+        assert_eq!((status, kind(&refusal)), (StatusCode::BAD_REQUEST, "bad_request"), "{query}: {refusal}");
+        assert!(refusal["error"].as_str().is_some_and(|e| e.contains(what)), "{query}: {refusal}");
+    }
+    // Twelve rankings at once, each of 15 replays: they queue for the one
+    // thread, and the server answers its health check and its files meanwhile.
+    let paths: Vec<String> = (1..=12).map(|gib| format!("/snapshots/{id}/tune?capacity={gib}GiB")).collect();
+    let storm = futures::future::join_all(paths.iter().map(|p| server.get(p)));
+    let probe = async {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        still_serves(&server, &id).await;
+    };
+    let (answers, ()) = tokio::join!(storm, probe);
+    for (status, ranking) in answers {
+        assert_eq!(status, StatusCode::OK, "{ranking}");
+    }
+    // The same settings spelled two ways are one replay.
+    let (a, first) = server.get(&format!("/snapshots/{id}/whatif?alloc_conf=expandable_segments:True")).await;
+    let (b, second) = server.get(&format!("/snapshots/{id}/whatif?alloc_conf=%20expandable_segments:True,")).await;
+    assert_eq!((a, b), (StatusCode::OK, StatusCode::OK));
+    assert_eq!(first["figures"], second["figures"]);
+}

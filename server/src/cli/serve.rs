@@ -100,12 +100,31 @@ async fn sweep_orphans(db: &Db, blobs: &BlobStore, older_than: std::time::Durati
     Ok(())
 }
 
-/// Rows left `parsing` by a server that stopped mid-way get parsed again.
+/// Background parses a snapshot gets: one after its upload, and one more
+/// after a server stopped during it. A server that stopped during both
+/// may have been killed by the file, so it is not parsed again.
+const PARSE_ATTEMPTS: i64 = 2;
+
+/// Rows left `parsing` by a server that stopped mid-way get parsed again,
+/// unless that already happened [`PARSE_ATTEMPTS`] times.
 async fn resume_parsing(state: &AppState) {
-    match state.db.list_parsing().await {
+    match state.db.unfinished_parses().await {
         Ok(rows) => {
-            for rec in rows {
-                tokio::spawn(crate::http::resume_parse(state.clone(), rec.id, rec.blob_key));
+            for (id, blob_key, attempts) in rows {
+                if attempts >= PARSE_ATTEMPTS {
+                    let why = format!(
+                        "the server stopped {attempts} times while parsing this file, so it is not parsed again \
+                         (upload it again to retry)"
+                    );
+                    tracing::warn!(
+                        snapshot = id,
+                        attempts,
+                        "not resuming a parse that was interrupted again and again"
+                    );
+                    crate::http::give_up_parse(state, &id, &blob_key, &why).await;
+                } else {
+                    tokio::spawn(crate::http::resume_parse(state.clone(), id, blob_key));
+                }
             }
         }
         Err(e) => tracing::warn!(error = format!("{e:#}"), "could not list unfinished parses"),

@@ -28,7 +28,7 @@ use crate::settings::Settings;
 use crate::store::{BlobStore, Db};
 use error::AppError;
 use metrics::Metrics;
-pub(crate) use v1::resume_parse;
+pub(crate) use v1::{give_up_parse, resume_parse};
 
 /// Shared state of the server: cheap to clone.
 #[derive(Clone)]
@@ -44,6 +44,8 @@ pub(crate) struct Inner {
     pub(crate) cache: AnalysisCache,
     /// Parses stored files under the settings' limits, a few at a time.
     pub(crate) parser: Parser,
+    /// Where the analysis routes wait for a thread.
+    pub(crate) analyses: v1::AnalysisQueue,
 }
 
 impl Deref for AppState {
@@ -62,7 +64,8 @@ impl AppState {
             timeout: Duration::from_secs_f64(settings.parse_timeout_secs),
             permits: Semaphore::new(settings.parse_concurrency),
         };
-        AppState(Arc::new(Inner { settings, db, blobs, auth, metrics: Metrics::new(), cache, parser }))
+        let analyses = v1::AnalysisQueue::new(settings.analysis_concurrency);
+        AppState(Arc::new(Inner { settings, db, blobs, auth, metrics: Metrics::new(), cache, parser, analyses }))
     }
 }
 

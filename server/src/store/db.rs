@@ -736,17 +736,35 @@ impl Db {
         row.as_ref().map(snapshot_from_row).transpose()
     }
 
-    /// Snapshots still `parsing`, oldest first: after a restart, their
-    /// parse has to be started again.
-    pub(crate) async fn list_parsing(&self) -> Result<Vec<SnapshotRecord>> {
-        let rows = sqlx::query(&format!(
-            "SELECT {SNAPSHOT_COLUMNS} FROM snapshots WHERE status = $1 ORDER BY uploaded_at_ms, id"
-        ))
+    /// Counts one more background parse started for `id`.
+    pub(crate) async fn begin_parse(&self, id: &str) -> Result<()> {
+        sqlx::query("UPDATE snapshots SET parse_attempts = parse_attempts + 1 WHERE id = $1")
+            .bind(id)
+            .execute(&self.pool)
+            .await
+            .with_context(|| format!("snapshots begin parse {id}"))?;
+        Ok(())
+    }
+
+    /// Snapshots still `parsing`, oldest first, with the background parses
+    /// started for each: (id, blob key, attempts).
+    pub(crate) async fn unfinished_parses(&self) -> Result<Vec<(String, String, i64)>> {
+        let rows = sqlx::query(
+            "SELECT id, blob_key, parse_attempts FROM snapshots WHERE status = $1 ORDER BY uploaded_at_ms, id",
+        )
         .bind(SnapshotStatus::Parsing.as_str())
         .fetch_all(&self.pool)
         .await
-        .context("snapshots list parsing")?;
-        rows.iter().map(snapshot_from_row).collect()
+        .context("snapshots list unfinished parses")?;
+        rows.iter()
+            .map(|row| {
+                Ok((
+                    row.try_get("id").context("unfinished parse: id")?,
+                    row.try_get("blob_key").context("unfinished parse: blob_key")?,
+                    row.try_get("parse_attempts").context("unfinished parse: parse_attempts")?,
+                ))
+            })
+            .collect()
     }
 
     /// How many `ready` snapshots use the file at `blob_key`: when a parse
@@ -1183,8 +1201,11 @@ mod tests {
 
         // Parse bookkeeping: what is left to parse, what a failed parse frees.
         let third = db.insert_snapshot(&new_snapshot("third", &"f0".repeat(32), &[])).await.expect("insert");
-        let parsing: Vec<String> = db.list_parsing().await.expect("list parsing").into_iter().map(|s| s.id).collect();
-        assert_eq!(parsing, [third.id.as_str()]);
+        let parsing = db.unfinished_parses().await.expect("list parsing");
+        assert_eq!(parsing, [(third.id.clone(), third.blob_key.clone(), 0)]);
+        db.begin_parse(&third.id).await.expect("begin");
+        db.begin_parse(&third.id).await.expect("begin again");
+        assert_eq!(db.unfinished_parses().await.expect("list parsing")[0].2, 2, "attempts are counted");
         assert_eq!(db.count_ready_by_blob(&first.blob_key).await.expect("count"), 2);
         assert_eq!(db.count_by_blob(&first.blob_key).await.expect("count"), 3);
         assert_eq!(db.count_ready_by_blob(&third.blob_key).await.expect("count"), 0);

@@ -11,7 +11,12 @@ use sqlx::any::AnyRow;
 use super::db::{SNAPSHOT_COLUMNS, snapshot_from_row};
 use super::{Db, SnapshotRecord};
 
-const COMMENT_COLUMNS: &str = "id, author, body, created_ms, trace_row, time_us, addr";
+const COMMENT_COLUMNS: &str = "id, author, body, created_ms, trace_row, time_us, addr, author_token";
+
+/// The comments that keep a snapshot from retention: those of an uploader or
+/// an admin (or from before roles were recorded). Used inside a subquery
+/// over `comments c`.
+const PROTECTING_COMMENT: &str = "(c.author_role IS NULL OR c.author_role <> 'viewer')";
 
 /// One comment of a snapshot's review thread, as the API shows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -30,6 +35,10 @@ pub(crate) struct CommentRecord {
     pub(crate) time_us: Option<i64>,
     /// The device address of the allocation it is about, if any.
     pub(crate) addr: Option<u64>,
+    /// The id of the token that wrote it (`None` without tokens, or for a
+    /// comment older than this field): who may delete it.
+    #[serde(skip)]
+    pub(crate) author_token: Option<String>,
 }
 
 /// A comment to store.
@@ -49,6 +58,11 @@ pub(crate) struct NewComment {
     pub(crate) time_us: Option<i64>,
     /// Address of the allocation.
     pub(crate) addr: Option<u64>,
+    /// The writer's token id (`None` without tokens).
+    pub(crate) author_token: Option<String>,
+    /// The writer's role (`viewer`, `uploader`, `admin`): a viewer's comment
+    /// does not keep the snapshot from retention.
+    pub(crate) author_role: String,
 }
 
 /// One job of the job list: its snapshots counted in SQL.
@@ -105,6 +119,7 @@ fn comment_from_row(row: &AnyRow) -> Result<CommentRecord> {
         row: row_index,
         time_us: row.try_get("time_us").with_context(|| column("time_us"))?,
         addr,
+        author_token: row.try_get("author_token").with_context(|| column("author_token"))?,
         id,
     })
 }
@@ -120,8 +135,9 @@ impl Db {
     /// meanwhile gets no orphan comment).
     pub(crate) async fn insert_comment(&self, snapshot_id: &str, new: &NewComment) -> Result<Option<CommentRecord>> {
         let done = sqlx::query(
-            "INSERT INTO comments (id, snapshot_id, author, body, created_ms, trace_row, time_us, addr) \
-             SELECT $1, $2, $3, $4, $5, $6, $7, $8 WHERE EXISTS (SELECT 1 FROM snapshots WHERE id = $2)",
+            "INSERT INTO comments (id, snapshot_id, author, body, created_ms, trace_row, time_us, addr, \
+             author_token, author_role) \
+             SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10 WHERE EXISTS (SELECT 1 FROM snapshots WHERE id = $2)",
         )
         .bind(new.id.as_str())
         .bind(snapshot_id)
@@ -131,6 +147,8 @@ impl Db {
         .bind(new.row.map(i64::from))
         .bind(new.time_us)
         .bind(new.addr.map(|a| a.to_string()))
+        .bind(new.author_token.as_deref())
+        .bind(new.author_role.as_str())
         .execute(&self.pool)
         .await
         .with_context(|| format!("comments insert on snapshot {snapshot_id}"))?;
@@ -145,6 +163,7 @@ impl Db {
             row: new.row,
             time_us: new.time_us,
             addr: new.addr,
+            author_token: new.author_token.clone(),
         }))
     }
 
@@ -233,11 +252,16 @@ impl Db {
 
     /// Every snapshot with what retention weighs, oldest first.
     pub(crate) async fn retention_inventory(&self) -> Result<Vec<RetentionItem>> {
-        let rows = sqlx::query(
-            "SELECT s.id, s.name, s.blob_key, s.size_bytes, s.uploaded_at_ms, s.pinned, \
-             (SELECT COUNT(*) FROM comments c WHERE c.snapshot_id = s.id) AS comments \
-             FROM snapshots s ORDER BY s.uploaded_at_ms, s.id",
-        )
+        let rows = sqlx::query(&format!(
+            // A failed upload's bytes were removed with its parse: it
+            // holds no storage, so junk uploads cannot push real
+            // snapshots out under the byte limit.
+            "SELECT s.id, s.name, s.blob_key, \
+                 CASE WHEN s.status = 'failed' THEN 0 ELSE s.size_bytes END AS size_bytes, \
+                 s.uploaded_at_ms, s.pinned, \
+                 (SELECT COUNT(*) FROM comments c WHERE c.snapshot_id = s.id AND {PROTECTING_COMMENT}) AS comments \
+                 FROM snapshots s ORDER BY s.uploaded_at_ms, s.id"
+        ))
         .fetch_all(&self.pool)
         .await
         .context("retention inventory")?;
@@ -267,7 +291,8 @@ impl Db {
     pub(crate) async fn delete_unprotected(&self, id: &str) -> Result<Option<SnapshotRecord>> {
         let row = sqlx::query(&format!(
             "DELETE FROM snapshots WHERE id = $1 AND pinned = 0 \
-             AND NOT EXISTS (SELECT 1 FROM comments c WHERE c.snapshot_id = $1) RETURNING {SNAPSHOT_COLUMNS}"
+             AND NOT EXISTS (SELECT 1 FROM comments c WHERE c.snapshot_id = $1 AND {PROTECTING_COMMENT}) \
+             RETURNING {SNAPSHOT_COLUMNS}"
         ))
         .bind(id)
         .fetch_optional(&self.pool)
@@ -319,7 +344,28 @@ mod tests {
             row: Some(7),
             time_us: None,
             addr: Some(u64::MAX - 1),
+            author_token: Some("a1b2c3".to_owned()),
+            author_role: "uploader".to_owned(),
         }
+    }
+
+    /// Regression: one viewer's comment kept a snapshot from retention
+    /// forever, and a failed upload's size counted against the byte limit
+    /// though its bytes were gone.
+    #[tokio::test]
+    async fn regression_viewer_comments_and_failed_uploads_do_not_sway_retention() {
+        let (db, folder) = sqlite().await;
+        db.insert_snapshot(&snapshot("s1", None, None, 1, Trigger::Manual)).await.expect("insert");
+        db.insert_snapshot(&snapshot("junk", None, None, 2, Trigger::Manual)).await.expect("insert");
+        db.set_failed("junk", "not a snapshot").await.expect("fail");
+        let viewer = NewComment { author_role: "viewer".to_owned(), ..comment("v1", 5) };
+        db.insert_comment("s1", &viewer).await.expect("insert").expect("stored");
+        let inventory = db.retention_inventory().await.expect("inventory");
+        let seen: Vec<_> = inventory.iter().map(|i| (i.id.as_str(), i.comments, i.size_bytes)).collect();
+        assert_eq!(seen, [("s1", 0, 100), ("junk", 0, 0)]);
+        assert_eq!(db.delete_unprotected("s1").await.expect("delete").map(|r| r.id).as_deref(), Some("s1"));
+        db.close().await;
+        std::fs::remove_dir_all(folder).expect("cleanup");
     }
 
     #[tokio::test]

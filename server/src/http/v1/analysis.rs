@@ -9,6 +9,7 @@
 //! in a small cache by `(snapshot, device, alloc_conf, capacity)`, as are tune
 //! rankings by `(snapshot, capacity)`.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use axum::Json;
@@ -65,11 +66,80 @@ type ReplayKey = (String, u32, Option<String>, Option<u64>);
 static REPLAYS: Lru<ReplayKey, SimulatedDevice> = Lru::new(REPLAYS_KEPT);
 static RANKINGS: Lru<(String, Option<u64>), TuneAnswer> = Lru::new(RANKINGS_KEPT);
 
-/// Run CPU work on a blocking thread.
-async fn blocking<T: Send + 'static>(work: impl FnOnce() -> AppResult<T> + Send + 'static) -> AppResult<T> {
-    tokio::task::spawn_blocking(work)
-        .await
-        .map_err(|e| AppError::Internal(anyhow::Error::from(e).context("analysis worker")))?
+/// Where analyses wait: one queue per snapshot (a second identical request
+/// finds the first one's result in the caches above instead of computing
+/// it again), then one pool of `analysis_concurrency` blocking threads for
+/// every snapshot. A viewer looping over new settings gets one core's
+/// worth of the pool's time, not a thread per request.
+pub(crate) struct AnalysisQueue {
+    pool: tokio::sync::Semaphore,
+    queues: Mutex<HashMap<String, std::sync::Weak<tokio::sync::Mutex<()>>>>,
+}
+
+impl AnalysisQueue {
+    pub(crate) fn new(threads: usize) -> AnalysisQueue {
+        AnalysisQueue { pool: tokio::sync::Semaphore::new(threads.max(1)), queues: Mutex::new(HashMap::new()) }
+    }
+
+    fn queue(&self, snapshot: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut queues = self.queues.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(queue) = queues.get(snapshot).and_then(std::sync::Weak::upgrade) {
+            return queue;
+        }
+        queues.retain(|_, q| q.strong_count() > 0);
+        let queue = Arc::new(tokio::sync::Mutex::new(()));
+        queues.insert(snapshot.to_owned(), Arc::downgrade(&queue));
+        queue
+    }
+
+    /// Run CPU work about `snapshot` on a blocking thread, in its turn.
+    async fn run<T: Send + 'static>(
+        &self,
+        snapshot: &str,
+        work: impl FnOnce() -> AppResult<T> + Send + 'static,
+    ) -> AppResult<T> {
+        let queue = self.queue(snapshot);
+        let _turn = queue.lock().await;
+        let _thread = self.pool.acquire().await.map_err(|e| AppError::Internal(e.into()))?;
+        tokio::task::spawn_blocking(work)
+            .await
+            .map_err(|e| AppError::Internal(anyhow::Error::from(e).context("analysis worker")))?
+    }
+}
+
+/// Most bytes of an `alloc_conf` query.
+const MAX_ALLOC_CONF_BYTES: usize = 512;
+/// The capacities a replay takes: whole MiB from 64 MiB to 16 TiB (every
+/// GPU's memory is one), so a capacity is a setting a user can name rather
+/// than any of 2^64 cache keys.
+const CAPACITY_STEP: u64 = 1 << 20;
+const CAPACITY_RANGE: std::ops::RangeInclusive<u64> = (64 << 20)..=(16 << 40);
+
+/// The capacity of a replay, checked (see [`CAPACITY_RANGE`]).
+fn capacity(text: Option<&str>) -> AppResult<Option<u64>> {
+    let capacity = analysis::parse_capacity(text)?;
+    if let Some(c) = capacity
+        && (!c.is_multiple_of(CAPACITY_STEP) || !CAPACITY_RANGE.contains(&c))
+    {
+        return Err(AppError::BadRequest(format!(
+            "capacity: {c} bytes; a replay's capacity is a whole number of MiB from 64MiB to 16TiB (e.g. 80GiB, \
+             143771MiB)"
+        )));
+    }
+    Ok(capacity)
+}
+
+/// The allocator settings of a replay, checked, in one spelling: the
+/// cache key of `expandable_segments:True` and ` expandable_segments:True,`
+/// is the same.
+fn alloc_conf(text: Option<&str>) -> AppResult<Option<String>> {
+    let Some(text) = text else { return Ok(None) };
+    if text.len() > MAX_ALLOC_CONF_BYTES {
+        return Err(AppError::BadRequest(format!("alloc_conf: longer than {MAX_ALLOC_CONF_BYTES} bytes")));
+    }
+    analysis::check_alloc_conf(Some(text))?;
+    let parts: Vec<&str> = text.split(',').map(str::trim).filter(|p| !p.is_empty()).collect();
+    Ok(Some(parts.join(",")))
 }
 
 /// `GET /api/v1/snapshots/{id}/whatif?alloc_conf=&capacity=&device=&axis=&start=&end=&px=`:
@@ -81,23 +151,25 @@ pub(crate) async fn whatif(
     Query(p): Query<WhatIfParams>,
 ) -> AppResult<Json<WhatIfAnswer>> {
     // Bad settings are refused before the snapshot is even loaded.
-    analysis::check_alloc_conf(p.alloc_conf.as_deref())?;
-    let capacity = analysis::parse_capacity(p.capacity.as_deref())?;
+    let conf = alloc_conf(p.alloc_conf.as_deref())?;
+    let capacity = capacity(p.capacity.as_deref())?;
     let a = analyzed(&state, &id).await?;
     let device = a.device_or_first(p.device)?;
-    let key: ReplayKey = (id, device, p.alloc_conf.clone(), capacity);
-    let answer = blocking(move || {
-        let sim = match REPLAYS.get(&key) {
-            Some(sim) => sim,
-            None => {
-                let sim = Arc::new(analysis::simulate_device(&a, device, p.alloc_conf.as_deref(), capacity)?);
-                REPLAYS.put(key, sim.clone());
-                sim
-            }
-        };
-        Ok(analysis::whatif_window(&a, &sim, &p)?)
-    })
-    .await?;
+    let key: ReplayKey = (id.clone(), device, conf, capacity);
+    let answer = state
+        .analyses
+        .run(&id, move || {
+            let sim = match REPLAYS.get(&key) {
+                Some(sim) => sim,
+                None => {
+                    let sim = Arc::new(analysis::simulate_device(&a, device, key.2.as_deref(), capacity)?);
+                    REPLAYS.put(key, sim.clone());
+                    sim
+                }
+            };
+            Ok(analysis::whatif_window(&a, &sim, &p)?)
+        })
+        .await?;
     Ok(Json(answer))
 }
 
@@ -108,14 +180,24 @@ pub(crate) async fn tune(
     Path(id): Path<String>,
     Query(p): Query<TuneParams>,
 ) -> AppResult<Json<TuneAnswer>> {
-    let capacity = analysis::parse_capacity(p.capacity.as_deref())?;
+    let capacity = capacity(p.capacity.as_deref())?;
     let key = (id.clone(), capacity);
     if let Some(answer) = RANKINGS.get(&key) {
         return Ok(Json(TuneAnswer::clone(&answer)));
     }
     let a = analyzed(&state, &id).await?;
-    let answer = blocking(move || Ok(analysis::tune(&a, &p)?)).await?;
-    RANKINGS.put(key, Arc::new(answer.clone()));
+    let answer = state
+        .analyses
+        .run(&id, move || {
+            // Queued behind an identical request: its ranking is here now.
+            if let Some(answer) = RANKINGS.get(&key) {
+                return Ok(TuneAnswer::clone(&answer));
+            }
+            let answer = analysis::tune(&a, &p)?;
+            RANKINGS.put(key, Arc::new(answer.clone()));
+            Ok(answer)
+        })
+        .await?;
     Ok(Json(answer))
 }
 
@@ -127,7 +209,7 @@ pub(crate) async fn explain(
     Query(p): Query<ExplainParams>,
 ) -> AppResult<Json<ExplainAnswer>> {
     let a = analyzed(&state, &id).await?;
-    Ok(Json(blocking(move || Ok(analysis::explain(&a, &p)?)).await?))
+    Ok(Json(state.analyses.run(&id, move || Ok(analysis::explain(&a, &p)?)).await?))
 }
 
 /// `GET /api/v1/snapshots/{id}/leaks?device=&top=`: live allocations by
@@ -138,7 +220,7 @@ pub(crate) async fn leaks(
     Query(p): Query<LeaksParams>,
 ) -> AppResult<Json<LeaksAnswer>> {
     let a = analyzed(&state, &id).await?;
-    Ok(Json(blocking(move || Ok(analysis::leaks(&a, &p)?)).await?))
+    Ok(Json(state.analyses.run(&id, move || Ok(analysis::leaks(&a, &p)?)).await?))
 }
 
 /// The two snapshots of a comparison.
@@ -162,5 +244,5 @@ pub(crate) async fn compare(
     };
     let a: Arc<Analyzed> = analyzed(&state, &ida).await?;
     let b: Arc<Analyzed> = analyzed(&state, &idb).await?;
-    Ok(Json(blocking(move || Ok(analysis::diff(&a, &b, &p)?)).await?))
+    Ok(Json(state.analyses.run(&ida, move || Ok(analysis::diff(&a, &b, &p)?)).await?))
 }

@@ -16,8 +16,9 @@ use axum::routing::{get, post};
 use tower_http::timeout::TimeoutLayer;
 
 use super::AppState;
+pub(crate) use analysis::AnalysisQueue;
 pub(crate) use review::role_override;
-pub(crate) use upload::parse_in_background as resume_parse;
+pub(crate) use upload::{give_up_parse, parse_in_background as resume_parse};
 
 /// The v1 routes. Uploads and file downloads are not under the request
 /// timeout: they last as long as the bytes take.

@@ -84,6 +84,8 @@ pub(crate) async fn post(
         row: post.row,
         time_us: post.time_us,
         addr: post.addr,
+        author_token: identity.token_id,
+        author_role: identity.role.as_str().to_owned(),
     };
     let stored =
         state.db.insert_comment(&id, &new).await?.ok_or_else(|| AppError::NotFound(format!("snapshot {id}")))?;
@@ -100,7 +102,9 @@ pub(crate) async fn delete(
         .get_comment(&id, &comment_id)
         .await?
         .ok_or_else(|| AppError::NotFound(format!("comment {comment_id} of snapshot {id}")))?;
-    if comment.author != identity.name && identity.role < Role::Admin {
+    // By token id, not name: two tokens may share a name ("default").
+    let own = comment.author_token.is_some() && comment.author_token == identity.token_id;
+    if !own && identity.role < Role::Admin {
         // "needs the admin role": deleting another author's comment is moderation.
         return Err(AppError::Forbidden("admin"));
     }

@@ -405,12 +405,28 @@ async fn remove_bad_bytes(state: &AppState, blob_key: &str) -> anyhow::Result<()
     lock.release().await
 }
 
+/// Marks a snapshot failed, saying why, and removes its bytes unless a
+/// ready snapshot shares them.
+pub(crate) async fn give_up_parse(state: &AppState, id: &str, blob_key: &str, why: &str) {
+    state.cache.remove(blob_key);
+    if let Err(e) = state.db.set_failed(id, why).await {
+        tracing::error!(snapshot = id, error = format!("{e:#}"), "could not mark a snapshot failed");
+    }
+    if let Err(e) = remove_bad_bytes(state, blob_key).await {
+        tracing::warn!(error = format!("{e:#}"), "could not remove the bytes of a bad upload");
+    }
+}
+
 /// Parse a large upload after answering it; also used at start-up for rows
 /// left `parsing` by a stopped server. It goes through the analysis cache,
 /// so a view asked for meanwhile joins this parse instead of starting its
 /// own. A file that turns out not to be a snapshot, or whose parse ran out
 /// of time, is marked failed (with the reason) and its bytes removed.
 pub(crate) async fn parse_in_background(state: AppState, id: String, blob_key: String) {
+    if let Err(e) = state.db.begin_parse(&id).await {
+        tracing::error!(snapshot = id, error = format!("{e:#}"), "could not count the parse; not starting it");
+        return;
+    }
     let outcome = super::views::load(&state, &blob_key).await;
     let result = match outcome {
         Ok(analyzed) => match stats_json(&analyzed.snapshot) {
@@ -418,12 +434,8 @@ pub(crate) async fn parse_in_background(state: AppState, id: String, blob_key: S
             Err(_) => state.db.set_failed(&id, "could not serialize the statistics").await,
         },
         Err(failure) if failure.is_the_files_fault() => {
-            state.cache.remove(&blob_key);
-            let marked = state.db.set_failed(&id, &failure.message()).await;
-            if let Err(e) = remove_bad_bytes(&state, &blob_key).await {
-                tracing::warn!(error = format!("{e:#}"), "could not remove the bytes of a bad upload");
-            }
-            marked
+            give_up_parse(&state, &id, &blob_key, &failure.message()).await;
+            Ok(())
         }
         Err(failure) => {
             tracing::error!(snapshot = id, error = failure.message(), "background parse could not read the file");
