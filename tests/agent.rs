@@ -343,6 +343,9 @@ fn capture_now_from_the_dashboard_reaches_the_process() {
     });
     let (status, answer) = post(&format!("{}/api/v1/live/{source}/capture", server.url));
     assert_eq!(status, 202, "{answer}");
+    // Regression: "capture now" in a loop made every rank dump continuously.
+    let (status, answer) = post(&format!("{}/api/v1/live/{source}/capture?all=true", server.url));
+    assert_eq!((status, answer["kind"].as_str()), (429, Some("rate_limited")), "{answer}");
     wait_for("the manual snapshot", Duration::from_secs(30), || !snapshots(&server.url, "capture").is_empty());
     let snap = &snapshots(&server.url, "capture")[0];
     assert_eq!(snap["trigger"], "manual");

@@ -9,3 +9,8 @@ ALTER TABLE comments ADD COLUMN author_role TEXT;
 -- Background parses started for a snapshot. A server that stopped during
 -- one, perhaps killed by the file, does not start it at every start-up.
 ALTER TABLE snapshots ADD COLUMN parse_attempts BIGINT NOT NULL DEFAULT 0;
+
+-- A telemetry source belongs to the token whose agent created it: another
+-- token cannot write samples under its name or ask it to capture (NULL
+-- without tokens).
+ALTER TABLE telemetry_sources ADD COLUMN owner_token TEXT;

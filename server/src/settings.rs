@@ -38,6 +38,7 @@ const SETTING_NAMES: &[&str] = &[
     "retention_days",
     "retention_max_bytes",
     "retention_interval_secs",
+    "telemetry_keep_days",
 ];
 
 /// Everything `vramscope serve` can be told.
@@ -99,6 +100,8 @@ pub(crate) struct Settings {
     pub(crate) retention_max_bytes: Option<u64>,
     /// Seconds between two runs of the retention policy in `serve`.
     pub(crate) retention_interval_secs: u64,
+    /// Live-telemetry sources with no sample for this many days are deleted.
+    pub(crate) telemetry_keep_days: u64,
 }
 
 impl Default for Settings {
@@ -125,6 +128,7 @@ impl Default for Settings {
             retention_days: None,
             retention_max_bytes: None,
             retention_interval_secs: 3600,
+            telemetry_keep_days: 14,
         }
     }
 }

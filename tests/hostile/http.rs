@@ -415,3 +415,26 @@ async fn regression_analyses_take_only_settings_a_user_can_name_and_wait_in_line
     assert_eq!((a, b), (StatusCode::OK, StatusCode::OK));
     assert_eq!(first["figures"], second["figures"]);
 }
+
+#[test]
+fn regression_the_capture_module_spaces_the_snapshots_it_is_asked_for() {
+    // The module the agent injects into the job: commands relayed in a
+    // loop must not make the job dump continuously.
+    let script = "import sys\n\
+        sys.path.insert(0, sys.argv[1])\n\
+        import vramscope_capture as v\n\
+        limit = v.RateLimit(v.MAX_COMMANDED_DUMPS_PER_HOUR, min_gap_s=v.MIN_COMMANDED_GAP_S)\n\
+        allowed = [t for t in range(0, 7200) if limit.allow(now=float(t))]\n\
+        print(len(allowed), min(b - a for a, b in zip(allowed, allowed[1:])))\n";
+    let out = std::process::Command::new("python3")
+        .args(["-c", script])
+        .arg(common::workspace_root().join("assets/capture"))
+        .output()
+        .expect("python3");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let (count, gap) = text.trim().split_once(' ').expect("two numbers");
+    // A request every second for two hours: at most 30 an hour, 5 s apart.
+    assert_eq!(count, "60", "{text}");
+    assert!(gap.parse::<u32>().expect("gap") >= 5, "{text}");
+}

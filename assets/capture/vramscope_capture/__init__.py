@@ -59,6 +59,9 @@ REARM_MARGIN = 0.05
 QUEUE_LIMIT = 4096
 #: OOM snapshots per hour (a job that catches OOMs in a loop must not dump forever).
 MAX_OOM_DUMPS_PER_HOUR = 4
+# Snapshots asked for by the agent (capture now, another rank's threshold).
+MAX_COMMANDED_DUMPS_PER_HOUR = 30
+MIN_COMMANDED_GAP_S = 5
 
 _installed = None
 _lock = threading.Lock()
@@ -119,17 +122,21 @@ def _now_ms():
 
 
 class RateLimit:
-    """At most `limit` events in any sliding hour."""
+    """At most `limit` events in any sliding hour, and (with `min_gap_s`)
+    no two closer than that."""
 
-    def __init__(self, limit, window_s=3600.0):
+    def __init__(self, limit, window_s=3600.0, min_gap_s=0.0):
         self.limit = limit
         self.window_s = window_s
+        self.min_gap_s = min_gap_s
         self.times = []
 
     def allow(self, now=None):
         now = time.monotonic() if now is None else now
         self.times = [t for t in self.times if now - t < self.window_s]
         if len(self.times) >= self.limit:
+            return False
+        if self.times and now - self.times[-1] < self.min_gap_s:
             return False
         self.times.append(now)
         return True
@@ -267,6 +274,10 @@ class Capture:
         self.snapshotter = snapshotter
         self.limit = RateLimit(max_dumps_per_hour)
         self.oom_limit = RateLimit(MAX_OOM_DUMPS_PER_HOUR)
+        # Snapshots asked for from outside ("capture now", another rank's
+        # threshold): the server spaces them too, but a job must not dump
+        # continuously whatever its agent relays.
+        self.command_limit = RateLimit(MAX_COMMANDED_DUMPS_PER_HOUR, min_gap_s=MIN_COMMANDED_GAP_S)
         self.triggers = {}
         self.counter = 0
         self.dump_lock = threading.Lock()
@@ -363,6 +374,10 @@ class Capture:
             trigger = command.get("trigger") or "manual"
             if trigger not in ("manual", "threshold", "oom"):
                 trigger = "manual"
+            if not self.command_limit.allow():
+                _warn("a snapshot was asked for again too soon; skipped (at most %d an hour, %d s apart)"
+                      % (MAX_COMMANDED_DUMPS_PER_HOUR, MIN_COMMANDED_GAP_S))
+                return
             self.request(trigger, command.get("reason") or "asked by the agent", command.get("tags") or ())
 
     # -- telemetry -----------------------------------------------------

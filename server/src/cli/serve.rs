@@ -60,7 +60,7 @@ pub(crate) async fn run(args: &ServeArgs) -> anyhow::Result<()> {
     let state = AppState::new(settings, db, blobs);
     resume_parsing(&state).await;
     crate::retention::spawn_periodic(state.clone());
-    spawn_staging_sweeps(state.blobs.clone());
+    spawn_housekeeping(state.clone());
     tracing::info!(%address, tokens = state.auth.required(), "vramscope serving");
     // Tests and scripts read this line to find the port when binding to :0.
     println!("vramscope listening on http://{address}");
@@ -68,21 +68,30 @@ pub(crate) async fn run(args: &ServeArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Sweep staging objects untouched for [`STALE_STAGING`] while serving too,
-/// not only at start-up: an instance that runs for weeks must not keep what
-/// a crashed upload left (an upload in flight writes to its object, so its
-/// time stays recent).
-fn spawn_staging_sweeps(blobs: BlobStore) {
+/// Housekeeping while serving, every quarter of [`STALE_STAGING`]:
+/// - staging objects untouched for [`STALE_STAGING`] are removed (not only
+///   at start-up: an instance that runs for weeks must not keep what a
+///   crashed upload left; an upload in flight writes to its object, so its
+///   time stays recent);
+/// - live-telemetry sources silent for `telemetry_keep_days` are deleted
+///   with their samples.
+fn spawn_housekeeping(state: AppState) {
     tokio::spawn(async move {
         let mut ticks = tokio::time::interval(STALE_STAGING / 4);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        ticks.tick().await; // The first tick is now: start-up swept already.
         loop {
             ticks.tick().await;
-            match blobs.clean_staging(STALE_STAGING).await {
+            match state.blobs.clean_staging(STALE_STAGING).await {
                 Ok(0) => {}
                 Ok(removed) => tracing::info!(removed, "removed staging objects left by interrupted uploads"),
                 Err(e) => tracing::warn!(error = format!("{e:#}"), "could not sweep old staging uploads"),
+            }
+            let keep_ms =
+                i64::try_from(state.settings.telemetry_keep_days.saturating_mul(86_400_000)).unwrap_or(i64::MAX);
+            match state.db.expire_sources(crate::now_ms().saturating_sub(keep_ms)).await {
+                Ok(0) => {}
+                Ok(removed) => tracing::info!(removed, "deleted live-telemetry sources silent for too long"),
+                Err(e) => tracing::warn!(error = format!("{e:#}"), "could not expire telemetry sources"),
             }
         }
     });

@@ -27,6 +27,8 @@ pub(crate) enum AppError {
     ForeignHost(String),
     /// Without tokens: a change asked for by another web page.
     CrossOrigin(String),
+    /// Asked again too soon (capture now).
+    TooManyRequests(String),
     /// The file is not a readable snapshot, or its parse was stopped: the
     /// reader's error kind (or `parse_timeout`) and message.
     Unreadable {
@@ -52,6 +54,7 @@ impl AppError {
             AppError::UnsupportedMediaType(_) => (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type"),
             AppError::ForeignHost(_) => (StatusCode::FORBIDDEN, "foreign_host"),
             AppError::CrossOrigin(_) => (StatusCode::FORBIDDEN, "cross_origin"),
+            AppError::TooManyRequests(_) => (StatusCode::TOO_MANY_REQUESTS, "rate_limited"),
             AppError::Unreadable { kind, .. } => (StatusCode::UNPROCESSABLE_ENTITY, kind),
             AppError::Unprocessable(_) => (StatusCode::UNPROCESSABLE_ENTITY, "parse_failed"),
             AppError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
@@ -68,7 +71,7 @@ impl AppError {
             AppError::BodyTooLarge(limit) => {
                 format!("request body larger than the limit of {limit} bytes (max_body_bytes)")
             }
-            AppError::UnsupportedMediaType(why) => why.clone(),
+            AppError::UnsupportedMediaType(why) | AppError::TooManyRequests(why) => why.clone(),
             AppError::ForeignHost(host) => format!(
                 "Host {host:?} does not name this server: without API tokens it answers only requests to its own \
                  address, localhost or a name in allowed_hosts (this stops DNS rebinding)"

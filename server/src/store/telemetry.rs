@@ -11,7 +11,7 @@ use sqlx::any::AnyRow;
 use super::Db;
 use crate::agent::protocol::{Sample, SourceLabels};
 
-const SOURCE_COLUMNS: &str = "source, job, host, rank, local_rank, world_size, pid, first_ms, last_ms";
+const SOURCE_COLUMNS: &str = "source, job, host, rank, local_rank, world_size, pid, first_ms, last_ms, owner_token";
 const SAMPLE_COLUMNS: &str = "source, device, t_ms, allocated, reserved, active, device_total, device_free, \
      capacity, nvml_used, nvml_process_used";
 
@@ -45,12 +45,24 @@ pub(crate) struct SourceRecord {
     pub(crate) first_ms: i64,
     /// Latest sample.
     pub(crate) last_ms: i64,
+    /// The id of the token whose agent created it (`None` without tokens).
+    #[serde(skip)]
+    pub(crate) owner_token: Option<String>,
 }
 
 impl Db {
-    /// Stores a batch: upserts its sources, inserts its samples (a sample
-    /// already stored is skipped), in one transaction.
-    pub(crate) async fn insert_telemetry(&self, sources: &[SourceLabels], samples: &[Sample]) -> Result<()> {
+    /// Stores a batch of the agent of token `owner`: upserts its sources,
+    /// inserts its samples (a sample already stored is skipped), in one
+    /// transaction. Returns the sources refused: those another token's
+    /// agent created, and samples naming a source the batch does not
+    /// declare; their samples are not stored.
+    pub(crate) async fn insert_telemetry(
+        &self,
+        owner: Option<&str>,
+        sources: &[SourceLabels],
+        samples: &[Sample],
+    ) -> Result<Vec<String>> {
+        let mut refused: Vec<String> = Vec::new();
         let mut tx = self.pool.begin().await.context("telemetry insert: cannot begin")?;
         for labels in sources {
             let key = labels.key();
@@ -59,13 +71,17 @@ impl Db {
             if first > last {
                 continue;
             }
-            sqlx::query(&format!(
-                "INSERT INTO telemetry_sources ({SOURCE_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
+            // The update applies only to the owner's own source: for
+            // another token's, nothing changes and the batch's samples of it
+            // are refused.
+            let upserted = sqlx::query(&format!(
+                "INSERT INTO telemetry_sources ({SOURCE_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) \
                  ON CONFLICT (source) DO UPDATE SET pid = excluded.pid, \
                  first_ms = CASE WHEN excluded.first_ms < telemetry_sources.first_ms \
                      THEN excluded.first_ms ELSE telemetry_sources.first_ms END, \
                  last_ms = CASE WHEN excluded.last_ms > telemetry_sources.last_ms \
-                     THEN excluded.last_ms ELSE telemetry_sources.last_ms END"
+                     THEN excluded.last_ms ELSE telemetry_sources.last_ms END \
+                 WHERE telemetry_sources.owner_token IS NOT DISTINCT FROM excluded.owner_token"
             ))
             .bind(key.as_str())
             .bind(labels.job.as_str())
@@ -76,11 +92,22 @@ impl Db {
             .bind(i64::from(labels.pid))
             .bind(first)
             .bind(last)
+            .bind(owner)
             .execute(&mut *tx)
             .await
             .with_context(|| format!("telemetry_sources upsert {key}"))?;
+            if upserted.rows_affected() == 0 {
+                refused.push(key);
+            }
         }
+        let declared: std::collections::HashSet<String> = sources.iter().map(SourceLabels::key).collect();
         for s in samples {
+            if !declared.contains(&s.source) || refused.contains(&s.source) {
+                if !refused.contains(&s.source) {
+                    refused.push(s.source.clone());
+                }
+                continue;
+            }
             sqlx::query(&format!(
                 "INSERT INTO telemetry_samples ({SAMPLE_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) \
                  ON CONFLICT (source, device, t_ms) DO NOTHING"
@@ -101,7 +128,27 @@ impl Db {
             .with_context(|| format!("telemetry_samples insert {} at {}", s.source, s.t_ms))?;
         }
         tx.commit().await.context("telemetry insert: cannot commit")?;
-        Ok(())
+        Ok(refused)
+    }
+
+    /// Deletes the sources whose newest sample is older than `cutoff_ms`,
+    /// with their samples: a job that ended weeks ago is not live.
+    pub(crate) async fn expire_sources(&self, cutoff_ms: i64) -> Result<u64> {
+        let mut tx = self.pool.begin().await.context("telemetry expiry: cannot begin")?;
+        sqlx::query(
+            "DELETE FROM telemetry_samples WHERE source IN (SELECT source FROM telemetry_sources WHERE last_ms < $1)",
+        )
+        .bind(cutoff_ms)
+        .execute(&mut *tx)
+        .await
+        .context("telemetry expiry: samples")?;
+        let sources = sqlx::query("DELETE FROM telemetry_sources WHERE last_ms < $1")
+            .bind(cutoff_ms)
+            .execute(&mut *tx)
+            .await
+            .context("telemetry expiry: sources")?;
+        tx.commit().await.context("telemetry expiry: cannot commit")?;
+        Ok(sources.rows_affected())
     }
 
     /// Every source, most recently active first.
@@ -193,6 +240,7 @@ fn source_from_row(row: &AnyRow) -> Result<SourceRecord> {
         pid: row.try_get("pid").with_context(|| column("pid"))?,
         first_ms: row.try_get("first_ms").with_context(|| column("first_ms"))?,
         last_ms: row.try_get("last_ms").with_context(|| column("last_ms"))?,
+        owner_token: row.try_get("owner_token").with_context(|| column("owner_token"))?,
         source,
     })
 }
@@ -253,14 +301,34 @@ mod tests {
         }
     }
 
+    /// Regression: any agent could write samples under another job's
+    /// source name. Sources now belong to their creator's token.
+    #[tokio::test]
+    async fn regression_a_source_belongs_to_the_token_that_created_it() {
+        let db = db("owner").await;
+        let key = labels(0).key();
+        let refused = db.insert_telemetry(Some("alice"), &[labels(0)], &[sample(&key, 1, 10)]).await.expect("insert");
+        assert!(refused.is_empty());
+        let refused = db.insert_telemetry(Some("mallory"), &[labels(0)], &[sample(&key, 2, 20)]).await.expect("insert");
+        assert_eq!(refused, [key.clone()]);
+        let undeclared = db.insert_telemetry(Some("mallory"), &[], &[sample(&key, 3, 30)]).await.expect("insert");
+        assert_eq!(undeclared, [key.clone()], "a sample must name a source of its own batch");
+        let kept: Vec<i64> = db.samples(&key, -1, 100).await.expect("samples").iter().map(|s| s.t_ms).collect();
+        assert_eq!(kept, [1]);
+        assert_eq!(db.get_source(&key).await.expect("get").and_then(|s| s.owner_token).as_deref(), Some("alice"));
+        assert_eq!(db.expire_sources(2).await.expect("expire"), 1);
+        assert_eq!(db.get_source(&key).await.expect("get"), None);
+        assert!(db.samples(&key, -1, 100).await.expect("samples").is_empty());
+    }
+
     #[tokio::test]
     async fn batches_sent_twice_land_once_and_sources_track_their_span() {
         let db = db("dedup").await;
         let key = labels(0).key();
         let batch = vec![sample(&key, 10, 100), sample(&key, 20, 200)];
-        db.insert_telemetry(&[labels(0)], &batch).await.expect("insert");
-        db.insert_telemetry(&[labels(0)], &batch).await.expect("insert again");
-        db.insert_telemetry(&[labels(0)], &[sample(&key, 5, 50)]).await.expect("older");
+        db.insert_telemetry(None, &[labels(0)], &batch).await.expect("insert");
+        db.insert_telemetry(None, &[labels(0)], &batch).await.expect("insert again");
+        db.insert_telemetry(None, &[labels(0)], &[sample(&key, 5, 50)]).await.expect("older");
         let stored = db.samples(&key, 0, 100).await.expect("samples");
         assert_eq!(stored.iter().map(|s| s.t_ms).collect::<Vec<_>>(), [5, 10, 20]);
         assert_eq!(stored[2], batch[1]);
@@ -276,7 +344,7 @@ mod tests {
         let key = labels(1).key();
         // Two hours of one sample per second: the first hour thins to one per 10 s.
         let samples: Vec<Sample> = (0..7200).map(|s| sample(&key, s * 1000, s)).collect();
-        db.insert_telemetry(&[labels(1)], &samples).await.expect("insert");
+        db.insert_telemetry(None, &[labels(1)], &samples).await.expect("insert");
         let removed = db.retain_samples(&key).await.expect("retain");
         let kept = db.samples(&key, -1, 1_000_000).await.expect("samples");
         assert_eq!(removed as usize + kept.len(), 7200);

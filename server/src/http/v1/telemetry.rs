@@ -32,6 +32,11 @@ use crate::store::{ListFilter, SnapshotRecord};
 const RETENTION_EVERY_MS: i64 = 60_000;
 /// Samples a live read returns at most.
 const MAX_READ: i64 = 20_000;
+/// Least time between two "capture now" relayed to one agent: each asks
+/// every rank it serves for a snapshot, which costs the job seconds.
+const CAPTURE_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
+/// Largest frame an agent may send (a batch of samples is a few kB).
+const MAX_AGENT_FRAME: usize = 4 << 20;
 
 /// The agents connected to this instance.
 #[derive(Default)]
@@ -41,12 +46,16 @@ pub(crate) struct LiveRegistry {
     last_retention: Mutex<HashMap<String, i64>>,
 }
 
+/// When an agent last relayed a capture (per connection).
+struct LastCapture(Option<std::time::Instant>);
+
 struct ConnectedAgent {
     host: String,
     job: String,
     sources: HashSet<String>,
     nvml: Vec<NvmlDevice>,
     commands: mpsc::UnboundedSender<ServerMessage>,
+    last_capture: LastCapture,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -75,10 +84,11 @@ async fn agent_socket(
     if identity.role < Role::Uploader {
         return Err(AppError::Forbidden(Role::Uploader.as_str()));
     }
-    Ok(upgrade.max_message_size(64 << 20).on_upgrade(move |socket| serve_agent(socket, state, registry)))
+    let owner = identity.token_id;
+    Ok(upgrade.max_message_size(MAX_AGENT_FRAME).on_upgrade(move |socket| serve_agent(socket, state, registry, owner)))
 }
 
-async fn serve_agent(mut socket: WebSocket, state: AppState, registry: Arc<LiveRegistry>) {
+async fn serve_agent(mut socket: WebSocket, state: AppState, registry: Arc<LiveRegistry>, owner: Option<String>) {
     let id = registry.next.fetch_add(1, Ordering::Relaxed);
     let (tx, mut rx) = mpsc::unbounded_channel();
     lock(&registry.agents).insert(
@@ -89,6 +99,7 @@ async fn serve_agent(mut socket: WebSocket, state: AppState, registry: Arc<LiveR
             sources: HashSet::new(),
             nvml: Vec::new(),
             commands: tx,
+            last_capture: LastCapture(None),
         },
     );
     loop {
@@ -113,7 +124,7 @@ async fn serve_agent(mut socket: WebSocket, state: AppState, registry: Arc<LiveR
                         continue;
                     }
                 };
-                match handle(&state, &registry, id, message).await {
+                match handle(&state, &registry, id, owner.as_deref(), message).await {
                     Ok(Some(reply)) => {
                         let Ok(text) = serde_json::to_string(&reply) else { continue };
                         if socket.send(Message::text(text)).await.is_err() {
@@ -136,6 +147,7 @@ async fn handle(
     state: &AppState,
     registry: &LiveRegistry,
     id: u64,
+    owner: Option<&str>,
     message: AgentMessage,
 ) -> anyhow::Result<Option<ServerMessage>> {
     match message {
@@ -159,7 +171,11 @@ async fn handle(
             Ok(None)
         }
         AgentMessage::Samples { seq, sources, samples } => {
-            state.db.insert_telemetry(&sources, &samples).await?;
+            let refused = state.db.insert_telemetry(owner, &sources, &samples).await?;
+            if !refused.is_empty() {
+                // Acknowledged all the same: sending it again changes nothing.
+                tracing::warn!(?refused, "telemetry refused: sources of another token, or not declared in the batch");
+            }
             let now = crate::now_ms();
             let due: Vec<String> = {
                 let mut last = lock(&registry.last_retention);
@@ -312,17 +328,37 @@ struct CaptureParams {
 }
 
 async fn capture(
+    State(state): State<AppState>,
     Extension(registry): Extension<Arc<LiveRegistry>>,
     Extension(identity): Extension<Identity>,
     Path(source): Path<String>,
     Query(params): Query<CaptureParams>,
 ) -> AppResult<(StatusCode, Json<serde_json::Value>)> {
-    let agents = lock(&registry.agents);
-    let Some(agent) = agents.values().find(|a| a.sources.contains(&source)) else {
+    // A source's job is its token's: another uploader may not make it dump.
+    let record = state.db.get_source(&source).await?;
+    if let Some(record) = &record
+        && record.owner_token.is_some()
+        && record.owner_token != identity.token_id
+        && identity.role < Role::Admin
+    {
+        return Err(AppError::Forbidden(Role::Admin.as_str()));
+    }
+    let mut agents = lock(&registry.agents);
+    let Some(agent) = agents.values_mut().find(|a| a.sources.contains(&source)) else {
         return Err(AppError::NotFound(format!(
             "no connected agent serves {source} (the job ended, or its agent is reconnecting)"
         )));
     };
+    if let Some(at) = agent.last_capture.0
+        && at.elapsed() < CAPTURE_EVERY
+    {
+        let wait = (CAPTURE_EVERY - at.elapsed()).as_secs() + 1;
+        return Err(AppError::TooManyRequests(format!(
+            "a capture was relayed to this job's agent {} s ago; the next one can be asked for in {wait} s",
+            at.elapsed().as_secs()
+        )));
+    }
+    agent.last_capture.0 = Some(std::time::Instant::now());
     let command = ServerMessage::Capture {
         source: if params.all { None } else { Some(source.clone()) },
         reason: format!("capture now, asked by {} from the dashboard", identity.name),
