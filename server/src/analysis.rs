@@ -157,17 +157,29 @@ pub(crate) async fn analyze(snapshot: Snapshot) -> anyhow::Result<Arc<Analyzed>>
 pub(crate) type Loaded = Result<Arc<Analyzed>, Arc<ParseFailure>>;
 pub(crate) type Slot = Shared<BoxFuture<'static, Loaded>>;
 
-/// The most recently used analyzed snapshots, by file (`blob_key`).
-/// Concurrent requests for the same file share one parse.
+/// The most recently used analyzed snapshots, by file (`blob_key`), at
+/// most `capacity` of them and about `max_bytes` together (the newest is
+/// kept whatever its size). Concurrent requests for the same file share
+/// one parse.
 pub(crate) struct AnalysisCache {
     capacity: usize,
+    max_bytes: u64,
     /// Most recently used last.
     slots: Mutex<Vec<(String, Slot)>>,
 }
 
+/// What a cached slot holds, by [`Analyzed::approx_bytes`]: nothing while
+/// it loads or after it failed.
+fn weight(slot: &Slot) -> u64 {
+    match slot.peek() {
+        Some(Ok(analyzed)) => analyzed.approx_bytes(),
+        _ => 0,
+    }
+}
+
 impl AnalysisCache {
-    pub(crate) fn new(capacity: usize) -> AnalysisCache {
-        AnalysisCache { capacity: capacity.max(1), slots: Mutex::new(Vec::new()) }
+    pub(crate) fn new(capacity: usize, max_bytes: u64) -> AnalysisCache {
+        AnalysisCache { capacity: capacity.max(1), max_bytes, slots: Mutex::new(Vec::new()) }
     }
 
     /// The slot of a file, made with `make` (and marked most recent).
@@ -178,11 +190,19 @@ impl AnalysisCache {
             None => make(),
         };
         slots.push((key.to_owned(), slot.clone()));
-        if slots.len() > self.capacity {
-            // The evicted load, if still running, finishes for its waiters.
+        Self::trim(&mut slots, self.capacity, self.max_bytes);
+        slot
+    }
+
+    /// Evict the least recently used until the count and the bytes fit,
+    /// never the newest. An evicted load still running finishes for its
+    /// waiters.
+    fn trim(slots: &mut Vec<(String, Slot)>, capacity: usize, max_bytes: u64) {
+        while slots.len() > 1
+            && (slots.len() > capacity || slots.iter().map(|(_, s)| weight(s)).sum::<u64>() > max_bytes)
+        {
             drop(slots.remove(0));
         }
-        slot
     }
 
     /// The analyzed snapshot of a file, loading it with `load` in a task of
@@ -195,12 +215,14 @@ impl AnalysisCache {
     {
         let slot = self.start(key, load);
         let loaded = slot.clone().await;
+        let mut slots = self.slots.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         if let Err(failure) = &loaded
             && !failure.is_the_files_fault()
         {
-            let mut slots = self.slots.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
             slots.retain(|(k, s)| k != key || !s.ptr_eq(&slot));
         }
+        // Now that it weighs something, the others may have to go.
+        Self::trim(&mut slots, self.capacity, self.max_bytes);
         loaded
     }
 
@@ -230,6 +252,12 @@ impl AnalysisCache {
     pub(crate) fn remove(&self, key: &str) {
         let mut slots = self.slots.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         slots.retain(|(k, _)| k != key);
+    }
+
+    /// About how many bytes the loaded snapshots hold.
+    pub(crate) fn bytes(&self) -> u64 {
+        let slots = self.slots.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        slots.iter().map(|(_, s)| weight(s)).sum()
     }
 
     /// Number of snapshots held.

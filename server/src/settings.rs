@@ -32,7 +32,9 @@ const SETTING_NAMES: &[&str] = &[
     "max_body_bytes",
     "allowed_hosts",
     "cache_entries",
+    "cache_bytes",
     "request_timeout_secs",
+    "header_read_timeout_secs",
     "cors_allowed_origins",
     "require_tokens",
     "retention_days",
@@ -86,8 +88,14 @@ pub(crate) struct Settings {
     pub(crate) allowed_hosts: Vec<String>,
     /// Parsed snapshots kept in memory for timeline queries.
     pub(crate) cache_entries: usize,
+    /// About how much memory they may hold together, in bytes (the newest
+    /// is kept whatever its size). Default: a quarter of the machine's.
+    pub(crate) cache_bytes: Option<u64>,
     /// Seconds before a request other than an upload or download times out.
     pub(crate) request_timeout_secs: u64,
+    /// Seconds a client has to send a request's headers before its
+    /// connection is closed (slowloris).
+    pub(crate) header_read_timeout_secs: f64,
     /// Origins allowed by CORS; empty (the default) means same-origin only.
     pub(crate) cors_allowed_origins: Vec<String>,
     /// Require API tokens even on a loopback address (always required on others).
@@ -122,7 +130,9 @@ impl Default for Settings {
             max_body_bytes: 256 << 10,
             allowed_hosts: Vec::new(),
             cache_entries: 4,
+            cache_bytes: None,
             request_timeout_secs: 60,
+            header_read_timeout_secs: 30.0,
             cors_allowed_origins: Vec::new(),
             require_tokens: false,
             retention_days: None,
@@ -184,10 +194,12 @@ impl Settings {
             settings.blob_store = Some(url.clone());
         }
         anyhow::ensure!(settings.parse_concurrency > 0, "parse_concurrency must be at least 1");
-        anyhow::ensure!(
-            settings.parse_timeout_secs.is_finite() && settings.parse_timeout_secs > 0.0,
-            "parse_timeout_secs must be a positive number of seconds"
-        );
+        for (name, secs) in [
+            ("parse_timeout_secs", settings.parse_timeout_secs),
+            ("header_read_timeout_secs", settings.header_read_timeout_secs),
+        ] {
+            anyhow::ensure!(secs.is_finite() && secs > 0.0, "{name} must be a positive number of seconds");
+        }
         anyhow::ensure!(
             !settings.cors_allowed_origins.iter().any(|o| o == "*") || settings.tokens_required(),
             "cors_allowed_origins = [\"*\"] lets any web page call this server, which without tokens \
@@ -208,6 +220,12 @@ impl Settings {
             Some(total) => wanted.min(total / 4 * 3 / self.parse_concurrency as u64),
             None => wanted,
         }
+    }
+
+    /// The analysis cache's byte budget: `cache_bytes`, or a quarter of the
+    /// machine's memory (4 GiB where that is unknown).
+    pub(crate) fn cache_budget(&self) -> u64 {
+        self.cache_bytes.unwrap_or_else(|| crate::machine::memory_bytes().map_or(4 << 30, |m| m / 4))
     }
 
     /// How the server reads stored snapshots (the cancel flag is set per parse).

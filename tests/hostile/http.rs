@@ -438,3 +438,67 @@ fn regression_the_capture_module_spaces_the_snapshots_it_is_asked_for() {
     assert_eq!(count, "60", "{text}");
     assert!(gap.parse::<u32>().expect("gap") >= 5, "{text}");
 }
+
+#[tokio::test]
+async fn regression_a_client_trickling_its_headers_is_cut_off() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let server = TestServer::start("slowloris", &[("VRAMSCOPE_HEADER_READ_TIMEOUT_SECS", "1")]);
+    let id = victim(&server).await;
+    let address = server.url.trim_start_matches("http://").to_owned();
+    // Fifty connections that each send half a request and then wait.
+    let mut held = Vec::new();
+    for _ in 0..50 {
+        let mut stream = tokio::net::TcpStream::connect(&address).await.expect("connect");
+        stream.write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ").await.expect("write");
+        held.push(stream);
+    }
+    still_serves(&server, &id).await;
+    for (i, mut stream) in held.into_iter().enumerate() {
+        let mut buf = [0u8; 512];
+        // The server closes it (after a 408 or without a word); before the
+        // fix, this read waited forever.
+        let closed = tokio::time::timeout(Duration::from_secs(10), async {
+            loop {
+                match stream.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => continue,
+                }
+            }
+        })
+        .await;
+        assert!(closed.is_ok(), "connection {i} still open 10 s after its headers stalled");
+    }
+    still_serves(&server, &id).await;
+}
+
+/// A gauge or counter of the server's `/metrics`.
+async fn metric(server: &TestServer, name: &str) -> u64 {
+    let text = client().get(format!("{}/metrics", server.url)).send().await.expect("metrics");
+    let text = text.text().await.expect("text");
+    text.lines()
+        .find(|l| !l.starts_with('#') && l.split_whitespace().next().is_some_and(|n| n.ends_with(name)))
+        .and_then(|l| l.split_whitespace().last())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in the metrics:\n{text}"))
+}
+
+#[tokio::test]
+async fn regression_the_snapshot_cache_is_bounded_in_bytes() {
+    // Four parsed snapshots of any size were kept: four 1 GB files held
+    // several GB. A budget of 2 MiB holds one small snapshot at a time.
+    let server = TestServer::start("cache-bytes", &[("VRAMSCOPE_CACHE_BYTES", "2097152")]);
+    let mut ids = Vec::new();
+    for name in ["streams.pickle", "oom_leak.pickle", "mlp_train_all.pickle"] {
+        let (status, answer) = server.upload(fixture(name), &format!("name={name}")).await;
+        assert_eq!(status, StatusCode::CREATED, "{answer}");
+        let id = answer["id"].as_str().expect("id").to_owned();
+        let (status, window) = server.get(&format!("/snapshots/{id}/timeline?px=200")).await;
+        assert_eq!(status, StatusCode::OK, "{window}");
+        ids.push(id);
+    }
+    assert_eq!(metric(&server, "cached_snapshots").await, 1, "only the newest fits");
+    // The evicted ones load again on demand.
+    let (status, _) = server.get(&format!("/snapshots/{}/timeline?px=200", ids[0])).await;
+    assert_eq!(status, StatusCode::OK);
+    still_serves(&server, &ids[0]).await;
+}

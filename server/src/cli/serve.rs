@@ -64,7 +64,8 @@ pub(crate) async fn run(args: &ServeArgs) -> anyhow::Result<()> {
     tracing::info!(%address, tokens = state.auth.required(), "vramscope serving");
     // Tests and scripts read this line to find the port when binding to :0.
     println!("vramscope listening on http://{address}");
-    axum::serve(listener, app(state)).with_graceful_shutdown(shutdown_signal()).await.context("server failed")?;
+    let header_timeout = std::time::Duration::from_secs_f64(state.settings.header_read_timeout_secs);
+    crate::http::serve(listener, app(state), header_timeout, shutdown_signal()).await.context("server failed")?;
     Ok(())
 }
 

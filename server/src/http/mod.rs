@@ -2,6 +2,7 @@
 
 pub(crate) mod error;
 mod guard;
+mod listen;
 pub(crate) mod metrics;
 mod v1;
 pub(crate) mod web;
@@ -27,6 +28,7 @@ use crate::auth::{Auth, Identity, Role};
 use crate::settings::Settings;
 use crate::store::{BlobStore, Db};
 use error::AppError;
+pub(crate) use listen::serve;
 use metrics::Metrics;
 pub(crate) use v1::{give_up_parse, resume_parse};
 
@@ -58,7 +60,7 @@ impl Deref for AppState {
 impl AppState {
     pub(crate) fn new(settings: Settings, db: Db, blobs: BlobStore) -> AppState {
         let auth = Auth::new(db.clone(), settings.tokens_required());
-        let cache = AnalysisCache::new(settings.cache_entries);
+        let cache = AnalysisCache::new(settings.cache_entries, settings.cache_budget());
         let parser = Parser {
             options: settings.read_options(),
             timeout: Duration::from_secs_f64(settings.parse_timeout_secs),
@@ -129,6 +131,7 @@ async fn healthz() -> Json<serde_json::Value> {
 
 async fn metrics_text(State(state): State<AppState>) -> impl IntoResponse {
     state.metrics.cached_snapshots.set(state.cache.len() as i64);
+    state.metrics.cached_bytes.set(i64::try_from(state.cache.bytes()).unwrap_or(i64::MAX));
     state.metrics.token_hashes.set(state.auth.hashes() as i64);
     ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], state.metrics.render())
 }

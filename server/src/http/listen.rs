@@ -1,0 +1,62 @@
+//! The accept loop: hyper's connection builder under the router, because
+//! `axum::serve` cannot bound how long a client takes to send its request
+//! headers. Without that bound, a client that opens connections and sends
+//! a header byte now and then (slowloris) holds them, and their memory,
+//! forever.
+
+use std::time::Duration;
+
+use axum::Router;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpListener;
+
+/// How long connections in flight get to finish after a shutdown signal.
+const DRAIN: Duration = Duration::from_secs(10);
+
+/// Serve `app` on `listener` until `shutdown` completes, then let open
+/// connections finish (at most [`DRAIN`]). A connection whose request
+/// headers take longer than `header_timeout` to arrive is closed.
+pub(crate) async fn serve(
+    listener: TcpListener,
+    app: Router,
+    header_timeout: Duration,
+    shutdown: impl Future<Output = ()>,
+) -> anyhow::Result<()> {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder.http1().timer(TokioTimer::new()).header_read_timeout(header_timeout);
+    builder.http2().timer(TokioTimer::new()).keep_alive_interval(Some(header_timeout));
+    let graceful = GracefulShutdown::new();
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let stream = match accepted {
+                    Ok((stream, _)) => stream,
+                    Err(e) => {
+                        // Out of file descriptors, say: wait rather than spin.
+                        tracing::warn!(error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let service = TowerToHyperService::new(app.clone());
+                let connection = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
+                let connection = graceful.watch(connection.into_owned());
+                tokio::spawn(async move {
+                    if let Err(e) = connection.await {
+                        tracing::debug!(error = %e, "connection ended with an error");
+                    }
+                });
+            }
+            () = &mut shutdown => break,
+        }
+    }
+    drop(listener);
+    if tokio::time::timeout(DRAIN, graceful.shutdown()).await.is_err() {
+        tracing::warn!("connections still open after {} s; closing them", DRAIN.as_secs());
+    }
+    Ok(())
+}
