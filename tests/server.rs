@@ -220,12 +220,23 @@ fn gzip(bytes: &[u8]) -> Vec<u8> {
 async fn identical_uploads_are_stored_once() {
     let server = Server::start("dedup");
     let bytes = corpus_file("streams.pickle");
-    let (first, a) = upload(&server, bytes.clone(), "name=a").await;
-    let (second, b) = upload(&server, bytes, "name=b").await;
+    let (first, a) = upload(&server, bytes.clone(), "name=a&job=j&rank=0").await;
+    // Sent again (a retry): the same snapshot.
+    let (second, again) = upload(&server, bytes.clone(), "name=a&job=j&rank=0").await;
     assert_eq!((first, second), (StatusCode::CREATED, StatusCode::OK));
-    assert_eq!(a["id"], b["id"]);
-    assert_eq!(b["deduplicated"], true);
-    assert_eq!(stored_files(&server.data_dir).len(), 1);
+    assert_eq!(a["id"], again["id"]);
+    assert_eq!(again["deduplicated"], true);
+    // Regression: the same bytes from another rank kept only the first
+    // upload's labels. Now they get a row of their own, sharing the file.
+    let (third, b) = upload(&server, bytes, "name=b&job=j&rank=1").await;
+    assert_eq!(third, StatusCode::CREATED, "{b}");
+    assert_ne!(a["id"], b["id"]);
+    assert_eq!((b["deduplicated"].clone(), b["status"].clone()), (Value::from(true), Value::from("ready")));
+    let (_, rec) = get_json(&server.api(&format!("/snapshots/{}", b["id"].as_str().expect("id")))).await;
+    assert_eq!((rec["name"].as_str(), rec["rank"].as_i64()), (Some("b"), Some(1)), "{rec}");
+    let (status, stats) = get_json(&server.api(&format!("/snapshots/{}/stats", b["id"].as_str().expect("id")))).await;
+    assert_eq!((status, stats["devices"][0]["trace_entries"].as_u64()), (StatusCode::OK, Some(1727)));
+    assert_eq!(stored_files(&server.data_dir).len(), 1, "one file for the three uploads");
 }
 
 #[tokio::test]

@@ -17,7 +17,10 @@
 //! `SnapshotIndex::build`.
 //!
 //! Environment: `VRAMSCOPE_CORPUS`, `CARGO_TARGET_DIR`, `VRAMSCOPE_BENCH_RUNS`
-//! (default 3), `VRAMSCOPE_BENCH_PYTHON` (default `python3`).
+//! (default 3), `VRAMSCOPE_BENCH_PYTHON` (default `python3`), and
+//! `VRAMSCOPE_BENCH_BASELINE`: another `vramscope` binary (an older commit's,
+//! built with `--profile bench`), timed in the same runs, interleaved with
+//! ours, so a change's cost is a ratio from one run on one noisy machine.
 
 use std::fs::File;
 use std::io::BufReader;
@@ -97,6 +100,11 @@ fn main() {
             program: python.clone(),
             args: vec!["-c".into(), PY_LOAD.into(), path.display().to_string()],
         };
+        let baseline_cmd = std::env::var("VRAMSCOPE_BENCH_BASELINE").ok().map(|program| CommandSpec {
+            program,
+            args: vec!["stats".into(), "--json".into(), path.display().to_string()],
+        });
+        let mut baseline = Samples::default();
         let mut ours = Samples::default();
         let mut py = Samples::default();
         let mut entries: Option<u64> = None;
@@ -104,6 +112,11 @@ fn main() {
         let mut py_err: Option<String> = None;
         // Interleave the two commands so drift (thermal, page cache) hits both alike.
         for _ in 0..runs {
+            if let Some(cmd) = &baseline_cmd
+                && let Ok(m) = run_measured(cmd, have_time)
+            {
+                baseline.push(m);
+            }
             match run_measured(&ours_cmd, have_time) {
                 Ok(m) => {
                     match trace_entries(&m.stdout) {
@@ -136,6 +149,29 @@ fn main() {
             entries.map_or_else(|| "-".to_owned(), |n| n.to_string()),
             ours_err.as_ref().map_or(rss_target, |e| format!("ERROR: {e}")),
         ]);
+        if baseline_cmd.is_some() {
+            table.row(vec![
+                name.clone(),
+                "baseline stats --json".into(),
+                fmt_secs(baseline.best()),
+                fmt_secs(baseline.median()),
+                fmt_mb(baseline.max_rss()),
+                fmt_ratio(baseline.max_rss().map(|r| r as f64 / size as f64)),
+                "-".into(),
+                String::new(),
+            ]);
+            let slower = ratio(ours.median(), baseline.median());
+            table.row(vec![
+                name.clone(),
+                "ours/baseline".into(),
+                fmt_ratio(ratio(ours.best(), baseline.best())),
+                fmt_ratio(slower),
+                fmt_ratio(ours.max_rss().zip(baseline.max_rss()).map(|(a, b)| a as f64 / b as f64)),
+                String::new(),
+                String::new(),
+                slower.map_or_else(String::new, |r| format!("within 5% (median): {}", pass(r <= 1.05))),
+            ]);
+        }
         table.row(vec![
             name.clone(),
             "python3 pickle.load".into(),

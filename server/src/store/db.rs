@@ -1499,7 +1499,8 @@ mod tests {
         // A first upload, then its row deleted: the file waits for the deleter's check.
         let staged = stage(&blobs, CONTENT).await;
         let sha = staged.sha256.clone();
-        let Recorded::New(first) = record_upload(&uploader, &blobs, &staged, |k| ready(k, &sha)).await.expect("upload")
+        let Recorded::New(first) =
+            record_upload(&uploader, &blobs, &staged, |k| ready(k, &sha), true).await.expect("upload")
         else {
             panic!("first upload deduplicated")
         };
@@ -1513,7 +1514,7 @@ mod tests {
         let staged = stage(&blobs, CONTENT).await;
         let upload = {
             let (uploader, blobs, sha) = (uploader.clone(), blobs.clone(), sha.clone());
-            tokio::spawn(async move { record_upload(&uploader, &blobs, &staged, |k| ready(k, &sha)).await })
+            tokio::spawn(async move { record_upload(&uploader, &blobs, &staged, |k| ready(k, &sha), true).await })
         };
         tokio::time::sleep(std::time::Duration::from_millis(300)).await;
         assert!(!upload.is_finished(), "the upload committed while a deleter held the file's lock");

@@ -31,25 +31,54 @@ pub(crate) use review::{CommentRecord, JobSummary, NewComment, RetentionItem};
 pub(crate) enum Recorded {
     /// The file was committed and this row inserted.
     New(SnapshotRecord),
-    /// A parsed snapshot of the same content exists: the staged file was
-    /// dropped and this is that snapshot.
+    /// A parsed snapshot of the same content and labels exists: the staged
+    /// file was dropped and this is that snapshot (an upload sent again).
     Duplicate(SnapshotRecord),
+    /// A parsed snapshot of the same content exists under other labels (a
+    /// job, host, rank, trigger, tags or given name of its own): the staged
+    /// file was dropped, and this new row shares that file and its
+    /// statistics, so the uploader's labels are not lost.
+    Labelled(SnapshotRecord),
+}
+
+/// Whether a new row would say nothing the existing one does not: the
+/// same job, host, rank, trigger and tags, and the same name when the
+/// upload gave one.
+fn same_labels(existing: &SnapshotRecord, new: &NewSnapshot, name_given: bool) -> bool {
+    existing.job == new.job
+        && existing.host == new.host
+        && existing.rank == new.rank
+        && existing.trigger == new.trigger
+        && existing.tags == new.tags
+        && (!name_given || existing.name == new.name)
 }
 
 /// Commits a staged upload and inserts its row (`row` is given the blob
-/// key), unless a parsed snapshot of the same content exists, all under the
-/// file's lock so no deleter removes the file in between.
+/// key), unless a parsed snapshot of the same content exists (then see
+/// [`Recorded`]), all under the file's lock so no deleter removes the file
+/// in between. `name_given`: the upload named itself (a default name is
+/// not a label of its own).
 pub(crate) async fn record_upload(
     db: &Db,
     blobs: &BlobStore,
     staged: &Staged,
     row: impl FnOnce(String) -> NewSnapshot,
+    name_given: bool,
 ) -> anyhow::Result<Recorded> {
     let lock = db.lock_blob(&BlobStore::key_of(&staged.sha256)).await?;
     if let Some(existing) = db.find_ready_by_sha256(&staged.sha256).await? {
         blobs.discard(staged).await?;
+        let mut new = row(existing.blob_key.clone());
+        let recorded = if same_labels(&existing, &new, name_given) {
+            Recorded::Duplicate(existing)
+        } else {
+            new.status = SnapshotStatus::Ready;
+            new.stats_json = existing.stats_json.clone();
+            new.size_bytes = existing.size_bytes;
+            Recorded::Labelled(db.insert_snapshot(&new).await?)
+        };
         lock.release().await?;
-        return Ok(Recorded::Duplicate(existing));
+        return Ok(recorded);
     }
     let blob_key = blobs.commit(staged).await?;
     let record = db.insert_snapshot(&row(blob_key)).await?;

@@ -306,18 +306,13 @@ async fn finish(state: AppState, staged: Staged, meta: UploadMeta) -> AppResult<
         guard.discard().await?;
         return Err(e);
     }
-    // A fast path that skips the parse of a duplicate; `record_upload`
-    // checks again under the file's lock before committing.
-    if let Some(existing) = state.db.find_ready_by_sha256(&guard.get()?.sha256).await? {
-        guard.discard().await?;
-        state.metrics.upload("duplicate");
-        let answer =
-            UploadAnswer { id: existing.id, sha256: existing.sha256, status: existing.status, deduplicated: true };
-        return Ok((StatusCode::OK, Json(answer)));
-    }
-
+    // A file stored and parsed already is not parsed again: `record_upload`
+    // answers it (under the file's lock) as a duplicate or a new row of the
+    // same file. Should that snapshot vanish meanwhile, the upload is
+    // stored and parsed in the background.
+    let known = state.db.find_ready_by_sha256(&guard.get()?.sha256).await?.is_some();
     let staged = guard.get()?.clone();
-    let inline = staged.size <= state.settings.inline_parse_max_bytes;
+    let inline = !known && staged.size <= state.settings.inline_parse_max_bytes;
     let mut parsed = None;
     let stats_json = if inline {
         // Dropping this future (the client left) stops the parse, and the
@@ -339,6 +334,7 @@ async fn finish(state: AppState, staged: Staged, meta: UploadMeta) -> AppResult<
     };
 
     let id = uuid::Uuid::now_v7().to_string();
+    let name_given = meta.name.as_deref().is_some_and(|n| !n.trim().is_empty());
     let name = meta.name.filter(|n| !n.trim().is_empty()).unwrap_or_else(|| format!("snapshot-{id}"));
     let status = if inline { SnapshotStatus::Ready } else { SnapshotStatus::Parsing };
     let row = |blob_key: String| NewSnapshot {
@@ -361,13 +357,19 @@ async fn finish(state: AppState, staged: Staged, meta: UploadMeta) -> AppResult<
     // From here the staging object is record_upload's: committed, or
     // discarded as a duplicate.
     guard.keep();
-    let blob_key = match record_upload(&state.db, &state.blobs, &staged, row).await? {
+    let blob_key = match record_upload(&state.db, &state.blobs, &staged, row, name_given).await? {
         Recorded::New(record) => record.blob_key,
         Recorded::Duplicate(existing) => {
             state.metrics.upload("duplicate");
             let answer =
                 UploadAnswer { id: existing.id, sha256: existing.sha256, status: existing.status, deduplicated: true };
             return Ok((StatusCode::OK, Json(answer)));
+        }
+        Recorded::Labelled(record) => {
+            state.metrics.upload("duplicate");
+            let answer =
+                UploadAnswer { id: record.id, sha256: record.sha256, status: record.status, deduplicated: true };
+            return Ok((StatusCode::CREATED, Json(answer)));
         }
     };
     state.metrics.bytes_stored.inc_by(staged.size);
