@@ -235,11 +235,56 @@ async fn a_server_that_requires_tokens_gets_one_from_the_page() {
     assert!(created.status.success());
     let token = String::from_utf8(created.stdout).expect("utf-8").trim().to_owned();
     assert!(token.starts_with("vs_"), "{token}");
+    let uploader = Command::new(env!("CARGO_BIN_EXE_vramscope"))
+        .args(["token", "create", "--role", "uploader", "--name", "ci", "--data-dir"])
+        .arg(&data)
+        .output()
+        .expect("vramscope token create");
+    let uploader = String::from_utf8(uploader.stdout).expect("utf-8").trim().to_owned();
     let (_server, url) = start_server(&data, &[("VRAMSCOPE_REQUIRE_TOKENS", "true")]);
     assert_dashboard_built(&url).await;
     let (_driver, driver_url) = start_chromedriver();
     let client = connect(&driver_url, "profile-tokens").await;
-    closing(&client, ask_for_a_token(&client, &url, &token)).await;
+    closing(&client, async {
+        ask_for_a_token(&client, &url, &token).await;
+        download_with_a_token(&client, &url, &uploader).await;
+    })
+    .await;
+}
+
+/// Regression: in token mode "download" and "export report" were plain
+/// links, which a browser follows without the token: 401. The page now
+/// follows a signed link that works without one, for a few minutes.
+async fn download_with_a_token(client: &Client, url: &str, uploader: &str) {
+    let bytes = std::fs::read(common::fixture_corpus().join("oom_leak.pickle")).expect("fixture");
+    let answer: serde_json::Value = reqwest::Client::new()
+        .post(format!("{url}/api/v1/snapshots?name=oom_leak.pickle"))
+        .bearer_auth(uploader)
+        .header("Content-Type", "application/octet-stream")
+        .body(bytes.clone())
+        .send()
+        .await
+        .expect("upload")
+        .json()
+        .await
+        .expect("answer");
+    let id = answer["id"].as_str().expect("id");
+    client.goto(&format!("{url}/snapshots/{id}")).await.expect("open the snapshot");
+    let link = client.wait().at_most(Duration::from_secs(30)).for_element(Locator::Css("#download")).await;
+    let plain = link.expect("download link").attr("href").await.expect("href").expect("an href");
+    let status = reqwest::get(format!("{url}{plain}")).await.expect("get").status();
+    assert_eq!(status, 401, "the plain link needs a token");
+    client.find(Locator::Css("#download")).await.expect("link").click().await.expect("click download");
+    let signed = until(client, 30, "the signed link", || async {
+        client.find(Locator::Css("#download")).await.ok()?.attr("data-signed").await.ok()?
+    })
+    .await;
+    assert!(signed.contains("sig="), "{signed}");
+    let file = reqwest::get(format!("{url}{signed}")).await.expect("get the signed link");
+    assert_eq!(file.status(), 200);
+    assert_eq!(file.bytes().await.expect("bytes").as_ref(), bytes.as_slice(), "the file, without a token");
+    let other = signed.replacen(id, "not-this-one", 1);
+    assert_eq!(reqwest::get(format!("{url}{other}")).await.expect("get").status(), 401, "bound to its path");
 }
 
 /// Without a token the page says what is missing; with one, it works.

@@ -297,6 +297,23 @@ pub(crate) async fn update(id: &str, name: Option<&str>, tags: Option<&[String]>
     json(what, response).await
 }
 
+/// Links to a snapshot's file and exports that work without a token for a
+/// few minutes (`POST /api/v1/snapshots/{id}/links`).
+#[derive(Clone, Debug, serde::Deserialize)]
+pub(crate) struct SignedLinks {
+    /// The original file.
+    pub(crate) file: String,
+    /// The self-contained report page.
+    pub(crate) report: String,
+}
+
+/// Ask for signed links: a navigation (a download link) sends no
+/// `Authorization` header, so in token mode a plain link answers 401.
+pub(crate) async fn signed_links(id: &str) -> Result<SignedLinks, ApiError> {
+    let what = "preparing the download";
+    json(what, send(what, Request::post(&format!("/api/v1/snapshots/{}/links", encode(id)))).await?).await
+}
+
 /// Delete a snapshot.
 pub(crate) async fn delete(id: &str) -> Result<(), ApiError> {
     send("deleting the snapshot", Request::delete(&format!("/api/v1/snapshots/{}", encode(id)))).await.map(|_| ())

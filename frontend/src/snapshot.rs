@@ -161,6 +161,38 @@ pub(crate) fn SnapshotView(id: String) -> impl IntoView {
     }
 }
 
+/// A download link in token mode: a navigation carries no token, so ask
+/// the server for a signed link (valid for minutes) and follow that; the
+/// file's `Content-Disposition` keeps the page where it is. The signed
+/// link is left on the anchor (`data-signed`) for the browser test. Local
+/// files and servers without tokens use the plain link.
+fn follow_signed(ev: web_sys::MouseEvent, id: String, report: bool) {
+    use wasm_bindgen::JsCast;
+    if id.starts_with(crate::local::LOCAL_PREFIX) || api::token().is_none() {
+        return;
+    }
+    ev.prevent_default();
+    let anchor = ev.target().and_then(|t| t.dyn_into::<web_sys::Element>().ok());
+    spawn_local(async move {
+        match api::signed_links(&id).await {
+            Ok(links) => {
+                let url = if report { links.report } else { links.file };
+                if let Some(anchor) = &anchor {
+                    let _ = anchor.set_attribute("data-signed", &url);
+                }
+                if let Some(window) = web_sys::window() {
+                    let _ = window.location().set_href(&url);
+                }
+            }
+            Err(e) => {
+                if let Some(anchor) = &anchor {
+                    let _ = anchor.set_attribute("title", &e.to_string());
+                }
+            }
+        }
+    });
+}
+
 #[component]
 fn Header(meta: SnapshotMeta) -> impl IntoView {
     let facts: Vec<String> = [
@@ -180,19 +212,22 @@ fn Header(meta: SnapshotMeta) -> impl IntoView {
     // The same self-contained page as `vramscope report` (server only).
     let report = (!local).then(|| format!("/api/v1/snapshots/{}/report.html", meta.id));
     let name = meta.name.clone();
+    let (file_id, report_id) = (meta.id.clone(), meta.id.clone());
     view! {
         <h1>{meta.name.clone()}</h1>
         <p class="facts">
             {facts.join(" · ")}
             {download.map(|href| view! {
                 " · "
-                <a href=href rel="external" download=name id="download">
+                <a href=href rel="external" download=name id="download"
+                    on:click=move |ev| follow_signed(ev, file_id.clone(), false)>
                     "download"
                 </a>
             })}
             {report.map(|href| view! {
                 " · "
-                <a href=href rel="external" download id="export-report">
+                <a href=href rel="external" download id="export-report"
+                    on:click=move |ev| follow_signed(ev, report_id.clone(), true)>
                     "export report"
                 </a>
             })}

@@ -14,3 +14,10 @@ ALTER TABLE snapshots ADD COLUMN parse_attempts BIGINT NOT NULL DEFAULT 0;
 -- token cannot write samples under its name or ask it to capture (NULL
 -- without tokens).
 ALTER TABLE telemetry_sources ADD COLUMN owner_token TEXT;
+
+-- Secrets every instance shares, made by the first to start: `link_key`
+-- signs the download links of the dashboard (a plain link carries no token).
+CREATE TABLE server_secrets (
+    name  TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);

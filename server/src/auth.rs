@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use argon2::Argon2;
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
+use hmac::{Hmac, Mac};
 use rand::RngCore;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -188,6 +189,45 @@ impl Auth {
     }
 }
 
+/// How long a signed link works.
+pub(crate) const LINK_VALID_MS: i64 = 10 * 60 * 1000;
+
+/// Signs links to a snapshot's file and exports, so that the dashboard can
+/// offer them as plain links (a browser navigating to a link sends no
+/// `Authorization` header) without putting the token in a URL. A signature
+/// covers one path until one time, with a key every instance shares
+/// (`Db::shared_secret`).
+pub(crate) struct LinkSigner {
+    key: Vec<u8>,
+}
+
+impl LinkSigner {
+    pub(crate) fn new(key: Vec<u8>) -> LinkSigner {
+        LinkSigner { key }
+    }
+
+    fn mac(&self, path: &str, expires_ms: i64) -> Option<Hmac<Sha256>> {
+        let mut mac = Hmac::<Sha256>::new_from_slice(&self.key).ok()?;
+        mac.update(path.as_bytes());
+        mac.update(b"\n");
+        mac.update(expires_ms.to_string().as_bytes());
+        Some(mac)
+    }
+
+    /// `path?expires=…&sig=…`, valid for [`LINK_VALID_MS`].
+    pub(crate) fn sign(&self, path: &str) -> String {
+        let expires = crate::now_ms() + LINK_VALID_MS;
+        let sig = self.mac(path, expires).map(|m| hex::encode(m.finalize().into_bytes())).unwrap_or_default();
+        format!("{path}?expires={expires}&sig={sig}")
+    }
+
+    /// Whether `sig` signs `path` until `expires_ms`, which has not passed.
+    pub(crate) fn verify(&self, path: &str, expires_ms: i64, sig: &str) -> bool {
+        let (Ok(sig), Some(mac)) = (hex::decode(sig), self.mac(path, expires_ms)) else { return false };
+        expires_ms > crate::now_ms() && mac.verify_slice(&sig).is_ok()
+    }
+}
+
 fn split_token(token: &str) -> Option<(&str, &str)> {
     let rest = token.strip_prefix("vs_")?;
     let (id, secret) = rest.split_once('_')?;
@@ -227,6 +267,21 @@ pub(crate) fn new_token(name: &str, role: Role) -> anyhow::Result<(TokenRecord, 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn signed_links_cover_one_path_until_they_expire() {
+        let signer = LinkSigner::new(b"key".to_vec());
+        let link = signer.sign("/api/v1/snapshots/a/file");
+        let query = link.split_once('?').expect("query").1;
+        let (expires, sig) = query.split_once("&sig=").expect("sig");
+        let expires: i64 = expires.trim_start_matches("expires=").parse().expect("expires");
+        assert!(signer.verify("/api/v1/snapshots/a/file", expires, sig));
+        assert!(!signer.verify("/api/v1/snapshots/b/file", expires, sig), "another path");
+        assert!(!signer.verify("/api/v1/snapshots/a/file", expires + 1, sig), "another expiry");
+        assert!(!LinkSigner::new(b"other".to_vec()).verify("/api/v1/snapshots/a/file", expires, sig), "another key");
+        let old = signer.mac("/x", 1).expect("mac").finalize().into_bytes();
+        assert!(!signer.verify("/x", 1, &hex::encode(old)), "expired");
+    }
 
     #[test]
     fn tokens_verify_against_their_hash_only() {

@@ -269,6 +269,11 @@ async fn regression_one_parse_per_file_for_views_reports_and_concurrent_requests
         assert_eq!(response.status(), StatusCode::OK, "{path}");
     }
     assert_eq!(parses(&server).await, 1, "one parse for the upload, the views and the exports");
+    // The rendered report is kept by content: asked again, the same page.
+    let first = client().get(server.api(&format!("/snapshots/{id}/report.html"))).send().await.expect("report");
+    let again = client().get(server.api(&format!("/snapshots/{id}/report.html"))).send().await.expect("report");
+    assert_eq!(first.bytes().await.expect("page"), again.bytes().await.expect("page"));
+    assert_eq!(metric(&server, "reports_rendered_total").await, 1, "rendered once for three requests");
     // An upload parsed inline (the default below 256 MiB): its views and
     // exports, asked for at once, do not parse again.
     let inline = TestServer::start("parse-inline", &[]);
@@ -501,4 +506,56 @@ async fn regression_the_snapshot_cache_is_bounded_in_bytes() {
     let (status, _) = server.get(&format!("/snapshots/{}/timeline?px=200", ids[0])).await;
     assert_eq!(status, StatusCode::OK);
     still_serves(&server, &ids[0]).await;
+}
+
+#[tokio::test]
+async fn signed_links_open_one_snapshots_file_and_exports_without_a_token() {
+    let dir = crate::common::server::unique_dir("links");
+    let token = |role: &str| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_vramscope"))
+            .args(["token", "create", "--role", role, "--name", role, "--data-dir"])
+            .arg(&dir)
+            .output()
+            .expect("token create");
+        String::from_utf8(out.stdout).expect("utf8").trim().to_owned()
+    };
+    let (viewer, uploader) = (token("viewer"), token("uploader"));
+    let server = TestServer::start_in(&dir, &[("VRAMSCOPE_REQUIRE_TOKENS", "true")]);
+    let bytes = fixture("oom_leak.pickle");
+    let response = client()
+        .post(server.api("/snapshots?name=a"))
+        .bearer_auth(&uploader)
+        .header("content-type", "application/octet-stream")
+        .body(bytes.clone())
+        .send()
+        .await
+        .expect("upload");
+    let id = answer(response).await.1["id"].as_str().expect("id").to_owned();
+    let (status, links) = answer(
+        client().post(server.api(&format!("/snapshots/{id}/links"))).bearer_auth(&viewer).send().await.expect("links"),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "a viewer may ask for links: {links}");
+    let base = server.url.clone();
+    let get = |path: String| {
+        let url = format!("{base}{path}");
+        async move { client().get(url).send().await.expect("get") }
+    };
+    let file = get(links["file"].as_str().expect("file").to_owned()).await;
+    assert_eq!(file.status(), StatusCode::OK);
+    assert_eq!(file.bytes().await.expect("bytes").as_ref(), bytes.as_slice());
+    for what in ["report", "chart_png", "chart_svg"] {
+        let response = get(links[what].as_str().expect("link").to_owned()).await;
+        assert_eq!(response.status(), StatusCode::OK, "{what}");
+    }
+    // A signature is for its own path and time only.
+    let file_link = links["file"].as_str().expect("file").to_owned();
+    let moved = file_link.replacen("/file?", "/stats?", 1);
+    assert_eq!(get(moved).await.status(), StatusCode::UNAUTHORIZED, "not a signable route");
+    let on_report = file_link.replacen("/file?", "/report.html?", 1);
+    assert_eq!(get(on_report).await.status(), StatusCode::UNAUTHORIZED, "signed for the file only");
+    let later = file_link.replacen("expires=", "expires=9", 1);
+    assert_eq!(get(later).await.status(), StatusCode::UNAUTHORIZED, "the expiry is signed");
+    let (status, _) = server.get(&format!("/snapshots/{id}/file")).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "the plain link still needs a token");
 }

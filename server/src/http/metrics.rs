@@ -30,6 +30,8 @@ pub(crate) struct Metrics {
     pub(crate) errors: Family<Outcome, Counter>,
     /// Snapshots held parsed in memory.
     pub(crate) cached_snapshots: Gauge,
+    /// Report pages rendered (not served from the kept ones).
+    pub(crate) reports_rendered: Counter,
     /// About how many bytes the cached snapshots hold (set when scraped).
     pub(crate) cached_bytes: Gauge,
     /// Token secrets checked with argon2 (set from `Auth` when scraped).
@@ -47,12 +49,14 @@ impl Metrics {
         let cached_snapshots = Gauge::default();
         let token_hashes = Gauge::default();
         let cached_bytes = Gauge::default();
+        let reports_rendered = Counter::default();
         registry.register("uploads", "Snapshot uploads by outcome", uploads.clone());
         registry.register("upload_bytes", "Bytes received in uploads", upload_bytes.clone());
         registry.register("bytes_stored", "Bytes of new snapshot files stored", bytes_stored.clone());
         registry.register("parse_seconds", "Time to parse and index a snapshot", parse_seconds.clone());
         registry.register("errors", "Requests that failed, by kind", errors.clone());
         registry.register("cached_snapshots", "Snapshots held parsed in memory", cached_snapshots.clone());
+        registry.register("reports_rendered", "Report pages rendered", reports_rendered.clone());
         registry.register("cached_bytes", "About how many bytes the cached snapshots hold", cached_bytes.clone());
         registry.register("token_hashes", "Token secrets checked with argon2 since start", token_hashes.clone());
         Metrics {
@@ -63,6 +67,7 @@ impl Metrics {
             parse_seconds,
             errors,
             cached_snapshots,
+            reports_rendered,
             cached_bytes,
             token_hashes,
         }

@@ -24,7 +24,7 @@ use tower_http::cors::{AllowOrigin, CorsLayer};
 use tower_http::trace::TraceLayer;
 
 use crate::analysis::{AnalysisCache, Parser};
-use crate::auth::{Auth, Identity, Role};
+use crate::auth::{Auth, Identity, LinkSigner, Role};
 use crate::settings::Settings;
 use crate::store::{BlobStore, Db};
 use error::AppError;
@@ -48,6 +48,8 @@ pub(crate) struct Inner {
     pub(crate) parser: Parser,
     /// Where the analysis routes wait for a thread.
     pub(crate) analyses: v1::AnalysisQueue,
+    /// Signs the dashboard's download links.
+    pub(crate) links: LinkSigner,
 }
 
 impl Deref for AppState {
@@ -58,7 +60,9 @@ impl Deref for AppState {
 }
 
 impl AppState {
-    pub(crate) fn new(settings: Settings, db: Db, blobs: BlobStore) -> AppState {
+    /// `link_key`: the key of signed links, shared by every instance
+    /// (`Db::shared_secret`).
+    pub(crate) fn new(settings: Settings, db: Db, blobs: BlobStore, link_key: Vec<u8>) -> AppState {
         let auth = Auth::new(db.clone(), settings.tokens_required());
         let cache = AnalysisCache::new(settings.cache_entries, settings.cache_budget());
         let parser = Parser {
@@ -67,7 +71,8 @@ impl AppState {
             permits: Semaphore::new(settings.parse_concurrency),
         };
         let analyses = v1::AnalysisQueue::new(settings.analysis_concurrency);
-        AppState(Arc::new(Inner { settings, db, blobs, auth, metrics: Metrics::new(), cache, parser, analyses }))
+        let links = LinkSigner::new(link_key);
+        AppState(Arc::new(Inner { settings, db, blobs, auth, metrics: Metrics::new(), cache, parser, analyses, links }))
     }
 }
 
@@ -146,7 +151,39 @@ fn required_role(method: &Method) -> Role {
     }
 }
 
+/// A GET of a snapshot's file or export carrying a valid signature (see
+/// [`LinkSigner`]) and no token: a viewer for that one path.
+fn signed_link(state: &AppState, request: &Request) -> Option<Identity> {
+    if request.method() != Method::GET || request.headers().contains_key(axum::http::header::AUTHORIZATION) {
+        return None;
+    }
+    let path = request.uri().path();
+    let rest = path.strip_prefix("/api/v1/snapshots/")?;
+    let (_id, what) = rest.split_once('/')?;
+    if !v1::SIGNABLE.contains(&what) {
+        return None;
+    }
+    let query = request.uri().query()?;
+    let (mut expires, mut sig) = (None, None);
+    for (k, v) in url::form_urlencoded::parse(query.as_bytes()) {
+        match &*k {
+            "expires" => expires = v.parse::<i64>().ok(),
+            "sig" => sig = Some(v.into_owned()),
+            _ => {}
+        }
+    }
+    state.links.verify(path, expires?, &sig?).then(|| Identity {
+        name: "signed link".to_owned(),
+        role: Role::Viewer,
+        token_id: None,
+    })
+}
+
 async fn authorize(State(state): State<AppState>, mut request: Request, next: Next) -> Response {
+    if let Some(identity) = signed_link(&state, &request) {
+        request.extensions_mut().insert::<Identity>(identity);
+        return next.run(request).await;
+    }
     let token = request
         .headers()
         .get(axum::http::header::AUTHORIZATION)
@@ -195,7 +232,8 @@ mod tests {
         std::fs::create_dir_all(&dir).expect("temp dir");
         let settings = Settings { data_dir: dir, ..Settings::default() };
         let (db, blobs) = crate::cli::serve::open_stores(&settings).await.expect("stores");
-        app(AppState::new(settings, db, blobs))
+        let key = db.shared_secret("link_key").await.expect("link key");
+        app(AppState::new(settings, db, blobs, key))
     }
 
     async fn json(response: axum::response::Response) -> serde_json::Value {

@@ -736,6 +736,25 @@ impl Db {
         row.as_ref().map(snapshot_from_row).transpose()
     }
 
+    /// The secret `name` that every instance shares: made (32 random bytes)
+    /// by the first instance that asks, read by the others.
+    pub(crate) async fn shared_secret(&self, name: &str) -> Result<Vec<u8>> {
+        let mut fresh = [0u8; 32];
+        rand::RngCore::fill_bytes(&mut rand::rng(), &mut fresh);
+        sqlx::query("INSERT INTO server_secrets (name, value) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING")
+            .bind(name)
+            .bind(hex::encode(fresh))
+            .execute(&self.pool)
+            .await
+            .with_context(|| format!("server_secrets insert {name}"))?;
+        let value: String = sqlx::query_scalar("SELECT value FROM server_secrets WHERE name = $1")
+            .bind(name)
+            .fetch_one(&self.pool)
+            .await
+            .with_context(|| format!("server_secrets get {name}"))?;
+        hex::decode(&value).with_context(|| format!("server secret {name} is not hex"))
+    }
+
     /// Counts one more background parse started for `id`.
     pub(crate) async fn begin_parse(&self, id: &str) -> Result<()> {
         sqlx::query("UPDATE snapshots SET parse_attempts = parse_attempts + 1 WHERE id = $1")

@@ -17,7 +17,12 @@ use tower_http::timeout::TimeoutLayer;
 
 use super::AppState;
 pub(crate) use analysis::AnalysisQueue;
-pub(crate) use review::role_override;
+pub(crate) use snapshots::SIGNABLE;
+
+/// Routes whose role is not their method's (see `http::required_role`).
+pub(crate) fn role_override(method: &axum::http::Method, path: &str) -> Option<crate::auth::Role> {
+    review::role_override(method, path).or_else(|| snapshots::role_override(method, path))
+}
 pub(crate) use upload::{give_up_parse, parse_in_background as resume_parse};
 
 /// The v1 routes. Uploads and file downloads are not under the request
@@ -28,6 +33,7 @@ pub(super) fn routes(timeout: Duration) -> Router<AppState> {
         .route("/api/v1/snapshots/{id}", get(snapshots::get_one).patch(snapshots::update).delete(snapshots::delete))
         .route("/api/v1/snapshots/{id}/stats", get(snapshots::stats))
         .route("/api/v1/snapshots/{id}/report.html", get(snapshots::report))
+        .route("/api/v1/snapshots/{id}/links", post(snapshots::links))
         .route("/api/v1/snapshots/{id}/chart.svg", get(snapshots::chart_svg))
         .route("/api/v1/snapshots/{id}/chart.png", get(snapshots::chart_png))
         .route("/api/v1/snapshots/{id}/timeline", get(views::timeline))

@@ -101,6 +101,42 @@ pub(crate) async fn delete(State(state): State<AppState>, Path(id): Path<String>
     Ok(StatusCode::NO_CONTENT)
 }
 
+/// What a signed link may fetch under `/api/v1/snapshots/{id}/`.
+pub(crate) const SIGNABLE: [&str; 4] = ["file", "report.html", "chart.svg", "chart.png"];
+
+/// `POST /api/v1/snapshots/{id}/links` is for viewers: it changes nothing,
+/// and only gives links to what a viewer may read.
+pub(crate) fn role_override(method: &axum::http::Method, path: &str) -> Option<crate::auth::Role> {
+    let rest = path.strip_prefix("/api/v1/snapshots/")?;
+    (method == axum::http::Method::POST && rest.split_once('/').is_some_and(|(_, what)| what == "links"))
+        .then_some(crate::auth::Role::Viewer)
+}
+
+/// The answer of `POST /api/v1/snapshots/{id}/links`: the snapshot's file
+/// and exports as links that work without a token for a few minutes, for
+/// the dashboard's plain download links in token mode.
+#[derive(Debug, serde::Serialize)]
+pub(crate) struct Links {
+    file: String,
+    report: String,
+    chart_svg: String,
+    chart_png: String,
+    /// Until when they work, milliseconds since the Unix epoch.
+    expires_ms: i64,
+}
+
+pub(crate) async fn links(State(state): State<AppState>, Path(id): Path<String>) -> AppResult<Json<Links>> {
+    let rec = record(&state, &id).await?;
+    let sign = |what: &str| state.links.sign(&format!("/api/v1/snapshots/{}/{what}", rec.id));
+    Ok(Json(Links {
+        file: sign("file"),
+        report: sign("report.html"),
+        chart_svg: sign("chart.svg"),
+        chart_png: sign("chart.png"),
+        expires_ms: crate::now_ms() + crate::auth::LINK_VALID_MS,
+    }))
+}
+
 /// Parse a single `Range: bytes=a-b` (or `a-`, or `-n`) against a size.
 fn parse_range(value: &str, size: u64) -> Option<std::ops::Range<u64>> {
     let spec = value.strip_prefix("bytes=")?;
@@ -180,6 +216,33 @@ async fn analyzed_record(
 /// Largest file exported as a report page: the page holds it as base64,
 /// and rendering it holds the file and the page at once.
 const REPORT_MAX_BYTES: u64 = 256 << 20;
+/// Rendered report pages kept, by the file's SHA-256, at most this many
+/// bytes together: asking again for the same report costs no rendering.
+const REPORTS_KEPT_BYTES: usize = 64 << 20;
+
+/// The most recently rendered report pages (most recent last).
+static REPORTS: std::sync::Mutex<Vec<(String, bytes::Bytes)>> = std::sync::Mutex::new(Vec::new());
+
+fn kept_report(sha256: &str) -> Option<bytes::Bytes> {
+    let mut kept = REPORTS.lock().unwrap_or_else(|p| p.into_inner());
+    let i = kept.iter().position(|(k, _)| k == sha256)?;
+    let entry = kept.remove(i);
+    let page = entry.1.clone();
+    kept.push(entry);
+    Some(page)
+}
+
+fn keep_report(sha256: &str, page: bytes::Bytes) {
+    if page.len() > REPORTS_KEPT_BYTES / 2 {
+        return;
+    }
+    let mut kept = REPORTS.lock().unwrap_or_else(|p| p.into_inner());
+    kept.retain(|(k, _)| k != sha256);
+    kept.push((sha256.to_owned(), page));
+    while kept.iter().map(|(_, p)| p.len()).sum::<usize>() > REPORTS_KEPT_BYTES {
+        kept.remove(0);
+    }
+}
 
 /// `GET /api/v1/snapshots/{id}/report.html`: the same self-contained page
 /// as `vramscope report FILE` (dashboard, snapshot and findings inlined),
@@ -187,6 +250,10 @@ const REPORT_MAX_BYTES: u64 = 256 << 20;
 /// so files above [`REPORT_MAX_BYTES`] are not exported; rendering takes a
 /// parse slot.
 pub(crate) async fn report(State(state): State<AppState>, Path(id): Path<String>) -> AppResult<Response> {
+    let rec = record(&state, &id).await?;
+    if let Some(page) = kept_report(&rec.sha256) {
+        return Ok(download(page, "text/html; charset=utf-8", &rec.name, "html"));
+    }
     let (rec, analyzed) = analyzed_record(&state, &id).await?;
     if rec.size_bytes > REPORT_MAX_BYTES {
         return Err(AppError::Unprocessable(format!(
@@ -207,7 +274,10 @@ pub(crate) async fn report(State(state): State<AppState>, Path(id): Path<String>
     .await
     .map_err(|e| AppError::Internal(anyhow::anyhow!("the report's worker thread failed: {e}")))?
     .map_err(AppError::Internal)?;
-    Ok(download(html.into_bytes(), "text/html; charset=utf-8", &rec.name, "html"))
+    state.metrics.reports_rendered.inc();
+    let page = bytes::Bytes::from(html.into_bytes());
+    keep_report(&rec.sha256, page.clone());
+    Ok(download(page, "text/html; charset=utf-8", &rec.name, "html"))
 }
 
 /// `GET /api/v1/snapshots/{id}/chart.svg`: the report's main chart, as
@@ -236,8 +306,8 @@ async fn chart(state: &AppState, id: &str, format: ChartFormat) -> AppResult<Res
 }
 
 /// A response with `bytes`, saved as the snapshot's name with `extension`.
-fn download(bytes: Vec<u8>, content_type: &'static str, name: &str, extension: &str) -> Response {
-    let mut response = Response::new(Body::from(bytes));
+fn download(bytes: impl Into<Body>, content_type: &'static str, name: &str, extension: &str) -> Response {
+    let mut response = Response::new(bytes.into());
     let headers = response.headers_mut();
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     let stem = std::path::Path::new(name).file_stem().map_or_else(|| name.to_owned(), |s| s.to_string_lossy().into());
