@@ -280,6 +280,7 @@ async fn download_with_a_token(client: &Client, url: &str, uploader: &str) {
     })
     .await;
     assert!(signed.contains("sig="), "{signed}");
+    screenshot(client, "8b-token-download").await;
     let file = reqwest::get(format!("{url}{signed}")).await.expect("get the signed link");
     assert_eq!(file.status(), 200);
     assert_eq!(file.bytes().await.expect("bytes").as_ref(), bytes.as_slice(), "the file, without a token");
