@@ -36,6 +36,9 @@ struct Counts {
     uploads_sent: AtomicU64,
     uploads_failed: AtomicU64,
     views_ok: AtomicU64,
+    /// 4xx: a view that does not apply (no trace on that device, say).
+    views_refused: AtomicU64,
+    /// 5xx, or no answer.
     views_failed: AtomicU64,
     bombs_sent: AtomicU64,
     bombs_refused: AtomicU64,
@@ -193,12 +196,13 @@ async fn main() {
                 };
                 let view = views[n % views.len()];
                 n += 1;
-                let ok = client
-                    .get(server.api(&format!("/snapshots/{id}/{view}")))
-                    .send()
-                    .await
-                    .is_ok_and(|r| r.status().is_success() || r.status() == reqwest::StatusCode::ACCEPTED);
-                let counter = if ok { &counts.views_ok } else { &counts.views_failed };
+                let status =
+                    client.get(server.api(&format!("/snapshots/{id}/{view}"))).send().await.map(|r| r.status());
+                let counter = match status {
+                    Ok(s) if s.is_success() => &counts.views_ok,
+                    Ok(s) if s.is_client_error() => &counts.views_refused,
+                    _ => &counts.views_failed,
+                };
                 counter.fetch_add(1, Ordering::Relaxed);
             }
         }));
@@ -277,10 +281,11 @@ async fn main() {
     table.row(vec![
         "viewer answers".into(),
         format!(
-            "{} ok, {} failed ({:.0}/s)",
+            "{} ok ({:.0}/s), {} refused as not applicable (4xx), {} failed (5xx or no answer)",
             get(&c.views_ok),
-            get(&c.views_failed),
-            get(&c.views_ok) as f64 / secs as f64
+            get(&c.views_ok) as f64 / secs as f64,
+            get(&c.views_refused),
+            get(&c.views_failed)
         ),
     ]);
     table.row(vec!["bombs refused (422)".into(), format!("{} of {}", get(&c.bombs_refused), get(&c.bombs_sent))]);

@@ -172,6 +172,17 @@ async fn regression_request_bodies_and_labels_are_bounded() {
     assert_eq!(answer(patch).await.0, StatusCode::BAD_REQUEST);
     let (status, _) = server.upload(fixture("oom_leak.pickle"), &format!("name={long_name}")).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
+    // A long tag of two-byte characters: the message quotes its start
+    // without cutting a character in half (a panic, on a first draft).
+    let tag = "é".repeat(40);
+    let patch = client()
+        .patch(server.api(&format!("/snapshots/{id}")))
+        .json(&json!({ "tags": [tag] }))
+        .send()
+        .await
+        .expect("p");
+    let (status, refusal) = answer(patch).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{refusal}");
     // A multipart text field is read in bounded chunks, not whole.
     let form = reqwest::multipart::Form::new()
         .text("job", "j".repeat(64 << 10))

@@ -228,7 +228,8 @@ pub(crate) fn check_tags(tags: &[String]) -> AppResult<()> {
         return Err(AppError::BadRequest(format!("tags: {} of them, more than {MAX_TAGS}", tags.len())));
     }
     if let Some(t) = tags.iter().find(|t| t.len() > MAX_TAG_BYTES) {
-        return Err(AppError::BadRequest(format!("tags: {:?}… is longer than {MAX_TAG_BYTES} bytes", &t[..16])));
+        let start: String = t.chars().take(16).collect();
+        return Err(AppError::BadRequest(format!("tags: {start:?}… is longer than {MAX_TAG_BYTES} bytes")));
     }
     Ok(())
 }
