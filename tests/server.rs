@@ -495,9 +495,18 @@ async fn two_instances_share_postgres_and_s3() {
     assert_eq!(back.bytes().await.expect("bytes").as_ref(), bytes.as_slice());
     let (status, window) = get_json(&b.api(&format!("/snapshots/{id}/timeline?px=100"))).await;
     assert_eq!(status, StatusCode::OK, "{window}");
-    // Same content through the other instance: one object, one row.
-    let (status, again) = upload(&b, bytes, "name=from-b").await;
+    // Same content and labels through the other instance (a retry): one
+    // object, one row.
+    let (status, again) = upload(&b, bytes.clone(), "name=from-a&job=team").await;
     assert_eq!((status, again["id"].as_str()), (StatusCode::OK, Some(id)));
+    // Under another name: a row of its own, on the same object.
+    let (status, other) = upload(&b, bytes, "name=from-b&job=team").await;
+    assert_eq!(status, StatusCode::CREATED, "{other}");
+    assert_ne!(other["id"].as_str(), Some(id));
+    let (_, page) = get_json(&a.api("/snapshots?job=team")).await;
+    assert_eq!(page["items"].as_array().map(Vec::len), Some(2), "{page}");
+    assert_eq!(other["deduplicated"], true, "stored once (objects are named by content)");
+    assert_eq!(page["items"][0]["sha256"], page["items"][1]["sha256"]);
 }
 
 #[tokio::test]
