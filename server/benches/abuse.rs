@@ -18,6 +18,9 @@
 //! It prints the uploads that landed byte-identical, the viewers' answers,
 //! the bombs refused, `/healthz` latency and the server's peak RSS. It
 //! asserts nothing about time.
+//!
+//! `VRAMSCOPE_BENCH_BASELINE`: another `vramscope` binary (an older
+//! commit's) to run the same load against instead, for a before/after.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -125,7 +128,10 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 async fn main() {
     let secs = std::env::var("VRAMSCOPE_BENCH_SECS").ok().and_then(|v| v.parse().ok()).unwrap_or(60u64);
     let data = target_dir(&workspace_root()).join(format!("bench-abuse-{}", std::process::id()));
-    let server = match Server::start(&data, &[("VRAMSCOPE_PARSE_MEMORY_BUDGET", (512u64 << 20).to_string())]) {
+    let program = std::env::var_os("VRAMSCOPE_BENCH_BASELINE")
+        .map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_vramscope")), PathBuf::from);
+    let env = [("VRAMSCOPE_PARSE_MEMORY_BUDGET", (512u64 << 20).to_string())];
+    let server = match Server::start_program(&program, &data, &env) {
         Ok(s) => Arc::new(s),
         Err(e) => {
             println!("abuse bench: cannot start the server: {e}");
@@ -137,9 +143,10 @@ async fn main() {
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
     println!(
         "abuse bench: {cores} cores, {secs} s, {UPLOADERS} uploaders of {} corpus files, {VIEWERS} viewers, 1 bomb \
-         uploader ({} kinds), /healthz every 50 ms",
+         uploader ({} kinds), /healthz every 50 ms; server {}",
         files.len(),
-        bombs.len()
+        bombs.len(),
+        program.display()
     );
     let client = reqwest::Client::builder().timeout(Duration::from_secs(300)).build().expect("client");
     let counts = Arc::new(Counts::default());

@@ -134,8 +134,13 @@ impl Server {
     /// Start one on a loopback port with `data_dir` and the extra
     /// environment `env`; answers once it listens.
     pub(crate) fn start(data_dir: &Path, env: &[(&str, String)]) -> Result<Server, String> {
+        Server::start_program(Path::new(env!("CARGO_BIN_EXE_vramscope")), data_dir, env)
+    }
+
+    /// The same with another `vramscope` binary (a baseline build).
+    pub(crate) fn start_program(program: &Path, data_dir: &Path, env: &[(&str, String)]) -> Result<Server, String> {
         std::fs::create_dir_all(data_dir).map_err(|e| format!("create {}: {e}", data_dir.display()))?;
-        let mut command = Command::new(env!("CARGO_BIN_EXE_vramscope"));
+        let mut command = Command::new(program);
         command
             .args(["serve", "--bind", "127.0.0.1:0", "--data-dir"])
             .arg(data_dir)
