@@ -47,10 +47,34 @@ fn stats(path: &Path, budget: u64) -> Run {
     Run { code, stderr: String::from_utf8_lossy(&out.stderr).into_owned(), peak_rss: kib * 1024, wall }
 }
 
-/// Read `bytes` as `name` and check the refusal and the memory it took.
+/// Seconds per byte of reading a real file (`ring_overflow.pickle`, the
+/// same way, in this test binary's build), measured once.
+fn real_pace() -> f64 {
+    static PACE: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
+    *PACE.get_or_init(|| {
+        let real = common::fixture_corpus().join("ring_overflow.pickle");
+        let size = std::fs::metadata(&real).expect("fixture").len() as f64;
+        let run = stats(&real, BUDGET);
+        assert_eq!(run.code, 0, "{}", run.stderr);
+        run.wall.as_secs_f64() / size
+    })
+}
+
+/// Read `bytes` as `name` and check the refusal, the memory it took, and
+/// its time: within 10 times what a real file of its size takes (scaled
+/// from `ring_overflow.pickle`), plus a second for the noise of a shared
+/// machine.
 fn refused(name: &str, bytes: &[u8], says: &str) -> Run {
+    refused_reading(name, bytes, says, bytes.len() as u64)
+}
+
+/// [`refused`] for a file whose reader may go through `readable` bytes of
+/// pickle (more than the file's size when it is compressed).
+fn refused_reading(name: &str, bytes: &[u8], says: &str, readable: u64) -> Run {
     let path = bombs::write(name, bytes);
     let run = stats(&path, BUDGET);
+    let bound = Duration::from_secs_f64(10.0 * real_pace() * readable as f64 + 1.0);
+    assert!(run.wall < bound, "{name} ({readable} bytes to read) took {:?}, over {bound:?}", run.wall);
     assert_eq!(run.code, 2, "{name}: exit code 2 for bad input ({})", run.stderr);
     assert!(run.stderr.contains(says), "{name}: expected {says:?} in {:?}", run.stderr);
     assert!(
@@ -92,30 +116,19 @@ fn regression_gzip_and_zstd_bombs_hit_the_expansion_limit() {
     for tool in ["gzip", "zstd"] {
         let packed = bombs::compress(tool, &plain);
         assert!(packed.len() < plain.len() / 200, "{tool}: {} bytes is no bomb", packed.len());
-        refused(&format!("pairs.pickle.{tool}"), &packed, "refused as a decompression bomb");
+        // What the reader may decompress before the limit: the first
+        // 16 MiB, then 200 bytes per compressed byte.
+        let readable = (16 << 20) + 200 * packed.len() as u64;
+        refused_reading(&format!("pairs.pickle.{tool}"), &packed, "refused as a decompression bomb", readable);
     }
 }
 
 #[test]
 fn regression_setitems_and_frame_spam_take_time_in_proportion_to_their_size() {
-    // A real file of about the same size, read the same way, sets the pace.
-    let real = common::fixture_corpus().join("ring_overflow.pickle");
-    let size = std::fs::metadata(&real).expect("fixture").len() as usize;
-    let reference = stats(&real, BUDGET);
-    assert_eq!(reference.code, 0, "{}", reference.stderr);
     // One dict of 130,000 items in one-pair SETITEMS: each one scanned
-    // every key so far (8 s of CPU for 200,000 items).
-    let dict = bombs::setitems(size / 9);
-    let spam = bombs::frames(size / 9);
-    for (name, bytes) in [("setitems.pickle", dict), ("frames.pickle", spam)] {
-        let run = refused(name, &bytes, "not a PyTorch memory snapshot");
-        let bound = reference.wall * 10 + Duration::from_secs(1);
-        assert!(
-            run.wall < bound,
-            "{name} ({} bytes) took {:?}; the real file of {size} bytes took {:?} (bound: 10x + 1 s)",
-            bytes.len(),
-            run.wall,
-            reference.wall
-        );
-    }
+    // every key so far (8 s of CPU for 200,000 items). `refused` bounds the
+    // time by a real file's pace.
+    let size = std::fs::metadata(common::fixture_corpus().join("ring_overflow.pickle")).expect("fixture").len();
+    refused("setitems.pickle", &bombs::setitems(size as usize / 9), "not a PyTorch memory snapshot");
+    refused("frames.pickle", &bombs::frames(size as usize / 9), "not a PyTorch memory snapshot");
 }

@@ -24,6 +24,9 @@ pub(crate) const THIN_WINDOW_MS: i64 = 10_000;
 /// on one device, or thinned history for much longer.
 pub(crate) const MAX_SAMPLES_PER_SOURCE: i64 = 100_000;
 
+/// Longest source key (`{job}--{host}--rank{N}`) stored, in bytes.
+const MAX_SOURCE_KEY_BYTES: usize = 600;
+
 /// A process that sent telemetry, as the API shows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub(crate) struct SourceRecord {
@@ -66,6 +69,11 @@ impl Db {
         let mut tx = self.pool.begin().await.context("telemetry insert: cannot begin")?;
         for labels in sources {
             let key = labels.key();
+            // A job or host name past any real one: not stored.
+            if key.len() > MAX_SOURCE_KEY_BYTES {
+                refused.push(key);
+                continue;
+            }
             let times = samples.iter().filter(|s| s.source == key).map(|s| s.t_ms);
             let (first, last) = times.fold((i64::MAX, i64::MIN), |(a, b), t| (a.min(t), b.max(t)));
             if first > last {
@@ -313,6 +321,10 @@ mod tests {
         assert_eq!(refused, [key.clone()]);
         let undeclared = db.insert_telemetry(Some("mallory"), &[], &[sample(&key, 3, 30)]).await.expect("insert");
         assert_eq!(undeclared, [key.clone()], "a sample must name a source of its own batch");
+        let huge = SourceLabels { job: "j".repeat(1000), ..labels(0) };
+        let refused = db.insert_telemetry(None, &[huge.clone()], &[sample(&huge.key(), 1, 1)]).await.expect("insert");
+        assert_eq!(refused, [huge.key()], "a key past any real job name");
+        assert_eq!(db.get_source(&huge.key()).await.expect("get"), None);
         let kept: Vec<i64> = db.samples(&key, -1, 100).await.expect("samples").iter().map(|s| s.t_ms).collect();
         assert_eq!(kept, [1]);
         assert_eq!(db.get_source(&key).await.expect("get").and_then(|s| s.owner_token).as_deref(), Some("alice"));
