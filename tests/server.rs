@@ -7,68 +7,12 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use common::server::{TestServer, client, unique_dir};
 use reqwest::StatusCode;
 use serde_json::Value;
-
-/// A server process, killed when dropped.
-struct Server {
-    child: Child,
-    url: String,
-    data_dir: PathBuf,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn unique_dir(tag: &str) -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!(
-        "server-{tag}-{}-{}",
-        std::process::id(),
-        uuid::Uuid::now_v7()
-    ));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir
-}
-
-impl Server {
-    /// Start `vramscope serve` with extra arguments and environment.
-    fn start_with(data_dir: &Path, args: &[&str], env: &[(&str, String)]) -> Server {
-        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-        let (child, url) = common::spawn_server(data_dir, args, &env);
-        Server { child, url, data_dir: data_dir.to_path_buf() }
-    }
-
-    fn start(tag: &str) -> Server {
-        Server::start_with(&unique_dir(tag), &[], &[])
-    }
-
-    fn api(&self, path: &str) -> String {
-        format!("{}/api/v1{path}", self.url)
-    }
-}
-
-fn client() -> reqwest::Client {
-    reqwest::Client::builder().timeout(Duration::from_secs(120)).build().expect("client")
-}
-
-async fn upload(server: &Server, bytes: Vec<u8>, query: &str) -> (StatusCode, Value) {
-    let response = client()
-        .post(server.api(&format!("/snapshots?{query}")))
-        .header("content-type", "application/octet-stream")
-        .body(bytes)
-        .send()
-        .await
-        .expect("upload");
-    let status = response.status();
-    (status, response.json().await.unwrap_or(Value::Null))
-}
 
 async fn get_json(url: &str) -> (StatusCode, Value) {
     let response = client().get(url).send().await.expect("get");
@@ -99,11 +43,11 @@ fn stored_files(data_dir: &Path) -> Vec<PathBuf> {
 
 #[tokio::test]
 async fn upload_then_read_back_stats_file_and_timeline() {
-    let server = Server::start("basic");
+    let server = TestServer::start("basic", &[]);
     let bytes = corpus_file("oom_leak.pickle");
-    let (status, answer) =
-        upload(&server, bytes.clone(), "name=oom_leak.pickle&job=train&host=gpu7&rank=3&tags=leak,nightly&trigger=oom")
-            .await;
+    let (status, answer) = server
+        .upload(bytes.clone(), "name=oom_leak.pickle&job=train&host=gpu7&rank=3&tags=leak,nightly&trigger=oom")
+        .await;
     assert_eq!(status, StatusCode::CREATED, "{answer}");
     let id = answer["id"].as_str().expect("id").to_owned();
     assert_eq!(answer["status"], "ready");
@@ -168,7 +112,7 @@ async fn upload_then_read_back_stats_file_and_timeline() {
 
 #[tokio::test]
 async fn twenty_concurrent_uploads_read_back_identical() {
-    let server = Server::start("concurrent");
+    let server = TestServer::start("concurrent", &[]);
     let names = [
         "compiled.pickle",
         "mlp_train_all.pickle",
@@ -218,17 +162,17 @@ fn gzip(bytes: &[u8]) -> Vec<u8> {
 
 #[tokio::test]
 async fn identical_uploads_are_stored_once() {
-    let server = Server::start("dedup");
+    let server = TestServer::start("dedup", &[]);
     let bytes = corpus_file("streams.pickle");
-    let (first, a) = upload(&server, bytes.clone(), "name=a&job=j&rank=0").await;
+    let (first, a) = server.upload(bytes.clone(), "name=a&job=j&rank=0").await;
     // Sent again (a retry): the same snapshot.
-    let (second, again) = upload(&server, bytes.clone(), "name=a&job=j&rank=0").await;
+    let (second, again) = server.upload(bytes.clone(), "name=a&job=j&rank=0").await;
     assert_eq!((first, second), (StatusCode::CREATED, StatusCode::OK));
     assert_eq!(a["id"], again["id"]);
     assert_eq!(again["deduplicated"], true);
     // Regression: the same bytes from another rank kept only the first
     // upload's labels. Now they get a row of their own, sharing the file.
-    let (third, b) = upload(&server, bytes, "name=b&job=j&rank=1").await;
+    let (third, b) = server.upload(bytes, "name=b&job=j&rank=1").await;
     assert_eq!(third, StatusCode::CREATED, "{b}");
     assert_ne!(a["id"], b["id"]);
     assert_eq!((b["deduplicated"].clone(), b["status"].clone()), (Value::from(true), Value::from("ready")));
@@ -241,7 +185,7 @@ async fn identical_uploads_are_stored_once() {
 
 #[tokio::test]
 async fn bad_uploads_are_rejected_and_nothing_is_stored() {
-    let server = Server::start("hostile");
+    let server = TestServer::start("hostile", &[]);
     let dir = common::synthetic_dir();
     for (file, kind) in [
         ("truncated_half.pickle", "truncated"),
@@ -251,12 +195,12 @@ async fn bad_uploads_are_rejected_and_nothing_is_stored() {
         ("gzip_garbage.pickle.gz", "bad_compression"),
     ] {
         let bytes = std::fs::read(dir.join(file)).expect("synthetic file");
-        let (status, answer) = upload(&server, bytes, &format!("name={file}")).await;
+        let (status, answer) = server.upload(bytes, &format!("name={file}")).await;
         assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{file}: {answer}");
         assert_eq!(answer["kind"], kind, "{file}: {answer}");
         assert!(answer["error"].as_str().is_some_and(|e| !e.is_empty()));
     }
-    let (status, _) = upload(&server, Vec::new(), "name=empty").await;
+    let (status, _) = server.upload(Vec::new(), "name=empty").await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
     let (_, page) = get_json(&server.api("/snapshots")).await;
     assert_eq!(page["items"], serde_json::json!([]));
@@ -266,21 +210,21 @@ async fn bad_uploads_are_rejected_and_nothing_is_stored() {
 #[tokio::test]
 async fn uploads_over_the_limit_get_413() {
     let dir = unique_dir("limit");
-    let server = Server::start_with(&dir, &[], &[("VRAMSCOPE_MAX_UPLOAD_BYTES", "100000".to_owned())]);
-    let (status, answer) = upload(&server, corpus_file("streams.pickle"), "name=big").await;
+    let server = TestServer::start_in(&dir, &[("VRAMSCOPE_MAX_UPLOAD_BYTES", "100000")]);
+    let (status, answer) = server.upload(corpus_file("streams.pickle"), "name=big").await;
     assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{answer}");
     assert!(stored_files(&server.data_dir).is_empty());
 }
 
 #[tokio::test]
 async fn list_filters_paginates_renames_tags_and_deletes() {
-    let server = Server::start("list");
+    let server = TestServer::start("list", &[]);
     let files = ["compiled.pickle", "mlp_train_all.pickle", "streams.pickle", "state_only.pickle"];
     let mut ids = Vec::new();
     for (i, f) in files.iter().enumerate() {
         let job = if i % 2 == 0 { "alpha" } else { "beta" };
         let (status, a) =
-            upload(&server, corpus_file(f), &format!("name={f}&job={job}&host=h{i}&tags=t{i},common")).await;
+            server.upload(corpus_file(f), &format!("name={f}&job={job}&host=h{i}&tags=t{i},common")).await;
         assert_eq!(status, StatusCode::CREATED);
         ids.push(a["id"].as_str().expect("id").to_owned());
     }
@@ -351,7 +295,7 @@ async fn tokens_are_required_off_loopback_mode_and_roles_are_enforced() {
         String::from_utf8(out.stdout).expect("utf8").trim().to_owned()
     };
     let (viewer, uploader, admin) = (token("viewer"), token("uploader"), token("admin"));
-    let server = Server::start_with(&dir, &[], &[("VRAMSCOPE_REQUIRE_TOKENS", "true".to_owned())]);
+    let server = TestServer::start_in(&dir, &[("VRAMSCOPE_REQUIRE_TOKENS", "true")]);
 
     let (status, _) = get_json(&format!("{}/healthz", server.url)).await;
     assert_eq!(status, StatusCode::OK, "healthz needs no token");
@@ -416,11 +360,11 @@ async fn tokens_are_required_off_loopback_mode_and_roles_are_enforced() {
 #[tokio::test]
 async fn a_killed_server_restarts_with_nothing_lost() {
     let dir = unique_dir("crash");
-    let mut server = Server::start_with(&dir, &[], &[]);
+    let server = TestServer::start_in(&dir, &[]);
     let mut kept = Vec::new();
     for f in ["compiled.pickle", "streams.pickle", "oom_leak.pickle"] {
         let bytes = corpus_file(f);
-        let (status, a) = upload(&server, bytes.clone(), &format!("name={f}")).await;
+        let (status, a) = server.upload(bytes.clone(), &format!("name={f}")).await;
         assert_eq!(status, StatusCode::CREATED);
         kept.push((a["id"].as_str().expect("id").to_owned(), bytes));
     }
@@ -432,12 +376,11 @@ async fn a_killed_server_restarts_with_nothing_lost() {
     tx.send(Ok(half[..half.len() / 2].to_vec())).await.expect("send");
     let pending = tokio::spawn(async move { client().post(url).body(body).send().await });
     tokio::time::sleep(Duration::from_millis(300)).await;
-    server.child.kill().expect("kill");
-    server.child.wait().expect("wait");
+    server.kill();
     drop(tx);
     let _ = pending.await;
 
-    let server = Server::start_with(&dir, &[], &[]);
+    let server = TestServer::start_in(&dir, &[]);
     let (_, page) = get_json(&server.api("/snapshots")).await;
     assert_eq!(page["items"].as_array().map(Vec::len), Some(3), "{page}");
     for (id, bytes) in &kept {
@@ -482,11 +425,12 @@ async fn two_instances_share_postgres_and_s3() {
     ];
     let store = format!("s3://{bucket}/snapshots");
     let args = ["--database-url", db_url.as_str(), "--blob-store", store.as_str()];
-    let a = Server::start_with(&unique_dir("team-a"), &args, &env);
-    let b = Server::start_with(&unique_dir("team-b"), &args, &env);
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let a = TestServer::start_with(&unique_dir("team-a"), &args, &env);
+    let b = TestServer::start_with(&unique_dir("team-b"), &args, &env);
 
     let bytes = corpus_file("oom_leak.pickle");
-    let (status, answer) = upload(&a, bytes.clone(), "name=from-a&job=team").await;
+    let (status, answer) = a.upload(bytes.clone(), "name=from-a&job=team").await;
     assert_eq!(status, StatusCode::CREATED, "{answer}");
     let id = answer["id"].as_str().expect("id");
     let (_, page) = get_json(&b.api("/snapshots?job=team")).await;
@@ -497,10 +441,10 @@ async fn two_instances_share_postgres_and_s3() {
     assert_eq!(status, StatusCode::OK, "{window}");
     // Same content and labels through the other instance (a retry): one
     // object, one row.
-    let (status, again) = upload(&b, bytes.clone(), "name=from-a&job=team").await;
+    let (status, again) = b.upload(bytes.clone(), "name=from-a&job=team").await;
     assert_eq!((status, again["id"].as_str()), (StatusCode::OK, Some(id)));
     // Under another name: a row of its own, on the same object.
-    let (status, other) = upload(&b, bytes, "name=from-b&job=team").await;
+    let (status, other) = b.upload(bytes, "name=from-b&job=team").await;
     assert_eq!(status, StatusCode::CREATED, "{other}");
     assert_ne!(other["id"].as_str(), Some(id));
     let (_, page) = get_json(&a.api("/snapshots?job=team")).await;
@@ -511,7 +455,7 @@ async fn two_instances_share_postgres_and_s3() {
 
 #[tokio::test]
 async fn multipart_and_gzip_uploads_and_compressed_answers() {
-    let server = Server::start("forms");
+    let server = TestServer::start("forms", &[]);
     let bytes = corpus_file("mlp_train_all.pickle");
     let form = reqwest::multipart::Form::new()
         .text("job", "forms")
@@ -553,8 +497,8 @@ async fn multipart_and_gzip_uploads_and_compressed_answers() {
 #[tokio::test]
 async fn large_uploads_parse_in_the_background_and_bad_ones_are_dropped() {
     let dir = unique_dir("background");
-    let server = Server::start_with(&dir, &[], &[("VRAMSCOPE_INLINE_PARSE_MAX_BYTES", "1000".to_owned())]);
-    let (status, answer) = upload(&server, corpus_file("compiled.pickle"), "name=big").await;
+    let server = TestServer::start_in(&dir, &[("VRAMSCOPE_INLINE_PARSE_MAX_BYTES", "1000")]);
+    let (status, answer) = server.upload(corpus_file("compiled.pickle"), "name=big").await;
     assert_eq!(status, StatusCode::CREATED, "{answer}");
     assert_eq!(answer["status"], "parsing");
     let id = answer["id"].as_str().expect("id").to_owned();
@@ -573,7 +517,7 @@ async fn large_uploads_parse_in_the_background_and_bad_ones_are_dropped() {
     // Over the inline limit, a truncated file is accepted first, then marked
     // failed with the reader's error, and its bytes are removed.
     let truncated = corpus_file("oom_leak.pickle");
-    let (status, answer) = upload(&server, truncated[..truncated.len() / 2].to_vec(), "name=cut").await;
+    let (status, answer) = server.upload(truncated[..truncated.len() / 2].to_vec(), "name=cut").await;
     assert_eq!(status, StatusCode::CREATED);
     let bad = answer["id"].as_str().expect("id").to_owned();
     let mut failed = Value::Null;
@@ -593,7 +537,7 @@ async fn large_uploads_parse_in_the_background_and_bad_ones_are_dropped() {
 
 #[tokio::test]
 async fn the_upload_command_sends_a_file() {
-    let server = Server::start("cli");
+    let server = TestServer::start("cli", &[]);
     let file = common::fixture_corpus().join("ring_overflow.pickle");
     let out = Command::new(env!("CARGO_BIN_EXE_vramscope"))
         .args(["upload", "--server", &server.url, "--job", "cli-job", "--trigger", "threshold"])

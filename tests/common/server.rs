@@ -48,7 +48,12 @@ impl TestServer {
 
     /// Start over an existing data folder.
     pub fn start_in(data_dir: &Path, env: &[(&str, &str)]) -> TestServer {
-        let (child, url) = super::spawn_server(data_dir, &[], env);
+        TestServer::start_with(data_dir, &[], env)
+    }
+
+    /// Start over a data folder with extra `vramscope serve` arguments.
+    pub fn start_with(data_dir: &Path, args: &[&str], env: &[(&str, &str)]) -> TestServer {
+        let (child, url) = super::spawn_server(data_dir, args, env);
         TestServer { child, url, data_dir: data_dir.to_path_buf() }
     }
 
