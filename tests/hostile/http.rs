@@ -390,7 +390,7 @@ async fn regression_a_file_the_server_dies_on_is_not_parsed_at_every_start() {
     // The second start parses it once more (a deploy may have stopped the
     // first), and dies again.
     let server = TestServer::start_in(&dir, &env);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
     let (_, rec) = server.get(&format!("/snapshots/{id}")).await;
     assert_eq!(rec["status"], "parsing", "resumed once: {rec}");
     let dir = server.kill();

@@ -4,7 +4,7 @@
 //! cannot read one child's peak itself). Each bomb must fail with the
 //! right error, under its budget plus a fixed margin (the binary, its
 //! buffers), and within 10 times the time a real file of as many bytes to
-//! read takes, plus a second.
+//! read takes, plus two seconds.
 
 use std::path::Path;
 use std::process::Command;
@@ -62,8 +62,8 @@ fn real_pace() -> f64 {
 
 /// Read `bytes` as `name` and check the refusal, the memory it took, and
 /// its time: within 10 times what a real file of its size takes (scaled
-/// from `ring_overflow.pickle`), plus a second for the noise of a shared
-/// machine.
+/// from `ring_overflow.pickle`), plus two seconds for the noise of a
+/// shared machine (this binary runs its tests in parallel).
 fn refused(name: &str, bytes: &[u8], says: &str) -> Run {
     refused_reading(name, bytes, says, bytes.len() as u64)
 }
@@ -73,7 +73,7 @@ fn refused(name: &str, bytes: &[u8], says: &str) -> Run {
 fn refused_reading(name: &str, bytes: &[u8], says: &str, readable: u64) -> Run {
     let path = bombs::write(name, bytes);
     let run = stats(&path, BUDGET);
-    let bound = Duration::from_secs_f64(10.0 * real_pace() * readable as f64 + 1.0);
+    let bound = Duration::from_secs_f64(10.0 * real_pace() * readable as f64 + 2.0);
     assert!(run.wall < bound, "{name} ({readable} bytes to read) took {:?}, over {bound:?}", run.wall);
     assert_eq!(run.code, 2, "{name}: exit code 2 for bad input ({})", run.stderr);
     assert!(run.stderr.contains(says), "{name}: expected {says:?} in {:?}", run.stderr);
