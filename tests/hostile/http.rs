@@ -385,7 +385,9 @@ async fn regression_a_file_the_server_dies_on_is_not_parsed_at_every_start() {
     let (status, answer) = server.upload(gpt_long, "name=deadly").await;
     assert_eq!(status, StatusCode::CREATED, "{answer}");
     let id = answer["id"].as_str().expect("id").to_owned();
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let (_, rec) = server.get(&format!("/snapshots/{id}")).await;
+    assert_eq!(rec["status"], "parsing", "still parsing when killed: {rec}");
     let dir = server.kill();
     // The second start parses it once more (a deploy may have stopped the
     // first), and dies again.
