@@ -461,6 +461,14 @@ async fn two_instances_review_jobs_and_retention() {
     };
     let keys_before = bucket_keys(&s3, &bucket).await;
     assert_eq!(keys_before.len(), 4, "{keys_before:?}");
+    // Regression: one viewer's comment kept a snapshot from retention for
+    // ever. Alice's (a viewer's) does not; an uploader's does.
+    let dry = vramscope(&["retention", "--config", &config_arg, "--dry-run", "--max-bytes", "1"], &env);
+    assert!(dry.contains("would delete 3 snapshot(s)") && dry.contains(&rank1), "{dry}");
+    let keep = json!({ "body": "keep: the reference run of this job" });
+    let (status, kept) =
+        send(client().post(b.api(&format!("/snapshots/{rank1}/comments"))).bearer_auth(&agents).json(&keep)).await;
+    assert_eq!(status, StatusCode::CREATED, "{kept}");
     let dry = vramscope(&["retention", "--config", &config_arg, "--dry-run", "--max-bytes", "1"], &env);
     assert!(dry.contains("would delete 2 snapshot(s)"), "{dry}");
     assert!(dry.contains(&rank2) && dry.contains(&loose), "{dry}");
