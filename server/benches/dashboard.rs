@@ -54,8 +54,8 @@
 //! Needs Chromium and chromedriver (`VRAMSCOPE_CHROMIUM`,
 //! `VRAMSCOPE_CHROMEDRIVER` to override) and the dashboard built into the
 //! binary (`scripts/build-frontend`). Other settings: `VRAMSCOPE_BENCH_GPT_LONG`
-//! (default `/work/shared/corpus/gpt_long.pickle`, then
-//! `tests/fixtures/corpus/gpt_long.pickle`), `VRAMSCOPE_BENCH_PYTHON`,
+//! (default `gpt_long.pickle` in `VRAMSCOPE_CORPUS`, itself by default
+//! `../shared/corpus` beside the workspace root), `VRAMSCOPE_BENCH_PYTHON`,
 //! `VRAMSCOPE_BENCH_QUICK` (set: `gpt_long.pickle` only).
 
 use std::net::TcpListener;
@@ -132,10 +132,11 @@ fn main() {
 }
 
 fn gpt_long(root: &Path) -> Option<PathBuf> {
+    let corpus =
+        std::env::var_os("VRAMSCOPE_CORPUS").map(PathBuf::from).unwrap_or_else(|| root.join("../shared/corpus"));
     let candidates = [
         std::env::var_os("VRAMSCOPE_BENCH_GPT_LONG").map(PathBuf::from),
-        Some(PathBuf::from("/work/shared/corpus/gpt_long.pickle")),
-        Some(root.join("tests/fixtures/corpus/gpt_long.pickle")),
+        Some(corpus.join("gpt_long.pickle")),
     ];
     candidates.into_iter().flatten().find(|p| p.is_file())
 }

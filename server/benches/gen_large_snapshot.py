@@ -4,7 +4,7 @@
 Usage: gen_large_snapshot.py OUT [--entries 1500000] [--seed 0]
 
 The output has the shape `torch.cuda.memory._dump_snapshot()` writes (see
-/work/shared/corpus/ring_overflow.pickle and gpt_long.pickle): a dict with
+ring_overflow.pickle and gpt_long.pickle in the corpus, VRAMSCOPE_CORPUS): a dict with
 `segments`, `device_traces`, `allocator_settings` and `external_annotations`,
 written with `pickle.dump(obj, f, protocol=4)`.  The object graph mimics the one
 PyTorch builds, so that pickle's memo produces the same opcode mix:

@@ -18,7 +18,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 #: PyTorch's recording cost per empty+free pair on the H200 (µs), from
-#: /work/shared/corpus/capture_overhead.json: off 3.0-3.7, recording 4.7-6.0.
+#: the corpus's capture_overhead.json (VRAMSCOPE_CORPUS): off 3.0-3.7, recording 4.7-6.0.
 REFERENCE = {"off": (3.0, 3.7), "record": (4.7, 6.0)}
 
 
