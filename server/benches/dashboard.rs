@@ -134,10 +134,8 @@ fn main() {
 fn gpt_long(root: &Path) -> Option<PathBuf> {
     let corpus =
         std::env::var_os("VRAMSCOPE_CORPUS").map(PathBuf::from).unwrap_or_else(|| root.join("../shared/corpus"));
-    let candidates = [
-        std::env::var_os("VRAMSCOPE_BENCH_GPT_LONG").map(PathBuf::from),
-        Some(corpus.join("gpt_long.pickle")),
-    ];
+    let candidates =
+        [std::env::var_os("VRAMSCOPE_BENCH_GPT_LONG").map(PathBuf::from), Some(corpus.join("gpt_long.pickle"))];
     candidates.into_iter().flatten().find(|p| p.is_file())
 }
 

@@ -251,17 +251,6 @@ async fn regression_a_slow_parse_is_stopped_and_never_resumed() {
     still_serves(&server, &victim).await;
 }
 
-/// The server's `parse_seconds` count: how many parses it ran.
-async fn parses(server: &TestServer) -> u64 {
-    let text = client().get(format!("{}/metrics", server.url)).send().await.expect("metrics");
-    let text = text.text().await.expect("text");
-    text.lines()
-        .find(|l| !l.starts_with('#') && l.contains("parse_seconds_count"))
-        .and_then(|l| l.split_whitespace().last())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no parse count in the metrics:\n{text}"))
-}
-
 #[tokio::test]
 async fn regression_one_parse_per_file_for_views_reports_and_concurrent_requests() {
     let gpt_long = std::fs::read(common::large_corpus().join("gpt_long.pickle")).expect("gpt_long");
@@ -284,24 +273,28 @@ async fn regression_one_parse_per_file_for_views_reports_and_concurrent_requests
         let response = client().get(server.api(&format!("/snapshots/{id}/{path}"))).send().await.expect(path);
         assert_eq!(response.status(), StatusCode::OK, "{path}");
     }
-    assert_eq!(parses(&server).await, 1, "one parse for the upload, the views and the exports");
+    assert_eq!(
+        metric(&server, "parse_seconds_count", None).await,
+        1,
+        "one parse for the upload, the views and the exports"
+    );
     // The rendered report is kept by content: asked again, the same page.
     let first = client().get(server.api(&format!("/snapshots/{id}/report.html"))).send().await.expect("report");
     let again = client().get(server.api(&format!("/snapshots/{id}/report.html"))).send().await.expect("report");
     assert_eq!(first.bytes().await.expect("page"), again.bytes().await.expect("page"));
-    assert_eq!(metric(&server, "reports_rendered_total").await, 1, "rendered once for three requests");
+    assert_eq!(metric(&server, "reports_rendered_total", None).await, 1, "rendered once for three requests");
     // An upload parsed inline (the default below 256 MiB): its views and
     // exports, asked for at once, do not parse again.
     let inline = TestServer::start("parse-inline", &[]);
     let (status, answer) = inline.upload(fixture("oom_leak.pickle"), "name=small").await;
     assert_eq!(status, StatusCode::CREATED);
     let small = answer["id"].as_str().expect("id").to_owned();
-    assert_eq!(parses(&inline).await, 1, "parsed before the answer");
+    assert_eq!(metric(&inline, "parse_seconds_count", None).await, 1, "parsed before the answer");
     for path in ["timeline?px=300", "report.html", "chart.png"] {
         let response = client().get(inline.api(&format!("/snapshots/{small}/{path}"))).send().await.expect(path);
         assert_eq!(response.status(), StatusCode::OK, "{path}");
     }
-    assert_eq!(parses(&inline).await, 1, "served from the upload's parse");
+    assert_eq!(metric(&inline, "parse_seconds_count", None).await, 1, "served from the upload's parse");
     let (_, found) = server.get(&format!("/snapshots/{id}/search?q=py&limit=1000000000")).await;
     let total = found["total"].as_u64().expect("total");
     assert!(total > 5000, "a query matching more than a page: {total}");
@@ -339,13 +332,7 @@ async fn regression_a_client_leaving_mid_parse_leaves_no_staged_bytes() {
 #[tokio::test]
 async fn regression_guessing_a_tokens_secret_costs_no_argon2_past_a_few() {
     let dir = crate::common::server::unique_dir("argon2");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_vramscope"))
-        .args(["token", "create", "--role", "admin", "--name", "ops", "--data-dir"])
-        .arg(&dir)
-        .output()
-        .expect("token create");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let token = String::from_utf8(out.stdout).expect("utf8").trim().to_owned();
+    let token = create_token(&dir, "admin");
     let id = token.split('_').nth(1).expect("token id").to_owned();
     let server = TestServer::start_in(&dir, &[("VRAMSCOPE_REQUIRE_TOKENS", "true")]);
     // The holder works (and stays verified through what follows).
@@ -357,15 +344,8 @@ async fn regression_guessing_a_tokens_secret_costs_no_argon2_past_a_few() {
         let response = client().get(server.api("/snapshots")).bearer_auth(&guess).send().await.expect("get");
         assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
     }
-    let metrics = client().get(format!("{}/metrics", server.url)).bearer_auth(&token).send().await.expect("metrics");
-    assert_eq!(metrics.status(), StatusCode::OK, "the real token still works");
-    let text = metrics.text().await.expect("text");
-    let hashes: u64 = text
-        .lines()
-        .find(|l| !l.starts_with('#') && l.contains("token_hashes"))
-        .and_then(|l| l.split_whitespace().last())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no token_hashes in\n{text}"));
+    // The real token still works: `metric` asserts its 200.
+    let hashes = metric(&server, "token_hashes", Some(&token)).await;
     assert!(
         hashes <= 11,
         "{hashes} argon2 checks for 80 wrong tokens and one right one (10 a minute per id, then none)"
@@ -494,10 +474,28 @@ async fn regression_a_client_trickling_its_headers_is_cut_off() {
     still_serves(&server, &id).await;
 }
 
-/// A gauge or counter of the server's `/metrics`.
-async fn metric(server: &TestServer, name: &str) -> u64 {
-    let text = client().get(format!("{}/metrics", server.url)).send().await.expect("metrics");
-    let text = text.text().await.expect("text");
+/// `vramscope token create --role ROLE` over a data folder; the token.
+fn create_token(dir: &std::path::Path, role: &str) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_vramscope"))
+        .args(["token", "create", "--role", role, "--name", role, "--data-dir"])
+        .arg(dir)
+        .output()
+        .expect("token create");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).expect("utf8").trim().to_owned()
+}
+
+/// A gauge or counter of the server's `/metrics` (with a token where the
+/// server requires one).
+async fn metric(server: &TestServer, name: &str, token: Option<&str>) -> u64 {
+    let request = client().get(format!("{}/metrics", server.url));
+    let request = match token {
+        Some(token) => request.bearer_auth(token),
+        None => request,
+    };
+    let response = request.send().await.expect("metrics");
+    assert_eq!(response.status(), StatusCode::OK, "metrics");
+    let text = response.text().await.expect("text");
     text.lines()
         .find(|l| !l.starts_with('#') && l.split_whitespace().next().is_some_and(|n| n.ends_with(name)))
         .and_then(|l| l.split_whitespace().last())
@@ -519,7 +517,7 @@ async fn regression_the_snapshot_cache_is_bounded_in_bytes() {
         assert_eq!(status, StatusCode::OK, "{window}");
         ids.push(id);
     }
-    assert_eq!(metric(&server, "cached_snapshots").await, 1, "only the newest fits");
+    assert_eq!(metric(&server, "cached_snapshots", None).await, 1, "only the newest fits");
     // The evicted ones load again on demand.
     let (status, _) = server.get(&format!("/snapshots/{}/timeline?px=200", ids[0])).await;
     assert_eq!(status, StatusCode::OK);
@@ -529,15 +527,7 @@ async fn regression_the_snapshot_cache_is_bounded_in_bytes() {
 #[tokio::test]
 async fn signed_links_open_one_snapshots_file_and_exports_without_a_token() {
     let dir = crate::common::server::unique_dir("links");
-    let token = |role: &str| {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_vramscope"))
-            .args(["token", "create", "--role", role, "--name", role, "--data-dir"])
-            .arg(&dir)
-            .output()
-            .expect("token create");
-        String::from_utf8(out.stdout).expect("utf8").trim().to_owned()
-    };
-    let (viewer, uploader) = (token("viewer"), token("uploader"));
+    let (viewer, uploader) = (create_token(&dir, "viewer"), create_token(&dir, "uploader"));
     let server = TestServer::start_in(&dir, &[("VRAMSCOPE_REQUIRE_TOKENS", "true")]);
     let bytes = fixture("oom_leak.pickle");
     let response = client()

@@ -78,7 +78,7 @@ pub(crate) async fn update(
         if name.trim().is_empty() {
             return Err(AppError::BadRequest("name must not be empty".to_owned()));
         }
-        super::upload::check_name(name)?;
+        super::upload::check_label("name", name)?;
     }
     let tags = update.tags.map(|tags| super::upload::clean_tags(tags.iter().map(String::as_str)));
     if let Some(tags) = &tags {

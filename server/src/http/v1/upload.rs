@@ -212,10 +212,8 @@ async fn field_text(
 /// Refuse labels and tags past their limits.
 fn check_labels(meta: &UploadMeta) -> AppResult<()> {
     for (what, value) in [("name", &meta.name), ("job", &meta.job), ("host", &meta.host)] {
-        if let Some(v) = value
-            && v.len() > MAX_LABEL_BYTES
-        {
-            return Err(AppError::BadRequest(format!("{what}: {} bytes, more than {MAX_LABEL_BYTES}", v.len())));
+        if let Some(v) = value {
+            check_label(what, v)?;
         }
     }
     let tags = clean_tags(meta.tags.as_deref().unwrap_or_default().split(','));
@@ -234,10 +232,11 @@ pub(crate) fn check_tags(tags: &[String]) -> AppResult<()> {
     Ok(())
 }
 
-/// Refuse a name past [`MAX_LABEL_BYTES`] (renames).
-pub(crate) fn check_name(name: &str) -> AppResult<()> {
-    if name.len() > MAX_LABEL_BYTES {
-        return Err(AppError::BadRequest(format!("name: {} bytes, more than {MAX_LABEL_BYTES}", name.len())));
+/// Refuse a label (name, job, host) past [`MAX_LABEL_BYTES`]; renames
+/// check the name with it too.
+pub(crate) fn check_label(what: &str, value: &str) -> AppResult<()> {
+    if value.len() > MAX_LABEL_BYTES {
+        return Err(AppError::BadRequest(format!("{what}: {} bytes, more than {MAX_LABEL_BYTES}", value.len())));
     }
     Ok(())
 }
