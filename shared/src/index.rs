@@ -9,10 +9,57 @@
 
 use rustc_hash::FxHashMap;
 
+use crate::column::Column;
+use crate::index_file::{ColumnRef, IndexFileError, Reader, Writer};
 use crate::snapshot::{Action, DeviceSnapshot, Snapshot, StackId};
 
+/// A trace row, or none: an `Option<u32>` with `u32::MAX` for `None`, so
+/// that allocations are plain numbers an index file can hold.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, bytemuck::Pod, bytemuck::Zeroable)]
+#[repr(transparent)]
+pub struct OptRow(u32);
+
+impl OptRow {
+    /// No row.
+    pub const NONE: OptRow = OptRow(u32::MAX);
+
+    /// Row `r` (`u32::MAX` is no row).
+    pub fn some(r: u32) -> OptRow {
+        OptRow(r)
+    }
+
+    /// The row, if any.
+    #[inline]
+    pub fn get(self) -> Option<u32> {
+        (self.0 != u32::MAX).then_some(self.0)
+    }
+
+    /// Whether there is no row.
+    pub fn is_none(self) -> bool {
+        self.0 == u32::MAX
+    }
+
+    /// Whether there is a row.
+    pub fn is_some(self) -> bool {
+        !self.is_none()
+    }
+}
+
+impl From<Option<u32>> for OptRow {
+    fn from(r: Option<u32>) -> OptRow {
+        r.map_or(OptRow::NONE, OptRow)
+    }
+}
+
+impl std::fmt::Debug for OptRow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.get().fmt(f)
+    }
+}
+
 /// One allocation's life, in trace rows.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
+#[repr(C)]
 pub struct Allocation {
     /// Block address.
     pub addr: u64,
@@ -20,12 +67,12 @@ pub struct Allocation {
     pub size: u64,
     /// Stack of the allocation (or of its free, for ghosts known only from a free).
     pub stack: StackId,
-    /// Row of the `alloc`; `None` for a ghost allocated before the trace starts.
-    pub alloc_row: Option<u32>,
+    /// Row of the `alloc`; none for a ghost allocated before the trace starts.
+    pub alloc_row: OptRow,
     /// Row of the `free_requested`, if freed.
-    pub free_requested_row: Option<u32>,
-    /// Row of the `free_completed`; `None` while still alive at the end.
-    pub free_completed_row: Option<u32>,
+    pub free_requested_row: OptRow,
+    /// Row of the `free_completed`; none while still alive at the end.
+    pub free_completed_row: OptRow,
 }
 
 impl Allocation {
@@ -62,7 +109,7 @@ pub struct DeviceIndex {
     pub device: u32,
     /// Allocations, in order of their first appearance (ghosts alive from the
     /// start and never freed come last).
-    pub allocations: Vec<Allocation>,
+    pub allocations: Column<Allocation>,
     /// Segments and mapped ranges, in order of first appearance.
     pub segments: Vec<SegmentSpan>,
 }
@@ -87,34 +134,34 @@ impl DeviceIndex {
                         addr,
                         size,
                         stack,
-                        alloc_row: Some(row),
-                        free_requested_row: None,
-                        free_completed_row: None,
+                        alloc_row: OptRow::some(row),
+                        free_requested_row: OptRow::NONE,
+                        free_completed_row: OptRow::NONE,
                     });
                 }
                 Action::FreeRequested => match open.get(&addr) {
-                    Some(&k) => allocations[k].free_requested_row = Some(row),
+                    Some(&k) => allocations[k].free_requested_row = OptRow::some(row),
                     None => {
                         open.insert(addr, allocations.len());
                         allocations.push(Allocation {
                             addr,
                             size,
                             stack,
-                            alloc_row: None,
-                            free_requested_row: Some(row),
-                            free_completed_row: None,
+                            alloc_row: OptRow::NONE,
+                            free_requested_row: OptRow::some(row),
+                            free_completed_row: OptRow::NONE,
                         });
                     }
                 },
                 Action::FreeCompleted => match open.remove(&addr) {
-                    Some(k) => allocations[k].free_completed_row = Some(row),
+                    Some(k) => allocations[k].free_completed_row = OptRow::some(row),
                     None => allocations.push(Allocation {
                         addr,
                         size,
                         stack,
-                        alloc_row: None,
-                        free_requested_row: None,
-                        free_completed_row: Some(row),
+                        alloc_row: OptRow::NONE,
+                        free_requested_row: OptRow::NONE,
+                        free_completed_row: OptRow::some(row),
                     }),
                 },
                 action @ (Action::SegmentAlloc | Action::SegmentMap) => {
@@ -149,9 +196,9 @@ impl DeviceIndex {
                         addr: block.address,
                         size: block.requested_size,
                         stack: block.stack,
-                        alloc_row: None,
-                        free_requested_row: None,
-                        free_completed_row: None,
+                        alloc_row: OptRow::NONE,
+                        free_requested_row: OptRow::NONE,
+                        free_completed_row: OptRow::NONE,
                     });
                 }
             }
@@ -165,7 +212,7 @@ impl DeviceIndex {
                 });
             }
         }
-        DeviceIndex { device: device.device, allocations, segments }
+        DeviceIndex { device: device.device, allocations: allocations.into(), segments }
     }
 
     /// Allocations alive before the trace's first entry.
@@ -185,5 +232,67 @@ impl SnapshotIndex {
     /// Build the intervals of every device.
     pub fn build(snapshot: &Snapshot) -> SnapshotIndex {
         SnapshotIndex { devices: snapshot.devices.iter().map(DeviceIndex::build).collect() }
+    }
+}
+
+/// "No row" in an index file's row columns.
+const NO_ROW: u32 = u32::MAX;
+
+/// Where a device's intervals lie in an index file.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+pub(crate) struct DeviceIndexHeader {
+    device: u32,
+    /// The allocations as they are in memory (`Allocation` is plain numbers).
+    allocations: ColumnRef,
+    /// Segments: addr, size, start and end rows, mapped (0 or 1).
+    seg_addr: ColumnRef,
+    seg_size: ColumnRef,
+    seg_rows: ColumnRef,
+    seg_mapped: ColumnRef,
+}
+
+impl SnapshotIndex {
+    /// Write the intervals to an index file.
+    pub(crate) fn save<W: std::io::Write>(&self, w: &mut Writer<W>) -> std::io::Result<Vec<DeviceIndexHeader>> {
+        let row = |r: Option<u32>| r.unwrap_or(NO_ROW);
+        let mut out = Vec::new();
+        for d in &self.devices {
+            let s = &d.segments;
+            out.push(DeviceIndexHeader {
+                device: d.device,
+                allocations: w.column(&d.allocations)?,
+                seg_addr: w.column(&s.iter().map(|s| s.addr).collect::<Vec<_>>())?,
+                seg_size: w.column(&s.iter().map(|s| s.size).collect::<Vec<_>>())?,
+                seg_rows: w.column(&s.iter().map(|s| [row(s.start_row), row(s.end_row)]).collect::<Vec<_>>())?,
+                seg_mapped: w.column(&s.iter().map(|s| u8::from(s.mapped)).collect::<Vec<_>>())?,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Read the intervals of an index file: the allocations in place, the
+    /// (few) segments copied.
+    pub(crate) fn load(r: &Reader, headers: &[DeviceIndexHeader]) -> Result<SnapshotIndex, IndexFileError> {
+        let row = |r: u32| (r != NO_ROW).then_some(r);
+        let mut devices = Vec::with_capacity(headers.len());
+        for h in headers {
+            let allocations = r.column::<Allocation>(&h.allocations)?;
+            let addr = r.column::<u64>(&h.seg_addr)?;
+            let n = addr.len();
+            let size = r.column_of::<u64>(&h.seg_size, n)?;
+            let rows = r.column_of::<[u32; 2]>(&h.seg_rows, n)?;
+            let mapped = r.column_of::<u8>(&h.seg_mapped, n)?;
+            let segments = (0..n)
+                .map(|i| SegmentSpan {
+                    addr: addr[i],
+                    size: size[i],
+                    start_row: row(rows[i][0]),
+                    end_row: row(rows[i][1]),
+                    mapped: mapped[i] != 0,
+                })
+                .collect();
+            devices.push(DeviceIndex { device: h.device, allocations, segments });
+        }
+        Ok(SnapshotIndex { devices })
     }
 }

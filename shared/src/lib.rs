@@ -1,10 +1,15 @@
 //! vramscope's shared crate: the PyTorch memory-snapshot model, its reader,
 //! timelines and analysis. Compiles for native targets and wasm32; does no I/O
-//! beyond reading from a caller's [`std::io::Read`].
+//! beyond reading from a caller's [`std::io::Read`] and writing to a
+//! caller's [`std::io::Write`].
+
+#![forbid(unsafe_code)]
 
 pub mod analysis;
+pub mod column;
 pub mod error;
 pub mod index;
+pub mod index_file;
 pub mod pickle;
 pub mod simulate;
 pub mod snapshot;

@@ -34,10 +34,14 @@
 //!
 //! # Costs
 //!
-//! Per device, with `n` rows and `m` allocations: 24 B/row for the curves,
-//! 8 B/row for the times, about 5 B/row for the min/max tables, 32 B and
-//! about 8 B per allocation for the allocation index, plus its checkpoints
-//! (bounded to about 16 B per allocation, see `AllocationIndex`).
+//! Per device, with `n` rows and `m` allocations: no per-row values for
+//! the curves (they are replayed inside a block from the trace's action and
+//! size columns, shared with the trace; 48 B of starting values per block
+//! of [`BLOCK`] rows), `0.375 · log2(n / BLOCK)` B/row for the min/max
+//! tables (6.4 at 16M rows), the trace's own times unless they go back
+//! (then 8 B/row), 32 B and about 8 B per allocation for the allocation
+//! index, plus its checkpoints (bounded to about 16 B per allocation, see
+//! `AllocationIndex`).
 //! A query costs `O(px · (log n + BLOCK))` for the buckets and
 //! `O((k + C) · log m)` for the `k` largest allocations, `C` being the
 //! checkpoint stride (256 for ordinary traces).
@@ -47,7 +51,9 @@ use std::collections::BinaryHeap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::column::Column;
 use crate::index::{DeviceIndex, SnapshotIndex};
+use crate::index_file::{ColumnRef, IndexFileError, Reader, Writer, check};
 use crate::snapshot::{Action, BlockState, DeviceSnapshot, Snapshot, StackId};
 
 /// Rows per block of the min/max tables. A bucket scans at most two partial
@@ -302,13 +308,18 @@ impl TimelineIndex {
 struct DeviceTimeline {
     device: u32,
     rows: usize,
-    /// Running maximum of `time_us` per row; `None` without times.
-    times: Option<Vec<i64>>,
-    allocated: Curve,
-    active: Curve,
-    reserved: Curve,
+    /// Running maximum of `time_us` per row; `None` without times. The
+    /// trace's own column when its times never go back (real files).
+    times: Option<Column<i64>>,
+    /// `times` is the trace's `time_us` column, shared.
+    times_from_trace: bool,
+    /// The trace's action and size columns (shared), from which the
+    /// curves are replayed inside a block.
+    columns: Rows,
+    /// `allocated`, `active` and `reserved`.
+    curves: Curves,
     /// Rows of `oom` entries, ascending.
-    oom_rows: Vec<u32>,
+    oom_rows: Column<u32>,
     trace_wrapped: bool,
     allocations: AllocationIndex,
 }
@@ -342,34 +353,18 @@ impl DeviceTimeline {
         let final_active: i128 = blocks().filter(|b| b.state.is_active()).map(|b| i128::from(b.requested_size)).sum();
         let final_alloc: i128 =
             blocks().filter(|b| b.state == BlockState::ActiveAllocated).map(|b| i128::from(b.requested_size)).sum();
-        let (mut alloc, mut active, mut reserved) =
+        let (alloc, active, reserved) =
             (final_alloc - net_alloc, final_active - net_active, final_reserved - net_reserved);
         // Same test as stats.rs (its `requested` is our `active`).
         let trace_wrapped = reserved != 0 || active != 0;
-        let starts = (clamp(alloc), clamp(active), clamp(reserved));
+        let columns = Rows { action: trace.action.clone(), size: trace.size.clone() };
+        let curves = Curves::build(&columns, [alloc, active, reserved]);
 
-        let mut v_alloc = Vec::with_capacity(n);
-        let mut v_active = Vec::with_capacity(n);
-        let mut v_reserved = Vec::with_capacity(n);
-        for (i, &size) in sizes.iter().enumerate() {
-            let s = i128::from(size);
-            match trace.action(i) {
-                Action::Alloc => {
-                    alloc += s;
-                    active += s;
-                }
-                Action::FreeRequested => alloc -= s,
-                Action::FreeCompleted => active -= s,
-                Action::SegmentAlloc | Action::SegmentMap => reserved += s,
-                Action::SegmentFree | Action::SegmentUnmap => reserved -= s,
-                _ => {}
-            }
-            v_alloc.push(clamp(alloc));
-            v_active.push(clamp(active));
-            v_reserved.push(clamp(reserved));
-        }
-
+        let times_from_trace = trace.has_time() && trace.times_us().is_sorted();
         let times = trace.has_time().then(|| {
+            if times_from_trace {
+                return trace.time_us.clone();
+            }
             let mut max = i64::MIN;
             trace
                 .times_us()
@@ -385,21 +380,20 @@ impl DeviceTimeline {
             device: device.device,
             rows: n,
             times,
-            allocated: Curve::new(starts.0, v_alloc),
-            active: Curve::new(starts.1, v_active),
-            reserved: Curve::new(starts.2, v_reserved),
-            oom_rows,
+            times_from_trace,
+            columns,
+            curves,
+            oom_rows: oom_rows.into(),
             trace_wrapped,
             allocations: AllocationIndex::build(intervals, n, MIN_CHECKPOINT_STRIDE, None),
         }
     }
 
     fn heap_bytes(&self) -> usize {
-        self.times.as_ref().map_or(0, |t| t.len() * 8)
-            + self.allocated.heap_bytes()
-            + self.active.heap_bytes()
-            + self.reserved.heap_bytes()
-            + self.oom_rows.len() * 4
+        // Times shared with the trace are counted there.
+        self.times.as_ref().filter(|_| !self.times_from_trace).map_or(0, Column::heap_bytes)
+            + self.curves.heap_bytes()
+            + self.oom_rows.heap_bytes()
             + self.allocations.heap_bytes()
     }
 
@@ -454,13 +448,13 @@ impl DeviceTimeline {
         let mut window_start_marked = false;
         for i in 0..count {
             let (x0, x1, a, b) = (xs[i], xs[i + 1], rows[i], rows[i + 1]);
-            let c = carry(a, x0);
+            let [allocated, active, reserved] = self.curves.range3(&self.columns, a, b, carry(a, x0));
             buckets.push(Bucket {
                 x0,
                 x1,
-                allocated: self.allocated.range3(a, b, c),
-                reserved: self.reserved.range3(a, b, c),
-                active: self.active.range3(a, b, c),
+                allocated,
+                reserved,
+                active,
                 events: u32::try_from(b - a).unwrap_or(u32::MAX),
             });
             if a >= b {
@@ -548,72 +542,181 @@ impl DeviceTimeline {
     }
 }
 
-/// A curve: its value before the trace, after each row, and min/max tables.
+/// The trace columns the curves are replayed from.
 #[derive(Debug)]
-struct Curve {
-    start: u64,
-    values: Vec<u64>,
-    /// `levels[k][j]` = (min, max) over blocks `j .. j + 2^k` (a sparse
-    /// table over blocks of [`BLOCK`] rows): any run of whole blocks is the
-    /// union of two overlapping entries.
-    levels: Vec<Vec<(u64, u64)>>,
+struct Rows {
+    action: Column<u16>,
+    size: Column<u64>,
 }
 
-impl Curve {
-    fn new(start: u64, values: Vec<u64>) -> Curve {
-        let blocks: Vec<(u64, u64)> = values.chunks(BLOCK).map(scan).collect();
-        let mut levels = vec![blocks];
+impl Rows {
+    /// Apply row `r` to the running (unclamped) values of the curves.
+    #[inline]
+    fn apply(&self, state: &mut [i128; 3], r: usize) {
+        let s = i128::from(self.size[r]);
+        match Action::from_code(self.action[r]) {
+            Action::Alloc => {
+                state[ALLOCATED] += s;
+                state[ACTIVE] += s;
+            }
+            Action::FreeRequested => state[ALLOCATED] -= s,
+            Action::FreeCompleted => state[ACTIVE] -= s,
+            Action::SegmentAlloc | Action::SegmentMap => state[RESERVED] += s,
+            Action::SegmentFree | Action::SegmentUnmap => state[RESERVED] -= s,
+            _ => {}
+        }
+    }
+}
+
+const ALLOCATED: usize = 0;
+const ACTIVE: usize = 1;
+const RESERVED: usize = 2;
+
+/// The three curves, kept without a value per row: the running values at
+/// the start of every block of [`BLOCK`] rows, and min/max tables over
+/// whole blocks. Inside a block the values are replayed from the trace's
+/// columns (at most `BLOCK` rows, as many as a scan of stored values
+/// would read), which saves 24 bytes per row.
+#[derive(Debug)]
+struct Curves {
+    /// Running values before each block `j` (row `j · BLOCK`), one entry
+    /// per block and one past the last: `i128`s as (low, high) words, so
+    /// that clamping happens on the output only, as the curves are defined.
+    starts: Column<[u64; 6]>,
+    /// Per curve, `levels[k][j]` = (min, max) over blocks `j .. j + 2^k` (a
+    /// sparse table over blocks): any run of whole blocks is the union of
+    /// two overlapping entries.
+    levels: [Vec<Column<[u64; 2]>>; 3],
+}
+
+fn pack(state: [i128; 3]) -> [u64; 6] {
+    let mut out = [0u64; 6];
+    for (c, v) in state.iter().enumerate() {
+        out[2 * c] = *v as u64;
+        out[2 * c + 1] = (*v >> 64) as u64;
+    }
+    out
+}
+
+fn unpack(words: [u64; 6]) -> [i128; 3] {
+    std::array::from_fn(|c| (i128::from(words[2 * c + 1] as i64) << 64) | i128::from(words[2 * c]))
+}
+
+fn clamp3(state: [i128; 3]) -> [u64; 3] {
+    state.map(clamp)
+}
+
+impl Curves {
+    /// One pass over the trace from the running values before its first row.
+    fn build(rows: &Rows, initial: [i128; 3]) -> Curves {
+        let n = rows.action.len();
+        let mut starts = Vec::with_capacity(n / BLOCK + 1);
+        let mut blocks: [Vec<[u64; 2]>; 3] = std::array::from_fn(|_| Vec::with_capacity(n.div_ceil(BLOCK)));
+        let mut state = initial;
+        for j in 0..n.div_ceil(BLOCK) {
+            starts.push(pack(state));
+            let mut mm = [(u64::MAX, 0u64); 3];
+            for r in j * BLOCK..((j + 1) * BLOCK).min(n) {
+                rows.apply(&mut state, r);
+                for (c, v) in clamp3(state).into_iter().enumerate() {
+                    mm[c] = (mm[c].0.min(v), mm[c].1.max(v));
+                }
+            }
+            for c in 0..3 {
+                blocks[c].push(pair(mm[c]));
+            }
+        }
+        starts.push(pack(state));
+        let levels = blocks.map(|blocks| {
+            let mut levels: Vec<Column<[u64; 2]>> = vec![blocks.into()];
+            let mut span = 1;
+            while let Some(prev) = levels.last().filter(|p| p.len() > span) {
+                let next = (0..prev.len() - span).map(|j| pair(merge(tuple(prev[j]), tuple(prev[j + span])))).collect();
+                levels.push(next);
+                span *= 2;
+            }
+            levels
+        });
+        Curves { starts: starts.into(), levels }
+    }
+
+    /// The number of entries of each level for `rows` rows, as `build` makes them.
+    fn level_lengths(rows: usize) -> Vec<usize> {
+        let mut lengths = vec![rows.div_ceil(BLOCK)];
         let mut span = 1;
-        while let Some(prev) = levels.last().filter(|p| p.len() > span) {
-            let next = (0..prev.len() - span).map(|j| merge(prev[j], prev[j + span])).collect();
-            levels.push(next);
+        while let Some(&prev) = lengths.last().filter(|&&p| p > span) {
+            lengths.push(prev - span);
             span *= 2;
         }
-        Curve { start, values, levels }
+        lengths
     }
 
     fn heap_bytes(&self) -> usize {
-        self.values.len() * 8 + self.levels.iter().map(|l| l.len() * 16).sum::<usize>()
+        self.starts.heap_bytes() + self.levels.iter().flatten().map(Column::heap_bytes).sum::<usize>()
     }
 
-    /// Value before row `a`.
-    fn before(&self, a: usize) -> u64 {
-        if a == 0 { self.start } else { self.values.get(a - 1).copied().unwrap_or(self.start) }
+    /// Running values before row `a` (`a <= rows`).
+    fn before(&self, rows: &Rows, a: usize) -> [i128; 3] {
+        let j = a / BLOCK;
+        let mut state = unpack(self.starts[j]);
+        for r in j * BLOCK..a {
+            rows.apply(&mut state, r);
+        }
+        state
     }
 
-    /// (min, max) over rows `a..b`, `a < b <= len`.
-    fn min_max(&self, a: usize, b: usize) -> (u64, u64) {
+    /// Per curve (min, max) over rows `a..b`, which lie in one block, and
+    /// the running values after them.
+    fn scan(&self, rows: &Rows, a: usize, b: usize) -> ([(u64, u64); 3], [i128; 3]) {
+        let mut state = self.before(rows, a);
+        let mut mm = [(u64::MAX, 0u64); 3];
+        for r in a..b {
+            rows.apply(&mut state, r);
+            for (c, v) in clamp3(state).into_iter().enumerate() {
+                mm[c] = (mm[c].0.min(v), mm[c].1.max(v));
+            }
+        }
+        (mm, state)
+    }
+
+    /// The three curves over rows `a..b` (`b <= rows`); with `carry_in`,
+    /// the value before `a` counts too.
+    fn range3(&self, rows: &Rows, a: usize, b: usize, carry_in: bool) -> [Range3; 3] {
+        if a >= b {
+            return clamp3(self.before(rows, a)).map(|v| Range3 { min: v, max: v, last: v });
+        }
         let first_full = a.div_ceil(BLOCK);
         let end_full = b / BLOCK;
-        if first_full >= end_full {
-            return scan(&self.values[a..b]);
-        }
-        let k = (end_full - first_full).ilog2() as usize;
-        let level = &self.levels[k];
-        let mid = merge(level[first_full], level[end_full - (1 << k)]);
-        let head = scan(&self.values[a..first_full * BLOCK]);
-        let tail = scan(&self.values[end_full * BLOCK..b]);
-        merge(merge(head, mid), tail)
-    }
-
-    fn range3(&self, a: usize, b: usize, carry_in: bool) -> Range3 {
-        if a >= b {
-            let v = self.before(a);
-            return Range3 { min: v, max: v, last: v };
-        }
-        let (mut min, mut max) = self.min_max(a, b);
+        let (mut mm, after) = if first_full >= end_full {
+            self.scan(rows, a, b)
+        } else {
+            let (head, _) = self.scan(rows, a, first_full * BLOCK);
+            let (tail, after) = self.scan(rows, end_full * BLOCK, b);
+            let k = (end_full - first_full).ilog2() as usize;
+            let mm = std::array::from_fn(|c| {
+                let level = &self.levels[c][k];
+                let mid = merge(tuple(level[first_full]), tuple(level[end_full - (1 << k)]));
+                merge(merge(head[c], mid), tail[c])
+            });
+            (mm, after)
+        };
         if carry_in {
-            let v = self.before(a);
-            min = min.min(v);
-            max = max.max(v);
+            for (c, v) in clamp3(self.before(rows, a)).into_iter().enumerate() {
+                mm[c] = (mm[c].0.min(v), mm[c].1.max(v));
+            }
         }
-        Range3 { min, max, last: self.values[b - 1] }
+        let last = clamp3(after);
+        std::array::from_fn(|c| Range3 { min: mm[c].0, max: mm[c].1, last: last[c] })
     }
 }
 
-/// (min, max) of a slice; (MAX, 0) for an empty one, the identity of [`merge`].
-fn scan(values: &[u64]) -> (u64, u64) {
-    values.iter().fold((u64::MAX, 0), |(lo, hi), &v| (lo.min(v), hi.max(v)))
+/// The identity of [`merge`] is (MAX, 0).
+fn pair((lo, hi): (u64, u64)) -> [u64; 2] {
+    [lo, hi]
+}
+
+fn tuple([lo, hi]: [u64; 2]) -> (u64, u64) {
+    (lo, hi)
 }
 
 fn merge(a: (u64, u64), b: (u64, u64)) -> (u64, u64) {
@@ -629,7 +732,8 @@ const NONE: u32 = u32::MAX;
 
 /// An allocation's life in state positions (0 = before row 0, `r + 1` =
 /// after row `r`): alive at positions `lo..hi`.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+#[repr(C)]
 struct AllocItem {
     addr: u64,
     size: u64,
@@ -666,15 +770,15 @@ struct AllocItem {
 #[derive(Debug, Default)]
 struct AllocationIndex {
     /// Allocations of nonzero size, sorted by `lo` (then index order).
-    items: Vec<AllocItem>,
+    items: Column<AllocItem>,
     /// Iterative segment tree over `items`: `tree[m + i] = i`, each inner node
     /// the larger of its children by (size, then lower index).
-    tree: Vec<u32>,
+    tree: Column<u32>,
     stride: u64,
     /// Checkpoint `j` (at position `j · stride`) lists
     /// `checkpoint_ids[checkpoint_starts[j]..checkpoint_starts[j + 1]]`.
-    checkpoint_starts: Vec<u32>,
-    checkpoint_ids: Vec<u32>,
+    checkpoint_starts: Column<u32>,
+    checkpoint_ids: Column<u32>,
 }
 
 impl AllocationIndex {
@@ -687,14 +791,14 @@ impl AllocationIndex {
         let mut items: Vec<AllocItem> = intervals
             .allocations
             .iter()
-            .filter(|a| a.size > 0 && in_trace(a.alloc_row) && in_trace(a.free_completed_row))
+            .filter(|a| a.size > 0 && in_trace(a.alloc_row.get()) && in_trace(a.free_completed_row.get()))
             .map(|a| AllocItem {
                 addr: a.addr,
                 size: a.size,
                 stack: a.stack,
-                lo: a.alloc_row.map_or(0, |r| r.saturating_add(1)),
-                hi: a.free_completed_row.map_or(end, |r| r.saturating_add(1)),
-                free_requested: a.free_requested_row.unwrap_or(NONE),
+                lo: a.alloc_row.get().map_or(0, |r| r.saturating_add(1)),
+                hi: a.free_completed_row.get().map_or(end, |r| r.saturating_add(1)),
+                free_requested: a.free_requested_row.get().unwrap_or(NONE),
             })
             .collect();
         items.sort_by_key(|it| it.lo); // stable: ties keep index order
@@ -744,12 +848,20 @@ impl AllocationIndex {
                 *slot += 1;
             }
         }
-        AllocationIndex { items, tree, stride, checkpoint_starts, checkpoint_ids }
+        AllocationIndex {
+            items: items.into(),
+            tree: tree.into(),
+            stride,
+            checkpoint_starts: checkpoint_starts.into(),
+            checkpoint_ids: checkpoint_ids.into(),
+        }
     }
 
     fn heap_bytes(&self) -> usize {
-        self.items.len() * size_of::<AllocItem>()
-            + (self.tree.len() + self.checkpoint_starts.len() + self.checkpoint_ids.len()) * 4
+        self.items.heap_bytes()
+            + self.tree.heap_bytes()
+            + self.checkpoint_starts.heap_bytes()
+            + self.checkpoint_ids.heap_bytes()
     }
 
     /// Index of the largest item in `items[l..r]` (`l < r`).
@@ -855,6 +967,147 @@ impl AllocationIndex {
 fn larger(items: &[AllocItem], a: u32, b: u32) -> u32 {
     let (sa, sb) = (items[a as usize].size, items[b as usize].size);
     if sa > sb || (sa == sb && a < b) { a } else { b }
+}
+
+/// Where a device's timeline lies in an index file.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct DeviceTimelineHeader {
+    device: u32,
+    rows: usize,
+    times: TimesHeader,
+    curve_starts: ColumnRef,
+    curve_levels: [Vec<ColumnRef>; 3],
+    oom_rows: ColumnRef,
+    trace_wrapped: bool,
+    items: ColumnRef,
+    tree: ColumnRef,
+    stride: u64,
+    checkpoint_starts: ColumnRef,
+    checkpoint_ids: ColumnRef,
+}
+
+/// Where a timeline's x positions on the time axis come from.
+#[derive(Debug, Serialize, Deserialize)]
+enum TimesHeader {
+    /// The trace has no times.
+    None,
+    /// The trace's own `time_us` (never going back).
+    Trace,
+    /// Their running maximum, written apart.
+    Own(ColumnRef),
+}
+
+impl TimelineIndex {
+    /// Write the timelines to an index file (times shared with the trace
+    /// are not written twice).
+    pub(crate) fn save<W: std::io::Write>(&self, w: &mut Writer<W>) -> std::io::Result<Vec<DeviceTimelineHeader>> {
+        let mut out = Vec::new();
+        for d in &self.devices {
+            let times = match &d.times {
+                None => TimesHeader::None,
+                Some(_) if d.times_from_trace => TimesHeader::Trace,
+                Some(t) => TimesHeader::Own(w.column(t)?),
+            };
+            let a = &d.allocations;
+            out.push(DeviceTimelineHeader {
+                device: d.device,
+                rows: d.rows,
+                times,
+                curve_starts: w.column(&d.curves.starts)?,
+                curve_levels: [
+                    d.curves.levels[0].iter().map(|l| w.column(l)).collect::<std::io::Result<_>>()?,
+                    d.curves.levels[1].iter().map(|l| w.column(l)).collect::<std::io::Result<_>>()?,
+                    d.curves.levels[2].iter().map(|l| w.column(l)).collect::<std::io::Result<_>>()?,
+                ],
+                oom_rows: w.column(&d.oom_rows)?,
+                trace_wrapped: d.trace_wrapped,
+                items: w.column(&a.items)?,
+                tree: w.column(&a.tree)?,
+                stride: a.stride,
+                checkpoint_starts: w.column(&a.checkpoint_starts)?,
+                checkpoint_ids: w.column(&a.checkpoint_ids)?,
+            });
+        }
+        Ok(out)
+    }
+
+    /// View the timelines of an index file, checking every id the
+    /// queries follow. `trace(device)` is the device's trace.
+    pub(crate) fn load<'t>(
+        r: &Reader,
+        headers: &[DeviceTimelineHeader],
+        trace: impl Fn(u32) -> Option<&'t crate::snapshot::TraceColumns>,
+    ) -> Result<TimelineIndex, IndexFileError> {
+        let mut devices = Vec::with_capacity(headers.len());
+        for h in headers {
+            let rows = h.rows;
+            let times = match &h.times {
+                TimesHeader::None => None,
+                TimesHeader::Trace => {
+                    let t = trace(h.device).map(|t| t.time_us.clone()).filter(|t| t.len() == rows && t.is_sorted());
+                    Some(
+                        t.ok_or_else(|| IndexFileError::Header(format!("device {}: no sorted trace times", h.device)))?,
+                    )
+                }
+                TimesHeader::Own(c) => Some(r.column_of(c, rows)?),
+            };
+            check(times.as_ref().is_none_or(|t| t.is_sorted()), || "timeline times out of order".to_owned())?;
+            let columns = trace(h.device).filter(|t| t.len() == rows);
+            let columns = columns
+                .ok_or_else(|| IndexFileError::Header(format!("device {}: no trace of {rows} rows", h.device)))?;
+            let lengths = Curves::level_lengths(rows);
+            let mut levels: [Vec<Column<[u64; 2]>>; 3] = Default::default();
+            for (c, refs) in h.curve_levels.iter().enumerate() {
+                check(refs.len() == lengths.len(), || format!("{} min/max levels for {rows} rows", refs.len()))?;
+                levels[c] = refs.iter().zip(&lengths).map(|(l, &n)| r.column_of(l, n)).collect::<Result<_, _>>()?;
+            }
+            let curves = Curves { starts: r.column_of(&h.curve_starts, rows.div_ceil(BLOCK) + 1)?, levels };
+            let oom_rows: Column<u32> = r.column(&h.oom_rows)?;
+            check(oom_rows.iter().all(|&o| (o as usize) < rows), || "an oom row past the trace".to_owned())?;
+            let items: Column<AllocItem> = r.column(&h.items)?;
+            let m = items.len();
+            let end = rows as u64 + 1;
+            check(
+                items.iter().all(|it| {
+                    it.lo <= it.hi
+                        && u64::from(it.hi) <= end
+                        && (it.free_requested == NONE || (it.free_requested as usize) < rows)
+                }) && items.is_sorted_by_key(|it| it.lo),
+                || "an allocation's rows past the trace".to_owned(),
+            )?;
+            let tree: Column<u32> = r.column_of(&h.tree, 2 * m)?;
+            check(tree.iter().all(|&i| (i as usize) < m.max(1)), || "a tree node past the allocations".to_owned())?;
+            check(h.stride >= 1, || "a checkpoint stride of 0".to_owned())?;
+            let checkpoints = rows / usize::try_from(h.stride).unwrap_or(usize::MAX) + 1;
+            let starts: Column<u32> = r.column_of(&h.checkpoint_starts, checkpoints + 1)?;
+            let ids: Column<u32> = r.column(&h.checkpoint_ids)?;
+            check(
+                starts.first() == Some(&0)
+                    && starts.is_sorted()
+                    && starts.last().is_some_and(|&e| e as usize == ids.len())
+                    && ids.iter().all(|&i| (i as usize) < m),
+                || "checkpoint lists out of order".to_owned(),
+            )?;
+            devices.push(DeviceTimeline {
+                device: h.device,
+                rows,
+                times_from_trace: matches!(h.times, TimesHeader::Trace),
+                times,
+                columns: Rows { action: columns.action.clone(), size: columns.size.clone() },
+                curves,
+                oom_rows,
+                trace_wrapped: h.trace_wrapped,
+                allocations: AllocationIndex {
+                    items,
+                    tree,
+                    stride: h.stride,
+                    checkpoint_starts: starts,
+                    checkpoint_ids: ids,
+                },
+            });
+        }
+        Ok(TimelineIndex { devices })
+    }
 }
 
 #[cfg(test)]
@@ -1112,8 +1365,8 @@ mod tests {
             .iter()
             .filter(|a| a.size > 0)
             .map(|a| {
-                let lo = a.alloc_row.map_or(0, |r| u64::from(r) + 1);
-                let hi = a.free_completed_row.map_or(rows as u64 + 1, |r| u64::from(r) + 1);
+                let lo = a.alloc_row.get().map_or(0, |r| u64::from(r) + 1);
+                let hi = a.free_completed_row.get().map_or(rows as u64 + 1, |r| u64::from(r) + 1);
                 (a.size, lo, hi)
             })
             .collect()
@@ -1303,7 +1556,7 @@ mod tests {
         let (mut snapshot, _, full) = load("oom_leak");
         let rows = snapshot.devices[0].trace.len();
         let cut = rows / 2;
-        let kept = snapshot.devices[0].trace.split_off(cut);
+        let kept = snapshot.devices[0].trace.to_builder().split_off(cut).into();
         snapshot.devices[0].trace = kept;
         let index = SnapshotIndex::build(&snapshot);
         let t = TimelineIndex::build(&snapshot, &index);

@@ -141,11 +141,11 @@ impl DeviceLeaks {
         // Freed by the program (pending free) is not live.
         for a in index.allocations.iter().filter(|a| a.free_requested_row.is_none() && a.free_completed_row.is_none()) {
             let acc = by_stack.entry(a.stack).or_insert_with(|| Acc { by_step: vec![0; n], ..Acc::default() });
-            let step = a.alloc_row.map_or(0, |r| steps.step_of(r));
+            let step = a.alloc_row.get().map_or(0, |r| steps.step_of(r));
             acc.bytes += a.size;
             acc.count += 1;
             acc.by_step[step] += a.size;
-            match a.alloc_row {
+            match a.alloc_row.get() {
                 None => acc.ghosts += 1,
                 Some(r) => {
                     acc.first = Some(acc.first.map_or(r, |f| f.min(r)));

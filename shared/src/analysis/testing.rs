@@ -5,14 +5,14 @@ use rustc_hash::FxBuildHasher;
 
 use crate::snapshot::{
     Action, Annotation, AnnotationStage, Block, BlockState, Compression, DeviceSnapshot, FormatVersion, Frame,
-    FrameTable, Segment, SegmentType, Snapshot, StackId, Strings, TraceColumns,
+    FrameTable, Segment, SegmentType, Snapshot, StackId, Strings,
 };
 
 /// One device: a trace built entry by entry (one every 10 µs) and the final segments.
 pub(crate) struct Build {
     strings: IndexSet<Box<str>, FxBuildHasher>,
     frames: FrameTable,
-    trace: TraceColumns,
+    trace: crate::snapshot::trace::TraceBuilder,
     segments: Vec<Segment>,
     annotations: Vec<Annotation>,
 }
@@ -21,7 +21,7 @@ impl Build {
     pub(crate) fn new() -> Build {
         let mut strings = IndexSet::default();
         strings.insert("".into());
-        let trace = TraceColumns { streams: vec![0], has_time: true, ..TraceColumns::default() };
+        let trace = crate::snapshot::trace::TraceBuilder { streams: vec![0], has_time: true, ..Default::default() };
         Build { strings, frames: FrameTable::default(), trace, segments: Vec::new(), annotations: Vec::new() }
     }
 
@@ -108,7 +108,12 @@ impl Build {
             compression: Compression::None,
             strings: Strings::new(self.strings),
             frames: self.frames,
-            devices: vec![DeviceSnapshot { device: 0, segments: self.segments, trace: self.trace, has_trace: true }],
+            devices: vec![DeviceSnapshot {
+                device: 0,
+                segments: self.segments,
+                trace: self.trace.into(),
+                has_trace: true,
+            }],
             allocator_settings: None,
             annotations: self.annotations,
             warnings: Vec::new(),

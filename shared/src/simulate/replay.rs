@@ -289,7 +289,7 @@ impl<'a> Replayer<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::snapshot::TraceColumns;
+    use crate::snapshot::trace::TraceBuilder;
 
     const MIB: u64 = 1 << 20;
 
@@ -297,7 +297,7 @@ mod tests {
     /// stream 0. The rows must leave nothing allocated and no recorded
     /// segment, or the trace would not look like it starts from empty.
     fn device(rows: &[(Action, u64, u64)]) -> DeviceSnapshot {
-        let mut trace = TraceColumns { streams: vec![0], ..Default::default() };
+        let mut trace = TraceBuilder { streams: vec![0], ..Default::default() };
         for (i, &(action, addr, size)) in rows.iter().enumerate() {
             let code = Action::KNOWN.iter().position(|(_, a)| *a == action).expect("a known action");
             trace.action.push(code as u16);
@@ -309,7 +309,7 @@ mod tests {
             trace.compile_context.push(0);
             trace.user_metadata.push(0);
         }
-        DeviceSnapshot { device: 0, segments: Vec::new(), trace, has_trace: true }
+        DeviceSnapshot { device: 0, segments: Vec::new(), trace: trace.into(), has_trace: true }
     }
 
     #[test]

@@ -6,6 +6,8 @@
 use indexmap::IndexSet;
 use rustc_hash::{FxBuildHasher, FxHashMap};
 
+use crate::index_file::{ColumnRef, IndexFileError, Reader, Writer, check};
+
 /// Id of a string in [`Strings`].
 pub type StrId = u32;
 /// Id of a frame in [`FrameTable`].
@@ -132,6 +134,94 @@ impl FrameTable {
     pub fn stack_count(&self) -> usize {
         self.stack_starts.len() - 1
     }
+}
+
+/// Where the string and frame tables lie in an index file.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+pub(crate) struct TablesHeader {
+    /// The strings' UTF-8, one after another.
+    text: ColumnRef,
+    /// `ends[i]`: where string `i` ends in `text`.
+    ends: ColumnRef,
+    frame_files: ColumnRef,
+    frame_lines: ColumnRef,
+    frame_names: ColumnRef,
+    stack_starts: ColumnRef,
+    stack_frames: ColumnRef,
+}
+
+/// Write the string and frame tables to an index file.
+pub(crate) fn save_tables<W: std::io::Write>(
+    strings: &Strings,
+    frames: &FrameTable,
+    w: &mut Writer<W>,
+) -> std::io::Result<TablesHeader> {
+    let mut text = Vec::new();
+    let mut ends = Vec::with_capacity(strings.len());
+    for s in &strings.0 {
+        text.extend_from_slice(s.as_bytes());
+        ends.push(text.len() as u64);
+    }
+    Ok(TablesHeader {
+        text: w.column(&text)?,
+        ends: w.column(&ends)?,
+        frame_files: w.column(&frames.frames.iter().map(|f| f.filename).collect::<Vec<_>>())?,
+        frame_lines: w.column(&frames.frames.iter().map(|f| f.line).collect::<Vec<_>>())?,
+        frame_names: w.column(&frames.frames.iter().map(|f| f.name).collect::<Vec<_>>())?,
+        stack_starts: w.column(&frames.stack_starts)?,
+        stack_frames: w.column(&frames.stack_frames)?,
+    })
+}
+
+/// Read the string and frame tables of an index file (rebuilt in memory:
+/// they are small, and interning needs their hash maps).
+pub(crate) fn load_tables(r: &Reader, h: &TablesHeader) -> Result<(Strings, FrameTable), IndexFileError> {
+    let text = r.column::<u8>(&h.text)?;
+    let ends = r.column::<u64>(&h.ends)?;
+    let mut set = IndexSet::with_capacity_and_hasher(ends.len(), FxBuildHasher);
+    let mut start = 0usize;
+    for &end in ends.iter() {
+        let end = usize::try_from(end).unwrap_or(usize::MAX);
+        let piece = text.get(start..end).and_then(|b| std::str::from_utf8(b).ok());
+        let Some(piece) = piece else {
+            return Err(IndexFileError::Header(format!("string {} is not UTF-8 within the text column", set.len())));
+        };
+        set.insert(Box::from(piece));
+        start = end;
+    }
+    check(set.len() == ends.len(), || "the string table holds a string twice".to_owned())?;
+    let strings = Strings(set);
+    let files = r.column::<StrId>(&h.frame_files)?;
+    let lines = r.column_of::<i64>(&h.frame_lines, files.len())?;
+    let names = r.column_of::<StrId>(&h.frame_names, files.len())?;
+    let starts = r.column::<u32>(&h.stack_starts)?;
+    let stack_frames = r.column::<FrameId>(&h.stack_frames)?;
+    let n_strings = strings.len() as u32;
+    check(files.iter().chain(names.iter()).all(|&s| s < n_strings), || "a frame names a missing string".to_owned())?;
+    check(
+        starts.first() == Some(&0)
+            && starts.windows(2).all(|w| w[0] <= w[1])
+            && starts.last().is_some_and(|&e| e as usize == stack_frames.len()),
+        || "stack offsets out of order".to_owned(),
+    )?;
+    check(stack_frames.iter().all(|&f| (f as usize) < files.len()), || "a stack names a missing frame".to_owned())?;
+    let mut table = FrameTable {
+        frames: Vec::with_capacity(files.len()),
+        frame_ids: FxHashMap::default(),
+        stack_starts: starts.to_vec(),
+        stack_frames: stack_frames.to_vec(),
+        stack_ids: FxHashMap::default(),
+    };
+    for i in 0..files.len() {
+        let frame = Frame { filename: files[i], line: lines[i], name: names[i] };
+        table.frame_ids.insert(frame, i as FrameId);
+        table.frames.push(frame);
+    }
+    for s in 0..table.stack_count() {
+        let frames: Box<[FrameId]> = table.stack(s as StackId).into();
+        table.stack_ids.insert(frames, s as StackId);
+    }
+    Ok((strings, table))
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! The typed snapshot model: what `torch.cuda.memory._snapshot()` holds, with
 //! strings and stacks interned and the trace stored as columns.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::frames::{FrameTable, StackId, Strings};
 use super::trace::TraceColumns;
@@ -32,7 +32,7 @@ pub struct Snapshot {
 
 /// The generation of the snapshot format, named by the earliest PyTorch
 /// version that writes it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum FormatVersion {
     /// PyTorch 1.13: a bare list of segments; blocks without addresses.
     #[serde(rename = "1.13")]
@@ -65,7 +65,7 @@ impl FormatVersion {
 }
 
 /// Compression detected from the file's magic bytes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Compression {
     /// A plain pickle.
@@ -90,7 +90,7 @@ pub struct DeviceSnapshot {
 }
 
 /// A segment: one cudaMalloc (or one expandable reservation's mapped range).
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Segment {
     /// Start address.
     pub address: u64,
@@ -117,7 +117,7 @@ pub struct Segment {
 }
 
 /// Which pool a segment serves.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum SegmentType {
     /// Requests over 1 MiB.
@@ -129,7 +129,7 @@ pub enum SegmentType {
 }
 
 /// A block inside a segment.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Block {
     /// Start address (derived by tiling for 1.13/2.0 files that lack it).
     pub address: u64,
@@ -153,7 +153,7 @@ impl Block {
 }
 
 /// The state of a block.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum BlockState {
     /// Allocated and in use.
@@ -174,7 +174,7 @@ impl BlockState {
 }
 
 /// One entry of a PyTorch 2.0 block's `history`.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
 pub struct HistoryEntry {
     /// Address of the allocation.
     pub addr: u64,
@@ -222,7 +222,7 @@ pub enum PyValue {
 }
 
 /// An `external_annotations` entry: one end of a `record_function` range.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Annotation {
     /// Device the annotation was recorded on.
     pub device: u32,
@@ -235,7 +235,7 @@ pub struct Annotation {
 }
 
 /// Which end of a range an annotation marks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "UPPERCASE")]
 pub enum AnnotationStage {
     /// The range opens.

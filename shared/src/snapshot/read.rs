@@ -16,7 +16,7 @@ use super::model::{
     AllocatorSettings, Annotation, AnnotationStage, Block, BlockState, DeviceSnapshot, FormatVersion, HistoryEntry,
     PyValue, Segment, SegmentType, Snapshot,
 };
-use super::trace::{Action, TraceColumns};
+use super::trace::{Action, TraceBuilder, TraceColumns};
 use crate::error::ReadError;
 use crate::pickle::{self, Heap, Hooks, ObjId, ObjKind, V, Value};
 
@@ -121,7 +121,7 @@ const MAX_VISITS: usize = 1 << 20;
 /// The snapshot reader: pickle hooks plus the schema conversion.
 #[derive(Default)]
 struct Reader {
-    trace: TraceColumns,
+    trace: TraceBuilder,
     frames: FrameTable,
     stream_index: FxHashMap<u64, u32>,
     entry_items: Vec<(Value, Value)>,
@@ -666,7 +666,7 @@ impl Reader {
             }
             DeviceRows::Scattered(list) => list.is_empty(),
         }) && expected as usize == self.trace.len();
-        let mut traces: Vec<TraceColumns> = if contiguous {
+        let mut traces: Vec<TraceBuilder> = if contiguous {
             let mut parts = Vec::with_capacity(rows.len());
             for r in rows.iter().rev() {
                 let at = self.trace.len() - r.len();
@@ -682,7 +682,8 @@ impl Reader {
                 })
                 .collect()
         };
-        self.trace = TraceColumns::default();
+        self.trace = TraceBuilder::default();
+        let mut traces: Vec<TraceColumns> = traces.drain(..).map(TraceColumns::from).collect();
 
         let mut by_device: FxHashMap<u32, Vec<Segment>> = FxHashMap::default();
         for (d, s) in segments {

@@ -7,6 +7,8 @@
 use serde::Serialize;
 
 use super::frames::{StackId, StrId};
+use crate::column::Column;
+use crate::index_file::{ColumnRef, IndexFileError, Reader, Writer, check};
 
 /// What a trace entry records. Unknown (future) action names are kept as
 /// [`Action::Other`] with their name in [`TraceColumns::other_action_name`].
@@ -54,7 +56,7 @@ impl Action {
         Action::KNOWN.iter().find(|(_, a)| *a == self).map_or("other", |(n, _)| n)
     }
 
-    fn from_code(code: u16) -> Action {
+    pub(crate) fn from_code(code: u16) -> Action {
         Action::KNOWN.get(code as usize).map_or(Action::Other, |(_, a)| *a)
     }
 }
@@ -80,17 +82,18 @@ pub struct TraceEntry {
     pub user_metadata: StrId,
 }
 
-/// A trace stored as columns.
+/// A trace stored as columns. Built by the reader (from a [`TraceBuilder`]),
+/// or viewed in place in a persisted index file.
 #[derive(Debug, Default, Clone)]
 pub struct TraceColumns {
-    pub(crate) action: Vec<u16>,
-    pub(crate) addr: Vec<u64>,
-    pub(crate) size: Vec<u64>,
-    pub(crate) stream: Vec<u32>,
-    pub(crate) time_us: Vec<i64>,
-    pub(crate) stack: Vec<StackId>,
-    pub(crate) compile_context: Vec<StrId>,
-    pub(crate) user_metadata: Vec<StrId>,
+    pub(crate) action: Column<u16>,
+    pub(crate) addr: Column<u64>,
+    pub(crate) size: Column<u64>,
+    pub(crate) stream: Column<u32>,
+    pub(crate) time_us: Column<i64>,
+    pub(crate) stack: Column<StackId>,
+    pub(crate) compile_context: Column<StrId>,
+    pub(crate) user_metadata: Column<StrId>,
     /// Sparse: (row, free bytes on the device) for `oom` entries.
     pub(crate) device_free: Vec<(u32, u64)>,
     /// Sparse: (row, pool id) for entries that carry `pool_id`.
@@ -101,6 +104,44 @@ pub struct TraceColumns {
     pub(crate) streams: Vec<u64>,
     /// Whether any entry had `time_us`.
     pub(crate) has_time: bool,
+}
+
+/// A trace being read: the same columns as growable vectors.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct TraceBuilder {
+    pub(crate) action: Vec<u16>,
+    pub(crate) addr: Vec<u64>,
+    pub(crate) size: Vec<u64>,
+    pub(crate) stream: Vec<u32>,
+    pub(crate) time_us: Vec<i64>,
+    pub(crate) stack: Vec<StackId>,
+    pub(crate) compile_context: Vec<StrId>,
+    pub(crate) user_metadata: Vec<StrId>,
+    pub(crate) device_free: Vec<(u32, u64)>,
+    pub(crate) pool_id: Vec<(u32, (i64, i64))>,
+    pub(crate) other_actions: Vec<(u32, StrId)>,
+    pub(crate) streams: Vec<u64>,
+    pub(crate) has_time: bool,
+}
+
+impl From<TraceBuilder> for TraceColumns {
+    fn from(b: TraceBuilder) -> TraceColumns {
+        TraceColumns {
+            action: b.action.into(),
+            addr: b.addr.into(),
+            size: b.size.into(),
+            stream: b.stream.into(),
+            time_us: b.time_us.into(),
+            stack: b.stack.into(),
+            compile_context: b.compile_context.into(),
+            user_metadata: b.user_metadata.into(),
+            device_free: b.device_free,
+            pool_id: b.pool_id,
+            other_actions: b.other_actions,
+            streams: b.streams,
+            has_time: b.has_time,
+        }
+    }
 }
 
 impl TraceColumns {
@@ -183,10 +224,39 @@ impl TraceColumns {
     pub fn count(&self, action: Action) -> usize {
         (0..self.len()).filter(|&i| self.action(i) == action).count()
     }
+}
+
+impl TraceColumns {
+    /// A growable copy of the trace (tests cut and splice traces so).
+    #[cfg(test)]
+    pub(crate) fn to_builder(&self) -> TraceBuilder {
+        TraceBuilder {
+            action: self.action.to_vec(),
+            addr: self.addr.to_vec(),
+            size: self.size.to_vec(),
+            stream: self.stream.to_vec(),
+            time_us: self.time_us.to_vec(),
+            stack: self.stack.to_vec(),
+            compile_context: self.compile_context.to_vec(),
+            user_metadata: self.user_metadata.to_vec(),
+            device_free: self.device_free.clone(),
+            pool_id: self.pool_id.clone(),
+            other_actions: self.other_actions.clone(),
+            streams: self.streams.clone(),
+            has_time: self.has_time,
+        }
+    }
+}
+
+impl TraceBuilder {
+    /// Number of entries.
+    pub(crate) fn len(&self) -> usize {
+        self.action.len()
+    }
 
     /// Copy the rows `rows` (in that order) into a new trace.
-    pub(crate) fn gather(&self, rows: &[u32]) -> TraceColumns {
-        let mut out = TraceColumns { streams: self.streams.clone(), has_time: self.has_time, ..Default::default() };
+    pub(crate) fn gather(&self, rows: &[u32]) -> TraceBuilder {
+        let mut out = TraceBuilder { streams: self.streams.clone(), has_time: self.has_time, ..Default::default() };
         for (new_row, &r) in rows.iter().enumerate() {
             let i = r as usize;
             out.action.push(self.action[i]);
@@ -198,13 +268,13 @@ impl TraceColumns {
             out.compile_context.push(self.compile_context[i]);
             out.user_metadata.push(self.user_metadata[i]);
             let n = new_row as u32;
-            if let Some(v) = self.device_free(r) {
+            if let Some(v) = sparse_get(&self.device_free, r) {
                 out.device_free.push((n, v));
             }
-            if let Some(v) = self.pool_id(r) {
+            if let Some(v) = sparse_get(&self.pool_id, r) {
                 out.pool_id.push((n, v));
             }
-            if let Some(v) = self.other_action_name(r) {
+            if let Some(v) = sparse_get(&self.other_actions, r) {
                 out.other_actions.push((n, v));
             }
         }
@@ -212,13 +282,13 @@ impl TraceColumns {
     }
 
     /// Split off rows `at..` into a new trace (moves, no per-row copy of the front part).
-    pub(crate) fn split_off(&mut self, at: usize) -> TraceColumns {
+    pub(crate) fn split_off(&mut self, at: usize) -> TraceBuilder {
         fn split_sparse<T>(v: &mut Vec<(u32, T)>, at: u32) -> Vec<(u32, T)> {
             let idx = v.partition_point(|(r, _)| *r < at);
             v.split_off(idx).into_iter().map(|(r, t)| (r - at, t)).collect()
         }
         let at32 = at as u32;
-        TraceColumns {
+        TraceBuilder {
             action: self.action.split_off(at),
             addr: self.addr.split_off(at),
             size: self.size.split_off(at),
@@ -238,4 +308,97 @@ impl TraceColumns {
 
 fn sparse_get<T: Copy>(v: &[(u32, T)], row: u32) -> Option<T> {
     v.binary_search_by_key(&row, |(r, _)| *r).ok().map(|i| v[i].1)
+}
+
+/// Where a trace's columns lie in an index file.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+pub(crate) struct TraceHeader {
+    rows: usize,
+    action: ColumnRef,
+    addr: ColumnRef,
+    size: ColumnRef,
+    stream: ColumnRef,
+    time_us: ColumnRef,
+    stack: ColumnRef,
+    compile_context: ColumnRef,
+    user_metadata: ColumnRef,
+    device_free_rows: ColumnRef,
+    device_free: ColumnRef,
+    pool_id_rows: ColumnRef,
+    pool_id: ColumnRef,
+    other_action_rows: ColumnRef,
+    other_actions: ColumnRef,
+    streams: ColumnRef,
+    has_time: bool,
+}
+
+impl TraceColumns {
+    /// Write the columns to an index file.
+    pub(crate) fn save<W: std::io::Write>(&self, w: &mut Writer<W>) -> std::io::Result<TraceHeader> {
+        fn rows<T>(v: &[(u32, T)]) -> Vec<u32> {
+            v.iter().map(|(r, _)| *r).collect()
+        }
+        let pools: Vec<[i64; 2]> = self.pool_id.iter().map(|(_, (a, b))| [*a, *b]).collect();
+        Ok(TraceHeader {
+            rows: self.len(),
+            action: w.column(&self.action)?,
+            addr: w.column(&self.addr)?,
+            size: w.column(&self.size)?,
+            stream: w.column(&self.stream)?,
+            time_us: w.column(&self.time_us)?,
+            stack: w.column(&self.stack)?,
+            compile_context: w.column(&self.compile_context)?,
+            user_metadata: w.column(&self.user_metadata)?,
+            device_free_rows: w.column(&rows(&self.device_free))?,
+            device_free: w.column(&self.device_free.iter().map(|(_, v)| *v).collect::<Vec<u64>>())?,
+            pool_id_rows: w.column(&rows(&self.pool_id))?,
+            pool_id: w.column(&pools)?,
+            other_action_rows: w.column(&rows(&self.other_actions))?,
+            other_actions: w.column(&self.other_actions.iter().map(|(_, v)| *v).collect::<Vec<u32>>())?,
+            streams: w.column(&self.streams)?,
+            has_time: self.has_time,
+        })
+    }
+
+    /// View the columns of an index file. Ids into the string, stack and
+    /// stream tables are checked against their sizes.
+    pub(crate) fn load(r: &Reader, h: &TraceHeader, strings: usize, stacks: usize) -> Result<Self, IndexFileError> {
+        fn sparse<T: bytemuck::Pod, U>(
+            r: &Reader,
+            rows: &ColumnRef,
+            values: &ColumnRef,
+            f: impl Fn(T) -> U,
+        ) -> Result<Vec<(u32, U)>, IndexFileError> {
+            let rows = r.column::<u32>(rows)?;
+            let values = r.column_of::<T>(values, rows.len())?;
+            check(rows.windows(2).all(|w| w[0] < w[1]), || "sparse rows out of order".to_owned())?;
+            Ok(rows.iter().zip(values.iter()).map(|(&row, &v)| (row, f(v))).collect())
+        }
+        let n = h.rows;
+        let t = TraceColumns {
+            action: r.column_of(&h.action, n)?,
+            addr: r.column_of(&h.addr, n)?,
+            size: r.column_of(&h.size, n)?,
+            stream: r.column_of(&h.stream, n)?,
+            time_us: r.column_of(&h.time_us, n)?,
+            stack: r.column_of(&h.stack, n)?,
+            compile_context: r.column_of(&h.compile_context, n)?,
+            user_metadata: r.column_of(&h.user_metadata, n)?,
+            device_free: sparse(r, &h.device_free_rows, &h.device_free, |v: u64| v)?,
+            pool_id: sparse(r, &h.pool_id_rows, &h.pool_id, |v: [i64; 2]| (v[0], v[1]))?,
+            other_actions: sparse(r, &h.other_action_rows, &h.other_actions, |v: u32| v)?,
+            streams: r.column::<u64>(&h.streams)?.to_vec(),
+            has_time: h.has_time,
+        };
+        let below = |col: &[u32], n: usize| col.iter().all(|&v| (v as usize) < n);
+        check(below(&t.stack, stacks), || "a trace stack id past the stack table".to_owned())?;
+        check(below(&t.stream, t.streams.len().max(1)), || "a trace stream past the stream table".to_owned())?;
+        check(below(&t.compile_context, strings.max(1)) && below(&t.user_metadata, strings.max(1)), || {
+            "a trace string id past the string table".to_owned()
+        })?;
+        check(t.other_actions.iter().all(|&(_, s)| (s as usize) < strings.max(1)), || {
+            "an action name past the string table".to_owned()
+        })?;
+        Ok(t)
+    }
 }

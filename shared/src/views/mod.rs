@@ -44,6 +44,8 @@ pub struct Analyzed {
     /// Per device, layout checkpoints for the state and segment views,
     /// built by the first query that rewinds the device.
     checkpoints: Vec<(u32, OnceLock<Checkpoints>)>,
+    /// Opened from a persisted index: the big columns view its file.
+    from_index: bool,
 }
 
 /// Rows between two layout checkpoints: a query undoes at most this many
@@ -57,11 +59,25 @@ impl Analyzed {
     /// An estimate, for caches that hold several: measured as the growth
     /// of the server's RSS over uploading and viewing `gpt_long` (40 MB for
     /// 255,577 rows, parse leftovers included).
+    ///
+    /// Opened from a persisted index, the trace and timeline columns view
+    /// the file (pages the operating system keeps or drops), so what counts
+    /// is the heap: the interval lists, the tables and the final segments.
     pub fn approx_bytes(&self) -> u64 {
         const PER_ROW: u64 = 160;
         let rows: u64 = self.snapshot.devices.iter().map(|d| d.trace.len() as u64).sum();
         let blocks: u64 = self.snapshot.devices.iter().flat_map(|d| &d.segments).map(|s| s.blocks.len() as u64).sum();
-        (1 << 20) + rows * PER_ROW + blocks * 64
+        if !self.from_index {
+            return (1 << 20) + rows * PER_ROW + blocks * 64;
+        }
+        let intervals: usize =
+            self.index.devices.iter().map(|d| d.allocations.heap_bytes() + d.segments.len() * 40).sum();
+        (1 << 20) + intervals as u64 + self.timeline.heap_bytes() as u64 + blocks * 64
+    }
+
+    /// Whether this was opened from a persisted index rather than parsed.
+    pub fn is_from_index(&self) -> bool {
+        self.from_index
     }
 
     /// Build the indexes of a parsed snapshot (CPU work: tens of ms per
@@ -69,8 +85,18 @@ impl Analyzed {
     pub fn build(snapshot: Snapshot) -> Analyzed {
         let index = SnapshotIndex::build(&snapshot);
         let timeline = TimelineIndex::build(&snapshot, &index);
+        Analyzed::from_parts(snapshot, index, timeline, false)
+    }
+
+    /// Assemble built or loaded parts.
+    pub(crate) fn from_parts(
+        snapshot: Snapshot,
+        index: SnapshotIndex,
+        timeline: TimelineIndex,
+        from_index: bool,
+    ) -> Analyzed {
         let checkpoints = snapshot.devices.iter().map(|d| (d.device, OnceLock::new())).collect();
-        Analyzed { snapshot, index, timeline, checkpoints }
+        Analyzed { snapshot, index, timeline, checkpoints, from_index }
     }
 
     /// The device asked for, or the first one when none was.
@@ -253,10 +279,10 @@ pub fn blocks(a: &Analyzed, p: &BlocksParams) -> Result<StateAt, ViewError> {
     let mut allocations: Vec<LiveAllocation> = index
         .allocations
         .iter()
-        .filter(|x| alive(x.alloc_row, x.free_completed_row))
+        .filter(|x| alive(x.alloc_row.get(), x.free_completed_row.get()))
         .map(|x| {
             let pending = match at {
-                Some(r) => x.free_requested_row.is_some_and(|f| f <= r),
+                Some(r) => x.free_requested_row.get().is_some_and(|f| f <= r),
                 None => x.free_requested_row.is_some(),
             };
             LiveAllocation {
@@ -264,7 +290,7 @@ pub fn blocks(a: &Analyzed, p: &BlocksParams) -> Result<StateAt, ViewError> {
                 size: x.size,
                 stack: x.stack,
                 state: if pending { "pending_free" } else { "allocated" }.to_owned(),
-                alloc_row: x.alloc_row,
+                alloc_row: x.alloc_row.get(),
             }
         })
         .collect();

@@ -135,7 +135,7 @@ pub fn search(a: &Analyzed, p: &SearchParams) -> Result<SearchAnswer, ViewError>
         (SearchKind::Frame, q.to_owned(), Box::new(move |x| stack_hits.get(x.stack as usize).copied().unwrap_or(false)))
     };
     let mut found: Vec<&crate::index::Allocation> = index.allocations.iter().filter(|x| keep(x)).collect();
-    found.sort_by_key(|x| (x.alloc_row.map_or(-1, i64::from), x.addr));
+    found.sort_by_key(|x| (x.alloc_row.get().map_or(-1, i64::from), x.addr));
     let total = found.len();
     let times = trace.has_time().then(|| trace.times_us());
     let matches = found
@@ -145,9 +145,9 @@ pub fn search(a: &Analyzed, p: &SearchParams) -> Result<SearchAnswer, ViewError>
             addr: x.addr,
             size: x.size,
             stack: x.stack,
-            alloc_row: x.alloc_row,
-            free_row: x.free_completed_row,
-            alloc_time_us: x.alloc_row.and_then(|r| times.and_then(|t| t.get(r as usize).copied())),
+            alloc_row: x.alloc_row.get(),
+            free_row: x.free_completed_row.get(),
+            alloc_time_us: x.alloc_row.get().and_then(|r| times.and_then(|t| t.get(r as usize).copied())),
         })
         .collect();
     Ok(SearchAnswer { device, kind, needle, total, matches })
@@ -181,7 +181,7 @@ mod tests {
         // every size match has that size.
         let inside = find(&a, &format!("0x{:x}", some.addr + 100));
         assert_eq!(inside.kind, SearchKind::Address);
-        assert!(inside.matches.iter().any(|m| m.addr == some.addr && m.alloc_row == some.alloc_row));
+        assert!(inside.matches.iter().any(|m| m.addr == some.addr && m.alloc_row == some.alloc_row.get()));
         assert!(inside.matches.iter().all(|m| m.addr <= some.addr + 100 && some.addr + 100 < m.addr + m.size));
         let same_size = find(&a, &some.size.to_string());
         assert_eq!(same_size.total, index.allocations.iter().filter(|x| x.size == some.size).count());

@@ -1,0 +1,141 @@
+//! The persisted index: a snapshot opened from its index file answers
+//! every view exactly as the parsed snapshot does, and a broken, truncated
+//! or foreign file is refused with a stable kind, never trusted.
+
+use std::io::BufReader;
+
+use bytes::Bytes;
+use vramscope_shared::index_file::{FORMAT_VERSION, IndexFileError, open_index, write_index};
+use vramscope_shared::views::{Analyzed, route};
+use vramscope_shared::{ReadOptions, read_snapshot};
+
+const FIXTURES: [&str; 6] = ["compiled", "mlp_train_all", "oom_leak", "ring_overflow", "state_only", "streams"];
+
+fn parsed(name: &str) -> Analyzed {
+    let path = format!("{}/../tests/fixtures/corpus/{name}.pickle", env!("CARGO_MANIFEST_DIR"));
+    let file = std::fs::File::open(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    Analyzed::build(read_snapshot(BufReader::new(file), &ReadOptions::default()).expect("fixture reads"))
+}
+
+fn index_bytes(a: &Analyzed) -> Vec<u8> {
+    write_index(a, Vec::new()).expect("index writes")
+}
+
+/// Every route the dashboard asks, on the first device, at a few rows.
+fn routes(a: &Analyzed) -> Vec<(String, String)> {
+    let rows = a.snapshot.devices.first().map_or(0, |d| d.trace.len());
+    let mut out: Vec<(String, String)> = [
+        ("timeline", "px=700"),
+        ("timeline", "px=300&axis=event"),
+        ("timeline", "px=2000&axis=event&start=10&end=400&y_span=1000000&py=300"),
+        ("blocks", ""),
+        ("stats", ""),
+        ("state", ""),
+        ("segments", "px=500"),
+        ("fragmentation", ""),
+        ("annotations", ""),
+        ("search", "q=forward"),
+        ("leaks", ""),
+        ("explain", ""),
+        ("stacks/1", ""),
+        ("stacks/0", ""),
+    ]
+    .iter()
+    .map(|(r, q)| ((*r).to_owned(), (*q).to_owned()))
+    .collect();
+    for row in [0, rows / 3, rows / 2, rows.saturating_sub(1)] {
+        out.push(("blocks".into(), format!("at={row}")));
+        out.push(("state".into(), format!("at={row}")));
+        out.push(("entry".into(), format!("row={row}")));
+    }
+    out
+}
+
+#[test]
+fn a_snapshot_opened_from_its_index_answers_every_view_as_the_parsed_one() {
+    for name in FIXTURES {
+        let a = parsed(name);
+        let bytes = index_bytes(&a);
+        let b = open_index(Bytes::from(bytes)).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(b.is_from_index() && !a.is_from_index());
+        let mut compared = 0;
+        for (r, q) in routes(&a) {
+            let want = route::answer(&a, &r, &q);
+            let got = route::answer(&b, &r, &q);
+            assert_eq!(got, want, "{name}: /{r}?{q}");
+            compared += usize::from(want.is_ok());
+        }
+        assert!(compared >= 5, "{name}: only {compared} routes answered");
+        // Written again from the opened one, the file is the same bytes.
+        assert_eq!(index_bytes(&b), index_bytes(&a), "{name}: a second write differs");
+    }
+}
+
+#[test]
+fn an_opened_index_holds_its_columns_off_the_heap() {
+    let a = parsed("ring_overflow");
+    let b = open_index(Bytes::from(index_bytes(&a))).expect("opens");
+    assert!(b.approx_bytes() < a.approx_bytes() / 2, "{} vs {}", b.approx_bytes(), a.approx_bytes());
+}
+
+#[test]
+fn every_flipped_byte_region_is_refused_never_trusted() {
+    let a = parsed("oom_leak");
+    let good = index_bytes(&a);
+    // A byte in every 997-byte stride, prelude, columns, header and trailer.
+    for at in (0..good.len()).step_by(997).chain([8, good.len() - 40, good.len() - 1]) {
+        let mut bad = good.clone();
+        bad[at] ^= 0x5a;
+        match open_index(Bytes::from(bad)) {
+            Err(e) => {
+                assert!(["index_not_an_index", "index_version", "index_corrupt"].contains(&e.kind()), "byte {at}: {e}")
+            }
+            // Padding between columns is not covered by a checksum: the
+            // views must be unchanged then.
+            Ok(b) => {
+                for (r, q) in routes(&a) {
+                    assert_eq!(route::answer(&b, &r, &q), route::answer(&a, &r, &q), "byte {at}: /{r}?{q}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn truncated_foreign_and_other_version_files_are_refused_with_their_kind() {
+    let good = index_bytes(&parsed("streams"));
+    for cut in [0, 10, 64, good.len() / 2, good.len() - 1] {
+        let e = open_index(Bytes::copy_from_slice(&good[..cut])).expect_err("a truncated file is refused");
+        assert!(matches!(e, IndexFileError::NotAnIndex { .. } | IndexFileError::Corrupt { .. }), "cut {cut}: {e}");
+    }
+    let mut other = good.clone();
+    other[8..12].copy_from_slice(&(FORMAT_VERSION + 1).to_le_bytes());
+    let e = open_index(Bytes::from(other)).expect_err("another version is refused");
+    assert_eq!(e.kind(), "index_version");
+    assert!(e.to_string().contains(&format!("this build reads {FORMAT_VERSION}")), "{e}");
+    let pickle = std::fs::read(format!("{}/../tests/fixtures/corpus/streams.pickle", env!("CARGO_MANIFEST_DIR")))
+        .expect("fixture");
+    assert_eq!(open_index(Bytes::from(pickle)).err().map(|e| e.kind()), Some("index_not_an_index"));
+}
+
+#[test]
+fn a_header_that_names_rows_past_the_trace_is_refused() {
+    // A well-formed file (checksums right) whose header lies: the writer
+    // of a hostile file can recompute checksums, so ids are checked too.
+    let a = parsed("oom_leak");
+    let good = index_bytes(&a);
+    let trailer = good.len() - 32;
+    let at = u64::from_le_bytes(good[trailer..trailer + 8].try_into().expect("8 bytes")) as usize;
+    let header = std::str::from_utf8(&good[at..trailer]).expect("JSON");
+    let rows = a.snapshot.devices[0].trace.len();
+    let lying = header.replacen(&format!("\"rows\":{rows}"), &format!("\"rows\":{}", rows * 2), 1);
+    assert_ne!(lying, header);
+    let mut bad = good[..at].to_vec();
+    bad.extend_from_slice(lying.as_bytes());
+    bad.extend_from_slice(&(at as u64).to_le_bytes());
+    bad.extend_from_slice(&(lying.len() as u64).to_le_bytes());
+    bad.extend_from_slice(&xxhash_rust::xxh3::xxh3_64(lying.as_bytes()).to_le_bytes());
+    bad.extend_from_slice(b"VSEND\0\0\0");
+    let e = open_index(Bytes::from(bad)).expect_err("a lying header is refused");
+    assert_eq!(e.kind(), "index_corrupt", "{e}");
+}
