@@ -24,11 +24,15 @@ fn corpus_file(name: &str) -> Vec<u8> {
     std::fs::read(common::fixture_corpus().join(name)).expect("fixture")
 }
 
-/// Files under the blob folder other than the database.
+/// Snapshot files under the blob folder (not the database, nor the
+/// persisted indexes derived from them: tests/ingest counts those).
 fn stored_files(data_dir: &Path) -> Vec<PathBuf> {
     fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
         for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
             let p = entry.path();
+            if p.file_name().is_some_and(|n| n == "indexes") {
+                continue;
+            }
             if p.is_dir() {
                 walk(&p, out);
             } else {
@@ -437,8 +441,26 @@ async fn two_instances_share_postgres_and_s3() {
     assert_eq!(page["items"][0]["id"], id);
     let back = client().get(b.api(&format!("/snapshots/{id}/file"))).send().await.expect("get");
     assert_eq!(back.bytes().await.expect("bytes").as_ref(), bytes.as_slice());
+    // A parsed the file and put its index in the bucket beside it (in the
+    // background, after answering); B opens the snapshot from that index.
+    let sha = answer["sha256"].as_str().expect("sha256");
+    let index_url = format!("{s3}/{bucket}/snapshots/indexes/{sha}");
+    let mut stored = false;
+    for _ in 0..300 {
+        if client().head(&index_url).send().await.expect("head").status().is_success() {
+            stored = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(stored, "A never stored the index at {index_url}");
     let (status, window) = get_json(&b.api(&format!("/snapshots/{id}/timeline?px=100"))).await;
     assert_eq!(status, StatusCode::OK, "{window}");
+    let (_, from_a) = get_json(&a.api(&format!("/snapshots/{id}/timeline?px=100"))).await;
+    assert_eq!(window, from_a, "B answers from A's index as A does");
+    assert_eq!(b.metric("parse_seconds_count", None).await, 0, "B parsed nothing");
+    assert_eq!(b.metric("index_opens_total", None).await, 1, "B opened A's index");
+    assert!(b.data_dir.join("index-cache").join(sha).is_file(), "B keeps its copy in data_dir/index-cache");
     // Same content and labels through the other instance (a retry): one
     // object, one row.
     let (status, again) = b.upload(bytes.clone(), "name=from-a&job=team").await;

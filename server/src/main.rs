@@ -3,10 +3,10 @@
 //! server, `token` manages API tokens.
 
 mod agent;
-mod analysis;
 mod auth;
 mod cli;
 mod http;
+mod ingest;
 mod machine;
 mod retention;
 mod settings;

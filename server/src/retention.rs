@@ -284,6 +284,7 @@ pub(crate) fn spawn_periodic(state: crate::http::AppState) {
                 Ok((plan, Some(applied))) => {
                     for key in &applied.files {
                         state.cache.remove(key);
+                        state.indexes.forget(key).await;
                     }
                     if !applied.deleted.is_empty() {
                         tracing::info!(

@@ -33,6 +33,7 @@ const SETTING_NAMES: &[&str] = &[
     "allowed_hosts",
     "cache_entries",
     "cache_bytes",
+    "index_cache_bytes",
     "request_timeout_secs",
     "header_read_timeout_secs",
     "cors_allowed_origins",
@@ -91,6 +92,10 @@ pub(crate) struct Settings {
     /// About how much memory they may hold together, in bytes (the newest
     /// is kept whatever its size). Default: a quarter of the machine's.
     pub(crate) cache_bytes: Option<u64>,
+    /// With an S3 blob store: most bytes of persisted indexes this
+    /// instance keeps copies of in `data_dir/index-cache` (least recently
+    /// used out). A local store keeps every index beside its file.
+    pub(crate) index_cache_bytes: u64,
     /// Seconds before a request other than an upload or download times out.
     pub(crate) request_timeout_secs: u64,
     /// Seconds a client has to send a request's headers before its
@@ -131,6 +136,7 @@ impl Default for Settings {
             allowed_hosts: Vec::new(),
             cache_entries: 4,
             cache_bytes: None,
+            index_cache_bytes: 16 << 30,
             request_timeout_secs: 60,
             header_read_timeout_secs: 30.0,
             cors_allowed_origins: Vec::new(),

@@ -106,6 +106,24 @@ impl TestServer {
         panic!("snapshot {id} still parsing after a minute");
     }
 
+    /// A counter or gauge of `/metrics` (the line whose name ends with
+    /// `name`), read with `token` where tokens are required.
+    pub async fn metric(&self, name: &str, token: Option<&str>) -> u64 {
+        let request = client().get(format!("{}/metrics", self.url));
+        let request = match token {
+            Some(token) => request.bearer_auth(token),
+            None => request,
+        };
+        let response = request.send().await.expect("metrics");
+        assert_eq!(response.status(), StatusCode::OK, "metrics");
+        let text = response.text().await.expect("text");
+        text.lines()
+            .find(|l| !l.starts_with('#') && l.split_whitespace().next().is_some_and(|n| n.ends_with(name)))
+            .and_then(|l| l.split_whitespace().last())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in the metrics:\n{text}"))
+    }
+
     /// Peak resident memory of the server so far (`VmHWM`), in bytes.
     pub fn peak_rss(&self) -> u64 {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).expect("server status");

@@ -488,19 +488,7 @@ fn create_token(dir: &std::path::Path, role: &str) -> String {
 /// A gauge or counter of the server's `/metrics` (with a token where the
 /// server requires one).
 async fn metric(server: &TestServer, name: &str, token: Option<&str>) -> u64 {
-    let request = client().get(format!("{}/metrics", server.url));
-    let request = match token {
-        Some(token) => request.bearer_auth(token),
-        None => request,
-    };
-    let response = request.send().await.expect("metrics");
-    assert_eq!(response.status(), StatusCode::OK, "metrics");
-    let text = response.text().await.expect("text");
-    text.lines()
-        .find(|l| !l.starts_with('#') && l.split_whitespace().next().is_some_and(|n| n.ends_with(name)))
-        .and_then(|l| l.split_whitespace().last())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no {name} in the metrics:\n{text}"))
+    server.metric(name, token).await
 }
 
 #[tokio::test]

@@ -58,7 +58,7 @@ pub(crate) async fn run(args: &ServeArgs) -> anyhow::Result<()> {
         TcpListener::bind(settings.bind).await.with_context(|| format!("cannot listen on {}", settings.bind))?;
     let address = listener.local_addr().context("listener address")?;
     let link_key = db.shared_secret("link_key").await.context("cannot read the key of signed links")?;
-    let state = AppState::new(settings, db, blobs, link_key);
+    let state = AppState::new(settings, db, blobs, link_key)?;
     resume_parsing(&state).await;
     crate::retention::spawn_periodic(state.clone());
     spawn_housekeeping(state.clone());

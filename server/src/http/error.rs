@@ -101,10 +101,10 @@ impl IntoResponse for AppError {
     }
 }
 
-impl From<&crate::analysis::ParseFailure> for AppError {
-    fn from(failure: &crate::analysis::ParseFailure) -> AppError {
+impl From<&crate::ingest::ParseFailure> for AppError {
+    fn from(failure: &crate::ingest::ParseFailure) -> AppError {
         match failure {
-            crate::analysis::ParseFailure::Storage(e) => AppError::Internal(anyhow::anyhow!("{e:#}")),
+            crate::ingest::ParseFailure::Storage(e) => AppError::Internal(anyhow::anyhow!("{e:#}")),
             other => AppError::Unreadable { kind: other.kind(), message: other.message() },
         }
     }

@@ -36,6 +36,14 @@ pub(crate) struct Metrics {
     pub(crate) cached_bytes: Gauge,
     /// Token secrets checked with argon2 (set from `Auth` when scraped).
     pub(crate) token_hashes: Gauge,
+    /// Snapshots opened from their persisted index (no parse).
+    pub(crate) index_opens: Counter,
+    /// Seconds to open a persisted index.
+    pub(crate) index_open_seconds: Histogram,
+    /// Persisted indexes written after a parse.
+    pub(crate) index_writes: Counter,
+    /// Persisted indexes found unusable (old version, corrupt) and rebuilt.
+    pub(crate) index_rebuilds: Counter,
 }
 
 impl Metrics {
@@ -50,6 +58,14 @@ impl Metrics {
         let token_hashes = Gauge::default();
         let cached_bytes = Gauge::default();
         let reports_rendered = Counter::default();
+        let index_opens = Counter::default();
+        let index_open_seconds = Histogram::new(exponential_buckets(0.001, 2.0, 16));
+        let index_writes = Counter::default();
+        let index_rebuilds = Counter::default();
+        registry.register("index_opens", "Snapshots opened from their persisted index", index_opens.clone());
+        registry.register("index_open_seconds", "Time to open a persisted index", index_open_seconds.clone());
+        registry.register("index_writes", "Persisted indexes written", index_writes.clone());
+        registry.register("index_rebuilds", "Unusable persisted indexes rebuilt", index_rebuilds.clone());
         registry.register("uploads", "Snapshot uploads by outcome", uploads.clone());
         registry.register("upload_bytes", "Bytes received in uploads", upload_bytes.clone());
         registry.register("bytes_stored", "Bytes of new snapshot files stored", bytes_stored.clone());
@@ -70,6 +86,10 @@ impl Metrics {
             reports_rendered,
             cached_bytes,
             token_hashes,
+            index_opens,
+            index_open_seconds,
+            index_writes,
+            index_rebuilds,
         }
     }
 

@@ -17,14 +17,13 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
-use tokio::sync::Semaphore;
 use tower_http::CompressionLevel;
 use tower_http::compression::CompressionLayer;
 use tower_http::cors::{AllowOrigin, CorsLayer};
 use tower_http::trace::TraceLayer;
 
-use crate::analysis::{AnalysisCache, Parser};
 use crate::auth::{Auth, Identity, LinkSigner, Role};
+use crate::ingest::{AnalysisCache, IndexFiles, Ingest, Parser};
 use crate::settings::Settings;
 use crate::store::{BlobStore, Db};
 use error::AppError;
@@ -46,6 +45,8 @@ pub(crate) struct Inner {
     pub(crate) cache: AnalysisCache,
     /// Parses stored files under the settings' limits, a few at a time.
     pub(crate) parser: Parser,
+    /// The persisted indexes of stored files.
+    pub(crate) indexes: IndexFiles,
     /// Where the analysis routes wait for a thread.
     pub(crate) analyses: v1::AnalysisQueue,
     /// Signs the dashboard's download links.
@@ -62,17 +63,25 @@ impl Deref for AppState {
 impl AppState {
     /// `link_key`: the key of signed links, shared by every instance
     /// (`Db::shared_secret`).
-    pub(crate) fn new(settings: Settings, db: Db, blobs: BlobStore, link_key: Vec<u8>) -> AppState {
+    pub(crate) fn new(settings: Settings, db: Db, blobs: BlobStore, link_key: Vec<u8>) -> anyhow::Result<AppState> {
         let auth = Auth::new(db.clone(), settings.tokens_required());
         let cache = AnalysisCache::new(settings.cache_entries, settings.cache_budget());
-        let parser = Parser {
-            options: settings.read_options(),
-            timeout: Duration::from_secs_f64(settings.parse_timeout_secs),
-            permits: Semaphore::new(settings.parse_concurrency),
-        };
+        let parser = Parser::new(
+            settings.read_options(),
+            Duration::from_secs_f64(settings.parse_timeout_secs),
+            settings.parse_concurrency,
+        );
         let analyses = v1::AnalysisQueue::new(settings.analysis_concurrency);
         let links = LinkSigner::new(link_key);
-        AppState(Arc::new(Inner { settings, db, blobs, auth, metrics: Metrics::new(), cache, parser, analyses, links }))
+        let indexes =
+            IndexFiles::new(blobs.clone(), &settings.data_dir.join("index-cache"), settings.index_cache_bytes)?;
+        let metrics = Metrics::new();
+        Ok(AppState(Arc::new(Inner { settings, db, blobs, auth, metrics, cache, parser, indexes, analyses, links })))
+    }
+
+    /// What loading a stored file needs, borrowed from here.
+    pub(crate) fn ingest(&self) -> Ingest<'_> {
+        Ingest { parser: &self.parser, blobs: &self.blobs, indexes: &self.indexes, metrics: &self.metrics }
     }
 }
 
@@ -233,7 +242,7 @@ mod tests {
         let settings = Settings { data_dir: dir, ..Settings::default() };
         let (db, blobs) = crate::cli::serve::open_stores(&settings).await.expect("stores");
         let key = db.shared_secret("link_key").await.expect("link key");
-        app(AppState::new(settings, db, blobs, key))
+        app(AppState::new(settings, db, blobs, key).expect("state"))
     }
 
     async fn json(response: axum::response::Response) -> serde_json::Value {

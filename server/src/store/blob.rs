@@ -7,6 +7,9 @@
 //!   served and never named by a database row; [`BlobStore::clean_staging`]
 //!   removes what crashed uploads left.
 //! - `snapshots/<sha256>`: committed files, named by their content.
+//! - `indexes/<sha256>`: the persisted index of `snapshots/<sha256>`
+//!   (`ingest::index_file`), written after its first parse and deleted
+//!   with it.
 //!
 //! An upload streams into a staging object in parts of [`PART_SIZE`] bytes
 //! with at most [`PARTS_IN_FLIGHT`] parts uploading at once, hashing as it
@@ -41,6 +44,7 @@ pub(crate) const PARTS_IN_FLIGHT: usize = 2;
 
 const STAGING_DIR: &str = "staging";
 const SNAPSHOTS_DIR: &str = "snapshots";
+const INDEXES_DIR: &str = "indexes";
 
 /// How to reach an S3-compatible store. Every field falls back to the
 /// standard `AWS_*` environment variables (`AWS_ENDPOINT`, `AWS_REGION`,
@@ -214,8 +218,85 @@ impl BlobStore {
         read.await.with_context(|| format!("cannot read {key} from {}", self.location))
     }
 
-    /// Deletes the file at `key`; deleting a missing file succeeds.
+    /// The folder of a local store (`None` on S3).
+    pub(crate) fn local_root(&self) -> Option<&std::path::Path> {
+        self.local_root.as_deref()
+    }
+
+    /// The key of the persisted index of the snapshot file at `key`.
+    pub(crate) fn index_key_of(key: &str) -> String {
+        format!("{INDEXES_DIR}/{}", key.rsplit('/').next().unwrap_or(key))
+    }
+
+    /// Uploads the local file at `path` to `key`, in parts as uploads go
+    /// (at most [`PARTS_IN_FLIGHT`] parts in memory).
+    pub(crate) async fn put_file(&self, key: &str, path: &std::path::Path) -> Result<()> {
+        use tokio::io::AsyncReadExt;
+        let upload =
+            self.store.put_multipart(&ObjectPath::from(key)).await.with_context(|| format!("cannot start {key}"))?;
+        let mut writer = WriteMultipart::new_with_chunk_size(upload, PART_SIZE);
+        let mut file = tokio::fs::File::open(path).await.with_context(|| format!("cannot open {}", path.display()))?;
+        loop {
+            let mut part = vec![0u8; PART_SIZE];
+            let mut filled = 0;
+            while filled < PART_SIZE {
+                let n = file.read(&mut part[filled..]).await.with_context(|| format!("reading {}", path.display()))?;
+                if n == 0 {
+                    break;
+                }
+                filled += n;
+            }
+            if filled == 0 {
+                break;
+            }
+            part.truncate(filled);
+            if let Err(e) = writer.wait_for_capacity(PARTS_IN_FLIGHT).await {
+                drop(writer.abort().await);
+                return Err(e).with_context(|| format!("cannot upload a part of {key}"));
+            }
+            writer.put(Bytes::from(part));
+        }
+        writer.finish().await.with_context(|| format!("cannot complete {key} in {}", self.location))?;
+        Ok(())
+    }
+
+    /// Downloads `key` into the local file at `path` (written whole or
+    /// not at all). `Ok(false)` when there is no such file.
+    pub(crate) async fn get_to_file(&self, key: &str, path: &std::path::Path) -> Result<bool> {
+        use tokio::io::AsyncWriteExt;
+        let mut stream = match self.store.get(&ObjectPath::from(key)).await {
+            Ok(result) => result.into_stream(),
+            Err(object_store::Error::NotFound { .. }) => return Ok(false),
+            Err(e) => return Err(e).with_context(|| format!("cannot read {key} from {}", self.location)),
+        };
+        let partial = path.with_extension("partial");
+        let mut out =
+            tokio::fs::File::create(&partial).await.with_context(|| format!("cannot create {}", partial.display()))?;
+        let copied = async {
+            while let Some(chunk) = stream.next().await {
+                out.write_all(&chunk.with_context(|| format!("reading {key}"))?).await?;
+            }
+            out.flush().await?;
+            tokio::fs::rename(&partial, path).await?;
+            anyhow::Ok(())
+        };
+        if let Err(e) = copied.await {
+            drop(tokio::fs::remove_file(&partial).await);
+            return Err(e).with_context(|| format!("cannot download {key} to {}", path.display()));
+        }
+        Ok(true)
+    }
+
+    /// Deletes the file at `key` (and, for a snapshot file, its persisted
+    /// index); deleting a missing file succeeds.
     pub(crate) async fn delete(&self, key: &str) -> Result<()> {
+        if key.starts_with(SNAPSHOTS_DIR) {
+            self.delete_one(&BlobStore::index_key_of(key)).await?;
+        }
+        self.delete_one(key).await
+    }
+
+    async fn delete_one(&self, key: &str) -> Result<()> {
         match self.store.delete(&ObjectPath::from(key)).await {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
             Err(e) => Err(e).with_context(|| format!("cannot delete {key} from {}", self.location)),

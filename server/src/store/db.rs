@@ -162,6 +162,10 @@ pub(crate) struct SnapshotRecord {
     pub(crate) stats_json: Option<String>,
     /// Kept by retention whatever its age (`PATCH … {"pinned": true}`).
     pub(crate) pinned: bool,
+    /// While `parsing` on the instance that answers: bytes of the file
+    /// read so far (of `size_bytes`). Not stored.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) parsed_bytes: Option<u64>,
 }
 
 /// A snapshot to record.
@@ -523,6 +527,7 @@ impl Db {
             error: None,
             stats_json: new.stats_json.clone(),
             pinned: false,
+            parsed_bytes: None,
         };
         let id = &record.id;
         let size = i64::try_from(record.size_bytes)
@@ -911,6 +916,7 @@ pub(super) fn snapshot_from_row(row: &AnyRow) -> Result<SnapshotRecord> {
         error: row.try_get("error").with_context(|| column("error"))?,
         stats_json: row.try_get("stats_json").with_context(|| column("stats_json"))?,
         pinned: row.try_get::<i64, _>("pinned").with_context(|| column("pinned"))? != 0,
+        parsed_bytes: None,
         id,
     })
 }

@@ -30,7 +30,18 @@ pub(crate) struct ListParams {
 pub(crate) async fn list(State(state): State<AppState>, Query(p): Query<ListParams>) -> AppResult<Json<Page>> {
     let filter =
         ListFilter { job: p.job, host: p.host, tag: p.tag, q: p.q, limit: p.limit, cursor: p.cursor, pinned: p.pinned };
-    Ok(Json(state.db.list(&filter).await?))
+    let mut page = state.db.list(&filter).await?;
+    for rec in &mut page.items {
+        with_progress(&state, rec);
+    }
+    Ok(Json(page))
+}
+
+/// Fill in how far this instance's parse of a `parsing` snapshot is.
+fn with_progress(state: &AppState, rec: &mut SnapshotRecord) {
+    if rec.status == SnapshotStatus::Parsing {
+        rec.parsed_bytes = state.parser.progress(&rec.blob_key).map(|(read, _)| read.min(rec.size_bytes));
+    }
 }
 
 /// The record of a snapshot, or 404.
@@ -39,7 +50,9 @@ pub(crate) async fn record(state: &AppState, id: &str) -> AppResult<SnapshotReco
 }
 
 pub(crate) async fn get_one(State(state): State<AppState>, Path(id): Path<String>) -> AppResult<Json<SnapshotRecord>> {
-    Ok(Json(record(&state, &id).await?))
+    let mut rec = record(&state, &id).await?;
+    with_progress(&state, &mut rec);
+    Ok(Json(rec))
 }
 
 /// `GET /api/v1/snapshots/{id}/stats`: the object `vramscope stats --json` prints.
@@ -96,6 +109,7 @@ pub(crate) async fn update(
 pub(crate) async fn delete(State(state): State<AppState>, Path(id): Path<String>) -> AppResult<StatusCode> {
     let rec = state.db.delete(&id).await?.ok_or_else(|| AppError::NotFound(format!("snapshot {id}")))?;
     state.cache.remove(&rec.blob_key);
+    state.indexes.forget(&rec.blob_key).await;
     // The file is shared by identical uploads: remove it with its last row.
     crate::store::delete_blob_if_unused(&state.db, &state.blobs, &rec.blob_key).await?;
     Ok(StatusCode::NO_CONTENT)

@@ -13,7 +13,6 @@ use axum::http::{StatusCode, header};
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 
-use crate::analysis::analyze;
 use crate::http::AppState;
 use crate::http::error::{AppError, AppResult};
 use crate::store::{BlobStore, NewSnapshot, Recorded, SnapshotStatus, Staged, StagedUpload, Trigger, record_upload};
@@ -375,13 +374,11 @@ async fn finish(state: AppState, staged: Staged, meta: UploadMeta) -> AppResult<
     state.metrics.bytes_stored.inc_by(staged.size);
     state.metrics.upload("ok");
     match parsed {
-        // Index it for the views right away, off the answer's path.
-        // Index it for the views right away, off the answer's path; a view
+        // Index and persist it right away, off the answer's path; a view
         // asked for before that ends waits for it instead of parsing again.
         Some(snapshot) => {
-            drop(state.cache.start(&blob_key, move || async move {
-                analyze(snapshot).await.map_err(crate::analysis::ParseFailure::Storage)
-            }));
+            let (task_state, key) = (state.clone(), blob_key.clone());
+            drop(state.cache.start(&blob_key, move || async move { task_state.ingest().index(&key, snapshot).await }));
         }
         None => {
             tokio::spawn(parse_in_background(state.clone(), id.clone(), blob_key));
@@ -411,6 +408,7 @@ async fn remove_bad_bytes(state: &AppState, blob_key: &str) -> anyhow::Result<()
 /// ready snapshot shares them.
 pub(crate) async fn give_up_parse(state: &AppState, id: &str, blob_key: &str, why: &str) {
     state.cache.remove(blob_key);
+    state.indexes.forget(blob_key).await;
     if let Err(e) = state.db.set_failed(id, why).await {
         tracing::error!(snapshot = id, error = format!("{e:#}"), "could not mark a snapshot failed");
     }

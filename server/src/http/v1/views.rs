@@ -17,7 +17,6 @@ use vramscope_shared::views::state::{AllocatorState, StateParams};
 use vramscope_shared::views::{self, Analyzed, BlocksParams, FrameJson, StateAt, TimelineParams, ViewError};
 
 use super::snapshots::record;
-use crate::analysis::{ParseFailure, analyze};
 use crate::http::AppState;
 use crate::http::error::{AppError, AppResult};
 use crate::store::SnapshotStatus;
@@ -42,16 +41,11 @@ pub(crate) async fn analyzed(state: &AppState, id: &str) -> AppResult<Arc<Analyz
 
 /// The analyzed snapshot of a stored file: from the cache, or joining the
 /// parse of it under way, or parsing it in a task of its own (see
-/// [`crate::analysis::AnalysisCache`]).
-pub(crate) async fn load(state: &AppState, blob_key: &str) -> crate::analysis::Loaded {
+/// [`crate::ingest::AnalysisCache`]): opened from its persisted index, or
+/// parsed (and persisted) when it has none.
+pub(crate) async fn load(state: &AppState, blob_key: &str) -> crate::ingest::Loaded {
     let (task_state, key) = (state.clone(), blob_key.to_owned());
-    state
-        .cache
-        .get_or_load(blob_key, move || async move {
-            let snapshot = task_state.parser.parse_stored(&task_state.blobs, &key, &task_state.metrics).await?;
-            analyze(snapshot).await.map_err(ParseFailure::Storage)
-        })
-        .await
+    state.cache.get_or_load(blob_key, move || async move { task_state.ingest().open_or_parse(&key).await }).await
 }
 
 /// `GET /api/v1/snapshots/{id}/timeline`: see [`views::timeline`].

@@ -1,0 +1,134 @@
+//! Ingestion against a real server: a file is parsed once, its index is
+//! persisted beside it and mapped by every later open, a broken index is
+//! rebuilt, and a parse under way reports how far it is.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::Value;
+
+use crate::common::server::{TestServer, client};
+use crate::common::{fixture_corpus, large_corpus};
+
+fn fixture(name: &str) -> Vec<u8> {
+    std::fs::read(fixture_corpus().join(name)).expect("fixture")
+}
+
+/// The persisted index files of a server's local store.
+fn index_files(data_dir: &Path) -> Vec<PathBuf> {
+    match std::fs::read_dir(data_dir.join("blobs/indexes")) {
+        Ok(entries) => entries.filter_map(Result::ok).map(|e| e.path()).collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
+/// Upload a fixture, wait for it, and read the views a dashboard opens with.
+async fn upload_and_view(server: &TestServer, name: &str) -> (String, Vec<Value>) {
+    let (status, answer) = server.upload(fixture(name), "name=ingest").await;
+    assert_eq!(status, StatusCode::CREATED, "{answer}");
+    let id = answer["id"].as_str().expect("id").to_owned();
+    assert_eq!(server.settled(&id).await["status"], "ready");
+    (id.clone(), views(server, &id).await)
+}
+
+async fn views(server: &TestServer, id: &str) -> Vec<Value> {
+    let mut out = Vec::new();
+    for path in ["timeline?px=500", "timeline?px=300&axis=event", "blocks?at=100", "state?at=200", "segments?px=300"] {
+        let (status, answer) = server.get(&format!("/snapshots/{id}/{path}")).await;
+        assert_eq!(status, StatusCode::OK, "{path}: {answer}");
+        out.push(answer);
+    }
+    out
+}
+
+#[tokio::test]
+async fn a_restarted_server_opens_the_persisted_index_without_parsing() {
+    let server = TestServer::start("index-restart", &[]);
+    let (id, before) = upload_and_view(&server, "oom_leak.pickle").await;
+    assert_eq!(server.metric("index_writes_total", None).await, 1);
+    assert_eq!(index_files(&server.data_dir).len(), 1, "one index beside the one file");
+
+    let restarted = TestServer::start_in(&server.kill(), &[]);
+    assert_eq!(views(&restarted, &id).await, before, "the index answers as the parse did");
+    assert_eq!(restarted.metric("parse_seconds_count", None).await, 0, "nothing parsed after the restart");
+    assert_eq!(restarted.metric("index_opens_total", None).await, 1);
+    // The report export comes from the index too.
+    let report = client().get(restarted.api(&format!("/snapshots/{id}/report.html"))).send().await.expect("report");
+    assert_eq!(report.status(), StatusCode::OK);
+    assert_eq!(restarted.metric("parse_seconds_count", None).await, 0, "the report did not parse the pickle");
+}
+
+#[tokio::test]
+async fn regression_a_corrupt_or_old_index_is_rebuilt_from_the_pickle_never_trusted() {
+    let server = TestServer::start("index-corrupt", &[]);
+    let (id, before) = upload_and_view(&server, "ring_overflow.pickle").await;
+    let dir = server.kill();
+    let [file] = index_files(&dir).try_into().expect("one index file");
+
+    // A flipped byte in the middle of the columns.
+    let mut bytes = std::fs::read(&file).expect("index");
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0xff;
+    std::fs::write(&file, &bytes).expect("write");
+    let server = TestServer::start_in(&dir, &[]);
+    assert_eq!(views(&server, &id).await, before, "rebuilt, not trusted");
+    assert_eq!(server.metric("index_rebuilds_total", None).await, 1);
+    assert_eq!(server.metric("parse_seconds_count", None).await, 1, "parsed again from the pickle");
+    assert_eq!(server.metric("index_writes_total", None).await, 1, "and written again");
+
+    // Another format version (an older server's file) is rebuilt the same way.
+    let dir = server.kill();
+    let mut bytes = std::fs::read(&file).expect("index");
+    bytes[8..12].copy_from_slice(&0u32.to_le_bytes());
+    std::fs::write(&file, &bytes).expect("write");
+    let server = TestServer::start_in(&dir, &[]);
+    assert_eq!(views(&server, &id).await, before);
+    assert_eq!(server.metric("index_rebuilds_total", None).await, 1);
+
+    // The rewritten file is good: the next start opens it.
+    let server = TestServer::start_in(&server.kill(), &[]);
+    assert_eq!(views(&server, &id).await, before);
+    assert_eq!(server.metric("index_opens_total", None).await, 1);
+    assert_eq!(server.metric("parse_seconds_count", None).await, 0);
+}
+
+#[tokio::test]
+async fn deleting_the_last_snapshot_of_a_file_deletes_its_index() {
+    let server = TestServer::start("index-delete", &[]);
+    let (id, _) = upload_and_view(&server, "streams.pickle").await;
+    assert_eq!(index_files(&server.data_dir).len(), 1);
+    let deleted = client().delete(server.api(&format!("/snapshots/{id}"))).send().await.expect("delete");
+    assert_eq!(deleted.status(), StatusCode::NO_CONTENT);
+    assert_eq!(index_files(&server.data_dir), Vec::<PathBuf>::new(), "no derived data left behind");
+}
+
+#[tokio::test]
+async fn a_parse_under_way_reports_the_bytes_read() {
+    // Parsed in the background (never inline) by a debug build: seconds.
+    let server = TestServer::start("index-progress", &[("VRAMSCOPE_INLINE_PARSE_MAX_BYTES", "0")]);
+    let bytes = std::fs::read(large_corpus().join("gpt_long.pickle")).expect("gpt_long");
+    let size = bytes.len() as u64;
+    let (status, answer) = server.upload(bytes, "name=progress").await;
+    assert_eq!(status, StatusCode::CREATED, "{answer}");
+    let id = answer["id"].as_str().expect("id").to_owned();
+    let mut seen = Vec::new();
+    loop {
+        let (_, rec) = server.get(&format!("/snapshots/{id}")).await;
+        if rec["status"] != "parsing" {
+            assert_eq!(rec["status"], "ready", "{rec}");
+            assert!(rec.get("parsed_bytes").is_none(), "no progress once ready: {rec}");
+            break;
+        }
+        if let Some(read) = rec["parsed_bytes"].as_u64() {
+            seen.push(read);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(!seen.is_empty(), "the parse of a 22 MB file was never seen under way");
+    assert!(seen.windows(2).all(|w| w[0] <= w[1]), "progress goes forward: {seen:?}");
+    assert!(seen.iter().all(|&read| read <= size), "{seen:?} of {size}");
+    // The library lists it the same way.
+    let (_, page) = server.get("/snapshots").await;
+    assert_eq!(page["items"][0]["status"], "ready");
+}
