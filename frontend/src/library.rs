@@ -328,7 +328,7 @@ pub(crate) fn Library() -> impl IntoView {
                 <tbody>
                     <For
                         each=move || items.get()
-                        key=|s| (s.id.clone(), s.name.clone(), s.tags.clone(), s.status.clone())
+                        key=|s| (s.id.clone(), s.name.clone(), s.tags.clone(), s.status.clone(), s.parsed_bytes)
                         children=move |s| view! { <Row item=s items=items notice=notice/> }
                     />
                 </tbody>
@@ -470,7 +470,7 @@ fn Row(item: SnapshotMeta, items: RwSignal<Vec<SnapshotMeta>>, notice: RwSignal<
             <td>{item.trigger.clone()}</td>
             <td>
                 <span class=status_class title=status_title>
-                    {item.status.clone()}
+                    {status_text(&item)}
                 </span>
             </td>
             <td class="num">{format::bytes(item.size_bytes)}</td>
@@ -510,5 +510,15 @@ fn Row(item: SnapshotMeta, items: RwSignal<Vec<SnapshotMeta>>, notice: RwSignal<
                 </button>
             </td>
         </tr>
+    }
+}
+
+/// The status cell: a parse under way says how far it is, by bytes read.
+fn status_text(item: &SnapshotMeta) -> String {
+    match item.parsed_bytes {
+        Some(read) if item.status == "parsing" && item.size_bytes > 0 => {
+            format!("parsing {}%", (read.min(item.size_bytes) * 100) / item.size_bytes)
+        }
+        _ => item.status.clone(),
     }
 }

@@ -80,6 +80,9 @@ pub struct SnapshotMeta {
     /// Why parsing failed.
     #[serde(default)]
     pub error: Option<String>,
+    /// While parsing: bytes of the file read so far.
+    #[serde(default)]
+    pub parsed_bytes: Option<u64>,
 }
 
 /// One page of the snapshot list, newest first.
