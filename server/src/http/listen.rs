@@ -34,7 +34,16 @@ pub(crate) async fn serve(
         tokio::select! {
             accepted = listener.accept() => {
                 let stream = match accepted {
-                    Ok((stream, _)) => stream,
+                    Ok((stream, _)) => {
+                        // Answers go out as several writes (headers, gzip
+                        // chunks): with Nagle on, the last one waits for the
+                        // client's delayed ACK, 40 ms (seen as p99 outliers
+                        // of the timeline windows in benches/big.rs).
+                        if let Err(e) = stream.set_nodelay(true) {
+                            tracing::debug!(error = %e, "cannot set TCP_NODELAY");
+                        }
+                        stream
+                    }
                     Err(e) => {
                         // Out of file descriptors, say: wait rather than spin.
                         tracing::warn!(error = %e, "accept failed");
