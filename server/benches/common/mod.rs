@@ -6,7 +6,11 @@ use std::fs::File;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use reqwest::header::{ACCEPT_ENCODING, CONTENT_ENCODING, CONTENT_LENGTH, CONTENT_TYPE};
+use serde_json::Value;
+use tokio_util::io::ReaderStream;
 
 /// Trace entries of the generated large snapshot.
 pub(crate) const LARGE_ENTRIES: u64 = 1_500_000;
@@ -187,4 +191,155 @@ impl Drop for Server {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+// ---------------------------------------------------------------------------
+// HTTP against a server, and the figures of its process
+
+/// Read size of a client's upload stream.
+pub(crate) const STREAM_CHUNK: usize = 1 << 20;
+
+/// Streams the file as the body of a POST; returns the time from the first
+/// byte sent to the whole answer, the status and the JSON answer.
+pub(crate) async fn upload_file(
+    client: &reqwest::Client,
+    url: &str,
+    path: &Path,
+) -> Result<(Duration, u16, Value), String> {
+    let file = tokio::fs::File::open(path).await.map_err(|e| format!("open {}: {e}", path.display()))?;
+    let len = file.metadata().await.map_err(|e| format!("stat {}: {e}", path.display()))?.len();
+    let body = reqwest::Body::wrap_stream(ReaderStream::with_capacity(file, STREAM_CHUNK));
+    let start = Instant::now();
+    let response = client
+        .post(url)
+        .header(CONTENT_TYPE, "application/octet-stream")
+        .header(CONTENT_LENGTH, len)
+        .body(body)
+        .send()
+        .await
+        .map_err(|e| format!("upload {}: {e}", path.display()))?;
+    let status = response.status().as_u16();
+    let bytes = response.bytes().await.map_err(|e| format!("upload answer: {e}"))?;
+    let took = start.elapsed();
+    Ok((took, status, serde_json::from_slice(&bytes).unwrap_or(Value::Null)))
+}
+
+/// `(start, end)` of a whole-trace window.
+pub(crate) fn extent(window: &Value) -> Result<(i64, i64), String> {
+    match (window["start"].as_i64(), window["end"].as_i64()) {
+        (Some(s), Some(e)) if e > s => Ok((s, e)),
+        _ => Err(format!("timeline answer without a start and end: {}", window["start"])),
+    }
+}
+
+pub(crate) async fn get(
+    client: &reqwest::Client,
+    url: &str,
+    accept_encoding: Option<&str>,
+) -> Result<(u16, Option<String>, Vec<u8>), String> {
+    let mut request = client.get(url);
+    if let Some(accept) = accept_encoding {
+        // The client decodes nothing (see `main`): the body comes back as
+        // sent, compressed, and its length is the bytes on the wire.
+        request = request.header(ACCEPT_ENCODING, accept);
+    }
+    let response = request.send().await.map_err(|e| format!("GET {url}: {e}"))?;
+    let status = response.status().as_u16();
+    let encoding = response.headers().get(CONTENT_ENCODING).and_then(|v| v.to_str().ok()).map(str::to_owned);
+    let body = response.bytes().await.map_err(|e| format!("GET {url}: {e}"))?;
+    Ok((status, encoding, body.to_vec()))
+}
+
+pub(crate) async fn get_json(client: &reqwest::Client, url: &str) -> Result<(Duration, Value), String> {
+    let start = Instant::now();
+    let (status, _, body) = get(client, url, None).await?;
+    let took = start.elapsed();
+    let value: Value = serde_json::from_slice(&body).map_err(|e| format!("GET {url}: not JSON: {e}"))?;
+    if status != 200 {
+        return Err(format!("GET {url}: {status} {value}"));
+    }
+    Ok((took, value))
+}
+
+#[derive(Default)]
+pub(crate) struct Latencies(pub(crate) Vec<Duration>);
+
+impl Latencies {
+    /// Nearest-rank quantile.
+    pub(crate) fn quantile(&self, q: f64) -> Option<Duration> {
+        let mut d = self.0.clone();
+        d.sort();
+        let rank = ((q * d.len() as f64).ceil() as usize).clamp(1, d.len().max(1));
+        d.get(rank - 1).copied()
+    }
+
+    pub(crate) fn max(&self) -> Option<Duration> {
+        self.0.iter().max().copied()
+    }
+}
+
+/// A field of `/proc/<pid>/status` given in kB (`VmRSS`, `VmHWM`), in bytes.
+pub(crate) fn proc_status_bytes(pid: u32, field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|kib| kib.parse::<u64>().ok())
+        .map(|kib| kib * 1024)
+}
+
+/// Removes its paths when dropped, on every way out of `main`.
+pub(crate) struct Cleanup(pub(crate) Vec<PathBuf>);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        for p in &self.0 {
+            let _ = if p.is_dir() { std::fs::remove_dir_all(p) } else { std::fs::remove_file(p) };
+        }
+    }
+}
+
+/// The 1-minute load average: other work on the machine skews the figures.
+pub(crate) fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next().map(str::to_owned))
+        .unwrap_or_else(|| "?".to_owned())
+}
+
+/// SplitMix64: a seeded generator, enough for positions and filler bytes.
+pub(crate) struct SplitMix(pub(crate) u64);
+
+impl SplitMix {
+    pub(crate) fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `[0, 1)`.
+    pub(crate) fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+pub(crate) fn ms(d: Option<Duration>) -> String {
+    d.map_or_else(|| "-".to_owned(), |d| format!("{:.2}", d.as_secs_f64() * 1e3))
+}
+
+pub(crate) fn fmt_ms(d: Option<Duration>) -> String {
+    d.map_or_else(|| "-".to_owned(), |d| format!("{:.2} ms", d.as_secs_f64() * 1e3))
+}
+
+pub(crate) fn fmt_kb(bytes: Option<usize>) -> String {
+    bytes.map_or_else(|| "-".to_owned(), |b| format!("{:.1} kB", b as f64 / 1e3))
+}
+
+pub(crate) fn median_len(sizes: &[usize]) -> Option<usize> {
+    let mut s = sizes.to_vec();
+    s.sort_unstable();
+    s.get(s.len() / 2).copied()
 }
