@@ -211,3 +211,35 @@ fn trim_folder(folder: &Path, limit: u64) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trimming_keeps_the_newest_files_that_fit_and_never_a_partial_one() {
+        let dir = std::env::temp_dir().join(format!("vramscope-trim-{}", uuid::Uuid::now_v7()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let old = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+        for (i, name) in ["a", "b", "c"].iter().enumerate() {
+            let path = dir.join(name);
+            std::fs::write(&path, vec![0u8; 100]).expect("write");
+            let file = std::fs::File::options().append(true).open(&path).expect("open");
+            file.set_modified(old + std::time::Duration::from_secs(60 * i as u64)).expect("mtime");
+        }
+        std::fs::write(dir.join("d.partial-1"), vec![0u8; 1000]).expect("write");
+        trim_folder(&dir, 250);
+        let mut left: Vec<String> = std::fs::read_dir(&dir)
+            .expect("read")
+            .filter_map(Result::ok)
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["b", "c", "d.partial-1"], "the oldest went; a file being written stays");
+        // A just-used file counts as new.
+        touch(&dir.join("b"));
+        trim_folder(&dir, 150);
+        assert!(dir.join("b").exists() && !dir.join("c").exists());
+        drop(std::fs::remove_dir_all(&dir));
+    }
+}
