@@ -35,9 +35,9 @@
 //! # Costs
 //!
 //! Per device, with `n` rows and `m` allocations: no per-row values for
-//! the curves (they are replayed inside a block from the trace's action and
-//! size columns, shared with the trace; 48 B of starting values per block
-//! of [`BLOCK`] rows), `0.375 · log2(n / BLOCK)` B/row for the min/max
+//! the curves (they are replayed inside a sub-block of 32 rows from the
+//! trace's action and size columns, shared with the trace; 3 B/row of
+//! starting values and ranges per sub-block), `0.375 · log2(n / BLOCK)` B/row for the min/max
 //! tables (6.4 at 16M rows), the trace's own times unless they go back
 //! (then 8 B/row), 32 B and about 8 B per allocation for the allocation
 //! index, plus its checkpoints (bounded to about 16 B per allocation, see
@@ -629,17 +629,27 @@ const DELTAS: [[i8; 3]; Action::KNOWN.len()] = {
     table
 };
 
+/// Rows per sub-block of the curves: the most rows a query replays at a
+/// bucket edge.
+const SUB: usize = 32;
+/// Sub-blocks per block of the min/max tables.
+const SUBS_PER_BLOCK: usize = BLOCK / SUB;
+
 /// The three curves, kept without a value per row: the running values at
-/// the start of every block of [`BLOCK`] rows, and min/max tables over
-/// whole blocks. Inside a block the values are replayed from the trace's
-/// columns (at most `BLOCK` rows, as many as a scan of stored values
-/// would read), which saves 24 bytes per row.
+/// the start of every sub-block of [`SUB`] rows with each sub-block's
+/// (min, max), and min/max tables over whole blocks of [`BLOCK`] rows.
+/// Inside a sub-block the values are replayed from the trace's columns:
+/// 3 bytes per row instead of 24 for stored values, and a bucket edge
+/// replays at most [`SUB`] rows.
 #[derive(Debug)]
 struct Curves {
-    /// Running values before each block `j` (row `j · BLOCK`), one entry
-    /// per block and one past the last: `i128`s as (low, high) words, so
-    /// that clamping happens on the output only, as the curves are defined.
-    starts: Column<[u64; 6]>,
+    /// Running values before each sub-block `s` (row `s · SUB`), one entry
+    /// per sub-block and one past the last: `i128`s as (low, high) words,
+    /// so that clamping happens on the output only, as the curves are
+    /// defined.
+    sub_starts: Column<[u64; 6]>,
+    /// Per sub-block, (min, max) of each curve: `[min0, max0, min1, ...]`.
+    sub_ranges: Column<[u64; 6]>,
     /// Per curve, `levels[k][j]` = (min, max) over blocks `j .. j + 2^k` (a
     /// sparse table over blocks): any run of whole blocks is the union of
     /// two overlapping entries.
@@ -667,30 +677,47 @@ fn fold(mm: &mut [(u64, u64); 3], v: [u64; 3]) {
     }
 }
 
+/// Widen each curve's (min, max) by another's.
+#[inline]
+fn fold_ranges(mm: &mut [(u64, u64); 3], other: [(u64, u64); 3]) {
+    for c in 0..3 {
+        mm[c] = merge(mm[c], other[c]);
+    }
+}
+
 fn clamp3(state: [i128; 3]) -> [u64; 3] {
     state.map(clamp)
 }
+
+const EMPTY3: [(u64, u64); 3] = [(u64::MAX, 0); 3];
 
 impl Curves {
     /// One pass over the trace from the running values before its first row.
     fn build(rows: &Rows, initial: [i128; 3]) -> Curves {
         let rows = &rows.slices();
         let n = rows.action.len();
-        let mut starts = Vec::with_capacity(n / BLOCK + 1);
+        let mut sub_starts = Vec::with_capacity(n.div_ceil(SUB) + 1);
+        let mut sub_ranges = Vec::with_capacity(n.div_ceil(SUB));
         let mut blocks: [Vec<[u64; 2]>; 3] = std::array::from_fn(|_| Vec::with_capacity(n.div_ceil(BLOCK)));
         let mut state = initial;
-        for j in 0..n.div_ceil(BLOCK) {
-            starts.push(pack(state));
-            let mut mm = [(u64::MAX, 0u64); 3];
-            for r in j * BLOCK..((j + 1) * BLOCK).min(n) {
+        let mut block = EMPTY3;
+        for s in 0..n.div_ceil(SUB) {
+            sub_starts.push(pack(state));
+            let mut mm = EMPTY3;
+            for r in s * SUB..((s + 1) * SUB).min(n) {
                 rows.apply(&mut state, r);
                 fold(&mut mm, clamp3(state));
             }
-            for c in 0..3 {
-                blocks[c].push(pair(mm[c]));
+            sub_ranges.push([mm[0].0, mm[0].1, mm[1].0, mm[1].1, mm[2].0, mm[2].1]);
+            fold_ranges(&mut block, mm);
+            if (s + 1) % SUBS_PER_BLOCK == 0 || (s + 1) * SUB >= n {
+                for c in 0..3 {
+                    blocks[c].push(pair(block[c]));
+                }
+                block = EMPTY3;
             }
         }
-        starts.push(pack(state));
+        sub_starts.push(pack(state));
         let levels = blocks.map(|blocks| {
             let mut levels: Vec<Column<[u64; 2]>> = vec![blocks.into()];
             let mut span = 1;
@@ -701,7 +728,7 @@ impl Curves {
             }
             levels
         });
-        Curves { starts: starts.into(), levels }
+        Curves { sub_starts: sub_starts.into(), sub_ranges: sub_ranges.into(), levels }
     }
 
     /// The number of entries of each level for `rows` rows, as `build` makes them.
@@ -716,39 +743,62 @@ impl Curves {
     }
 
     fn heap_bytes(&self) -> usize {
-        self.starts.heap_bytes() + self.levels.iter().flatten().map(Column::heap_bytes).sum::<usize>()
+        self.sub_starts.heap_bytes()
+            + self.sub_ranges.heap_bytes()
+            + self.levels.iter().flatten().map(Column::heap_bytes).sum::<usize>()
+    }
+
+    fn sub_range(&self, s: usize) -> [(u64, u64); 3] {
+        let w = self.sub_ranges[s];
+        [(w[0], w[1]), (w[2], w[3]), (w[4], w[5])]
+    }
+
+    /// (min, max) over the whole sub-blocks `p..q`: sub-blocks up to a
+    /// block boundary, the tables for whole blocks, sub-blocks after.
+    fn whole_subs(&self, p: usize, q: usize) -> [(u64, u64); 3] {
+        let mut mm = EMPTY3;
+        let (bp, bq) = (p.div_ceil(SUBS_PER_BLOCK), q / SUBS_PER_BLOCK);
+        if bp >= bq {
+            for s in p..q {
+                fold_ranges(&mut mm, self.sub_range(s));
+            }
+            return mm;
+        }
+        for s in (p..bp * SUBS_PER_BLOCK).chain(bq * SUBS_PER_BLOCK..q) {
+            fold_ranges(&mut mm, self.sub_range(s));
+        }
+        let k = (bq - bp).ilog2() as usize;
+        for c in 0..3 {
+            let level = &self.levels[c][k];
+            mm[c] = merge(mm[c], merge(tuple(level[bp]), tuple(level[bq - (1 << k)])));
+        }
+        mm
     }
 
     /// The curves at row `r` (`r <= rows`): the running values before it,
-    /// and per curve (min, max) over the rows of its block before it and
-    /// from it on. One replay of the block serves both buckets that meet
-    /// at `r`.
+    /// and (min, max) over the rows of its sub-block before it and from it
+    /// on. One replay of the sub-block serves both buckets that meet at `r`.
     fn edge(&self, rows: &RowSlices<'_>, r: usize) -> Edge {
-        let j = r / BLOCK;
-        let mut state = unpack(self.starts[j]);
+        let s = r / SUB;
         let n = rows.action.len();
-        let mut edge = Edge { state, before: [(u64::MAX, 0); 3], after: [(u64::MAX, 0); 3] };
-        if r.is_multiple_of(BLOCK) && r < n {
-            // r starts a block: its (min, max) is the first level's entry.
-            edge.after = std::array::from_fn(|c| tuple(self.levels[c][0][j]));
-            return edge;
+        let mut state = unpack(self.sub_starts[s]);
+        if r.is_multiple_of(SUB) && r < n {
+            return Edge { state, before: EMPTY3, after: self.sub_range(s) };
         }
         // Two loops, so that each keeps its (min, max) in registers.
-        let end = ((j + 1) * BLOCK).min(n);
-        let mut before = [(u64::MAX, 0u64); 3];
-        for x in j * BLOCK..r.min(end) {
+        let end = ((s + 1) * SUB).min(n);
+        let mut before = EMPTY3;
+        for x in s * SUB..r.min(end) {
             rows.apply(&mut state, x);
             fold(&mut before, clamp3(state));
         }
-        edge.state = state;
-        edge.before = before;
-        let mut after = [(u64::MAX, 0u64); 3];
+        let at = state;
+        let mut after = EMPTY3;
         for x in r..end {
             rows.apply(&mut state, x);
             fold(&mut after, clamp3(state));
         }
-        edge.after = after;
-        edge
+        Edge { state: at, before, after }
     }
 
     /// The three curves over each bucket `rows[i]..rows[i + 1]` (ascending
@@ -764,26 +814,19 @@ impl Curves {
                 if a >= b {
                     return start.map(|v| Range3 { min: v, max: v, last: v });
                 }
-                let mut mm = [(u64::MAX, 0u64); 3];
-                if a / BLOCK == b / BLOCK {
-                    // Inside one block: the rows themselves, from a's values.
+                let mut mm = EMPTY3;
+                if a / SUB == b / SUB {
+                    // Inside one sub-block: the rows themselves, from a's values.
                     let mut state = at[i].state;
                     for x in a..b {
                         rows.apply(&mut state, x);
                         fold(&mut mm, clamp3(state));
                     }
                 } else {
-                    // a's block from a, the whole blocks between, b's block before b.
-                    let (first_full, end_full) = (a / BLOCK + 1, b / BLOCK);
-                    mm = std::array::from_fn(|c| {
-                        let ends = merge(at[i].after[c], at[i + 1].before[c]);
-                        if first_full >= end_full {
-                            return ends;
-                        }
-                        let k = (end_full - first_full).ilog2() as usize;
-                        let level = &self.levels[c][k];
-                        merge(ends, merge(tuple(level[first_full]), tuple(level[end_full - (1 << k)])))
-                    });
+                    // a's sub-block from a, the whole ones between, b's before b.
+                    mm = self.whole_subs(a / SUB + 1, b / SUB);
+                    fold_ranges(&mut mm, at[i].after);
+                    fold_ranges(&mut mm, at[i + 1].before);
                 }
                 if carry_in(i) {
                     fold(&mut mm, start);
@@ -1067,7 +1110,8 @@ pub(crate) struct DeviceTimelineHeader {
     device: u32,
     rows: usize,
     times: TimesHeader,
-    curve_starts: ColumnRef,
+    curve_sub_starts: ColumnRef,
+    curve_sub_ranges: ColumnRef,
     curve_levels: [Vec<ColumnRef>; 3],
     oom_rows: ColumnRef,
     trace_wrapped: bool,
@@ -1105,7 +1149,8 @@ impl TimelineIndex {
                 device: d.device,
                 rows: d.rows,
                 times,
-                curve_starts: w.column(&d.curves.starts)?,
+                curve_sub_starts: w.column(&d.curves.sub_starts)?,
+                curve_sub_ranges: w.column(&d.curves.sub_ranges)?,
                 curve_levels: [
                     d.curves.levels[0].iter().map(|l| w.column(l)).collect::<std::io::Result<_>>()?,
                     d.curves.levels[1].iter().map(|l| w.column(l)).collect::<std::io::Result<_>>()?,
@@ -1153,7 +1198,11 @@ impl TimelineIndex {
                 check(refs.len() == lengths.len(), || format!("{} min/max levels for {rows} rows", refs.len()))?;
                 levels[c] = refs.iter().zip(&lengths).map(|(l, &n)| r.column_of(l, n)).collect::<Result<_, _>>()?;
             }
-            let curves = Curves { starts: r.column_of(&h.curve_starts, rows.div_ceil(BLOCK) + 1)?, levels };
+            let curves = Curves {
+                sub_starts: r.column_of(&h.curve_sub_starts, rows.div_ceil(SUB) + 1)?,
+                sub_ranges: r.column_of(&h.curve_sub_ranges, rows.div_ceil(SUB))?,
+                levels,
+            };
             let oom_rows: Column<u32> = r.column(&h.oom_rows)?;
             check(oom_rows.iter().all(|&o| (o as usize) < rows), || "an oom row past the trace".to_owned())?;
             let items: Column<AllocItem> = r.column(&h.items)?;
