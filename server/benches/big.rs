@@ -16,6 +16,9 @@
 //!    2000 px, timed client-side to the last byte, with `Accept-Encoding:
 //!    gzip`.
 //!
+//! With `VRAMSCOPE_BENCH_BASELINE` set to another `vramscope` build, steps
+//! 2 to 4 run again with it, in the same run, rows labelled `baseline:`.
+//!
 //! Targets (issue 15): upload → first timeline ≤ 2.5x `stats`; peak RSS ≤
 //! 1.5x the file; first timeline after a restart ≤ 1 s; window p99 ≤ 20 ms.
 //!
@@ -32,8 +35,9 @@ use serde_json::Value;
 
 mod common;
 use common::{
-    Cleanup, Latencies, Server, SplitMix, Table, extent, file_len, fmt_mb, fmt_ms, fmt_secs, get, get_json,
-    load_average, ms, pass, proc_status_bytes, target_dir, upload_file, warm_page_cache, workspace_root,
+    Cleanup, Latencies, Server, SplitMix, Table, ensure_generated, extent, file_len, fmt_mb, fmt_ms, fmt_secs, get,
+    get_json, load_average, ms, pass, proc_status_bytes, raw_client, target_dir, upload_file, warm_page_cache,
+    workspace_root,
 };
 
 const PX: u32 = 2000;
@@ -49,7 +53,7 @@ fn main() {
     let python = std::env::var("VRAMSCOPE_BENCH_PYTHON").unwrap_or_else(|_| "python3".to_owned());
     let root = workspace_root();
     let bench_data = target_dir(&root).join("bench-data");
-    let input = match ensure_input(&bench_data, entries, &python) {
+    let input = match ensure_generated(&bench_data, &format!("large_{entries}.pickle"), entries, &python) {
         Ok(p) => p,
         Err(e) => {
             println!("no input: {e}");
@@ -91,26 +95,33 @@ fn main() {
             return;
         }
     };
-    if let Err(e) = runtime.block_on(bench_server(&work, &input, stats_time, &mut table)) {
-        table.row(vec!["server".into(), "-".into(), "-".into(), format!("ERROR: {e}")]);
+    let mut servers = vec![(String::new(), program)];
+    if let Some(baseline) = std::env::var_os("VRAMSCOPE_BENCH_BASELINE") {
+        servers.push(("baseline: ".to_owned(), PathBuf::from(baseline)));
+    }
+    for (label, program) in &servers {
+        let result = runtime.block_on(bench_server(program, label, &work, &input, stats_time, &mut table));
+        if let Err(e) = result {
+            table.row(vec![format!("{label}server"), "-".into(), "-".into(), format!("ERROR: {e}")]);
+        }
     }
     table.print();
 }
 
-async fn bench_server(work: &Path, input: &Path, stats_time: Duration, table: &mut Table) -> Result<(), String> {
+/// The server part with the `vramscope` at `program`, its rows labelled.
+async fn bench_server(
+    program: &Path,
+    label: &str,
+    work: &Path,
+    input: &Path,
+    stats_time: Duration,
+    table: &mut Table,
+) -> Result<(), String> {
     let size = file_len(input);
-    // Decoders off: the client must see gzip bodies as sent (see benches/server.rs).
-    let client = reqwest::Client::builder()
-        .timeout(Duration::from_secs(900))
-        .no_gzip()
-        .no_brotli()
-        .no_deflate()
-        .no_zstd()
-        .build()
-        .map_err(|e| format!("client: {e}"))?;
-    let data_dir = work.join("data");
+    let client = raw_client(Duration::from_secs(900)).map_err(|e| format!("client: {e}"))?;
+    let data_dir = work.join(format!("data{}", label.len()));
     let env = [("VRAMSCOPE_MAX_UPLOAD_BYTES", (8u64 << 30).to_string())];
-    let server = Server::start(&data_dir, &env)?;
+    let server = Server::start_program(program, &data_dir, &env)?;
 
     // 2. Upload → ready → first timeline.
     let started = Instant::now();
@@ -136,26 +147,26 @@ async fn bench_server(work: &Path, input: &Path, stats_time: Duration, table: &m
     let (anon, file) = (proc_status_bytes(server.pid(), "RssAnon"), proc_status_bytes(server.pid(), "RssFile"));
     let ratio = first.as_secs_f64() / stats_time.as_secs_f64();
     table.row(vec![
-        "upload answered (background parse)".into(),
+        format!("{label}{}", "upload answered (background parse)"),
         fmt_secs(Some(upload_took)),
         String::new(),
         String::new(),
     ]);
     table.row(vec![
-        "upload → status ready".into(),
+        format!("{label}{}", "upload → status ready"),
         fmt_secs(Some(ready)),
         format!("progress seen up to {}", fmt_mb(last_progress)),
         String::new(),
     ]);
     table.row(vec![
-        "upload → first timeline".into(),
+        format!("{label}{}", "upload → first timeline"),
         fmt_secs(Some(first)),
         format!("{ratio:.2}x stats"),
         format!("<= {TARGET_FIRST_TIMELINE_RATIO}x: {}", pass(ratio <= TARGET_FIRST_TIMELINE_RATIO)),
     ]);
     let rss_ratio = peak.map(|p| p as f64 / size as f64);
     table.row(vec![
-        "server peak RSS (VmHWM) after it".into(),
+        format!("{label}{}", "server peak RSS (VmHWM) after it"),
         String::new(),
         format!(
             "{} = {:.2}x the file; now RssAnon {}, RssFile {} (the mapped index)",
@@ -170,7 +181,7 @@ async fn bench_server(work: &Path, input: &Path, stats_time: Duration, table: &m
         .map(|d| d.filter_map(Result::ok).filter_map(|e| e.metadata().ok()).map(|m| m.len()).sum::<u64>())
         .ok();
     table.row(vec![
-        "persisted index on disk".into(),
+        format!("{label}{}", "persisted index on disk"),
         String::new(),
         format!("{} ({:.2}x the file)", fmt_mb(index_bytes), index_bytes.unwrap_or(0) as f64 / size as f64),
         String::new(),
@@ -179,11 +190,11 @@ async fn bench_server(work: &Path, input: &Path, stats_time: Duration, table: &m
     drop(server);
 
     // 3. After a restart.
-    let server = Server::start(&data_dir, &env)?;
+    let server = Server::start_program(program, &data_dir, &env)?;
     let (took, _) = get_json(&client, &server.api(&format!("/snapshots/{id}/timeline?px={PX}"))).await?;
     let peak = proc_status_bytes(server.pid(), "VmHWM");
     table.row(vec![
-        "after a restart: first timeline".into(),
+        format!("{label}{}", "after a restart: first timeline"),
         fmt_secs(Some(took)),
         format!("VmHWM {}, RssAnon {}", fmt_mb(peak), fmt_mb(proc_status_bytes(server.pid(), "RssAnon"))),
         format!("<= {} s: {}", TARGET_RESTART.as_secs(), pass(took <= TARGET_RESTART)),
@@ -218,7 +229,7 @@ async fn bench_server(work: &Path, input: &Path, stats_time: Duration, table: &m
     let p99 = latencies.quantile(0.99);
     sizes.sort_unstable();
     table.row(vec![
-        format!("{QUERIES} random windows at {PX} px, gzip"),
+        format!("{label}{QUERIES} random windows at {PX} px, gzip"),
         fmt_ms(latencies.quantile(0.5)),
         format!(
             "p50 {} / p90 {} / p99 {} / max {} ms (query {} of {QUERIES}: axis={}, {:.4} of the trace); median answer {:.1} kB",
@@ -239,25 +250,4 @@ async fn bench_server(work: &Path, input: &Path, stats_time: Duration, table: &m
 /// Rows of the trace, from a whole-trace window's buckets.
 fn entries_of(window: &Value) -> i64 {
     window["buckets"].as_array().map_or(1, |b| b.iter().filter_map(|b| b["events"].as_i64()).sum::<i64>().max(1))
-}
-
-/// The generated input of `entries` entries in `dir`, made when absent.
-fn ensure_input(dir: &Path, entries: u64, python: &str) -> Result<PathBuf, String> {
-    let path = dir.join(format!("large_{entries}.pickle"));
-    if path.is_file() {
-        return Ok(path);
-    }
-    std::fs::create_dir_all(dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/gen_large_snapshot.py");
-    println!("generating {} ({entries} entries) with {} ...", path.display(), script.display());
-    let status = Command::new(python)
-        .arg(&script)
-        .arg(&path)
-        .args(["--entries", &entries.to_string(), "--seed", "0"])
-        .status()
-        .map_err(|e| format!("run {python}: {e}"))?;
-    if !status.success() || !path.is_file() {
-        return Err(format!("{} failed ({status})", script.display()));
-    }
-    Ok(path)
 }

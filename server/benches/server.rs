@@ -52,8 +52,8 @@ use vramscope_shared::{ReadOptions, read_snapshot};
 mod common;
 use common::{
     Cleanup, LARGE_NAME, Latencies, Server, SplitMix, Table, ensure_large, extent, file_len, fmt_kb, fmt_mb, fmt_ms,
-    fmt_ratio, fmt_secs, get, get_json, load_average, median_len, ms, pass, proc_status_bytes, target_dir, upload_file,
-    warm_page_cache, workspace_root,
+    fmt_ratio, fmt_secs, get, get_json, load_average, median_len, ms, pass, proc_status_bytes, raw_client, target_dir,
+    upload_file, warm_page_cache, workspace_root,
 };
 
 const UPLOAD_BYTES: u64 = 1 << 30;
@@ -116,15 +116,7 @@ fn main() {
             return;
         }
     };
-    // Feature unification turns on reqwest's decoders (object_store wants
-    // them): without `no_*`, every request would ask for and undo gzip.
-    let client = reqwest::Client::builder()
-        .timeout(Duration::from_secs(600))
-        .no_gzip()
-        .no_brotli()
-        .no_deflate()
-        .no_zstd()
-        .build();
+    let client = raw_client(Duration::from_secs(600));
     let client = match client {
         Ok(c) => c,
         Err(e) => {

@@ -101,23 +101,36 @@ impl Table {
 /// The large generated snapshot both benches read, in `dir`; generated with
 /// `gen_large_snapshot.py` when absent.
 pub(crate) fn ensure_large(dir: &Path, python: &str) -> Result<PathBuf, String> {
-    let path = dir.join(LARGE_NAME);
+    ensure_generated(dir, LARGE_NAME, LARGE_ENTRIES, python)
+}
+
+/// `dir/name`, a snapshot of `entries` trace entries generated (seed 0) by
+/// `gen_large_snapshot.py` when absent.
+pub(crate) fn ensure_generated(dir: &Path, name: &str, entries: u64, python: &str) -> Result<PathBuf, String> {
+    let path = dir.join(name);
     if path.is_file() {
         return Ok(path);
     }
     std::fs::create_dir_all(dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/gen_large_snapshot.py");
-    println!("generating {} with {} ...", path.display(), script.display());
+    println!("generating {} ({entries} entries) with {} ...", path.display(), script.display());
     let status = Command::new(python)
         .arg(&script)
         .arg(&path)
-        .args(["--entries", &LARGE_ENTRIES.to_string(), "--seed", "0"])
+        .args(["--entries", &entries.to_string(), "--seed", "0"])
         .status()
         .map_err(|e| format!("run {python}: {e}"))?;
     if !status.success() || !path.is_file() {
         return Err(format!("{} failed ({status})", script.display()));
     }
     Ok(path)
+}
+
+/// A client that decodes nothing: feature unification turns on reqwest's
+/// decoders (object_store wants them), and without `no_*` every request
+/// would ask for gzip and undo it, hiding the bytes on the wire.
+pub(crate) fn raw_client(timeout: Duration) -> reqwest::Result<reqwest::Client> {
+    reqwest::Client::builder().timeout(timeout).no_gzip().no_brotli().no_deflate().no_zstd().build()
 }
 
 /// Reads the file once so that every timed run finds it in the page cache.
