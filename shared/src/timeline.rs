@@ -768,10 +768,11 @@ impl Curves {
             fold_ranges(&mut mm, self.sub_range(s));
         }
         let k = (bq - bp).ilog2() as usize;
-        for c in 0..3 {
+        let blocks = std::array::from_fn(|c| {
             let level = &self.levels[c][k];
-            mm[c] = merge(mm[c], merge(tuple(level[bp]), tuple(level[bq - (1 << k)])));
-        }
+            merge(tuple(level[bp]), tuple(level[bq - (1 << k)]))
+        });
+        fold_ranges(&mut mm, blocks);
         mm
     }
 
