@@ -55,6 +55,27 @@ async fn regression_local_download_offers_the_file(client: &Client, fixture: &st
     assert!(client.find(Locator::Css("#export-report")).await.is_err(), "no server report for a local file");
 }
 
+/// A local file's page asked the server for `/api/v1/snapshots/local-1`
+/// and its comments (the review thread's own client bypassed the worker),
+/// and showed "loading the comments: not found: snapshot local-1" on every
+/// open. The page says comments need an upload instead, and the browser
+/// fetched nothing from the server about a `local-` id.
+async fn regression_a_local_page_asks_the_server_nothing_about_its_id(client: &Client) {
+    let note = until(client, 30, "the note in place of comments", || text_of(client, "#review-local")).await;
+    assert!(note.contains("upload this file"), "{note}");
+    assert!(client.find(Locator::Css("#review")).await.is_err(), "no review thread for a local file");
+    let fetched = client
+        .execute(
+            "return performance.getEntriesByType('resource').map((e) => e.name).filter((n) => n.includes('/api/v1/snapshots/local-'));",
+            vec![],
+        )
+        .await
+        .expect("resource timing");
+    assert_eq!(fetched, serde_json::json!([]), "the server was asked about a local id");
+    let body = text_of(client, "body").await.unwrap_or_default();
+    assert!(!body.contains("not found: snapshot local-"), "{body}");
+}
+
 async fn open_locally(client: &Client, url: &str) {
     let client = client.clone();
     client.goto(&format!("{url}/")).await.expect("open the library");
@@ -89,6 +110,7 @@ async fn open_locally(client: &Client, url: &str) {
     let facts = text_of(&client, ".facts").await.expect("facts");
     assert!(facts.contains("trigger oom") && facts.contains("570 KiB"), "{facts}");
     regression_local_download_offers_the_file(&client, &fixture).await;
+    regression_a_local_page_asks_the_server_nothing_about_its_id(&client).await;
     let pixels = until(&client, 30, "the local timeline drawn", || async {
         let p = canvas_pixels(&client).await?;
         (p.allocated > 0 && client.find(Locator::Css("#timeline-loading")).await.is_err()).then_some(p)

@@ -27,6 +27,12 @@ use vramscope_shared::{ReadOptions, Snapshot, read_snapshot};
 /// Ids of local snapshots start with this; the server's are UUIDs.
 pub(crate) const LOCAL_PREFIX: &str = "local-";
 
+/// Whether a snapshot id names a file opened in this tab (answered by its
+/// worker), not one the server holds.
+pub(crate) fn is_local(id: &str) -> bool {
+    id.starts_with(LOCAL_PREFIX)
+}
+
 /// Where the API's snapshot routes begin in a request's URL.
 const SNAPSHOTS_PATH: &str = "/api/v1/snapshots/";
 
@@ -526,6 +532,7 @@ mod tests {
         let r =
             local_request("http://127.0.0.1:8080/api/v1/snapshots/local-3/timeline?device=0&px=900").expect("local");
         assert_eq!(r, LocalRequest { id: "local-3".into(), route: "timeline".into(), query: "device=0&px=900".into() });
+        assert!(is_local("local-3") && !is_local("01a23d5b-9791-7525-b19d-5fb2571ac7ea"));
         let meta = local_request("/api/v1/snapshots/local-12").expect("local");
         assert_eq!((meta.id.as_str(), meta.route.as_str(), meta.query.as_str()), ("local-12", "", ""));
         assert_eq!(local_request("/api/v1/snapshots/local-1/stacks/7").expect("local").route, "stacks/7");

@@ -156,7 +156,21 @@ pub(crate) fn SnapshotView(id: String) -> impl IntoView {
                         }
                     })
             }}
-            <crate::review::ReviewThread id=timeline_id.get_value()/>
+            {
+                // Comments and pins live on the server: a file opened in this
+                // tab has none, and asking the server about its id is a 404.
+                let id = timeline_id.get_value();
+                if crate::local::is_local(&id) {
+                    view! {
+                        <p class="notice" id="review-local">
+                            "Comments and pins are kept by the server: upload this file to discuss it with others."
+                        </p>
+                    }
+                        .into_any()
+                } else {
+                    view! { <crate::review::ReviewThread id=id/> }.into_any()
+                }
+            }
         </section>
     }
 }
