@@ -36,7 +36,7 @@ use serde_json::Value;
 mod common;
 use common::{
     Cleanup, Latencies, Server, SplitMix, Table, ensure_generated, extent, file_len, fmt_mb, fmt_ms, fmt_secs, get,
-    get_json, load_average, ms, pass, proc_status_bytes, raw_client, target_dir, upload_file, warm_page_cache,
+    get_json, load_average, pass, proc_status_bytes, raw_client, target_dir, upload_file, warm_page_cache,
     workspace_root,
 };
 
@@ -232,11 +232,8 @@ async fn bench_server(
         format!("{label}{QUERIES} random windows at {PX} px, gzip"),
         fmt_ms(latencies.quantile(0.5)),
         format!(
-            "p50 {} / p90 {} / p99 {} / max {} ms (query {} of {QUERIES}: axis={}, {:.4} of the trace); median answer {:.1} kB",
-            ms(latencies.quantile(0.5)),
-            ms(latencies.quantile(0.9)),
-            ms(p99),
-            ms(latencies.max()),
+            "{} (query {} of {QUERIES}: axis={}, {:.4} of the trace); median answer {:.1} kB",
+            latencies.summary(),
             slowest.3,
             slowest.1,
             slowest.2,

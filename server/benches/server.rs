@@ -52,7 +52,7 @@ use vramscope_shared::{ReadOptions, read_snapshot};
 mod common;
 use common::{
     Cleanup, LARGE_NAME, Latencies, Server, SplitMix, Table, ensure_large, extent, file_len, fmt_kb, fmt_mb, fmt_ms,
-    fmt_ratio, fmt_secs, get, get_json, load_average, median_len, ms, pass, proc_status_bytes, raw_client, target_dir,
+    fmt_ratio, fmt_secs, get, get_json, load_average, median_len, pass, proc_status_bytes, raw_client, target_dir,
     upload_file, warm_page_cache, workspace_root,
 };
 
@@ -555,13 +555,7 @@ async fn bench_timeline(
             part.into(),
             what.to_owned(),
             fmt_ms(l.quantile(0.5)),
-            format!(
-                "p50 {} / p90 {} / p99 {} / max {} ms",
-                ms(l.quantile(0.5)),
-                ms(l.quantile(0.9)),
-                ms(p99),
-                ms(l.max())
-            ),
+            l.summary(),
             String::new(),
             if judged {
                 format!("p99 < {} ms: {}", TARGET_QUERY.as_millis(), pass(p99.is_some_and(|d| d < TARGET_QUERY)))

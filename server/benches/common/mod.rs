@@ -289,6 +289,17 @@ impl Latencies {
     pub(crate) fn max(&self) -> Option<Duration> {
         self.0.iter().max().copied()
     }
+
+    /// "p50 … / p90 … / p99 … / max … ms".
+    pub(crate) fn summary(&self) -> String {
+        format!(
+            "p50 {} / p90 {} / p99 {} / max {} ms",
+            ms(self.quantile(0.5)),
+            ms(self.quantile(0.9)),
+            ms(self.quantile(0.99)),
+            ms(self.max())
+        )
+    }
 }
 
 /// A field of `/proc/<pid>/status` given in kB (`VmRSS`, `VmHWM`), in bytes.
