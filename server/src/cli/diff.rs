@@ -6,13 +6,12 @@ use std::path::PathBuf;
 
 use clap::Args;
 use serde::Serialize;
-use vramscope_shared::ReadOptions;
 use vramscope_shared::analysis::diff::{Change, DeviceDiff, SnapshotDiff};
 use vramscope_shared::analysis::stack_label;
 
 use super::Failure;
-use super::leaks::{bytes, finish, write_json};
-use super::stats::load;
+use super::input::{MemoryBudget, load};
+use super::text::{bytes, finish, write_json};
 
 /// Arguments of `vramscope diff`.
 #[derive(Debug, Args)]
@@ -27,9 +26,9 @@ pub(crate) struct DiffArgs {
     /// Stacks to list per device, the largest changes first.
     #[arg(long, default_value_t = 20)]
     top: usize,
-    /// Most memory the reader may use per file, in bytes (guards against hostile files).
-    #[arg(long, default_value_t = ReadOptions::default().memory_budget)]
-    memory_budget: u64,
+    // Applies to each file.
+    #[command(flatten)]
+    budget: MemoryBudget,
 }
 
 /// The JSON object of `vramscope diff --json`.
@@ -44,8 +43,8 @@ struct DiffJson<'a> {
 
 /// Run the subcommand.
 pub(crate) fn run(args: &DiffArgs) -> Result<(), Failure> {
-    let a = load(&args.a, args.memory_budget)?;
-    let b = load(&args.b, args.memory_budget)?;
+    let a = load(&args.a, args.budget)?;
+    let b = load(&args.b, args.budget)?;
     let diff = SnapshotDiff::build(&a, &b, args.top);
     let mut out = std::io::stdout().lock();
     let written = if args.json {

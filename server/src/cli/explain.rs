@@ -7,14 +7,13 @@ use std::path::PathBuf;
 
 use clap::Args;
 use serde::Serialize;
-use vramscope_shared::ReadOptions;
 use vramscope_shared::analysis::oom::{Avoidance, Limit, OomCause, OomReport, explain_with};
 use vramscope_shared::analysis::stack_label;
 use vramscope_shared::views::analysis::avoided_by;
 
 use super::Failure;
-use super::leaks::{bytes, finish, write_frames, write_json};
-use super::stats::load;
+use super::input::{MemoryBudget, load};
+use super::text::{bytes, finish, write_frames, write_json};
 
 /// Arguments of `vramscope explain`.
 #[derive(Debug, Args)]
@@ -27,9 +26,8 @@ pub(crate) struct ExplainArgs {
     /// Frames to print for the largest live stack (human report).
     #[arg(long, default_value_t = 6)]
     frames: usize,
-    /// Most memory the reader may use, in bytes (guards against hostile files).
-    #[arg(long, default_value_t = ReadOptions::default().memory_budget)]
-    memory_budget: u64,
+    #[command(flatten)]
+    budget: MemoryBudget,
 }
 
 /// The JSON object of `vramscope explain --json`.
@@ -43,7 +41,7 @@ struct ExplainJson<'a> {
 
 /// Run the subcommand.
 pub(crate) fn run(args: &ExplainArgs) -> Result<(), Failure> {
-    let snapshot = load(&args.file, args.memory_budget)?;
+    let snapshot = load(&args.file, args.budget)?;
     let reports = explain_with(&snapshot, &avoided_by);
     let has_trace = snapshot.devices.iter().any(|d| d.has_trace && !d.trace.is_empty());
     let mut out = std::io::stdout().lock();

@@ -4,16 +4,13 @@
 use std::io::Write;
 use std::path::PathBuf;
 
-use anyhow::Context;
 use clap::Args;
-use humansize::{BINARY, format_size};
 use serde::Serialize;
-use vramscope_shared::ReadOptions;
 use vramscope_shared::analysis::leaks::{DeviceLeaks, LeakReport, Pattern};
-use vramscope_shared::analysis::{FrameText, readable_frames, stack_label};
 
 use super::Failure;
-use super::stats::load;
+use super::input::{MemoryBudget, load};
+use super::text::{bytes, finish, write_frames, write_json};
 
 /// Arguments of `vramscope leaks`.
 #[derive(Debug, Args)]
@@ -29,9 +26,8 @@ pub(crate) struct LeaksArgs {
     /// Frames to print per stack (human report).
     #[arg(long, default_value_t = 6)]
     frames: usize,
-    /// Most memory the reader may use, in bytes (guards against hostile files).
-    #[arg(long, default_value_t = ReadOptions::default().memory_budget)]
-    memory_budget: u64,
+    #[command(flatten)]
+    budget: MemoryBudget,
 }
 
 /// The JSON object of `vramscope leaks --json`.
@@ -43,7 +39,7 @@ struct LeaksJson<'a> {
 
 /// Run the subcommand.
 pub(crate) fn run(args: &LeaksArgs) -> Result<(), Failure> {
-    let snapshot = load(&args.file, args.memory_budget)?;
+    let snapshot = load(&args.file, args.budget)?;
     let report = LeakReport::build(&snapshot, args.top);
     let mut out = std::io::stdout().lock();
     let written = if args.json {
@@ -53,45 +49,6 @@ pub(crate) fn run(args: &LeaksArgs) -> Result<(), Failure> {
         write_report(&mut out, &args.file, &report, args.frames)
     };
     finish(written)
-}
-
-/// Map the result of writing to stdout: a closed pipe (`| head`) is not an error.
-pub(super) fn finish(written: std::io::Result<()>) -> Result<(), Failure> {
-    match written {
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        other => other.context("cannot write to stdout").map_err(Failure::Other),
-    }
-}
-
-/// One JSON object and a newline.
-pub(super) fn write_json(out: &mut impl Write, value: &impl Serialize) -> std::io::Result<()> {
-    serde_json::to_writer(&mut *out, value).map_err(std::io::Error::from)?;
-    writeln!(out)
-}
-
-/// Bytes for people.
-pub(super) fn bytes(n: u64) -> String {
-    format_size(n, BINARY)
-}
-
-/// Up to `depth` readable frames of a stack, one per line, after `indent`.
-pub(super) fn write_frames(
-    out: &mut impl Write,
-    frames: &[FrameText],
-    depth: usize,
-    indent: &str,
-) -> std::io::Result<()> {
-    let readable = readable_frames(frames);
-    if readable.is_empty() || depth == 0 {
-        return writeln!(out, "{indent}{}", stack_label(frames));
-    }
-    for f in readable.iter().take(depth) {
-        writeln!(out, "{indent}{}", f.display())?;
-    }
-    if readable.len() > depth {
-        writeln!(out, "{indent}… {} more frames", readable.len() - depth)?;
-    }
-    Ok(())
 }
 
 fn pattern_text(p: Pattern) -> &'static str {

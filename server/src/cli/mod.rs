@@ -3,6 +3,7 @@
 pub(crate) mod agent;
 pub(crate) mod diff;
 pub(crate) mod explain;
+pub(crate) mod input;
 pub(crate) mod leaks;
 pub(crate) mod progress;
 pub(crate) mod report;
@@ -10,6 +11,7 @@ pub(crate) mod retention;
 pub(crate) mod serve;
 pub(crate) mod simulate;
 pub(crate) mod stats;
+pub(crate) mod text;
 pub(crate) mod token;
 pub(crate) mod upload;
 

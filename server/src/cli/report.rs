@@ -24,9 +24,10 @@ use base64::Engine;
 use clap::Args;
 use vramscope_shared::analysis::leaks::LeakReport;
 use vramscope_shared::analysis::oom::explain_with;
-use vramscope_shared::{ReadOptions, read_snapshot_bytes};
+use vramscope_shared::read_snapshot_bytes;
 
 use super::Failure;
+use super::input::MemoryBudget;
 use crate::http::web::dashboard_file;
 
 /// Arguments of `vramscope report`.
@@ -46,9 +47,8 @@ pub(crate) struct ReportArgs {
     /// with the font embedded in the binary (no system font needed).
     #[arg(long, value_name = "PATH")]
     png: Option<PathBuf>,
-    /// Most memory the reader may use, in bytes (guards against hostile files).
-    #[arg(long, default_value_t = ReadOptions::default().memory_budget)]
-    memory_budget: u64,
+    #[command(flatten)]
+    budget: MemoryBudget,
 }
 
 /// The dashboard's files a report inlines.
@@ -62,7 +62,7 @@ pub(crate) fn run(args: &ReportArgs) -> Result<(), Failure> {
     let path = &args.file;
     let bytes =
         std::fs::read(path).with_context(|| format!("cannot open {}", path.display())).map_err(Failure::BadInput)?;
-    let snapshot = read_snapshot_bytes(&bytes, &ReadOptions::with_budget(args.memory_budget))
+    let snapshot = read_snapshot_bytes(&bytes, &args.budget.options())
         .map_err(|e| Failure::BadInput(anyhow!("{e} (file: {})", path.display())))?;
     let name = path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
     let modified_ms = std::fs::metadata(path)
@@ -92,7 +92,7 @@ pub(crate) fn run(args: &ReportArgs) -> Result<(), Failure> {
     std::fs::write(&output, html)
         .with_context(|| format!("cannot write {}", output.display()))
         .map_err(Failure::Other)?;
-    eprintln!("vramscope: wrote {} ({})", output.display(), super::leaks::bytes(file_size(&output)));
+    eprintln!("vramscope: wrote {} ({})", output.display(), super::text::bytes(file_size(&output)));
     Ok(())
 }
 

@@ -8,14 +8,14 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, anyhow};
 use clap::Args;
-use humansize::{BINARY, format_size};
 use serde::Serialize;
+use vramscope_shared::Snapshot;
 use vramscope_shared::simulate::tune::{DEFAULT_GRID, TuneReport, tune};
 use vramscope_shared::simulate::{AllocatorConfig, SimulateOptions, Simulation, parse_size, simulate};
-use vramscope_shared::{ReadOptions, Snapshot};
 
 use super::Failure;
-use super::stats::load;
+use super::input::{MemoryBudget, load};
+use super::text::bytes;
 
 /// Arguments of `vramscope simulate`.
 #[derive(Debug, Args)]
@@ -33,9 +33,8 @@ pub(crate) struct SimulateArgs {
     /// Print one JSON object instead of the human summary.
     #[arg(long)]
     json: bool,
-    /// Most memory the reader may use, in bytes (guards against hostile files).
-    #[arg(long, default_value_t = ReadOptions::default().memory_budget)]
-    memory_budget: u64,
+    #[command(flatten)]
+    budget: MemoryBudget,
 }
 
 /// Arguments of `vramscope tune`.
@@ -49,9 +48,8 @@ pub(crate) struct TuneArgs {
     /// Print one JSON object instead of the table.
     #[arg(long)]
     json: bool,
-    /// Most memory the reader may use, in bytes (guards against hostile files).
-    #[arg(long, default_value_t = ReadOptions::default().memory_budget)]
-    memory_budget: u64,
+    #[command(flatten)]
+    budget: MemoryBudget,
 }
 
 fn capacity(text: &str) -> Result<u64, String> {
@@ -76,7 +74,7 @@ pub(crate) fn run(args: &SimulateArgs) -> Result<(), Failure> {
     if let Some(conf) = &args.alloc_conf {
         AllocatorConfig::parse(conf).map_err(|e| Failure::BadInput(anyhow!(e)))?;
     }
-    let snapshot = load(&args.file, args.memory_budget)?;
+    let snapshot = load(&args.file, args.budget)?;
     let options =
         SimulateOptions { alloc_conf: args.alloc_conf.clone(), capacity: args.capacity, record_series: false };
     let sim = simulate(&snapshot, &options).map_err(|e| bad_input(e, &args.file))?;
@@ -91,7 +89,7 @@ pub(crate) fn run(args: &SimulateArgs) -> Result<(), Failure> {
 
 /// Run `vramscope tune`.
 pub(crate) fn run_tune(args: &TuneArgs) -> Result<(), Failure> {
-    let snapshot = load(&args.file, args.memory_budget)?;
+    let snapshot = load(&args.file, args.budget)?;
     let report = tune(&snapshot, args.capacity, DEFAULT_GRID).map_err(|e| bad_input(e, &args.file))?;
     let mut out = std::io::stdout().lock();
     let written = if args.json {
@@ -107,10 +105,6 @@ pub(crate) fn run_tune(args: &TuneArgs) -> Result<(), Failure> {
         write_tune(&mut out, &args.file, &snapshot, &report)
     };
     finish(written)
-}
-
-fn bytes(n: u64) -> String {
-    format_size(n, BINARY)
 }
 
 fn conf_label(conf: &str) -> &str {

@@ -1,17 +1,16 @@
 //! `vramscope stats FILE [--json]`.
 
-use std::fs::File;
-use std::io::{BufReader, Write};
+use std::io::Write;
 use std::path::PathBuf;
 
-use anyhow::{Context, anyhow};
+use anyhow::Context;
 use clap::Args;
-use humansize::{BINARY, format_size};
 use vramscope_shared::snapshot::Compression;
-use vramscope_shared::{DeviceStats, ReadOptions, Snapshot, read_snapshot};
+use vramscope_shared::{DeviceStats, Snapshot};
 
 use super::Failure;
-use super::progress::ProgressReader;
+use super::input::{MemoryBudget, load};
+use super::text::bytes;
 
 /// Arguments of `vramscope stats`.
 #[derive(Debug, Args)]
@@ -21,26 +20,13 @@ pub(crate) struct StatsArgs {
     /// Print one JSON object instead of the human summary.
     #[arg(long)]
     json: bool,
-    /// Most memory the reader may use, in bytes (guards against hostile files).
-    #[arg(long, default_value_t = ReadOptions::default().memory_budget)]
-    memory_budget: u64,
-}
-
-/// Open and read a snapshot file, with a progress bar for slow reads.
-pub(crate) fn load(path: &PathBuf, memory_budget: u64) -> Result<Snapshot, Failure> {
-    let file =
-        File::open(path).with_context(|| format!("cannot open {}", path.display())).map_err(Failure::BadInput)?;
-    let size = file.metadata().map(|m| m.len()).unwrap_or(0);
-    let label = path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
-    let mut reader = ProgressReader::new(BufReader::with_capacity(1 << 20, file), size, &label);
-    let result = read_snapshot(&mut reader, &ReadOptions::with_budget(memory_budget));
-    reader.finish();
-    result.map_err(|e| Failure::BadInput(anyhow!("{e} (file: {})", path.display())))
+    #[command(flatten)]
+    budget: MemoryBudget,
 }
 
 /// Run the subcommand.
 pub(crate) fn run(args: &StatsArgs) -> Result<(), Failure> {
-    let snapshot = load(&args.file, args.memory_budget)?;
+    let snapshot = load(&args.file, args.budget)?;
     let stats = snapshot.stats();
     let mut out = std::io::stdout().lock();
     let written = if args.json {
@@ -54,10 +40,6 @@ pub(crate) fn run(args: &StatsArgs) -> Result<(), Failure> {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
         other => other.context("cannot write to stdout").map_err(Failure::Other),
     }
-}
-
-fn bytes(n: u64) -> String {
-    format_size(n, BINARY)
 }
 
 fn percent(part: u64, whole: u64) -> String {
