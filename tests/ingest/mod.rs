@@ -132,3 +132,29 @@ async fn a_parse_under_way_reports_the_bytes_read() {
     let (_, page) = server.get("/snapshots").await;
     assert_eq!(page["items"][0]["status"], "ready");
 }
+
+#[tokio::test]
+async fn regression_an_index_whose_file_is_gone_is_swept_at_start_up() {
+    // An index upload that finished after its file was deleted (S3) left an
+    // index no file names; the start-up sweep only listed snapshot files.
+    let server = TestServer::start("index-orphan", &[]);
+    let (id, before) = upload_and_view(&server, "streams.pickle").await;
+    let dir = server.kill();
+    let [kept] = index_files(&dir).try_into().expect("one index file");
+    let folder = kept.parent().expect("indexes/").to_path_buf();
+    let (old_orphan, new_orphan) = (folder.join("a".repeat(64)), folder.join("b".repeat(64)));
+    std::fs::write(&old_orphan, b"left behind").expect("write");
+    std::fs::write(&new_orphan, b"maybe being written").expect("write");
+    let two_hours_ago = std::time::SystemTime::now() - Duration::from_secs(7200);
+    for file in [&old_orphan, &kept] {
+        let f = std::fs::File::options().append(true).open(file).expect("open");
+        f.set_modified(two_hours_ago).expect("mtime");
+    }
+    let server = TestServer::start_in(&dir, &[]);
+    // The sweep runs before the server listens.
+    assert!(!old_orphan.exists(), "an old index with no file is removed");
+    assert!(new_orphan.exists(), "a recent one is left alone (its file may be on its way)");
+    assert!(kept.exists(), "an index whose file exists stays, however old");
+    assert_eq!(views(&server, &id).await, before);
+    assert_eq!(server.metric("parse_seconds_count", None).await, 0);
+}

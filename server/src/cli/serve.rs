@@ -108,6 +108,10 @@ async fn sweep_orphans(db: &Db, blobs: &BlobStore, older_than: std::time::Durati
             tracing::info!(key, size, "removed a snapshot file no row names");
         }
     }
+    for key in blobs.orphan_indexes(older_than).await? {
+        blobs.delete(&key).await?;
+        tracing::info!(key, "removed a persisted index whose snapshot file is gone");
+    }
     Ok(())
 }
 

@@ -342,6 +342,32 @@ impl BlobStore {
         Ok(removed)
     }
 
+    /// Persisted indexes last modified before `older_than` ago whose
+    /// snapshot file is gone: left by an index upload that finished after
+    /// its file was deleted. The start-up sweep removes them.
+    pub(crate) async fn orphan_indexes(&self, older_than: Duration) -> Result<Vec<String>> {
+        let cutoff = SystemTime::now().checked_sub(older_than).unwrap_or(SystemTime::UNIX_EPOCH);
+        let cutoff_ms = cutoff.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_millis());
+        let mut old = Vec::new();
+        let mut listing = self.store.list(Some(&ObjectPath::from(INDEXES_DIR)));
+        while let Some(meta) = listing.next().await {
+            let meta = meta.with_context(|| format!("cannot list {INDEXES_DIR}/ in {}", self.location))?;
+            if u128::try_from(meta.last_modified.timestamp_millis()).unwrap_or(0) < cutoff_ms {
+                old.push(meta.location.to_string());
+            }
+        }
+        let mut orphans = Vec::new();
+        for key in old {
+            let file = BlobStore::key_of(key.rsplit('/').next().unwrap_or_default());
+            match self.store.head(&ObjectPath::from(file.as_str())).await {
+                Ok(_) => {}
+                Err(object_store::Error::NotFound { .. }) => orphans.push(key),
+                Err(e) => return Err(e).with_context(|| format!("cannot look up {file} in {}", self.location)),
+            }
+        }
+        Ok(orphans)
+    }
+
     /// Committed files last modified before `older_than` ago, as (key, size).
     /// The start-up sweep removes those no database row names: left by a
     /// crash between commit and insert, or by a delete racing an identical
@@ -623,6 +649,7 @@ mod tests {
         clean_staging_removes_leftovers,
         empty_upload,
         missing_keys,
+        indexes_go_with_their_file_and_orphans_are_found,
     );
 
     /// Deterministic bytes that do not compress or repeat.
@@ -781,6 +808,32 @@ mod tests {
         let key = t.blobs.commit(&staged).await.expect("commit");
         assert_eq!(t.blobs.size(&key).await.expect("size"), Some(0));
         assert!(t.blobs.get_bytes(&key).await.expect("read").is_empty());
+    }
+
+    async fn indexes_go_with_their_file_and_orphans_are_found(t: &TestStore) {
+        let stored = t.blobs.commit(&upload(&t.blobs, b"a snapshot", 4).await).await.expect("commit");
+        let index = BlobStore::index_key_of(&stored);
+        let orphan = BlobStore::index_key_of(&BlobStore::key_of(&"c".repeat(64)));
+        let local = std::env::temp_dir().join(format!("vramscope-index-{}", uuid::Uuid::now_v7()));
+        let content = pseudo_random(3 * PART_SIZE / 2, 7);
+        std::fs::write(&local, &content).expect("write");
+        for key in [&index, &orphan] {
+            t.blobs.put_file(key, &local).await.expect("put the index");
+        }
+        // Fetched back whole, into a file.
+        let back = local.with_extension("back");
+        assert!(t.blobs.get_to_file(&index, &back).await.expect("get"));
+        assert_eq!(std::fs::read(&back).expect("read"), content);
+        assert!(!t.blobs.get_to_file(&format!("{index}-missing"), &back).await.expect("missing is not an error"));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(t.blobs.orphan_indexes(Duration::ZERO).await.expect("list"), [orphan.clone()]);
+        assert_eq!(t.blobs.orphan_indexes(Duration::from_secs(3600)).await.expect("list"), Vec::<String>::new());
+        // Deleting the file deletes its index.
+        t.blobs.delete(&stored).await.expect("delete");
+        assert_eq!(t.blobs.size(&index).await.expect("size"), None);
+        t.blobs.delete(&orphan).await.expect("delete");
+        drop(std::fs::remove_file(&local));
+        drop(std::fs::remove_file(&back));
     }
 
     async fn missing_keys(t: &TestStore) {
