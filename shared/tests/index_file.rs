@@ -2,19 +2,16 @@
 //! every view exactly as the parsed snapshot does, and a broken, truncated
 //! or foreign file is refused with a stable kind, never trusted.
 
-use std::io::BufReader;
+mod common;
 
 use bytes::Bytes;
 use vramscope_shared::index_file::{FORMAT_VERSION, IndexFileError, open_index, write_index};
 use vramscope_shared::views::{Analyzed, route};
-use vramscope_shared::{ReadOptions, read_snapshot};
 
 const FIXTURES: [&str; 6] = ["compiled", "mlp_train_all", "oom_leak", "ring_overflow", "state_only", "streams"];
 
 fn parsed(name: &str) -> Analyzed {
-    let path = format!("{}/../tests/fixtures/corpus/{name}.pickle", env!("CARGO_MANIFEST_DIR"));
-    let file = std::fs::File::open(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-    Analyzed::build(read_snapshot(BufReader::new(file), &ReadOptions::default()).expect("fixture reads"))
+    Analyzed::build(common::read(&common::fixture_corpus().join(format!("{name}.pickle"))))
 }
 
 fn index_bytes(a: &Analyzed) -> Vec<u8> {
@@ -113,8 +110,7 @@ fn truncated_foreign_and_other_version_files_are_refused_with_their_kind() {
     let e = open_index(Bytes::from(other)).expect_err("another version is refused");
     assert_eq!(e.kind(), "index_version");
     assert!(e.to_string().contains(&format!("this build reads {FORMAT_VERSION}")), "{e}");
-    let pickle = std::fs::read(format!("{}/../tests/fixtures/corpus/streams.pickle", env!("CARGO_MANIFEST_DIR")))
-        .expect("fixture");
+    let pickle = std::fs::read(common::fixture_corpus().join("streams.pickle")).expect("fixture");
     assert_eq!(open_index(Bytes::from(pickle)).err().map(|e| e.kind()), Some("index_not_an_index"));
 }
 
