@@ -10,8 +10,12 @@
 //! is over ([`layout`]), stack frames grouped for display ([`frames`]) and
 //! the drawing itself, which is generic over plotters' backends ([`plot`]).
 //! Only the components, the HTTP calls and the canvas need a browser; they
-//! live in the `wasm32`-only modules `app`, `api`, `library`, `snapshot` and
-//! `timeline`.
+//! live in the `wasm32`-only modules: the pages (`app`, `library`,
+//! `snapshot`, `job`, `live`, `review`, the `analysis/` panels), the
+//! explorer of one device (`explorer` with `timeline`, `segments`, `state`,
+//! `fragmentation`, `search`, `track`, `minimap`), and the transports
+//! (`api`, the server's; `local`, the worker that answers for a file opened
+//! without uploading it).
 
 pub mod blocks;
 pub mod brush;

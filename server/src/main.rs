@@ -1,6 +1,15 @@
-//! `vramscope`: the one binary. `stats` reads a snapshot on the command line,
-//! `serve` runs the server and dashboard, `upload` sends a snapshot to a
-//! server, `token` manages API tokens.
+//! `vramscope`: the one binary.
+//!
+//! - Reading a file: `stats`, `explain`, `leaks`, `diff`, `simulate`,
+//!   `tune` and `report` (the self-contained HTML page).
+//! - The server: `serve` (upload portal, library, JSON API, the embedded
+//!   dashboard), `upload`, `token`, `retention`.
+//! - The capture agent: `agent -- python train.py`.
+//!
+//! Modules: `cli/` (one per subcommand), `http/` (the router and handlers),
+//! `ingest/` (parse once, persisted index, cache), `store/` (database and
+//! blob store), `auth.rs`, `retention.rs`, `agent/`; ARCHITECTURE.md maps
+//! them.
 
 mod agent;
 mod auth;
