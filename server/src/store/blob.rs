@@ -329,35 +329,35 @@ impl BlobStore {
                 .await
                 .context("staging sweep task failed")?;
         }
+        let old = self.listed_before(STAGING_DIR, older_than).await?;
+        for meta in &old {
+            self.delete(meta.location.as_ref()).await?;
+        }
+        Ok(old.len())
+    }
+
+    /// The objects under `dir` last modified before `older_than` ago.
+    async fn listed_before(&self, dir: &str, older_than: Duration) -> Result<Vec<object_store::ObjectMeta>> {
+        let cutoff = SystemTime::now().checked_sub(older_than).unwrap_or(SystemTime::UNIX_EPOCH);
         let cutoff_ms = cutoff.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_millis());
-        let mut removed = 0;
-        let mut listing = self.store.list(Some(&ObjectPath::from(STAGING_DIR)));
+        let mut old = Vec::new();
+        let mut listing = self.store.list(Some(&ObjectPath::from(dir)));
         while let Some(meta) = listing.next().await {
-            let meta = meta.with_context(|| format!("cannot list {STAGING_DIR}/ in {}", self.location))?;
+            let meta = meta.with_context(|| format!("cannot list {dir}/ in {}", self.location))?;
             if u128::try_from(meta.last_modified.timestamp_millis()).unwrap_or(0) < cutoff_ms {
-                self.delete(meta.location.as_ref()).await?;
-                removed += 1;
+                old.push(meta);
             }
         }
-        Ok(removed)
+        Ok(old)
     }
 
     /// Persisted indexes last modified before `older_than` ago whose
     /// snapshot file is gone: left by an index upload that finished after
     /// its file was deleted. The start-up sweep removes them.
     pub(crate) async fn orphan_indexes(&self, older_than: Duration) -> Result<Vec<String>> {
-        let cutoff = SystemTime::now().checked_sub(older_than).unwrap_or(SystemTime::UNIX_EPOCH);
-        let cutoff_ms = cutoff.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_millis());
-        let mut old = Vec::new();
-        let mut listing = self.store.list(Some(&ObjectPath::from(INDEXES_DIR)));
-        while let Some(meta) = listing.next().await {
-            let meta = meta.with_context(|| format!("cannot list {INDEXES_DIR}/ in {}", self.location))?;
-            if u128::try_from(meta.last_modified.timestamp_millis()).unwrap_or(0) < cutoff_ms {
-                old.push(meta.location.to_string());
-            }
-        }
         let mut orphans = Vec::new();
-        for key in old {
+        for meta in self.listed_before(INDEXES_DIR, older_than).await? {
+            let key = meta.location.to_string();
             let file = BlobStore::key_of(key.rsplit('/').next().unwrap_or_default());
             match self.store.head(&ObjectPath::from(file.as_str())).await {
                 Ok(_) => {}
@@ -374,17 +374,8 @@ impl BlobStore {
     /// upload on another instance. The age margin keeps the sweep away from
     /// uploads in flight.
     pub(crate) async fn committed_before(&self, older_than: Duration) -> Result<Vec<(String, u64)>> {
-        let cutoff = SystemTime::now().checked_sub(older_than).unwrap_or(SystemTime::UNIX_EPOCH);
-        let cutoff_ms = cutoff.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_millis());
-        let mut out = Vec::new();
-        let mut listing = self.store.list(Some(&ObjectPath::from(SNAPSHOTS_DIR)));
-        while let Some(meta) = listing.next().await {
-            let meta = meta.with_context(|| format!("cannot list {SNAPSHOTS_DIR}/ in {}", self.location))?;
-            if u128::try_from(meta.last_modified.timestamp_millis()).unwrap_or(0) < cutoff_ms {
-                out.push((meta.location.to_string(), meta.size));
-            }
-        }
-        Ok(out)
+        let old = self.listed_before(SNAPSHOTS_DIR, older_than).await?;
+        Ok(old.into_iter().map(|meta| (meta.location.to_string(), meta.size)).collect())
     }
 }
 
