@@ -19,7 +19,12 @@ fn fixture(name: &str) -> Vec<u8> {
 async fn victim(server: &TestServer) -> String {
     let (status, answer) = server.upload(fixture("streams.pickle"), "name=victim").await;
     assert_eq!(status, StatusCode::CREATED, "{answer}");
-    answer["id"].as_str().expect("id").to_owned()
+    let id = answer["id"].as_str().expect("id").to_owned();
+    // Where inline parsing is off, the parse runs in the background and a view
+    // asked meanwhile answers 202; wait for it to be ready.
+    let rec = server.settled(&id).await;
+    assert_eq!(rec["status"], "ready", "{rec}");
+    id
 }
 
 /// The server is alive and still serves the victim's statistics and file.
