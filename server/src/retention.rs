@@ -240,7 +240,7 @@ pub(crate) async fn apply(db: &Db, blobs: &BlobStore, plan: &Plan) -> Result<App
         match db.delete_unprotected(&doomed.id).await? {
             Some(rec) => {
                 crate::store::delete_blob_if_unused(db, blobs, &rec.blob_key).await?;
-                applied.deleted.push(rec.id);
+                applied.deleted.push(rec.meta.id);
                 applied.files.push(rec.blob_key);
             }
             None => applied.skipped.push(doomed.id.clone()),

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use tokio::sync::{Notify, mpsc};
 
-use super::protocol::{JobCommand, NvmlDevice, Sample, SourceLabels};
+use vramscope_shared::api::agent::{JobCommand, NvmlDevice, Sample, SourceLabels};
 
 /// Samples held in memory while the server is away; beyond this the oldest
 /// are written to the spool (see `Hub::overflow`).

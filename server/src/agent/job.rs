@@ -9,8 +9,8 @@ use tokio::sync::mpsc;
 
 use super::hub::{Hub, lock};
 use super::nvml::figures_for;
-use super::protocol::{JobCommand, JobMessage, JobSample, Sample, SourceLabels};
 use super::spool;
+use vramscope_shared::api::agent::{JobCommand, JobMessage, JobSample, Sample, SourceLabels};
 
 /// A line longer than this ends the connection (the protocol's lines are small).
 const MAX_LINE: usize = 1 << 20;

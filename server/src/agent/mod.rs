@@ -18,7 +18,6 @@ mod assets;
 mod hub;
 mod job;
 mod nvml;
-pub(crate) mod protocol;
 mod spool;
 mod uplink;
 
@@ -32,8 +31,8 @@ use anyhow::{Context, Result};
 use tokio::signal::unix::{SignalKind, signal};
 
 use hub::{Hub, lock};
-use protocol::JobCommand;
 use spool::{Backoff, UploadError, Uploader};
+use vramscope_shared::api::agent::{self as protocol, JobCommand};
 
 /// What `vramscope agent` was asked to do.
 #[derive(Debug, Clone)]

@@ -8,7 +8,7 @@
 use nvml_wrapper::Nvml;
 use nvml_wrapper::enums::device::UsedGpuMemory;
 
-use super::protocol::{NvmlDevice, NvmlProcess};
+use vramscope_shared::api::agent::{NvmlDevice, NvmlProcess};
 
 /// An initialised NVML library.
 pub(crate) struct NvmlReader {

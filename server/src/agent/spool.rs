@@ -18,7 +18,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use serde::Deserialize;
 
-use super::protocol::{Sample, SourceLabels};
+use vramscope_shared::api::agent::{Sample, SourceLabels};
 
 /// A manifest entry as the Python side writes it.
 #[derive(Debug, Clone, Deserialize)]

@@ -10,8 +10,8 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 
 use super::hub::{Hub, lock};
-use super::protocol::{AgentMessage, JobCommand, ServerMessage, SourceLabels};
 use super::spool::Backoff;
+use vramscope_shared::api::agent::{AgentMessage, JobCommand, ServerMessage, SourceLabels};
 
 /// Samples per batch.
 const BATCH: usize = 2000;

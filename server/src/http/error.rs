@@ -4,7 +4,6 @@
 use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use serde_json::json;
 
 /// Why a request failed.
 #[derive(Debug)]
@@ -93,7 +92,8 @@ impl IntoResponse for AppError {
         if let AppError::Internal(e) = &self {
             tracing::error!(error = format!("{e:#}"), "request failed");
         }
-        let mut response = (status, Json(json!({ "error": self.message(), "kind": kind }))).into_response();
+        let body = vramscope_shared::api::ErrorBody { error: self.message(), kind: kind.to_owned() };
+        let mut response = (status, Json(body)).into_response();
         if status == StatusCode::UNAUTHORIZED {
             response.headers_mut().insert("www-authenticate", axum::http::HeaderValue::from_static("Bearer"));
         }

@@ -19,12 +19,17 @@
 
 mod blob;
 mod db;
+mod lock;
 mod review;
+mod snapshots;
 pub(crate) mod telemetry;
+mod tokens;
 
 pub(crate) use blob::{BlobStore, S3Settings, Staged, StagedUpload, is_not_found};
-pub(crate) use db::{Cursor, Db, ListFilter, NewSnapshot, Page, SnapshotRecord, SnapshotStatus, TokenRecord, Trigger};
-pub(crate) use review::{CommentRecord, JobSummary, NewComment, RetentionItem};
+pub(crate) use db::Db;
+pub(crate) use review::{JobSummary, NewComment, RetentionItem};
+pub(crate) use snapshots::{Cursor, ListFilter, NewSnapshot, SnapshotRecord, SnapshotStatus, Trigger};
+pub(crate) use tokens::TokenRecord;
 
 /// What [`record_upload`] did.
 #[derive(Debug)]

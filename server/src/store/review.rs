@@ -4,12 +4,13 @@
 //! `String` columns only, one SQL for SQLite and PostgreSQL.
 
 use anyhow::{Context, Result};
-use serde::Serialize;
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
-use super::db::{SNAPSHOT_COLUMNS, snapshot_from_row};
+use super::snapshots::{SNAPSHOT_COLUMNS, snapshot_from_row};
 use super::{Db, SnapshotRecord};
+pub(crate) use vramscope_shared::api::jobs::JobSummary;
+use vramscope_shared::api::review::Comment;
 
 const COMMENT_COLUMNS: &str = "id, author, body, created_ms, trace_row, time_us, addr, author_token";
 
@@ -18,68 +19,27 @@ const COMMENT_COLUMNS: &str = "id, author, body, created_ms, trace_row, time_us,
 /// over `comments c`.
 const PROTECTING_COMMENT: &str = "(c.author_role IS NULL OR c.author_role <> 'viewer')";
 
-/// One comment of a snapshot's review thread, as the API shows it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// One row of `comments`: the comment as the API shows it, and who may
+/// delete it.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct CommentRecord {
-    /// Public id (a UUID v7).
-    pub(crate) id: String,
-    /// The name of the API token that wrote it (`local` without tokens).
-    pub(crate) author: String,
-    /// The text.
-    pub(crate) body: String,
-    /// When it was written, milliseconds since the Unix epoch.
-    pub(crate) created_ms: i64,
-    /// The trace row (event index) of the moment it is about, if any.
-    pub(crate) row: Option<u32>,
-    /// The time of the moment it is about (µs, the trace's clock), if any.
-    pub(crate) time_us: Option<i64>,
-    /// The device address of the allocation it is about, if any.
-    pub(crate) addr: Option<u64>,
+    /// What the API shows.
+    pub(crate) comment: Comment,
     /// The id of the token that wrote it (`None` without tokens, or for a
     /// comment older than this field): who may delete it.
-    #[serde(skip)]
     pub(crate) author_token: Option<String>,
 }
 
 /// A comment to store.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct NewComment {
-    /// Public id, chosen by the caller.
-    pub(crate) id: String,
-    /// Who wrote it.
-    pub(crate) author: String,
-    /// The text (already checked non-empty).
-    pub(crate) body: String,
-    /// Milliseconds since the Unix epoch.
-    pub(crate) created_ms: i64,
-    /// Trace row of the moment.
-    pub(crate) row: Option<u32>,
-    /// Time of the moment (µs).
-    pub(crate) time_us: Option<i64>,
-    /// Address of the allocation.
-    pub(crate) addr: Option<u64>,
+    /// The comment (its id chosen by the caller, its text already checked).
+    pub(crate) comment: Comment,
     /// The writer's token id (`None` without tokens).
     pub(crate) author_token: Option<String>,
     /// The writer's role (`viewer`, `uploader`, `admin`): a viewer's comment
     /// does not keep the snapshot from retention.
     pub(crate) author_role: String,
-}
-
-/// One job of the job list: its snapshots counted in SQL.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub(crate) struct JobSummary {
-    /// The job name given at upload (`?job=`).
-    pub(crate) job: String,
-    /// Snapshots of the job.
-    pub(crate) snapshots: u64,
-    /// Distinct ranks among them.
-    pub(crate) ranks: u64,
-    /// Distinct hosts among them.
-    pub(crate) hosts: u64,
-    /// Newest upload, milliseconds since the Unix epoch.
-    pub(crate) last_upload_ms: i64,
-    /// Snapshots uploaded because of an out-of-memory error (`trigger=oom`).
-    pub(crate) oom_snapshots: u64,
 }
 
 /// What the retention policy needs to know of one stored snapshot.
@@ -112,15 +72,18 @@ fn comment_from_row(row: &AnyRow) -> Result<CommentRecord> {
     let addr = addr
         .map(|a| a.parse::<u64>().with_context(|| format!("comments row {id}: addr {a:?} is not a decimal u64")))
         .transpose()?;
+    let author_token = row.try_get("author_token").with_context(|| column("author_token"))?;
     Ok(CommentRecord {
-        author: row.try_get("author").with_context(|| column("author"))?,
-        body: row.try_get("body").with_context(|| column("body"))?,
-        created_ms: row.try_get("created_ms").with_context(|| column("created_ms"))?,
-        row: row_index,
-        time_us: row.try_get("time_us").with_context(|| column("time_us"))?,
-        addr,
-        author_token: row.try_get("author_token").with_context(|| column("author_token"))?,
-        id,
+        comment: Comment {
+            author: row.try_get("author").with_context(|| column("author"))?,
+            body: row.try_get("body").with_context(|| column("body"))?,
+            created_ms: row.try_get("created_ms").with_context(|| column("created_ms"))?,
+            row: row_index,
+            time_us: row.try_get("time_us").with_context(|| column("time_us"))?,
+            addr,
+            id,
+        },
+        author_token,
     })
 }
 
@@ -139,14 +102,14 @@ impl Db {
              author_token, author_role) \
              SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10 WHERE EXISTS (SELECT 1 FROM snapshots WHERE id = $2)",
         )
-        .bind(new.id.as_str())
+        .bind(new.comment.id.as_str())
         .bind(snapshot_id)
-        .bind(new.author.as_str())
-        .bind(new.body.as_str())
-        .bind(new.created_ms)
-        .bind(new.row.map(i64::from))
-        .bind(new.time_us)
-        .bind(new.addr.map(|a| a.to_string()))
+        .bind(new.comment.author.as_str())
+        .bind(new.comment.body.as_str())
+        .bind(new.comment.created_ms)
+        .bind(new.comment.row.map(i64::from))
+        .bind(new.comment.time_us)
+        .bind(new.comment.addr.map(|a| a.to_string()))
         .bind(new.author_token.as_deref())
         .bind(new.author_role.as_str())
         .execute(&self.pool)
@@ -155,16 +118,7 @@ impl Db {
         if done.rows_affected() == 0 {
             return Ok(None);
         }
-        Ok(Some(CommentRecord {
-            id: new.id.clone(),
-            author: new.author.clone(),
-            body: new.body.clone(),
-            created_ms: new.created_ms,
-            row: new.row,
-            time_us: new.time_us,
-            addr: new.addr,
-            author_token: new.author_token.clone(),
-        }))
+        Ok(Some(CommentRecord { comment: new.comment.clone(), author_token: new.author_token.clone() }))
     }
 
     /// The review thread of `snapshot_id`, oldest first.
@@ -337,13 +291,15 @@ mod tests {
 
     fn comment(id: &str, at: i64) -> NewComment {
         NewComment {
-            id: id.to_owned(),
-            author: "alice".to_owned(),
-            body: format!("note {id}"),
-            created_ms: at,
-            row: Some(7),
-            time_us: None,
-            addr: Some(u64::MAX - 1),
+            comment: Comment {
+                id: id.to_owned(),
+                author: "alice".to_owned(),
+                body: format!("note {id}"),
+                created_ms: at,
+                row: Some(7),
+                time_us: None,
+                addr: Some(u64::MAX - 1),
+            },
             author_token: Some("a1b2c3".to_owned()),
             author_role: "uploader".to_owned(),
         }
@@ -363,7 +319,7 @@ mod tests {
         let inventory = db.retention_inventory().await.expect("inventory");
         let seen: Vec<_> = inventory.iter().map(|i| (i.id.as_str(), i.comments, i.size_bytes)).collect();
         assert_eq!(seen, [("s1", 0, 100), ("junk", 0, 0)]);
-        assert_eq!(db.delete_unprotected("s1").await.expect("delete").map(|r| r.id).as_deref(), Some("s1"));
+        assert_eq!(db.delete_unprotected("s1").await.expect("delete").map(|r| r.meta.id).as_deref(), Some("s1"));
         db.close().await;
         std::fs::remove_dir_all(folder).expect("cleanup");
     }
@@ -378,9 +334,9 @@ mod tests {
         let second = db.insert_comment("s1", &comment("c2", 20)).await.expect("insert").expect("stored");
         db.insert_comment("s1", &comment("c1", 10)).await.expect("insert").expect("stored");
         let thread = db.list_comments("s1").await.expect("list");
-        assert_eq!(thread.iter().map(|c| c.id.as_str()).collect::<Vec<_>>(), ["c1", "c2"], "oldest first");
+        assert_eq!(thread.iter().map(|c| c.comment.id.as_str()).collect::<Vec<_>>(), ["c1", "c2"], "oldest first");
         assert_eq!(thread[1], second);
-        assert_eq!(thread[0].addr, Some(u64::MAX - 1), "addresses above 2^63 survive");
+        assert_eq!(thread[0].comment.addr, Some(u64::MAX - 1), "addresses above 2^63 survive");
         assert_eq!(db.get_comment("s2", "c1").await.expect("get"), None, "a comment belongs to one snapshot");
 
         // Commented or pinned: the retention delete refuses; plain: it deletes.
@@ -395,12 +351,12 @@ mod tests {
             [("s1", false, 2), ("s2", true, 0)]
         );
         assert!(db.set_pinned("s2", false).await.expect("unpin"));
-        assert_eq!(db.delete_unprotected("s2").await.expect("delete").map(|r| r.id).as_deref(), Some("s2"));
+        assert_eq!(db.delete_unprotected("s2").await.expect("delete").map(|r| r.meta.id).as_deref(), Some("s2"));
 
         assert!(db.delete_comment("s1", "c1").await.expect("delete"));
         assert!(!db.delete_comment("s1", "c1").await.expect("delete again"));
         assert!(db.delete_comment("s1", "c2").await.expect("delete"));
-        assert_eq!(db.delete_unprotected("s1").await.expect("delete").map(|r| r.id).as_deref(), Some("s1"));
+        assert_eq!(db.delete_unprotected("s1").await.expect("delete").map(|r| r.meta.id).as_deref(), Some("s1"));
         db.close().await;
         std::fs::remove_dir_all(folder).expect("cleanup");
     }
@@ -439,7 +395,7 @@ mod tests {
                 },
             ]
         );
-        let llama: Vec<String> = db.job_snapshots("llama").await.expect("job").into_iter().map(|s| s.id).collect();
+        let llama: Vec<String> = db.job_snapshots("llama").await.expect("job").into_iter().map(|s| s.meta.id).collect();
         assert_eq!(llama, ["a1", "a1b", "a0"], "newest first");
         assert!(db.job_snapshots("none").await.expect("job").is_empty());
         db.close().await;

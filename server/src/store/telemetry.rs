@@ -4,12 +4,12 @@
 //! and `String` columns, one SQL for SQLite and PostgreSQL.
 
 use anyhow::{Context, Result};
-use serde::Serialize;
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
 use super::Db;
-use crate::agent::protocol::{Sample, SourceLabels};
+use vramscope_shared::api::agent::{Sample, SourceLabels};
+use vramscope_shared::api::live::Source;
 
 const SOURCE_COLUMNS: &str = "source, job, host, rank, local_rank, world_size, pid, first_ms, last_ms, owner_token";
 const SAMPLE_COLUMNS: &str = "source, device, t_ms, allocated, reserved, active, device_total, device_free, \
@@ -27,29 +27,13 @@ pub(crate) const MAX_SAMPLES_PER_SOURCE: i64 = 100_000;
 /// Longest source key (`{job}--{host}--rank{N}`) stored, in bytes.
 const MAX_SOURCE_KEY_BYTES: usize = 600;
 
-/// A process that sent telemetry, as the API shows it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// One row of `telemetry_sources`: the process as the API shows it, and
+/// the token whose agent created it.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct SourceRecord {
-    /// `{job}--{host}--rank{N}` (or `--pid{P}`).
-    pub(crate) source: String,
-    /// The job.
-    pub(crate) job: String,
-    /// The host.
-    pub(crate) host: String,
-    /// Global rank.
-    pub(crate) rank: Option<i64>,
-    /// Rank on the host.
-    pub(crate) local_rank: Option<i64>,
-    /// Number of ranks.
-    pub(crate) world_size: Option<i64>,
-    /// Process id.
-    pub(crate) pid: i64,
-    /// First sample, milliseconds since the Unix epoch.
-    pub(crate) first_ms: i64,
-    /// Latest sample.
-    pub(crate) last_ms: i64,
+    /// What the API shows (`connected` is false: the store cannot know).
+    pub(crate) info: Source,
     /// The id of the token whose agent created it (`None` without tokens).
-    #[serde(skip)]
     pub(crate) owner_token: Option<String>,
 }
 
@@ -239,17 +223,21 @@ impl Db {
 fn source_from_row(row: &AnyRow) -> Result<SourceRecord> {
     let source: String = row.try_get("source").context("telemetry_sources row: source")?;
     let column = |name: &str| format!("telemetry_sources row {source}: column {name}");
+    let owner_token = row.try_get("owner_token").with_context(|| column("owner_token"))?;
     Ok(SourceRecord {
-        job: row.try_get("job").with_context(|| column("job"))?,
-        host: row.try_get("host").with_context(|| column("host"))?,
-        rank: row.try_get("rank").with_context(|| column("rank"))?,
-        local_rank: row.try_get("local_rank").with_context(|| column("local_rank"))?,
-        world_size: row.try_get("world_size").with_context(|| column("world_size"))?,
-        pid: row.try_get("pid").with_context(|| column("pid"))?,
-        first_ms: row.try_get("first_ms").with_context(|| column("first_ms"))?,
-        last_ms: row.try_get("last_ms").with_context(|| column("last_ms"))?,
-        owner_token: row.try_get("owner_token").with_context(|| column("owner_token"))?,
-        source,
+        info: Source {
+            job: row.try_get("job").with_context(|| column("job"))?,
+            host: row.try_get("host").with_context(|| column("host"))?,
+            rank: row.try_get("rank").with_context(|| column("rank"))?,
+            local_rank: row.try_get("local_rank").with_context(|| column("local_rank"))?,
+            world_size: row.try_get("world_size").with_context(|| column("world_size"))?,
+            pid: row.try_get("pid").with_context(|| column("pid"))?,
+            first_ms: row.try_get("first_ms").with_context(|| column("first_ms"))?,
+            last_ms: row.try_get("last_ms").with_context(|| column("last_ms"))?,
+            connected: false,
+            source,
+        },
+        owner_token,
     })
 }
 
@@ -345,7 +333,7 @@ mod tests {
         assert_eq!(stored.iter().map(|s| s.t_ms).collect::<Vec<_>>(), [5, 10, 20]);
         assert_eq!(stored[2], batch[1]);
         let source = db.get_source(&key).await.expect("get").expect("source");
-        assert_eq!((source.first_ms, source.last_ms, source.rank), (5, 20, Some(0)));
+        assert_eq!((source.info.first_ms, source.info.last_ms, source.info.rank), (5, 20, Some(0)));
         assert_eq!(db.samples(&key, 10, 100).await.expect("since").len(), 1);
         assert_eq!(db.samples(&key, 0, 2).await.expect("limit").iter().map(|s| s.t_ms).collect::<Vec<_>>(), [10, 20]);
     }

@@ -7,12 +7,12 @@ use std::collections::BTreeMap;
 
 use axum::Json;
 use axum::extract::{Path, State};
-use serde::Serialize;
 use vramscope_shared::StatsReport;
 
 use crate::http::AppState;
 use crate::http::error::{AppError, AppResult};
-use crate::store::{JobSummary, SnapshotRecord, SnapshotStatus, Trigger};
+use crate::store::{JobSummary, SnapshotRecord, SnapshotStatus};
+use vramscope_shared::api::jobs::{JobReport, Member};
 
 /// A rank diverges when its peak is more than this share above the median
 /// of the other ranks' peaks…
@@ -96,63 +96,6 @@ fn figures(report: &StatsReport) -> Figures {
     f
 }
 
-/// One rank (or host) of a job: its latest snapshot and figures.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub(crate) struct Member {
-    /// Distributed rank, if the uploads named one.
-    pub(crate) rank: Option<i64>,
-    /// Host, if the uploads named one.
-    pub(crate) host: Option<String>,
-    /// Snapshots of this rank and host in the job.
-    pub(crate) snapshots: usize,
-    /// The snapshot shown: the newest parsed one (the newest at all when none is).
-    pub(crate) snapshot_id: String,
-    /// Its name.
-    pub(crate) name: String,
-    /// Its upload time, ms since the epoch.
-    pub(crate) uploaded_at_ms: i64,
-    /// Its parsing status.
-    pub(crate) status: SnapshotStatus,
-    /// What made the client upload it.
-    pub(crate) trigger: Trigger,
-    /// Peak of requested bytes over the trace (what the program held:
-    /// allocated bytes before the allocator's rounding); the current
-    /// figure when the snapshot has no trace.
-    pub(crate) peak_requested_bytes: Option<u64>,
-    /// Peak of reserved bytes over the trace (or current).
-    pub(crate) peak_reserved_bytes: Option<u64>,
-    /// Reserved bytes at snapshot time.
-    pub(crate) reserved_bytes: Option<u64>,
-    /// Share of reserved bytes lying free inside split segments at snapshot
-    /// time (memory the cache holds but cannot hand back or reuse for large
-    /// requests): the inactive-split share.
-    pub(crate) fragmentation: Option<f64>,
-    /// Out-of-memory events in its trace.
-    pub(crate) ooms: Option<u64>,
-    /// Its peak diverges from the other ranks' (see `rule`).
-    pub(crate) diverges: bool,
-    /// How far above the median of the others its peak is, when it diverges.
-    pub(crate) excess_bytes: Option<u64>,
-    /// For a diverging rank: the snapshot of the rank nearest the median, to
-    /// compare with (`/compare/{snapshot_id}/{compare_with}`).
-    pub(crate) compare_with: Option<String>,
-}
-
-/// `GET /api/v1/jobs/{job}`.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub(crate) struct JobReport {
-    /// The job.
-    pub(crate) job: String,
-    /// All its snapshots.
-    pub(crate) snapshots: usize,
-    /// One entry per rank and host, by rank then host.
-    pub(crate) members: Vec<Member>,
-    /// Median of the members' requested peaks.
-    pub(crate) median_peak_requested_bytes: Option<u64>,
-    /// The divergence rule, in words.
-    pub(crate) rule: String,
-}
-
 /// The job's report from its snapshots (any order).
 pub(crate) fn report(job: &str, snapshots: &[SnapshotRecord]) -> JobReport {
     // Newest first; within a rank/host the first parsed one is shown.
@@ -174,7 +117,7 @@ pub(crate) fn report(job: &str, snapshots: &[SnapshotRecord]) -> JobReport {
         members.push(Member {
             rank,
             host,
-            snapshots: group.len(),
+            snapshots: group.len() as u64,
             snapshot_id: shown.id.clone(),
             name: shown.name.clone(),
             uploaded_at_ms: shown.uploaded_at_ms,
@@ -209,7 +152,7 @@ pub(crate) fn report(job: &str, snapshots: &[SnapshotRecord]) -> JobReport {
     let mut known: Vec<u64> = peaks.into_iter().flatten().collect();
     JobReport {
         job: job.to_owned(),
-        snapshots: snapshots.len(),
+        snapshots: snapshots.len() as u64,
         members,
         median_peak_requested_bytes: upper_median(&mut known),
         rule: format!(

@@ -10,12 +10,12 @@
 use axum::extract::{Extension, Path, State};
 use axum::http::{Method, StatusCode};
 use axum::{Json, body::Bytes};
-use serde::Deserialize;
 
 use crate::auth::{Identity, Role};
 use crate::http::AppState;
 use crate::http::error::{AppError, AppResult};
-use crate::store::{CommentRecord, NewComment};
+use crate::store::NewComment;
+use vramscope_shared::api::review::{Comment, PostComment};
 
 /// Longest comment accepted, in bytes: a review note, not a file.
 const MAX_COMMENT_BYTES: usize = 16 * 1024;
@@ -36,19 +36,9 @@ pub(crate) fn role_override(method: &Method, path: &str) -> Option<Role> {
     }
 }
 
-/// Body of `POST /api/v1/snapshots/{id}/comments`.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct PostComment {
-    body: String,
-    row: Option<u32>,
-    time_us: Option<i64>,
-    addr: Option<u64>,
-}
-
-pub(crate) async fn list(State(state): State<AppState>, Path(id): Path<String>) -> AppResult<Json<Vec<CommentRecord>>> {
+pub(crate) async fn list(State(state): State<AppState>, Path(id): Path<String>) -> AppResult<Json<Vec<Comment>>> {
     super::snapshots::record(&state, &id).await?;
-    Ok(Json(state.db.list_comments(&id).await?))
+    Ok(Json(state.db.list_comments(&id).await?.into_iter().map(|c| c.comment).collect()))
 }
 
 pub(crate) async fn post(
@@ -57,7 +47,7 @@ pub(crate) async fn post(
     Path(id): Path<String>,
     headers: axum::http::HeaderMap,
     body: Bytes,
-) -> AppResult<(StatusCode, Json<CommentRecord>)> {
+) -> AppResult<(StatusCode, Json<Comment>)> {
     // A JSON body only: `text/plain` is what another web page can send
     // without asking (a "simple" request).
     if !headers.get(axum::http::header::CONTENT_TYPE).is_some_and(|v| v.as_bytes().starts_with(b"application/json")) {
@@ -77,19 +67,21 @@ pub(crate) async fn post(
         )));
     }
     let new = NewComment {
-        id: uuid::Uuid::now_v7().to_string(),
-        author: identity.name,
-        body: text.to_owned(),
-        created_ms: crate::now_ms(),
-        row: post.row,
-        time_us: post.time_us,
-        addr: post.addr,
+        comment: Comment {
+            id: uuid::Uuid::now_v7().to_string(),
+            author: identity.name,
+            body: text.to_owned(),
+            created_ms: crate::now_ms(),
+            row: post.row,
+            time_us: post.time_us,
+            addr: post.addr,
+        },
         author_token: identity.token_id,
         author_role: identity.role.as_str().to_owned(),
     };
     let stored =
         state.db.insert_comment(&id, &new).await?.ok_or_else(|| AppError::NotFound(format!("snapshot {id}")))?;
-    Ok((StatusCode::CREATED, Json(stored)))
+    Ok((StatusCode::CREATED, Json(stored.comment)))
 }
 
 pub(crate) async fn delete(

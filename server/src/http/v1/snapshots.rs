@@ -13,7 +13,8 @@ use crate::cli::report::{self, ChartFormat};
 
 use crate::http::AppState;
 use crate::http::error::{AppError, AppResult};
-use crate::store::{Cursor, ListFilter, Page, SnapshotRecord, SnapshotStatus, is_not_found};
+use crate::store::{Cursor, ListFilter, SnapshotRecord, SnapshotStatus, is_not_found};
+use vramscope_shared::api::snapshots::{Page, SignedLinks, SnapshotMeta};
 
 /// Query of `GET /api/v1/snapshots`.
 #[derive(Debug, Deserialize)]
@@ -27,21 +28,25 @@ pub(crate) struct ListParams {
     pinned: Option<bool>,
 }
 
-pub(crate) async fn list(State(state): State<AppState>, Query(p): Query<ListParams>) -> AppResult<Json<Page>> {
+pub(crate) async fn list(
+    State(state): State<AppState>,
+    Query(p): Query<ListParams>,
+) -> AppResult<Json<Page<SnapshotMeta>>> {
     let filter =
         ListFilter { job: p.job, host: p.host, tag: p.tag, q: p.q, limit: p.limit, cursor: p.cursor, pinned: p.pinned };
-    let mut page = state.db.list(&filter).await?;
-    for rec in &mut page.items {
-        with_progress(&state, rec);
-    }
-    Ok(Json(page))
+    let page = state.db.list(&filter).await?;
+    let items = page.items.into_iter().map(|rec| with_progress(&state, rec)).collect();
+    Ok(Json(Page { items, next_cursor: page.next_cursor.map(|c| c.to_string()) }))
 }
 
-/// Fill in how far this instance's parse of a `parsing` snapshot is.
-fn with_progress(state: &AppState, rec: &mut SnapshotRecord) {
-    if rec.status == SnapshotStatus::Parsing {
-        rec.parsed_bytes = state.parser.progress(&rec.blob_key).map(|(read, _)| read.min(rec.size_bytes));
+/// What the API shows of `rec`, with how far this instance's parse of a
+/// `parsing` snapshot is.
+fn with_progress(state: &AppState, rec: SnapshotRecord) -> SnapshotMeta {
+    let mut meta = rec.meta;
+    if meta.status == SnapshotStatus::Parsing {
+        meta.parsed_bytes = state.parser.progress(&rec.blob_key).map(|(read, _)| read.min(meta.size_bytes));
     }
+    meta
 }
 
 /// The record of a snapshot, or 404.
@@ -49,10 +54,9 @@ pub(crate) async fn record(state: &AppState, id: &str) -> AppResult<SnapshotReco
     state.db.get(id).await?.ok_or_else(|| AppError::NotFound(format!("snapshot {id}")))
 }
 
-pub(crate) async fn get_one(State(state): State<AppState>, Path(id): Path<String>) -> AppResult<Json<SnapshotRecord>> {
-    let mut rec = record(&state, &id).await?;
-    with_progress(&state, &mut rec);
-    Ok(Json(rec))
+pub(crate) async fn get_one(State(state): State<AppState>, Path(id): Path<String>) -> AppResult<Json<SnapshotMeta>> {
+    let rec = record(&state, &id).await?;
+    Ok(Json(with_progress(&state, rec)))
 }
 
 /// `GET /api/v1/snapshots/{id}/stats`: the object `vramscope stats --json` prints.
@@ -66,7 +70,7 @@ pub(crate) async fn stats(State(state): State<AppState>, Path(id): Path<String>)
             Ok(Json(report).into_response())
         }
         (SnapshotStatus::Failed, _) => {
-            Err(AppError::Unprocessable(rec.error.unwrap_or_else(|| "parse failed".to_owned())))
+            Err(AppError::Unprocessable(rec.meta.error.unwrap_or_else(|| "parse failed".to_owned())))
         }
         _ => Ok((StatusCode::ACCEPTED, Json(serde_json::json!({ "status": rec.status }))).into_response()),
     }
@@ -86,7 +90,7 @@ pub(crate) async fn update(
     State(state): State<AppState>,
     Path(id): Path<String>,
     Json(update): Json<Update>,
-) -> AppResult<Json<SnapshotRecord>> {
+) -> AppResult<Json<SnapshotMeta>> {
     if let Some(name) = &update.name {
         if name.trim().is_empty() {
             return Err(AppError::BadRequest("name must not be empty".to_owned()));
@@ -103,7 +107,7 @@ pub(crate) async fn update(
         return Err(AppError::NotFound(format!("snapshot {id}")));
     }
     let rec = state.db.update_meta(&id, update.name, tags).await?;
-    rec.map(Json).ok_or_else(|| AppError::NotFound(format!("snapshot {id}")))
+    rec.map(|rec| Json(rec.meta)).ok_or_else(|| AppError::NotFound(format!("snapshot {id}")))
 }
 
 pub(crate) async fn delete(State(state): State<AppState>, Path(id): Path<String>) -> AppResult<StatusCode> {
@@ -126,23 +130,10 @@ pub(crate) fn role_override(method: &axum::http::Method, path: &str) -> Option<c
         .then_some(crate::auth::Role::Viewer)
 }
 
-/// The answer of `POST /api/v1/snapshots/{id}/links`: the snapshot's file
-/// and exports as links that work without a token for a few minutes, for
-/// the dashboard's plain download links in token mode.
-#[derive(Debug, serde::Serialize)]
-pub(crate) struct Links {
-    file: String,
-    report: String,
-    chart_svg: String,
-    chart_png: String,
-    /// Until when they work, milliseconds since the Unix epoch.
-    expires_ms: i64,
-}
-
-pub(crate) async fn links(State(state): State<AppState>, Path(id): Path<String>) -> AppResult<Json<Links>> {
+pub(crate) async fn links(State(state): State<AppState>, Path(id): Path<String>) -> AppResult<Json<SignedLinks>> {
     let rec = record(&state, &id).await?;
     let sign = |what: &str| state.links.sign(&format!("/api/v1/snapshots/{}/{what}", rec.id));
-    Ok(Json(Links {
+    Ok(Json(SignedLinks {
         file: sign("file"),
         report: sign("report.html"),
         chart_svg: sign("chart.svg"),
@@ -221,7 +212,7 @@ async fn analyzed_record(
 ) -> AppResult<(SnapshotRecord, std::sync::Arc<vramscope_shared::views::Analyzed>)> {
     let rec = record(state, id).await?;
     if rec.status == SnapshotStatus::Failed {
-        return Err(AppError::Unprocessable(rec.error.unwrap_or_else(|| "parse failed".to_owned())));
+        return Err(AppError::Unprocessable(rec.meta.error.unwrap_or_else(|| "parse failed".to_owned())));
     }
     let analyzed = super::views::load(state, &rec.blob_key).await.map_err(|failure| AppError::from(&*failure))?;
     Ok((rec, analyzed))

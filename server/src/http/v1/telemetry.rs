@@ -18,15 +18,16 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use tokio::sync::mpsc;
 
-use crate::agent::protocol::{AgentMessage, NvmlDevice, Sample, ServerMessage};
 use crate::auth::{Identity, Role};
 use crate::http::AppState;
 use crate::http::error::{AppError, AppResult};
 use crate::store::telemetry::SourceRecord;
 use crate::store::{ListFilter, SnapshotRecord};
+use vramscope_shared::api::agent::{AgentMessage, NvmlDevice, ServerMessage};
+use vramscope_shared::api::live::{Host, LiveList, LiveRead, Marker, Source};
 
 /// How often (per source) the retention pass runs while samples arrive.
 const RETENTION_EVERY_MS: i64 = 60_000;
@@ -200,30 +201,6 @@ async fn handle(
     }
 }
 
-/// A source in the live list.
-#[derive(Debug, Serialize)]
-struct LiveSource {
-    #[serde(flatten)]
-    record: SourceRecord,
-    /// An agent serving it is connected now (so "capture now" can reach it).
-    connected: bool,
-}
-
-/// A connected agent's host and its NVML view.
-#[derive(Debug, Serialize)]
-struct LiveHost {
-    host: String,
-    job: String,
-    devices: Vec<NvmlDevice>,
-}
-
-/// `GET /api/v1/live`.
-#[derive(Debug, Serialize)]
-struct LiveList {
-    sources: Vec<LiveSource>,
-    hosts: Vec<LiveHost>,
-}
-
 async fn list(
     State(state): State<AppState>,
     Extension(registry): Extension<Arc<LiveRegistry>>,
@@ -234,13 +211,13 @@ async fn list(
         let connected: HashSet<String> = agents.values().flat_map(|a| a.sources.iter().cloned()).collect();
         let hosts = agents
             .values()
-            .map(|a| LiveHost { host: a.host.clone(), job: a.job.clone(), devices: a.nvml.clone() })
+            .map(|a| Host { host: a.host.clone(), job: a.job.clone(), devices: a.nvml.clone() })
             .collect();
         (connected, hosts)
     };
     let sources = records
         .into_iter()
-        .map(|record| LiveSource { connected: connected.contains(&record.source), record })
+        .map(|record| Source { connected: connected.contains(&record.info.source), ..record.info })
         .collect();
     Ok(Json(LiveList { sources, hosts }))
 }
@@ -252,25 +229,6 @@ struct ReadParams {
     since_ms: Option<i64>,
     /// At most this many samples (the newest), default and ceiling 20000.
     limit: Option<i64>,
-}
-
-/// A snapshot taken of a source: a marker on its charts.
-#[derive(Debug, Serialize)]
-struct Marker {
-    id: String,
-    name: String,
-    trigger: &'static str,
-    uploaded_at_ms: i64,
-}
-
-/// `GET /api/v1/live/{source}`.
-#[derive(Debug, Serialize)]
-struct LiveRead {
-    source: LiveSource,
-    samples: Vec<Sample>,
-    snapshots: Vec<Marker>,
-    /// NVML's view of the source's host, from a connected agent.
-    devices: Vec<NvmlDevice>,
 }
 
 async fn read(
@@ -287,23 +245,23 @@ async fn read(
     let (connected, devices) = {
         let agents = lock(&registry.agents);
         let serving = agents.values().find(|a| a.sources.contains(&source));
-        let host = agents.values().find(|a| a.host == record.host && !a.nvml.is_empty());
+        let host = agents.values().find(|a| a.host == record.info.host && !a.nvml.is_empty());
         (serving.is_some(), host.map(|a| a.nvml.clone()).unwrap_or_default())
     };
-    Ok(Json(LiveRead { source: LiveSource { record, connected }, samples, snapshots, devices }))
+    Ok(Json(LiveRead { source: Source { connected, ..record.info }, samples, snapshots, devices }))
 }
 
 /// The snapshots uploaded with the source's job, host and rank.
 async fn markers(state: &AppState, record: &SourceRecord) -> AppResult<Vec<Marker>> {
     let filter = ListFilter {
-        job: Some(record.job.clone()),
-        host: Some(record.host.clone()),
+        job: Some(record.info.job.clone()),
+        host: Some(record.info.host.clone()),
         // The list caps this at its largest page.
         limit: Some(u32::MAX),
         ..ListFilter::default()
     };
     let page = state.db.list(&filter).await?;
-    let mine = |s: &SnapshotRecord| s.rank == record.rank;
+    let mine = |s: &SnapshotRecord| s.rank == record.info.rank;
     let mut markers: Vec<Marker> = page
         .items
         .iter()
@@ -311,7 +269,7 @@ async fn markers(state: &AppState, record: &SourceRecord) -> AppResult<Vec<Marke
         .map(|s| Marker {
             id: s.id.clone(),
             name: s.name.clone(),
-            trigger: s.trigger.as_str(),
+            trigger: s.trigger,
             uploaded_at_ms: s.uploaded_at_ms,
         })
         .collect();

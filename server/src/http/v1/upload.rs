@@ -11,11 +11,12 @@ use axum::body::Bytes;
 use axum::extract::{FromRequest, Multipart, Query, Request, State};
 use axum::http::{StatusCode, header};
 use futures::StreamExt;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use crate::http::AppState;
 use crate::http::error::{AppError, AppResult};
 use crate::store::{BlobStore, NewSnapshot, Recorded, SnapshotStatus, Staged, StagedUpload, Trigger, record_upload};
+use vramscope_shared::api::UploadAnswer;
 
 /// Longest name, job or host accepted, in bytes.
 const MAX_LABEL_BYTES: usize = 256;
@@ -36,17 +37,6 @@ pub(crate) struct UploadMeta {
     tags: Option<String>,
     /// `manual` (default), `threshold` or `oom`.
     trigger: Option<String>,
-}
-
-/// The answer to an upload.
-#[derive(Debug, Serialize)]
-pub(crate) struct UploadAnswer {
-    id: String,
-    sha256: String,
-    /// `ready` (parsed), or `parsing` (large file, parsed in the background).
-    status: SnapshotStatus,
-    /// The same bytes were uploaded before; `id` is that snapshot.
-    deduplicated: bool,
 }
 
 /// Split, trim and deduplicate tags.
@@ -360,14 +350,22 @@ async fn finish(state: AppState, staged: Staged, meta: UploadMeta) -> AppResult<
         Recorded::New(record) => record.blob_key,
         Recorded::Duplicate(existing) => {
             state.metrics.upload("duplicate");
-            let answer =
-                UploadAnswer { id: existing.id, sha256: existing.sha256, status: existing.status, deduplicated: true };
+            let answer = UploadAnswer {
+                id: existing.meta.id,
+                sha256: existing.meta.sha256,
+                status: existing.meta.status,
+                deduplicated: true,
+            };
             return Ok((StatusCode::OK, Json(answer)));
         }
         Recorded::Labelled(record) => {
             state.metrics.upload("duplicate");
-            let answer =
-                UploadAnswer { id: record.id, sha256: record.sha256, status: record.status, deduplicated: true };
+            let answer = UploadAnswer {
+                id: record.meta.id,
+                sha256: record.meta.sha256,
+                status: record.meta.status,
+                deduplicated: true,
+            };
             return Ok((StatusCode::CREATED, Json(answer)));
         }
     };

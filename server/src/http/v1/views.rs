@@ -34,7 +34,7 @@ impl From<ViewError> for AppError {
 pub(crate) async fn analyzed(state: &AppState, id: &str) -> AppResult<Arc<Analyzed>> {
     let rec = record(state, id).await?;
     if rec.status == SnapshotStatus::Failed {
-        return Err(AppError::Unprocessable(rec.error.unwrap_or_else(|| "parse failed".to_owned())));
+        return Err(AppError::Unprocessable(rec.meta.error.unwrap_or_else(|| "parse failed".to_owned())));
     }
     load(state, &rec.blob_key).await.map_err(|failure| AppError::from(&*failure))
 }

@@ -3,33 +3,34 @@
 //! Job ⇄ agent: JSON lines over a Unix socket ([`JobMessage`] up,
 //! [`JobCommand`] down), written by `assets/capture/vramscope_capture`.
 //! Agent ⇄ server: JSON text frames over a WebSocket ([`AgentMessage`] up,
-//! [`ServerMessage`] down). Both ends of the second hop live in this binary,
-//! so the types are shared with `http::v1::telemetry`.
+//! [`ServerMessage`] down). The agent, the server's `/agent` endpoint and
+//! the dashboard's live page (which reads [`Sample`]s back from
+//! `GET /api/v1/live/{source}`) all use these types.
 
 use serde::{Deserialize, Serialize};
 
 /// Who a process of the job is: the labels its snapshots and telemetry carry.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct SourceLabels {
+pub struct SourceLabels {
     /// The job's name (the agent's `--job`).
-    pub(crate) job: String,
+    pub job: String,
     /// Host name.
-    pub(crate) host: String,
+    pub host: String,
     /// Global rank (torchrun's `RANK`), when distributed.
-    pub(crate) rank: Option<i64>,
+    pub rank: Option<i64>,
     /// Rank on this host (`LOCAL_RANK`).
-    pub(crate) local_rank: Option<i64>,
+    pub local_rank: Option<i64>,
     /// Number of ranks (`WORLD_SIZE`).
-    pub(crate) world_size: Option<i64>,
+    pub world_size: Option<i64>,
     /// Process id on the host.
-    pub(crate) pid: u32,
+    pub pid: u32,
 }
 
 impl SourceLabels {
     /// The stable name of this stream on the server:
     /// `{job}--{host}--rank{N}` (or `--pid{P}` without a rank), made of URL-safe
     /// characters only so it can sit in a path segment.
-    pub(crate) fn key(&self) -> String {
+    pub fn key(&self) -> String {
         let who = match self.rank {
             Some(rank) => format!("rank{rank}"),
             None => format!("pid{}", self.pid),
@@ -39,7 +40,7 @@ impl SourceLabels {
 }
 
 /// `text` with every character outside `[A-Za-z0-9._-]` replaced by `_`.
-pub(crate) fn url_safe(text: &str) -> String {
+pub fn url_safe(text: &str) -> String {
     let cleaned: String =
         text.chars().map(|c| if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') { c } else { '_' }).collect();
     if cleaned.is_empty() { "_".to_owned() } else { cleaned }
@@ -47,35 +48,35 @@ pub(crate) fn url_safe(text: &str) -> String {
 
 /// One telemetry point of one process on one device.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub(crate) struct Sample {
+pub struct Sample {
     /// [`SourceLabels::key`] of the process.
-    pub(crate) source: String,
+    pub source: String,
     /// When it was taken, milliseconds since the Unix epoch.
-    pub(crate) t_ms: i64,
+    pub t_ms: i64,
     /// CUDA device index, as the process sees it.
-    pub(crate) device: i64,
+    pub device: i64,
     /// Bytes allocated through PyTorch's allocator.
-    pub(crate) allocated: Option<i64>,
+    pub allocated: Option<i64>,
     /// Bytes the allocator holds from CUDA.
-    pub(crate) reserved: Option<i64>,
+    pub reserved: Option<i64>,
     /// Bytes of active blocks (allocated, or freed but still in use by a stream).
-    pub(crate) active: Option<i64>,
+    pub active: Option<i64>,
     /// The device's memory (`cudaMemGetInfo` total).
-    pub(crate) device_total: Option<i64>,
+    pub device_total: Option<i64>,
     /// The device's free memory (`cudaMemGetInfo` free).
-    pub(crate) device_free: Option<i64>,
+    pub device_free: Option<i64>,
     /// What the process may use: total times its memory fraction.
-    pub(crate) capacity: Option<i64>,
+    pub capacity: Option<i64>,
     /// NVML: memory used on the device by every process.
-    pub(crate) nvml_used: Option<i64>,
+    pub nvml_used: Option<i64>,
     /// NVML: memory used by this process (allocator, CUDA context, NCCL, ...).
-    pub(crate) nvml_process_used: Option<i64>,
+    pub nvml_process_used: Option<i64>,
 }
 
 /// A line from the job to the agent.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
-pub(crate) enum JobMessage {
+pub enum JobMessage {
     /// First line of a connection: who the process is.
     Hello {
         /// Host name.
@@ -117,29 +118,29 @@ pub(crate) enum JobMessage {
 
 /// The allocator figures of a `sample` line.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
-pub(crate) struct JobSample {
+pub struct JobSample {
     /// Milliseconds since the Unix epoch.
-    pub(crate) t_ms: i64,
+    pub t_ms: i64,
     /// Device index.
-    pub(crate) device: i64,
+    pub device: i64,
     /// `allocated_bytes.all.current`.
-    pub(crate) allocated: Option<i64>,
+    pub allocated: Option<i64>,
     /// `reserved_bytes.all.current`.
-    pub(crate) reserved: Option<i64>,
+    pub reserved: Option<i64>,
     /// `active_bytes.all.current`.
-    pub(crate) active: Option<i64>,
+    pub active: Option<i64>,
     /// `mem_get_info` free.
-    pub(crate) free: Option<i64>,
+    pub free: Option<i64>,
     /// `mem_get_info` total.
-    pub(crate) total: Option<i64>,
+    pub total: Option<i64>,
     /// Total times the per-process memory fraction.
-    pub(crate) capacity: Option<i64>,
+    pub capacity: Option<i64>,
 }
 
 /// A line from the agent to the job.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
-pub(crate) enum JobCommand {
+pub enum JobCommand {
     /// Take a snapshot now.
     Capture {
         /// `manual` or `threshold`.
@@ -153,34 +154,34 @@ pub(crate) enum JobCommand {
 
 /// One process's memory on a device, as NVML sees it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub(crate) struct NvmlProcess {
+pub struct NvmlProcess {
     /// Process id.
-    pub(crate) pid: u32,
+    pub pid: u32,
     /// Bytes used, when the driver says.
-    pub(crate) used: Option<i64>,
+    pub used: Option<i64>,
 }
 
 /// One device as NVML sees it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub(crate) struct NvmlDevice {
+pub struct NvmlDevice {
     /// NVML index.
-    pub(crate) index: u32,
+    pub index: u32,
     /// Product name.
-    pub(crate) name: String,
+    pub name: String,
     /// Total memory.
-    pub(crate) total: i64,
+    pub total: i64,
     /// Used by all processes and the driver.
-    pub(crate) used: i64,
+    pub used: i64,
     /// Free.
-    pub(crate) free: i64,
+    pub free: i64,
     /// Compute processes and their memory.
-    pub(crate) processes: Vec<NvmlProcess>,
+    pub processes: Vec<NvmlProcess>,
 }
 
 /// A frame from the agent to the server.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
-pub(crate) enum AgentMessage {
+pub enum AgentMessage {
     /// First frame: which agent this is.
     Hello {
         /// Host name of the agent.
@@ -213,7 +214,7 @@ pub(crate) enum AgentMessage {
 /// A frame from the server to the agent.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
-pub(crate) enum ServerMessage {
+pub enum ServerMessage {
     /// The batch `seq` is stored.
     Ack {
         /// The batch's number.

@@ -1,0 +1,81 @@
+//! Telemetry read back (`/api/v1/live`): the processes that streamed it,
+//! their samples, and the NVML view of connected agents' hosts.
+
+use serde::{Deserialize, Serialize};
+
+use super::agent::{NvmlDevice, Sample};
+use super::snapshots::Trigger;
+
+/// A process that sent telemetry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Source {
+    /// `{job}--{host}--rank{N}` (or `--pid{P}`): see
+    /// [`SourceLabels::key`](super::agent::SourceLabels::key).
+    pub source: String,
+    /// The job.
+    pub job: String,
+    /// The host.
+    pub host: String,
+    /// Global rank.
+    pub rank: Option<i64>,
+    /// Rank on the host.
+    pub local_rank: Option<i64>,
+    /// Number of ranks.
+    pub world_size: Option<i64>,
+    /// Process id.
+    pub pid: i64,
+    /// First sample, milliseconds since the Unix epoch.
+    pub first_ms: i64,
+    /// Latest sample.
+    pub last_ms: i64,
+    /// An agent serving it is connected now (so "capture now" can reach it).
+    #[serde(default)]
+    pub connected: bool,
+}
+
+/// A connected agent's host and its NVML view.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Host {
+    /// Host name.
+    pub host: String,
+    /// The job the agent runs.
+    pub job: String,
+    /// Its devices.
+    pub devices: Vec<NvmlDevice>,
+}
+
+/// `GET /api/v1/live`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LiveList {
+    /// Every source, most recent first.
+    pub sources: Vec<Source>,
+    /// Connected agents' hosts.
+    pub hosts: Vec<Host>,
+}
+
+/// A snapshot taken of a source: a marker on its charts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Marker {
+    /// Snapshot id.
+    pub id: String,
+    /// Its name.
+    pub name: String,
+    /// What made it.
+    pub trigger: Trigger,
+    /// When it reached the server, ms since the epoch.
+    pub uploaded_at_ms: i64,
+}
+
+/// `GET /api/v1/live/{source}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LiveRead {
+    /// The source.
+    pub source: Source,
+    /// Its samples, oldest first.
+    pub samples: Vec<Sample>,
+    /// Snapshots uploaded with its job, host and rank, oldest first.
+    pub snapshots: Vec<Marker>,
+    /// NVML's view of the source's host, from a connected agent.
+    #[serde(default)]
+    pub devices: Vec<NvmlDevice>,
+}
