@@ -12,11 +12,16 @@
 //! them.
 
 mod agent;
+mod assets;
 mod auth;
 mod cli;
 mod http;
 mod ingest;
+#[cfg(test)]
+mod layers;
 mod machine;
+mod metrics;
+mod report;
 mod retention;
 mod settings;
 mod store;

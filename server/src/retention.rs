@@ -269,22 +269,22 @@ pub(crate) async fn run_once(
 /// (first at start-up), when the settings set a limit. Every instance of a
 /// team may run it: [`apply`]'s conditional deletes make a second run of the
 /// same plan a no-op.
-pub(crate) fn spawn_periodic(state: crate::http::AppState) {
-    let policy = Policy { keep_days: state.settings.retention_days, max_bytes: state.settings.retention_max_bytes };
+pub(crate) fn spawn_periodic(ingest: crate::ingest::Ingest, settings: &crate::settings::Settings) {
+    let policy = Policy { keep_days: settings.retention_days, max_bytes: settings.retention_max_bytes };
     if !policy.is_active() {
         return;
     }
-    let every = std::time::Duration::from_secs(state.settings.retention_interval_secs.max(1));
+    let every = std::time::Duration::from_secs(settings.retention_interval_secs.max(1));
     tokio::spawn(async move {
         let mut ticks = tokio::time::interval(every);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             ticks.tick().await;
-            match run_once(&state.db, &state.blobs, &policy, false).await {
+            match run_once(&ingest.db, &ingest.blobs, &policy, false).await {
                 Ok((plan, Some(applied))) => {
                     for key in &applied.files {
-                        state.cache.remove(key);
-                        state.indexes.forget(key).await;
+                        ingest.cache.remove(key);
+                        ingest.indexes.forget(key).await;
                     }
                     if !applied.deleted.is_empty() {
                         tracing::info!(

@@ -10,7 +10,7 @@ use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
 use serde::{Deserialize, Serialize};
 
-use crate::store::{Db, S3Settings};
+use crate::store::{BlobStore, Db, S3Settings};
 
 /// The example configuration shipped with the binary (`vramscope serve --print-config`).
 pub(crate) const EXAMPLE_CONFIG: &str = include_str!("../../assets/server.example.toml");
@@ -170,6 +170,17 @@ pub(crate) struct SettingsArgs {
 }
 
 impl Settings {
+    /// Open the database and blob store the settings name.
+    pub(crate) async fn open_stores(&self) -> anyhow::Result<(Db, BlobStore)> {
+        if self.database_url.is_none() || self.blob_store.is_none() {
+            std::fs::create_dir_all(&self.data_dir)
+                .with_context(|| format!("cannot create the data folder {}", self.data_dir.display()))?;
+        }
+        let db = Db::connect(&self.database_url()).await.context("cannot open the database")?;
+        let blobs = BlobStore::from_url(&self.blob_store(), &self.s3).context("cannot open the blob store")?;
+        Ok((db, blobs))
+    }
+
     /// Load the layers and apply the flags.
     pub(crate) fn load(args: &SettingsArgs) -> anyhow::Result<Settings> {
         let mut figment = Figment::from(Serialized::defaults(Settings::default()));

@@ -45,7 +45,7 @@ pub(crate) async fn run(args: &RetentionArgs) -> anyhow::Result<()> {
         "no retention policy: set retention_days or retention_max_bytes (config file or VRAMSCOPE_RETENTION_DAYS, \
          VRAMSCOPE_RETENTION_MAX_BYTES), or pass --days / --max-bytes"
     );
-    let (db, blobs) = super::serve::open_stores(&settings).await?;
+    let (db, blobs) = settings.open_stores().await?;
     let (plan, applied) = run_once(&db, &blobs, &policy, args.dry_run).await?;
     let mut out = std::io::stdout().lock();
     if args.json {

@@ -21,17 +21,6 @@ pub(crate) struct ServeArgs {
 /// off by a crash.
 const STALE_STAGING: std::time::Duration = std::time::Duration::from_secs(3600);
 
-/// Open the database and blob store the settings name.
-pub(crate) async fn open_stores(settings: &Settings) -> anyhow::Result<(Db, BlobStore)> {
-    if settings.database_url.is_none() || settings.blob_store.is_none() {
-        std::fs::create_dir_all(&settings.data_dir)
-            .with_context(|| format!("cannot create the data folder {}", settings.data_dir.display()))?;
-    }
-    let db = Db::connect(&settings.database_url()).await.context("cannot open the database")?;
-    let blobs = BlobStore::from_url(&settings.blob_store(), &settings.s3).context("cannot open the blob store")?;
-    Ok((db, blobs))
-}
-
 /// Run the server until Ctrl-C or SIGTERM.
 pub(crate) async fn run(args: &ServeArgs) -> anyhow::Result<()> {
     if args.print_config {
@@ -39,7 +28,7 @@ pub(crate) async fn run(args: &ServeArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     let settings = Settings::load(&args.settings)?;
-    let (db, blobs) = open_stores(&settings).await?;
+    let (db, blobs) = settings.open_stores().await?;
     if settings.tokens_required() && db.count_tokens().await? == 0 {
         anyhow::bail!(
             "refusing to listen on {} without API tokens: anyone who can reach it could read and delete \
@@ -59,8 +48,8 @@ pub(crate) async fn run(args: &ServeArgs) -> anyhow::Result<()> {
     let address = listener.local_addr().context("listener address")?;
     let link_key = db.shared_secret("link_key").await.context("cannot read the key of signed links")?;
     let state = AppState::new(settings, db, blobs, link_key)?;
-    resume_parsing(&state).await;
-    crate::retention::spawn_periodic(state.clone());
+    state.ingest.resume_parsing().await;
+    crate::retention::spawn_periodic(state.ingest.clone(), &state.settings);
     spawn_housekeeping(state.clone());
     tracing::info!(%address, tokens = state.auth.required(), "vramscope serving");
     // Tests and scripts read this line to find the port when binding to :0.
@@ -115,37 +104,6 @@ async fn sweep_orphans(db: &Db, blobs: &BlobStore, older_than: std::time::Durati
     Ok(())
 }
 
-/// Background parses a snapshot gets: one after its upload, and one more
-/// after a server stopped during it. A server that stopped during both
-/// may have been killed by the file, so it is not parsed again.
-const PARSE_ATTEMPTS: i64 = 2;
-
-/// Rows left `parsing` by a server that stopped mid-way get parsed again,
-/// unless that already happened [`PARSE_ATTEMPTS`] times.
-async fn resume_parsing(state: &AppState) {
-    match state.db.unfinished_parses().await {
-        Ok(rows) => {
-            for (id, blob_key, attempts) in rows {
-                if attempts >= PARSE_ATTEMPTS {
-                    let why = format!(
-                        "the server stopped {attempts} times while parsing this file, so it is not parsed again \
-                         (upload it again to retry)"
-                    );
-                    tracing::warn!(
-                        snapshot = id,
-                        attempts,
-                        "not resuming a parse that was interrupted again and again"
-                    );
-                    crate::http::give_up_parse(state, &id, &blob_key, &why).await;
-                } else {
-                    tokio::spawn(crate::http::resume_parse(state.clone(), id, blob_key));
-                }
-            }
-        }
-        Err(e) => tracing::warn!(error = format!("{e:#}"), "could not list unfinished parses"),
-    }
-}
-
 async fn shutdown_signal() {
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;
@@ -179,7 +137,7 @@ mod tests {
     async fn regression_files_without_rows_are_swept() {
         let dir = std::env::temp_dir().join(format!("vramscope-sweep-{}", uuid::Uuid::now_v7()));
         let settings = Settings { data_dir: dir, ..Settings::default() };
-        let (db, blobs) = open_stores(&settings).await.expect("stores");
+        let (db, blobs) = settings.open_stores().await.expect("stores");
         let mut keys = Vec::new();
         for content in [&b"orphan"[..], &b"kept"[..]] {
             let mut upload = blobs.begin_upload().await.expect("begin");

@@ -42,7 +42,7 @@ pub(crate) async fn run(args: &TokenArgs) -> anyhow::Result<()> {
     match &args.command {
         TokenCommand::Create { role, name, settings } => {
             let settings = Settings::load(settings)?;
-            let (db, _) = super::serve::open_stores(&settings).await?;
+            let (db, _) = settings.open_stores().await?;
             let (record, token) = new_token(name, *role)?;
             db.insert_token(&record).await?;
             eprintln!("created {} token {} ({name}); it is shown only now:", role.as_str(), record.id);
@@ -50,14 +50,14 @@ pub(crate) async fn run(args: &TokenArgs) -> anyhow::Result<()> {
         }
         TokenCommand::List { settings } => {
             let settings = Settings::load(settings)?;
-            let (db, _) = super::serve::open_stores(&settings).await?;
+            let (db, _) = settings.open_stores().await?;
             for t in db.list_tokens().await? {
                 println!("{}\t{}\t{}", t.id, t.role, t.name);
             }
         }
         TokenCommand::Revoke { id, settings } => {
             let settings = Settings::load(settings)?;
-            let (db, _) = super::serve::open_stores(&settings).await?;
+            let (db, _) = settings.open_stores().await?;
             anyhow::ensure!(db.delete_token(id).await?, "no token with id {id}");
             eprintln!("revoked token {id}; servers stop accepting it within five minutes");
         }

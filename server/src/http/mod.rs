@@ -3,7 +3,7 @@
 pub(crate) mod error;
 mod guard;
 mod listen;
-pub(crate) mod metrics;
+
 mod v1;
 pub(crate) mod web;
 
@@ -23,13 +23,12 @@ use tower_http::cors::{AllowOrigin, CorsLayer};
 use tower_http::trace::TraceLayer;
 
 use crate::auth::{Auth, Identity, LinkSigner, Role};
-use crate::ingest::{AnalysisCache, IndexFiles, Ingest, Parser};
+use crate::ingest::{AnalysisCache, IndexFiles, Ingest, Parser, Parts as IngestParts};
+use crate::metrics::Metrics;
 use crate::settings::Settings;
 use crate::store::{BlobStore, Db};
 use error::AppError;
 pub(crate) use listen::serve;
-use metrics::Metrics;
-pub(crate) use v1::{give_up_parse, resume_parse};
 
 /// Shared state of the server: cheap to clone.
 #[derive(Clone)]
@@ -41,12 +40,9 @@ pub(crate) struct Inner {
     pub(crate) db: Db,
     pub(crate) blobs: BlobStore,
     pub(crate) auth: Auth,
-    pub(crate) metrics: Metrics,
-    pub(crate) cache: AnalysisCache,
-    /// Parses stored files under the settings' limits, a few at a time.
-    pub(crate) parser: Parser,
-    /// The persisted indexes of stored files.
-    pub(crate) indexes: IndexFiles,
+    pub(crate) metrics: Arc<Metrics>,
+    /// Parsing, indexing and the cache of analyzed snapshots.
+    pub(crate) ingest: Ingest,
     /// Where the analysis routes wait for a thread.
     pub(crate) analyses: v1::AnalysisQueue,
     /// Signs the dashboard's download links.
@@ -75,13 +71,16 @@ impl AppState {
         let links = LinkSigner::new(link_key);
         let indexes =
             IndexFiles::new(blobs.clone(), &settings.data_dir.join("index-cache"), settings.index_cache_bytes)?;
-        let metrics = Metrics::new();
-        Ok(AppState(Arc::new(Inner { settings, db, blobs, auth, metrics, cache, parser, indexes, analyses, links })))
-    }
-
-    /// What loading a stored file needs, borrowed from here.
-    pub(crate) fn ingest(&self) -> Ingest<'_> {
-        Ingest { parser: &self.parser, blobs: &self.blobs, indexes: &self.indexes, metrics: &self.metrics }
+        let metrics = Arc::new(Metrics::new());
+        let ingest = Ingest::new(IngestParts {
+            db: db.clone(),
+            blobs: blobs.clone(),
+            parser,
+            indexes,
+            cache,
+            metrics: Arc::clone(&metrics),
+        });
+        Ok(AppState(Arc::new(Inner { settings, db, blobs, auth, metrics, ingest, analyses, links })))
     }
 }
 
@@ -144,8 +143,8 @@ async fn healthz() -> Json<serde_json::Value> {
 }
 
 async fn metrics_text(State(state): State<AppState>) -> impl IntoResponse {
-    state.metrics.cached_snapshots.set(state.cache.len() as i64);
-    state.metrics.cached_bytes.set(i64::try_from(state.cache.bytes()).unwrap_or(i64::MAX));
+    state.metrics.cached_snapshots.set(state.ingest.cache.len() as i64);
+    state.metrics.cached_bytes.set(i64::try_from(state.ingest.cache.bytes()).unwrap_or(i64::MAX));
     state.metrics.token_hashes.set(state.auth.hashes() as i64);
     ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], state.metrics.render())
 }
@@ -240,7 +239,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("vramscope-oneshot-{tag}-{}", uuid::Uuid::now_v7()));
         std::fs::create_dir_all(&dir).expect("temp dir");
         let settings = Settings { data_dir: dir, ..Settings::default() };
-        let (db, blobs) = crate::cli::serve::open_stores(&settings).await.expect("stores");
+        let (db, blobs) = settings.open_stores().await.expect("stores");
         let key = db.shared_secret("link_key").await.expect("link key");
         app(AppState::new(settings, db, blobs, key).expect("state"))
     }

@@ -21,7 +21,7 @@ use bytes::Bytes;
 use vramscope_shared::index_file::{open_index, write_index};
 use vramscope_shared::views::Analyzed;
 
-use crate::http::metrics::Metrics;
+use crate::metrics::Metrics;
 use crate::store::BlobStore;
 
 /// Where this instance keeps and finds index files.

@@ -2,11 +2,16 @@
 //! once: parse it (`parse`), build its indexes, persist them beside the
 //! file (`index_file`), and keep the result in memory (`cache`). Every
 //! later open, on this instance or another, maps the persisted index.
+//! `background` runs the parse of a large upload after its answer, resumes
+//! the parses a stopped server left, and gives up on a file that cannot be
+//! read.
 
+mod background;
 pub(crate) mod cache;
 pub(crate) mod index_file;
 pub(crate) mod parse;
 
+use std::ops::Deref;
 use std::sync::Arc;
 
 use anyhow::Context;
@@ -17,25 +22,51 @@ pub(crate) use cache::{AnalysisCache, Loaded};
 pub(crate) use index_file::IndexFiles;
 pub(crate) use parse::{ParseFailure, Parser};
 
-use crate::http::metrics::Metrics;
-use crate::store::BlobStore;
+use crate::metrics::Metrics;
+use crate::store::{BlobStore, Db};
+pub(crate) use background::stats_json;
 
-/// What loading a stored file needs.
-pub(crate) struct Ingest<'a> {
-    pub(crate) parser: &'a Parser,
-    pub(crate) blobs: &'a BlobStore,
-    pub(crate) indexes: &'a IndexFiles,
-    pub(crate) metrics: &'a Metrics,
+/// Ingestion's handle: what loading and parsing stored files needs. Cheap
+/// to clone (one `Arc`), so background tasks own one.
+#[derive(Clone)]
+pub(crate) struct Ingest(Arc<Parts>);
+
+/// What [`Ingest`] holds.
+pub(crate) struct Parts {
+    /// Snapshot rows: a background parse records its outcome there.
+    pub(crate) db: Db,
+    /// The stored files.
+    pub(crate) blobs: BlobStore,
+    /// Parses stored files under the settings' limits, a few at a time.
+    pub(crate) parser: Parser,
+    /// The persisted indexes of stored files.
+    pub(crate) indexes: IndexFiles,
+    /// Analyzed snapshots in memory, bounded in bytes.
+    pub(crate) cache: AnalysisCache,
+    /// The server's metrics.
+    pub(crate) metrics: Arc<Metrics>,
 }
 
-impl Ingest<'_> {
+impl Deref for Ingest {
+    type Target = Parts;
+    fn deref(&self) -> &Parts {
+        &self.0
+    }
+}
+
+impl Ingest {
+    /// The handle over these parts.
+    pub(crate) fn new(parts: Parts) -> Ingest {
+        Ingest(Arc::new(parts))
+    }
+
     /// The analyzed snapshot of the stored file `key`: opened from its
     /// persisted index, or else parsed, indexed and persisted.
     pub(crate) async fn open_or_parse(&self, key: &str) -> Result<Arc<Analyzed>, ParseFailure> {
-        if let Some(analyzed) = self.indexes.open(key, self.metrics).await {
+        if let Some(analyzed) = self.indexes.open(key, &self.metrics).await {
             return Ok(warmed(Arc::new(analyzed)));
         }
-        let snapshot = self.parser.parse_stored(self.blobs, key, self.metrics).await?;
+        let snapshot = self.parser.parse_stored(&self.blobs, key, &self.metrics).await?;
         self.index(key, snapshot).await
     }
 

@@ -15,7 +15,7 @@ use tokio::sync::Semaphore;
 use tokio_util::io::{StreamReader, SyncIoBridge};
 use vramscope_shared::{ReadError, ReadOptions, Snapshot, read_snapshot};
 
-use crate::http::metrics::Metrics;
+use crate::metrics::Metrics;
 use crate::store::BlobStore;
 
 /// Why a stored file could not be parsed.

@@ -23,7 +23,6 @@ pub(crate) use snapshots::SIGNABLE;
 pub(crate) fn role_override(method: &axum::http::Method, path: &str) -> Option<crate::auth::Role> {
     review::role_override(method, path).or_else(|| snapshots::role_override(method, path))
 }
-pub(crate) use upload::{give_up_parse, parse_in_background as resume_parse};
 
 /// The v1 routes. Uploads and file downloads are not under the request
 /// timeout: they last as long as the bytes take.

@@ -9,7 +9,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use vramscope_shared::StatsReport;
 
-use crate::cli::report::{self, ChartFormat};
+use crate::report::{self, ChartFormat};
 
 use crate::http::AppState;
 use crate::http::error::{AppError, AppResult};
@@ -44,7 +44,7 @@ pub(crate) async fn list(
 fn with_progress(state: &AppState, rec: SnapshotRecord) -> SnapshotMeta {
     let mut meta = rec.meta;
     if meta.status == SnapshotStatus::Parsing {
-        meta.parsed_bytes = state.parser.progress(&rec.blob_key).map(|(read, _)| read.min(meta.size_bytes));
+        meta.parsed_bytes = state.ingest.parser.progress(&rec.blob_key).map(|(read, _)| read.min(meta.size_bytes));
     }
     meta
 }
@@ -112,8 +112,8 @@ pub(crate) async fn update(
 
 pub(crate) async fn delete(State(state): State<AppState>, Path(id): Path<String>) -> AppResult<StatusCode> {
     let rec = state.db.delete(&id).await?.ok_or_else(|| AppError::NotFound(format!("snapshot {id}")))?;
-    state.cache.remove(&rec.blob_key);
-    state.indexes.forget(&rec.blob_key).await;
+    state.ingest.cache.remove(&rec.blob_key);
+    state.ingest.indexes.forget(&rec.blob_key).await;
     // The file is shared by identical uploads: remove it with its last row.
     crate::store::delete_blob_if_unused(&state.db, &state.blobs, &rec.blob_key).await?;
     Ok(StatusCode::NO_CONTENT)
@@ -214,7 +214,7 @@ async fn analyzed_record(
     if rec.status == SnapshotStatus::Failed {
         return Err(AppError::Unprocessable(rec.meta.error.unwrap_or_else(|| "parse failed".to_owned())));
     }
-    let analyzed = super::views::load(state, &rec.blob_key).await.map_err(|failure| AppError::from(&*failure))?;
+    let analyzed = state.ingest.load(&rec.blob_key).await.map_err(|failure| AppError::from(&*failure))?;
     Ok((rec, analyzed))
 }
 
@@ -267,7 +267,7 @@ pub(crate) async fn report(State(state): State<AppState>, Path(id): Path<String>
             rec.size_bytes
         )));
     }
-    let _slot = state.parser.permits.acquire().await.map_err(|e| AppError::Internal(e.into()))?;
+    let _slot = state.ingest.parser.permits.acquire().await.map_err(|e| AppError::Internal(e.into()))?;
     let bytes = state.blobs.get_bytes(&rec.blob_key).await.map_err(|e| {
         if is_not_found(&e) { AppError::NotFound(format!("the file of snapshot {id}")) } else { AppError::Internal(e) }
     })?;

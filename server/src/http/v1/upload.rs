@@ -306,9 +306,9 @@ async fn finish(state: AppState, staged: Staged, meta: UploadMeta) -> AppResult<
     let stats_json = if inline {
         // Dropping this future (the client left) stops the parse, and the
         // guard removes the staged bytes.
-        match state.parser.parse_stored(&state.blobs, &staged.staging_key, &state.metrics).await {
+        match state.ingest.parser.parse_stored(&state.blobs, &staged.staging_key, &state.metrics).await {
             Ok(snapshot) => {
-                let json = stats_json(&snapshot)?;
+                let json = crate::ingest::stats_json(&snapshot).map_err(AppError::Internal)?;
                 parsed = Some(snapshot);
                 Some(json)
             }
@@ -376,71 +376,17 @@ async fn finish(state: AppState, staged: Staged, meta: UploadMeta) -> AppResult<
         // asked for before that ends waits for it instead of parsing again.
         Some(snapshot) => {
             let (task_state, key) = (state.clone(), blob_key.clone());
-            drop(state.cache.start(&blob_key, move || async move { task_state.ingest().index(&key, snapshot).await }));
+            drop(
+                state
+                    .ingest
+                    .cache
+                    .start(&blob_key, move || async move { task_state.ingest.index(&key, snapshot).await }),
+            );
         }
         None => {
-            tokio::spawn(parse_in_background(state.clone(), id.clone(), blob_key));
+            tokio::spawn(state.ingest.clone().parse_in_background(id.clone(), blob_key));
         }
     }
     let answer = UploadAnswer { id, sha256: staged.sha256, status, deduplicated: false };
     Ok((StatusCode::CREATED, Json(answer)))
-}
-
-fn stats_json(snapshot: &vramscope_shared::Snapshot) -> AppResult<String> {
-    serde_json::to_string(&snapshot.stats().report(String::new()))
-        .map_err(|e| AppError::Internal(anyhow::anyhow!("serializing stats: {e}")))
-}
-
-/// Removes the file of an upload that failed to parse unless a ready row
-/// shares it, under the file's lock: an upload of the same bytes on another
-/// instance must not see the file vanish between its commit and its row.
-async fn remove_bad_bytes(state: &AppState, blob_key: &str) -> anyhow::Result<()> {
-    let lock = state.db.lock_blob(blob_key).await?;
-    if state.db.count_ready_by_blob(blob_key).await? == 0 {
-        state.blobs.delete(blob_key).await?;
-    }
-    lock.release().await
-}
-
-/// Marks a snapshot failed, saying why, and removes its bytes unless a
-/// ready snapshot shares them.
-pub(crate) async fn give_up_parse(state: &AppState, id: &str, blob_key: &str, why: &str) {
-    state.cache.remove(blob_key);
-    state.indexes.forget(blob_key).await;
-    if let Err(e) = state.db.set_failed(id, why).await {
-        tracing::error!(snapshot = id, error = format!("{e:#}"), "could not mark a snapshot failed");
-    }
-    if let Err(e) = remove_bad_bytes(state, blob_key).await {
-        tracing::warn!(error = format!("{e:#}"), "could not remove the bytes of a bad upload");
-    }
-}
-
-/// Parse a large upload after answering it; also used at start-up for rows
-/// left `parsing` by a stopped server. It goes through the analysis cache,
-/// so a view asked for meanwhile joins this parse instead of starting its
-/// own. A file that turns out not to be a snapshot, or whose parse ran out
-/// of time, is marked failed (with the reason) and its bytes removed.
-pub(crate) async fn parse_in_background(state: AppState, id: String, blob_key: String) {
-    if let Err(e) = state.db.begin_parse(&id).await {
-        tracing::error!(snapshot = id, error = format!("{e:#}"), "could not count the parse; not starting it");
-        return;
-    }
-    let outcome = super::views::load(&state, &blob_key).await;
-    let result = match outcome {
-        Ok(analyzed) => match stats_json(&analyzed.snapshot) {
-            Ok(json) => state.db.set_ready(&id, &json).await,
-            Err(_) => state.db.set_failed(&id, "could not serialize the statistics").await,
-        },
-        Err(failure) if failure.is_the_files_fault() => {
-            give_up_parse(&state, &id, &blob_key, &failure.message()).await;
-            Ok(())
-        }
-        Err(failure) => {
-            tracing::error!(snapshot = id, error = failure.message(), "background parse could not read the file");
-            Ok(())
-        }
-    };
-    if let Err(e) = result {
-        tracing::error!(snapshot = id, error = format!("{e:#}"), "could not record the parse result");
-    }
 }

@@ -36,16 +36,7 @@ pub(crate) async fn analyzed(state: &AppState, id: &str) -> AppResult<Arc<Analyz
     if rec.status == SnapshotStatus::Failed {
         return Err(AppError::Unprocessable(rec.meta.error.unwrap_or_else(|| "parse failed".to_owned())));
     }
-    load(state, &rec.blob_key).await.map_err(|failure| AppError::from(&*failure))
-}
-
-/// The analyzed snapshot of a stored file: from the cache, or joining the
-/// parse of it under way, or parsing it in a task of its own (see
-/// [`crate::ingest::AnalysisCache`]): opened from its persisted index, or
-/// parsed (and persisted) when it has none.
-pub(crate) async fn load(state: &AppState, blob_key: &str) -> crate::ingest::Loaded {
-    let (task_state, key) = (state.clone(), blob_key.to_owned());
-    state.cache.get_or_load(blob_key, move || async move { task_state.ingest().open_or_parse(&key).await }).await
+    state.ingest.load(&rec.blob_key).await.map_err(|failure| AppError::from(&*failure))
 }
 
 /// `GET /api/v1/snapshots/{id}/timeline`: see [`views::timeline`].
