@@ -11,12 +11,12 @@
 # `cargo build --release --locked -p vramscope`, which embeds frontend/dist/.
 # No Docker engine runs on the machines where this file was written, so the
 # image itself has not been built there; every command in it is one that
-# `.ci/run` / `scripts/test` run.
+# `scripts/test` (which `.ci/run` calls) runs.
 
 # --- build: the dashboard (wasm32) and the binary -------------------------
 FROM rust:1.95-bookworm AS build
 # npm installs binaryen (wasm-opt) the first time scripts/build-frontend
-# runs, as on a fresh CI machine (.ci/run).
+# runs, as on a fresh CI machine (scripts/setup).
 RUN apt-get update -qq \
     && apt-get install -y -qq --no-install-recommends npm \
     && rm -rf /var/lib/apt/lists/*

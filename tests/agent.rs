@@ -5,51 +5,15 @@
 //! GPU here): the fake job's allocator figures are made up and its
 //! snapshots are a real snapshot fixture. The GPU runs are in `tests/gpu/`.
 
-mod common;
-
 use std::io::{BufRead, Read};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-/// A `vramscope serve` child, killed when dropped.
-struct Server {
-    child: Child,
-    url: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Server {
-    /// Starts a server on `bind` (e.g. `127.0.0.1:0`) over `data_dir`.
-    fn start(data_dir: &Path, bind: &str) -> Server {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_vramscope"))
-            .args(["serve", "--bind", bind, "--data-dir"])
-            .arg(data_dir)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn vramscope serve");
-        let mut line = String::new();
-        std::io::BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line).expect("first line");
-        let url = line.trim().strip_prefix("vramscope listening on ").expect("listening line").to_owned();
-        Server { child, url }
-    }
-
-    fn kill(mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+use crate::common::server::TestServer;
 
 fn unique_dir(tag: &str) -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("agent-{tag}-{}", std::process::id()));
@@ -63,13 +27,13 @@ fn free_port() -> u16 {
 }
 
 fn fake_job() -> String {
-    common::workspace_root().join("tests/fixtures/fake_job.py").to_string_lossy().into_owned()
+    crate::common::workspace_root().join("tests/fixtures/fake_job.py").to_string_lossy().into_owned()
 }
 
 /// A snapshot fixture's path (leaked: a handful per test run, and it lets
 /// the argument lists stay plain `&str` slices).
 fn fixture(name: &str) -> &'static str {
-    common::fixture_corpus().join(name).to_string_lossy().into_owned().leak()
+    crate::common::fixture_corpus().join(name).to_string_lossy().into_owned().leak()
 }
 
 fn host() -> String {
@@ -148,7 +112,7 @@ fn spool_files(spool: &Path) -> Vec<String> {
 #[test]
 fn the_job_runs_unchanged_and_its_snapshots_and_telemetry_reach_the_server() {
     let dir = unique_dir("basic");
-    let server = Server::start(&dir.join("data"), "127.0.0.1:0");
+    let server = TestServer::start_on(&dir.join("data"), "127.0.0.1:0", &[], &[]);
     let spool = dir.join("spool");
     let job_args = ["--seconds", "2.5", "--peak", "0.9", "--exit-code", "3", "--manual"];
     let job_args = [&job_args[..], &["--snapshot", fixture("streams.pickle")]].concat();
@@ -198,7 +162,7 @@ fn the_job_runs_unchanged_and_its_snapshots_and_telemetry_reach_the_server() {
 #[test]
 fn two_ranks_are_labelled_and_the_leaking_one_captures_both() {
     let dir = unique_dir("ranks");
-    let server = Server::start(&dir.join("data"), "127.0.0.1:0");
+    let server = TestServer::start_on(&dir.join("data"), "127.0.0.1:0", &[], &[]);
     let spool = dir.join("spool");
     let job_args = ["--ranks", "2", "--leak-rank", "1", "--seconds", "3", "--peak", "0.95"];
     let job_args = [&job_args[..], &["--snapshot", fixture("streams.pickle")]].concat();
@@ -238,7 +202,7 @@ fn a_server_killed_during_the_run_loses_nothing() {
     let data = dir.join("data");
     let port = free_port();
     let bind = format!("127.0.0.1:{port}");
-    let server = Server::start(&data, &bind);
+    let server = TestServer::start_on(&data, &bind, &[], &[]);
     let url = server.url.clone();
     let spool = dir.join("spool");
     let job_args = ["--seconds", "6", "--peak", "0.9", "--manual"];
@@ -248,9 +212,9 @@ fn a_server_killed_during_the_run_loses_nothing() {
 
     // Down from 1.5 s to 4.5 s: the threshold (at ~3.8 s) fires while it is down.
     std::thread::sleep(Duration::from_millis(1500));
-    server.kill();
+    let _ = server.kill();
     std::thread::sleep(Duration::from_secs(3));
-    let server = Server::start(&data, &bind);
+    let server = TestServer::start_on(&data, &bind, &[], &[]);
     let status = child.wait().expect("agent");
     let mut stderr = String::new();
     child.stderr.take().expect("stderr").read_to_string(&mut stderr).expect("stderr");
@@ -287,7 +251,7 @@ fn an_unreachable_server_leaves_the_spool_for_the_next_run() {
     assert_eq!(files.iter().filter(|f| f.starts_with("telemetry-")).count(), 1, "{files:?}");
 
     // The next agent, with a server this time, delivers the leftovers.
-    let server = Server::start(&dir.join("data"), "127.0.0.1:0");
+    let server = TestServer::start_on(&dir.join("data"), "127.0.0.1:0", &[], &[]);
     let mut next = Command::new(env!("CARGO_BIN_EXE_vramscope"));
     next.args(["agent", "--server", &server.url, "--job", "next", "--spool-dir"])
         .arg(&spool)
@@ -307,7 +271,7 @@ fn an_unreachable_server_leaves_the_spool_for_the_next_run() {
 #[test]
 fn sigterm_reaches_the_job_and_its_exit_code_comes_back() {
     let dir = unique_dir("signal");
-    let server = Server::start(&dir.join("data"), "127.0.0.1:0");
+    let server = TestServer::start_on(&dir.join("data"), "127.0.0.1:0", &[], &[]);
     let job_args = ["--seconds", "60", "--peak", "0.2", "--snapshot", fixture("state_only.pickle")];
     let mut command = agent(&server.url, "signal", &dir.join("spool"), &[], &job_args);
     let mut child = command.stdout(Stdio::piped()).stderr(Stdio::null()).spawn().expect("agent");
@@ -327,7 +291,7 @@ fn sigterm_reaches_the_job_and_its_exit_code_comes_back() {
 #[test]
 fn capture_now_from_the_dashboard_reaches_the_process() {
     let dir = unique_dir("capture");
-    let server = Server::start(&dir.join("data"), "127.0.0.1:0");
+    let server = TestServer::start_on(&dir.join("data"), "127.0.0.1:0", &[], &[]);
     let job_args = ["--seconds", "30", "--peak", "0.2", "--snapshot", fixture("state_only.pickle")];
     let mut command = agent(&server.url, "capture", &dir.join("spool"), &[], &job_args);
     let mut child = command.stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("agent");
@@ -367,7 +331,7 @@ fn the_job_neither_waits_for_nor_fails_without_an_agent() {
     let status = Command::new("python3")
         .arg(fake_job())
         .args(["--seconds", "1", "--manual", "--snapshot", fixture("state_only.pickle")])
-        .env("PYTHONPATH", common::workspace_root().join("assets/capture"))
+        .env("PYTHONPATH", crate::common::workspace_root().join("assets/capture"))
         .env("VRAMSCOPE_AGENT_SOCKET", dir.join("nobody.sock"))
         .env("VRAMSCOPE_SPOOL_DIR", &spool)
         .stdout(Stdio::null())

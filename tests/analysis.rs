@@ -2,8 +2,6 @@
 //! (against what PyTorch itself said) and on small snapshots written here
 //! with `serde-pickle`, where every figure is known by construction.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::process::Command;
 
@@ -50,7 +48,7 @@ fn vramscope() -> Command {
 /// activations of the step that hit the OOM must not count as growth.
 #[test]
 fn oom_leak_ranks_the_kept_outputs_first() {
-    let snapshot = common::read(&common::fixture_corpus().join("oom_leak.pickle"));
+    let snapshot = crate::common::read(&crate::common::fixture_corpus().join("oom_leak.pickle"));
     let report = LeakReport::build(&snapshot, 10);
     let d = &report.devices[0];
     // No numbered steps in this run: the optimizer's own ranges cut it.
@@ -92,9 +90,9 @@ fn oom_leak_ranks_the_kept_outputs_first() {
 
 #[test]
 fn runs_without_a_leak_have_no_growing_stack() {
-    let dir = common::large_corpus();
+    let dir = crate::common::large_corpus();
     for name in ["gpt_varlen", "gpt_varlen_expandable"] {
-        let snapshot = common::read(&dir.join(format!("{name}.pickle")));
+        let snapshot = crate::common::read(&dir.join(format!("{name}.pickle")));
         let d = &LeakReport::build(&snapshot, 5).devices[0];
         assert_eq!(d.steps.source, StepSource::Numbered { prefix: "step".into() }, "{name}");
         assert_eq!(d.steps.steps.len(), 40, "{name}: step0..step39; nothing after the last end");
@@ -105,7 +103,7 @@ fn runs_without_a_leak_have_no_growing_stack() {
             |c| c.pattern == Pattern::Setup && c.frames.iter().any(|f| f.filename.ends_with("torch/optim/adam.py"))
         ));
     }
-    let small = common::read(&common::fixture_corpus().join("mlp_train_all.pickle"));
+    let small = crate::common::read(&crate::common::fixture_corpus().join("mlp_train_all.pickle"));
     let d = &LeakReport::build(&small, 5).devices[0];
     assert_eq!(d.steps.source, StepSource::OptimizerSteps);
     assert!(d.steps.is_tail(d.steps.steps.len() - 1), "zero_grad after the last optimizer step is a tail");
@@ -115,7 +113,7 @@ fn runs_without_a_leak_have_no_growing_stack() {
 /// `streams` keeps every seventh tensor `b` in a list: a leak by design.
 #[test]
 fn streams_run_keeps_a_list_and_it_shows() {
-    let snapshot = common::read(&common::fixture_corpus().join("streams.pickle"));
+    let snapshot = crate::common::read(&crate::common::fixture_corpus().join("streams.pickle"));
     let d = &LeakReport::build(&snapshot, 5).devices[0];
     assert_eq!(d.steps.source, StepSource::EvenParts);
     assert_eq!(d.candidates[0].pattern, Pattern::Growing);
@@ -128,9 +126,9 @@ fn streams_run_keeps_a_list_and_it_shows() {
 /// reserved by PyTorch but unallocated."
 #[test]
 fn oom_leak_post_mortem_reproduces_pytorchs_message() {
-    let dir = common::fixture_corpus();
-    let snapshot = common::read(&dir.join("oom_leak.pickle"));
-    let oracle = common::json(&dir.join("oom_leak.stats.json"));
+    let dir = crate::common::fixture_corpus();
+    let snapshot = crate::common::read(&dir.join("oom_leak.pickle"));
+    let oracle = crate::common::json(&dir.join("oom_leak.stats.json"));
     let message = oracle["oom_message"].as_str().expect("oom_message");
     let reports = explain(&snapshot);
     assert_eq!(reports.len(), 1);
@@ -199,7 +197,7 @@ fn oom_leak_post_mortem_reproduces_pytorchs_message() {
 #[test]
 fn snapshots_without_an_oom_have_nothing_to_explain() {
     for name in ["mlp_train_all", "state_only", "ring_overflow"] {
-        let snapshot = common::read(&common::fixture_corpus().join(format!("{name}.pickle")));
+        let snapshot = crate::common::read(&crate::common::fixture_corpus().join(format!("{name}.pickle")));
         assert!(explain(&snapshot).is_empty(), "{name}");
     }
 }
@@ -208,8 +206,8 @@ fn snapshots_without_an_oom_have_nothing_to_explain() {
 /// allocator must end empty, with every entry fitting the layout.
 #[test]
 fn rewinding_a_whole_trace_empties_the_allocator() {
-    let small = common::fixture_corpus();
-    let large = common::large_corpus();
+    let small = crate::common::fixture_corpus();
+    let large = crate::common::large_corpus();
     let files = [
         small.join("mlp_train_all.pickle"),
         small.join("oom_leak.pickle"),
@@ -219,7 +217,7 @@ fn rewinding_a_whole_trace_empties_the_allocator() {
         large.join("gpt_varlen_expandable.pickle"),
     ];
     for path in &files {
-        let snapshot = common::read(path);
+        let snapshot = crate::common::read(path);
         let device = &snapshot.devices[0];
         let layout = layout_after(&snapshot, device, None);
         assert_eq!(layout.mismatches, 0, "{}", path.display());
@@ -250,7 +248,7 @@ fn rewinding_a_whole_trace_empties_the_allocator() {
         }
     }
     // A wrapped trace rewinds to the state at its first entry, not to zero.
-    let snapshot = common::read(&small.join("ring_overflow.pickle"));
+    let snapshot = crate::common::read(&small.join("ring_overflow.pickle"));
     let layout = layout_after(&snapshot, &snapshot.devices[0], None);
     assert_eq!(layout.mismatches, 0);
     assert!(layout.reserved() > 0);
@@ -261,8 +259,8 @@ fn rewinding_a_whole_trace_empties_the_allocator() {
 /// allocated bytes are PyTorch's `allocated_bytes.all.peak`, to the byte.
 #[test]
 fn rewound_layouts_reach_pytorchs_allocated_peak() {
-    let small = common::fixture_corpus();
-    let large = common::large_corpus();
+    let small = crate::common::fixture_corpus();
+    let large = crate::common::large_corpus();
     let files = [
         (&small, "mlp_train_all"),
         (&small, "oom_leak"),
@@ -272,8 +270,8 @@ fn rewound_layouts_reach_pytorchs_allocated_peak() {
         (&large, "gpt_varlen_expandable"),
     ];
     for (dir, name) in files {
-        let snapshot = common::read(&dir.join(format!("{name}.pickle")));
-        let oracle = common::json(&dir.join(format!("{name}.stats.json")));
+        let snapshot = crate::common::read(&dir.join(format!("{name}.pickle")));
+        let oracle = crate::common::json(&dir.join(format!("{name}.stats.json")));
         let device = &snapshot.devices[0];
         let mut rewinder = Rewinder::new(&snapshot, device);
         let mut peak = 0;
@@ -288,9 +286,9 @@ fn rewound_layouts_reach_pytorchs_allocated_peak() {
 
 #[test]
 fn same_workload_under_two_allocators_differs_only_in_the_allocator() {
-    let dir = common::large_corpus();
-    let a = common::read(&dir.join("gpt_varlen.pickle"));
-    let b = common::read(&dir.join("gpt_varlen_expandable.pickle"));
+    let dir = crate::common::large_corpus();
+    let a = crate::common::read(&dir.join("gpt_varlen.pickle"));
+    let b = crate::common::read(&dir.join("gpt_varlen_expandable.pickle"));
     let diff = SnapshotDiff::build(&a, &b, 20);
     let d = &diff.devices[0];
     assert_eq!(d.changed_stacks, 0, "the program holds the same tensors: {:?}", d.stacks.first());
@@ -304,8 +302,8 @@ fn same_workload_under_two_allocators_differs_only_in_the_allocator() {
 
 #[test]
 fn a_snapshot_compared_with_itself_has_an_empty_diff() {
-    let path = common::fixture_corpus().join("mlp_train_all.pickle");
-    let (a, b) = (common::read(&path), common::read(&path));
+    let path = crate::common::fixture_corpus().join("mlp_train_all.pickle");
+    let (a, b) = (crate::common::read(&path), crate::common::read(&path));
     let diff = SnapshotDiff::build(&a, &b, 20);
     assert!(diff.is_empty());
     assert_eq!(diff.devices[0].changed_stacks, 0);
@@ -617,7 +615,7 @@ fn synthetic_pair_grows_vanishes_appears() {
 
 #[test]
 fn cli_explain_prints_pytorchs_figures_and_the_cause() {
-    let file = common::fixture_corpus().join("oom_leak.pickle");
+    let file = crate::common::fixture_corpus().join("oom_leak.pickle");
     let out = vramscope().arg("explain").arg(&file).output().expect("run");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8_lossy(&out.stdout);
@@ -636,7 +634,7 @@ fn cli_explain_prints_pytorchs_figures_and_the_cause() {
     assert_eq!(expandable["avoids"]["verdict"], "if_capacity_at_least");
     assert!(verdicts.iter().any(|x| x["setting"] == "max_split_size_mb:128" && x["avoids"]["verdict"] == "no"));
 
-    let quiet = common::fixture_corpus().join("mlp_train_all.pickle");
+    let quiet = crate::common::fixture_corpus().join("mlp_train_all.pickle");
     let out = vramscope().arg("explain").arg(&quiet).output().expect("run");
     assert!(out.status.success());
     assert!(String::from_utf8_lossy(&out.stdout).contains("no OOM in the trace"));
@@ -644,7 +642,7 @@ fn cli_explain_prints_pytorchs_figures_and_the_cause() {
 
 #[test]
 fn cli_leaks_names_the_leaking_line_first() {
-    let file = common::fixture_corpus().join("oom_leak.pickle");
+    let file = crate::common::fixture_corpus().join("oom_leak.pickle");
     let out = vramscope().args(["leaks", "--top", "3"]).arg(&file).output().expect("run");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8_lossy(&out.stdout);
@@ -659,7 +657,7 @@ fn cli_leaks_names_the_leaking_line_first() {
 
 #[test]
 fn cli_diff_of_a_file_with_itself_is_identical_and_bad_input_exits_2() {
-    let file = common::fixture_corpus().join("mlp_train_all.pickle");
+    let file = crate::common::fixture_corpus().join("mlp_train_all.pickle");
     let out = vramscope().args(["diff", "--json"]).arg(&file).arg(&file).output().expect("run");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");

@@ -3,75 +3,15 @@
 //! replays, tune, OOM post-mortems, leaks and comparisons, and the errors a
 //! bad query gets.
 
-mod common;
-
 use std::path::PathBuf;
-use std::process::Child;
-use std::time::Duration;
 
 use reqwest::StatusCode;
 use serde_json::Value;
 
-/// A server process over a fresh data folder, killed when dropped.
-struct Server {
-    child: Child,
-    url: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Server {
-    fn start(tag: &str) -> Server {
-        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!(
-            "analysis-api-{tag}-{}-{}",
-            std::process::id(),
-            uuid::Uuid::now_v7()
-        ));
-        std::fs::create_dir_all(&dir).expect("temp dir");
-        let (child, url) = common::spawn_server(&dir, &[], &[]);
-        Server { child, url }
-    }
-
-    fn api(&self, path: &str) -> String {
-        format!("{}/api/v1{path}", self.url)
-    }
-
-    /// Upload a file and return its id.
-    async fn upload(&self, path: PathBuf) -> String {
-        let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
-        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("snapshot.pickle").to_owned();
-        let response = client()
-            .post(self.api("/snapshots"))
-            .query(&[("name", name.as_str())])
-            .header("content-type", "application/octet-stream")
-            .body(bytes)
-            .send()
-            .await
-            .expect("upload");
-        assert!(response.status().is_success(), "upload of {name}: {}", response.status());
-        let answer: Value = response.json().await.expect("upload answer");
-        answer["id"].as_str().expect("id").to_owned()
-    }
-
-    /// GET with query pairs; the status and the JSON body.
-    async fn get(&self, path: &str, query: &[(&str, &str)]) -> (StatusCode, Value) {
-        let response = client().get(self.api(path)).query(query).send().await.expect("get");
-        let status = response.status();
-        (status, response.json().await.unwrap_or(Value::Null))
-    }
-}
-
-fn client() -> reqwest::Client {
-    reqwest::Client::builder().timeout(Duration::from_secs(300)).build().expect("client")
-}
+use crate::common::server::TestServer;
 
 fn fixture(name: &str) -> PathBuf {
-    common::fixture_corpus().join(name)
+    crate::common::fixture_corpus().join(name)
 }
 
 fn u64_of(v: &Value) -> u64 {
@@ -86,15 +26,15 @@ fn has_frame(frames: &Value, file: &str, line: i64, name: &str) -> bool {
 
 #[tokio::test]
 async fn whatif_with_expandable_segments_predicts_the_real_run_on_gpt_varlen() {
-    let server = Server::start("whatif");
-    let dir = common::large_corpus();
-    let id = server.upload(dir.join("gpt_varlen.pickle")).await;
-    let real = common::json(&dir.join("gpt_varlen_expandable.stats.json"));
+    let server = TestServer::start("whatif", &[]);
+    let dir = crate::common::large_corpus();
+    let id = server.upload_file(&dir.join("gpt_varlen.pickle")).await;
+    let real = crate::common::json(&dir.join("gpt_varlen_expandable.stats.json"));
     let real_peak = u64_of(&real["memory_stats"]["reserved_bytes.all.peak"]);
     assert_eq!(real_peak, 3_443_523_584);
 
     let path = format!("/snapshots/{id}/whatif");
-    let (status, w) = server.get(&path, &[("alloc_conf", "expandable_segments:True"), ("px", "800")]).await;
+    let (status, w) = server.get_query(&path, &[("alloc_conf", "expandable_segments:True"), ("px", "800")]).await;
     assert_eq!(status, StatusCode::OK, "{w}");
     let peak = u64_of(&w["figures"]["reserved_peak_bytes"]);
     let off = (peak as f64 - real_peak as f64).abs() / real_peak as f64;
@@ -119,7 +59,7 @@ async fn whatif_with_expandable_segments_predicts_the_real_run_on_gpt_varlen() {
     let (start, end) = (w["recorded"]["start"].as_i64().expect("start"), w["recorded"]["end"].as_i64().expect("end"));
     let (s, e) = ((start + (end - start) / 3).to_string(), (end - (end - start) / 3).to_string());
     let query = [("alloc_conf", "expandable_segments:True"), ("px", "300"), ("start", &s), ("end", &e)];
-    let (status, z) = server.get(&path, &query).await;
+    let (status, z) = server.get_query(&path, &query).await;
     assert_eq!(status, StatusCode::OK, "{z}");
     assert_eq!(z["figures"], w["figures"]);
     assert!(z["simulated"].as_array().expect("simulated").len() <= 300);
@@ -127,7 +67,7 @@ async fn whatif_with_expandable_segments_predicts_the_real_run_on_gpt_varlen() {
 
     // Under a capacity below the peak it runs out, and says where.
     let cap = (peak / 2).to_string();
-    let (status, c) = server.get(&path, &[("alloc_conf", "expandable_segments:True"), ("capacity", &cap)]).await;
+    let (status, c) = server.get_query(&path, &[("alloc_conf", "expandable_segments:True"), ("capacity", &cap)]).await;
     assert_eq!(status, StatusCode::OK, "{c}");
     assert!(u64_of(&c["oom"]["row"]) > 0, "{}", c["oom"]);
     assert!(u64_of(&c["figures"]["reserved_peak_bytes"]) <= peak / 2);
@@ -135,11 +75,11 @@ async fn whatif_with_expandable_segments_predicts_the_real_run_on_gpt_varlen() {
 
 #[tokio::test]
 async fn explain_and_leaks_on_oom_leak() {
-    let server = Server::start("explain");
-    let id = server.upload(fixture("oom_leak.pickle")).await;
-    let oracle = common::json(&fixture("oom_leak.stats.json"));
+    let server = TestServer::start("explain", &[]);
+    let id = server.upload_file(&fixture("oom_leak.pickle")).await;
+    let oracle = crate::common::json(&fixture("oom_leak.stats.json"));
 
-    let (status, e) = server.get(&format!("/snapshots/{id}/explain"), &[]).await;
+    let (status, e) = server.get_query(&format!("/snapshots/{id}/explain"), &[]).await;
     assert_eq!(status, StatusCode::OK, "{e}");
     assert_eq!(e["has_trace"], true);
     let ooms = e["ooms"].as_array().expect("ooms");
@@ -160,7 +100,7 @@ async fn explain_and_leaks_on_oom_leak() {
     assert!(verdicts.iter().any(|v| v["setting"] == "expandable_segments:True"), "{verdicts:?}");
     assert!(verdicts.iter().all(|v| v["reserved_peak_bytes"].as_u64().is_some() && v["avoids"]["verdict"].is_string()));
 
-    let (status, l) = server.get(&format!("/snapshots/{id}/leaks"), &[("top", "5")]).await;
+    let (status, l) = server.get_query(&format!("/snapshots/{id}/leaks"), &[("top", "5")]).await;
     assert_eq!(status, StatusCode::OK, "{l}");
     let d = &l["devices"][0];
     assert_eq!(d["leaks"]["candidates"].as_array().map(Vec::len), Some(5));
@@ -175,9 +115,9 @@ async fn explain_and_leaks_on_oom_leak() {
 
 #[tokio::test]
 async fn tune_ranks_the_settings_under_a_capacity() {
-    let server = Server::start("tune");
-    let id = server.upload(fixture("oom_leak.pickle")).await;
-    let (status, t) = server.get(&format!("/snapshots/{id}/tune"), &[("capacity", "1GiB")]).await;
+    let server = TestServer::start("tune", &[]);
+    let id = server.upload_file(&fixture("oom_leak.pickle")).await;
+    let (status, t) = server.get_query(&format!("/snapshots/{id}/tune"), &[("capacity", "1GiB")]).await;
     assert_eq!(status, StatusCode::OK, "{t}");
     assert_eq!(u64_of(&t["capacity_bytes"]), 1 << 30);
     let rows = t["rows"].as_array().expect("rows");
@@ -193,18 +133,18 @@ async fn tune_ranks_the_settings_under_a_capacity() {
         (1..=rows.len() as u64).collect::<Vec<_>>()
     );
     // The same again comes from the cache, identical.
-    let (_, again) = server.get(&format!("/snapshots/{id}/tune"), &[("capacity", "1GiB")]).await;
+    let (_, again) = server.get_query(&format!("/snapshots/{id}/tune"), &[("capacity", "1GiB")]).await;
     assert_eq!(again, t);
 }
 
 #[tokio::test]
 async fn compare_two_snapshots_before_and_after_a_change() {
-    let server = Server::start("compare");
-    let dir = common::large_corpus();
-    let a = server.upload(dir.join("gpt_varlen.pickle")).await;
-    let b = server.upload(dir.join("gpt_varlen_expandable.pickle")).await;
+    let server = TestServer::start("compare", &[]);
+    let dir = crate::common::large_corpus();
+    let a = server.upload_file(&dir.join("gpt_varlen.pickle")).await;
+    let b = server.upload_file(&dir.join("gpt_varlen_expandable.pickle")).await;
     for align in ["event", "step"] {
-        let (status, d) = server.get("/compare", &[("a", &a), ("b", &b), ("align", align), ("px", "400")]).await;
+        let (status, d) = server.get_query("/compare", &[("a", &a), ("b", &b), ("align", align), ("px", "400")]).await;
         assert_eq!(status, StatusCode::OK, "{d}");
         assert_eq!(d["identical"], false);
         let dev = &d["devices"][0];
@@ -226,13 +166,13 @@ async fn compare_two_snapshots_before_and_after_a_change() {
 
     // Two ranks of one job are two snapshots too; a snapshot against itself
     // is identical.
-    let leak = server.upload(fixture("oom_leak.pickle")).await;
-    let (status, same) = server.get("/compare", &[("a", &leak), ("b", &leak)]).await;
+    let leak = server.upload_file(&fixture("oom_leak.pickle")).await;
+    let (status, same) = server.get_query("/compare", &[("a", &leak), ("b", &leak)]).await;
     assert_eq!(status, StatusCode::OK, "{same}");
     assert_eq!(same["identical"], true);
     assert_eq!(same["devices"][0]["changed_stacks"], 0);
-    let streams = server.upload(fixture("streams.pickle")).await;
-    let (status, other) = server.get("/compare", &[("a", &leak), ("b", &streams), ("top", "3")]).await;
+    let streams = server.upload_file(&fixture("streams.pickle")).await;
+    let (status, other) = server.get_query("/compare", &[("a", &leak), ("b", &streams), ("top", "3")]).await;
     assert_eq!(status, StatusCode::OK, "{other}");
     let dev = &other["devices"][0];
     assert!(dev["stacks"].as_array().is_some_and(|s| s.len() == 3));
@@ -244,39 +184,39 @@ async fn compare_two_snapshots_before_and_after_a_change() {
 
 #[tokio::test]
 async fn bad_queries_are_refused_with_the_reason_and_unknown_ids_are_404() {
-    let server = Server::start("errors");
-    let id = server.upload(fixture("streams.pickle")).await;
+    let server = TestServer::start("errors", &[]);
+    let id = server.upload_file(&fixture("streams.pickle")).await;
     let whatif = format!("/snapshots/{id}/whatif");
     for (conf, says) in [
         ("max_split_size_mb:8", "max_split_size_mb"),
         ("no_such_option:1", "no_such_option"),
         ("expandable_segments:yes", "expandable_segments"),
     ] {
-        let (status, body) = server.get(&whatif, &[("alloc_conf", conf)]).await;
+        let (status, body) = server.get_query(&whatif, &[("alloc_conf", conf)]).await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{conf}: {body}");
         let message = body["error"].as_str().expect("error");
         assert!(message.contains(says), "{conf}: {message}");
     }
-    let (status, body) = server.get(&whatif, &[("capacity", "80G")]).await;
+    let (status, body) = server.get_query(&whatif, &[("capacity", "80G")]).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert!(body["error"].as_str().is_some_and(|m| m.contains("capacity")), "{body}");
-    let (status, body) = server.get(&whatif, &[("device", "7")]).await;
+    let (status, body) = server.get_query(&whatif, &[("device", "7")]).await;
     assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
 
     // A snapshot without a trace cannot be replayed: said, not crashed.
-    let state_only = server.upload(fixture("state_only.pickle")).await;
-    let (status, body) = server.get(&format!("/snapshots/{state_only}/whatif"), &[]).await;
+    let state_only = server.upload_file(&fixture("state_only.pickle")).await;
+    let (status, body) = server.get_query(&format!("/snapshots/{state_only}/whatif"), &[]).await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
     assert!(body["error"].as_str().is_some_and(|m| m.contains("no trace")), "{body}");
 
     let missing = "0190ffff-ffff-7fff-bfff-ffffffffffff";
     for view in ["whatif", "explain", "leaks", "tune"] {
-        let (status, body) = server.get(&format!("/snapshots/{missing}/{view}"), &[]).await;
+        let (status, body) = server.get_query(&format!("/snapshots/{missing}/{view}"), &[]).await;
         assert_eq!(status, StatusCode::NOT_FOUND, "{view}: {body}");
     }
-    let (status, _) = server.get("/compare", &[("a", &id), ("b", missing)]).await;
+    let (status, _) = server.get_query("/compare", &[("a", &id), ("b", missing)]).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
-    let (status, body) = server.get("/compare", &[("a", &id)]).await;
+    let (status, body) = server.get_query("/compare", &[("a", &id)]).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert!(body["error"].as_str().is_some_and(|m| m.contains("b=")), "{body}");
 }

@@ -13,11 +13,7 @@
 //! they fail this test loudly: it never skips. Screenshots of each step go
 //! to `target/browser-artifacts/`.
 
-#[path = "common/browser.rs"]
-mod browser;
-mod common;
-
-use browser::*;
+use crate::common::browser::*;
 
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -66,7 +62,7 @@ async fn explore(client: &Client, url: &str) {
     // Upload through the page's file input, as the file picker does, on a
     // slow link so the progress bar shows.
     client.issue_cmd(Throttle { upload_bytes_per_s: Some(100_000) }).await.expect("throttle the upload");
-    let fixture = common::fixture_corpus().join("oom_leak.pickle");
+    let fixture = crate::common::fixture_corpus().join("oom_leak.pickle");
     let input = client.find(Locator::Css("#file-input")).await.expect("file input");
     input.send_keys(&fixture.to_string_lossy()).await.expect("choose the file");
     let progress = until(&client, 20, "the upload's progress", || async {
@@ -256,7 +252,7 @@ async fn a_server_that_requires_tokens_gets_one_from_the_page() {
 /// links, which a browser follows without the token: 401. The page now
 /// follows a signed link that works without one, for a few minutes.
 async fn download_with_a_token(client: &Client, url: &str, uploader: &str) {
-    let bytes = std::fs::read(common::fixture_corpus().join("oom_leak.pickle")).expect("fixture");
+    let bytes = std::fs::read(crate::common::fixture_corpus().join("oom_leak.pickle")).expect("fixture");
     let answer: serde_json::Value = reqwest::Client::new()
         .post(format!("{url}/api/v1/snapshots?name=oom_leak.pickle"))
         .bearer_auth(uploader)
@@ -320,7 +316,7 @@ async fn zooming_on_memory_lists_smaller_allocations() {
 /// row could never appear).
 async fn zoom_on_memory(client: &Client, url: &str) {
     let client = client.clone();
-    let path = common::fixture_corpus().join("mlp_train_all.pickle");
+    let path = crate::common::fixture_corpus().join("mlp_train_all.pickle");
     let id = upload(url, &path).await;
     client.goto(&format!("{url}/snapshots/{id}")).await.expect("open the snapshot");
     let settled = || async {

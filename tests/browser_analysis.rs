@@ -10,11 +10,7 @@
 //! dashboard built into the binary). Screenshots go to
 //! `target/browser-artifacts/analysis-*.png`.
 
-#[path = "common/browser.rs"]
-mod browser;
-mod common;
-
-use browser::*;
+use crate::common::browser::*;
 
 use std::time::Duration;
 
@@ -32,8 +28,8 @@ const REC_ALLOCATED: [u8; 3] = [9, 105, 218];
 async fn oom_whatif_leaks_and_compare_in_chromium() {
     let (_server, url) = start_server(&scratch("analysis-data"), &[]);
     assert_dashboard_built(&url).await;
-    let leak = upload(&url, &common::fixture_corpus().join("oom_leak.pickle")).await;
-    let other = upload(&url, &common::fixture_corpus().join("mlp_train_all.pickle")).await;
+    let leak = upload(&url, &crate::common::fixture_corpus().join("oom_leak.pickle")).await;
+    let other = upload(&url, &crate::common::fixture_corpus().join("mlp_train_all.pickle")).await;
     let (_driver, driver_url) = start_chromedriver();
     let client = connect(&driver_url, "analysis-profile").await;
     closing(&client, explore(&client, &url, &leak, &other)).await;

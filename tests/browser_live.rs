@@ -3,11 +3,7 @@
 //! figures: no GPU here), the dashboard's `/live` list, one source's charts
 //! drawn on their canvases, and "Capture now" bringing a snapshot link.
 
-#[path = "common/browser.rs"]
-mod browser;
-mod common;
-
-use browser::*;
+use crate::common::browser::*;
 
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -34,8 +30,8 @@ async fn live_page_streams_charts_and_captures_now() {
     let dir = scratch("live-data");
     let (_server, url) = start_server(&dir.join("data"), &[]);
     assert_dashboard_built(&url).await;
-    let job = common::workspace_root().join("tests/fixtures/fake_job.py");
-    let snapshot = common::fixture_corpus().join("state_only.pickle");
+    let job = crate::common::workspace_root().join("tests/fixtures/fake_job.py");
+    let snapshot = crate::common::fixture_corpus().join("state_only.pickle");
     let _agent = Process(
         Command::new(env!("CARGO_BIN_EXE_vramscope"))
             .args(["agent", "--server", &url, "--job", "livejob", "--interval", "200ms", "--spool-dir"])

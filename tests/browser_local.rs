@@ -9,11 +9,7 @@
 //! Needs Chromium, chromedriver and the dashboard built into the binary,
 //! like `tests/browser.rs`; missing, they fail loudly.
 
-#[path = "common/browser.rs"]
-mod browser;
-mod common;
-
-use browser::*;
+use crate::common::browser::*;
 
 use std::time::Duration;
 
@@ -95,7 +91,7 @@ async fn open_locally(client: &Client, url: &str) {
     screenshot(&client, "local-1-refused").await;
 
     // A real snapshot: opened at /snapshots/local-<n>, drawn.
-    let fixture = common::fixture_corpus().join("oom_leak.pickle");
+    let fixture = crate::common::fixture_corpus().join("oom_leak.pickle");
     let input = client.find(Locator::Css("#local-file-input")).await.expect("file input");
     input.send_keys(&fixture.to_string_lossy()).await.expect("choose the snapshot");
     let path = until(&client, 30, "the local snapshot page", || async {

@@ -8,11 +8,7 @@
 //! Needs Chromium, chromedriver and the dashboard built into the binary,
 //! like `tests/browser.rs`; screenshots go to `target/browser-artifacts/`.
 
-#[path = "common/browser.rs"]
-mod browser;
-mod common;
-
-use browser::*;
+use crate::common::browser::*;
 
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -37,7 +33,7 @@ async fn api(url: &str, path: &str) -> Value {
 }
 
 fn fixture(name: &str) -> Vec<u8> {
-    std::fs::read(common::fixture_corpus().join(name)).expect("fixture")
+    std::fs::read(crate::common::fixture_corpus().join(name)).expect("fixture")
 }
 
 fn gzip(bytes: &[u8]) -> Vec<u8> {

@@ -13,11 +13,7 @@
 //! dashboard built into the binary) and `gpt_varlen.pickle` from the corpus
 //! folder (`VRAMSCOPE_CORPUS`) for the annotations track.
 
-#[path = "common/browser.rs"]
-mod browser;
-mod common;
-
-use browser::*;
+use crate::common::browser::*;
 
 use std::time::Duration;
 
@@ -155,7 +151,7 @@ async fn state_row(client: &Client, not: Option<u32>, what: &str) -> (u32, Strin
 
 async fn explore(client: &Client, url: &str) {
     let client = client.clone();
-    let id = upload(url, &common::fixture_corpus().join("oom_leak.pickle")).await;
+    let id = upload(url, &crate::common::fixture_corpus().join("oom_leak.pickle")).await;
     // A comment on row 3000, for its marker on the track.
     let posted = reqwest::Client::new()
         .post(format!("{url}/api/v1/snapshots/{id}/comments"))
@@ -430,7 +426,7 @@ async fn explore(client: &Client, url: &str) {
     client.switch_to_window(original).await.expect("back");
 
     // The annotations track: gpt_varlen records a range per training step.
-    let varlen = upload(url, &common::large_corpus().join("gpt_varlen.pickle")).await;
+    let varlen = upload(url, &crate::common::large_corpus().join("gpt_varlen.pickle")).await;
     client.goto(&format!("{url}/snapshots/{varlen}")).await.expect("open gpt_varlen");
     let hint = until(&client, 120, "the annotations", || async {
         let t = text_of(&client, "#track-hover").await?;
@@ -474,7 +470,7 @@ async fn connect_scaled(driver: &str, profile: &str, scale: u32) -> Client {
 
 async fn hidpi(client: &Client, url: &str) {
     let client = client.clone();
-    let id = upload(url, &common::fixture_corpus().join("streams.pickle")).await;
+    let id = upload(url, &crate::common::fixture_corpus().join("streams.pickle")).await;
     client.goto(&format!("{url}/snapshots/{id}")).await.expect("open");
     let ratio = client.execute("return window.devicePixelRatio", vec![]).await.expect("dpr");
     assert_eq!(ratio.as_f64(), Some(2.0));

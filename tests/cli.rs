@@ -1,7 +1,5 @@
 //! The `vramscope` command line, run as a user would.
 
-mod common;
-
 use std::process::Command;
 
 fn vramscope() -> Command {
@@ -10,7 +8,7 @@ fn vramscope() -> Command {
 
 #[test]
 fn stats_json_has_the_documented_shape() {
-    let file = common::fixture_corpus().join("oom_leak.pickle");
+    let file = crate::common::fixture_corpus().join("oom_leak.pickle");
     let out = vramscope().args(["stats", "--json"]).arg(&file).output().expect("run");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
@@ -41,7 +39,7 @@ fn stats_json_has_the_documented_shape() {
 
 #[test]
 fn stats_prints_a_human_summary() {
-    let file = common::fixture_corpus().join("ring_overflow.pickle");
+    let file = crate::common::fixture_corpus().join("ring_overflow.pickle");
     let out = vramscope().arg("stats").arg(&file).output().expect("run");
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
@@ -53,7 +51,7 @@ fn stats_prints_a_human_summary() {
 
 #[test]
 fn bad_input_exits_2_with_one_line_naming_the_file() {
-    let dir = common::synthetic_dir();
+    let dir = crate::common::synthetic_dir();
     for name in ["truncated_half.pickle", "global_reduce.pickle", "not_a_snapshot_int.pickle", "no/such/file"] {
         let path = dir.join(name);
         let out = vramscope().arg("stats").arg(&path).output().expect("run");
@@ -67,7 +65,7 @@ fn bad_input_exits_2_with_one_line_naming_the_file() {
 
 #[test]
 fn state_only_snapshot_has_unknown_peaks() {
-    let file = common::fixture_corpus().join("state_only.pickle");
+    let file = crate::common::fixture_corpus().join("state_only.pickle");
     let out = vramscope().args(["stats", "--json"]).arg(&file).output().expect("run");
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     assert!(v["devices"][0]["reserved_peak_bytes"].is_null());
@@ -77,7 +75,7 @@ fn state_only_snapshot_has_unknown_peaks() {
 /// Regression: `vramscope stats F | head -1` printed "Broken pipe" and failed.
 #[test]
 fn regression_stats_into_a_closed_pipe_exits_quietly() {
-    let file = common::fixture_corpus().join("oom_leak.pickle");
+    let file = crate::common::fixture_corpus().join("oom_leak.pickle");
     let mut child = vramscope()
         .arg("stats")
         .arg(&file)

@@ -1,7 +1,25 @@
 //! The integration tests as one binary, suites as modules (the ripgrep
-//! way: one link of the server for all of them). Suites move here from
-//! their own `[[test]]` targets one by one; new suites start here.
+//! way: one link of the server for all of them). Each suite drives the
+//! real `vramscope` binary (`CARGO_BIN_EXE_vramscope`): its CLI, its server
+//! on a loopback port, its agent; the `browser*` suites drive the embedded
+//! dashboard in headless Chromium. `cargo test --test main SUITE::` runs
+//! one suite.
 
 mod common;
+
+mod agent;
+mod analysis;
+mod analysis_api;
+mod browser;
+mod browser_analysis;
+mod browser_live;
+mod browser_local;
+mod browser_review;
+mod browser_views;
+mod cli;
 mod hostile;
 mod ingest;
+mod report;
+mod server;
+mod simulate;
+mod team;

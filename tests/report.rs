@@ -7,11 +7,7 @@
 //! Needs Chromium, chromedriver and the dashboard built into the binary,
 //! like `tests/browser.rs`; missing, they fail loudly.
 
-#[path = "common/browser.rs"]
-mod browser;
-mod common;
-
-use browser::*;
+use crate::common::browser::*;
 
 use std::process::Command;
 
@@ -58,7 +54,7 @@ fn report_refuses_what_is_no_snapshot() {
 async fn a_report_opens_from_disk_with_the_network_off() {
     let dir = scratch("report");
     let html = dir.join("oom_leak.html");
-    let fixture = common::fixture_corpus().join("oom_leak.pickle");
+    let fixture = crate::common::fixture_corpus().join("oom_leak.pickle");
     let svg = dir.join("oom_leak.svg");
     let out = vramscope(&[
         "report",
@@ -148,7 +144,7 @@ fn assert_oom_leak_chart(image: &Image) {
 #[test]
 fn png_chart_is_drawn_with_the_embedded_font() {
     let dir = scratch("report-png");
-    let fixture = common::fixture_corpus().join("oom_leak.pickle");
+    let fixture = crate::common::fixture_corpus().join("oom_leak.pickle");
     let (html, png_path) = (dir.join("oom_leak.html"), dir.join("oom_leak.png"));
     let out = vramscope(&[
         "report",
@@ -168,9 +164,10 @@ fn png_chart_is_drawn_with_the_embedded_font() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_server_exports_the_same_report() {
     let dir = scratch("report-server");
-    let (mut child, url) = common::spawn_server(&dir, &[], &[]);
+    let server = crate::common::server::TestServer::start_in(&dir, &[]);
+    let url = server.url.clone();
     let client = reqwest::Client::new();
-    let bytes = std::fs::read(common::fixture_corpus().join("oom_leak.pickle")).expect("fixture");
+    let bytes = std::fs::read(crate::common::fixture_corpus().join("oom_leak.pickle")).expect("fixture");
     let answer: serde_json::Value = client
         .post(format!("{url}/api/v1/snapshots?name=oom_leak.pickle"))
         .body(bytes.clone())
@@ -214,6 +211,5 @@ async fn the_server_exports_the_same_report() {
     assert!(svg.starts_with("<svg") && svg.contains(">\nOOM\n</text>"), "{}", &svg[..svg.len().min(200)]);
     let missing = client.get(format!("{url}/api/v1/snapshots/nope/report.html")).send().await.expect("404");
     assert_eq!(missing.status(), 404);
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(server);
 }

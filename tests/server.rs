@@ -4,13 +4,11 @@
 //! Team-mode tests need PostgreSQL and an S3 endpoint; `./scripts/test`
 //! starts both (scripts/services) and exports their addresses.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::server::{TestServer, client, unique_dir};
+use crate::common::server::{TestServer, client, unique_dir};
 use reqwest::StatusCode;
 use serde_json::Value;
 
@@ -21,7 +19,7 @@ async fn get_json(url: &str) -> (StatusCode, Value) {
 }
 
 fn corpus_file(name: &str) -> Vec<u8> {
-    std::fs::read(common::fixture_corpus().join(name)).expect("fixture")
+    std::fs::read(crate::common::fixture_corpus().join(name)).expect("fixture")
 }
 
 /// Snapshot files under the blob folder (not the database, nor the
@@ -61,7 +59,7 @@ async fn upload_then_read_back_stats_file_and_timeline() {
     assert_eq!(status, StatusCode::OK);
     let cli = Command::new(env!("CARGO_BIN_EXE_vramscope"))
         .args(["stats", "--json"])
-        .arg(common::fixture_corpus().join("oom_leak.pickle"))
+        .arg(crate::common::fixture_corpus().join("oom_leak.pickle"))
         .output()
         .expect("cli");
     let cli: Value = serde_json::from_slice(&cli.stdout).expect("cli json");
@@ -190,7 +188,7 @@ async fn identical_uploads_are_stored_once() {
 #[tokio::test]
 async fn bad_uploads_are_rejected_and_nothing_is_stored() {
     let server = TestServer::start("hostile", &[]);
-    let dir = common::synthetic_dir();
+    let dir = crate::common::synthetic_dir();
     for (file, kind) in [
         ("truncated_half.pickle", "truncated"),
         ("global_reduce.pickle", "forbidden_opcode"),
@@ -560,7 +558,7 @@ async fn large_uploads_parse_in_the_background_and_bad_ones_are_dropped() {
 #[tokio::test]
 async fn the_upload_command_sends_a_file() {
     let server = TestServer::start("cli", &[]);
-    let file = common::fixture_corpus().join("ring_overflow.pickle");
+    let file = crate::common::fixture_corpus().join("ring_overflow.pickle");
     let out = Command::new(env!("CARGO_BIN_EXE_vramscope"))
         .args(["upload", "--server", &server.url, "--job", "cli-job", "--trigger", "threshold"])
         .arg(&file)
@@ -573,7 +571,7 @@ async fn the_upload_command_sends_a_file() {
     assert_eq!(rec["name"], "ring_overflow.pickle");
 
     // A bad file: exit code 2 and the server's reason.
-    let bad = common::synthetic_dir().join("global_reduce.pickle");
+    let bad = crate::common::synthetic_dir().join("global_reduce.pickle");
     let out = Command::new(env!("CARGO_BIN_EXE_vramscope"))
         .args(["upload", "--server", &server.url])
         .arg(&bad)

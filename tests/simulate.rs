@@ -4,8 +4,6 @@
 //! segments block for block; a what-if with expandable segments predicts the
 //! real run with that setting; a capacity reproduces the recorded OOM.
 
-mod common;
-
 use std::path::Path;
 use std::process::Command;
 
@@ -52,8 +50,8 @@ fn simulated_layout(sim: &Simulation) -> Vec<Layout> {
 
 /// Replay `name` with its recorded settings and compare with its oracle.
 fn check(dir: &Path, name: &str, capacity: Option<u64>) {
-    let snapshot = common::read(&dir.join(format!("{name}.pickle")));
-    let oracle = common::json(&dir.join(format!("{name}.stats.json")));
+    let snapshot = crate::common::read(&dir.join(format!("{name}.pickle")));
+    let oracle = crate::common::json(&dir.join(format!("{name}.stats.json")));
     let stat = |key: &str| oracle["memory_stats"][key].as_u64().unwrap_or_else(|| panic!("{name}: oracle lacks {key}"));
     let sim = simulate(&snapshot, &SimulateOptions { alloc_conf: None, capacity, record_series: false })
         .unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -79,17 +77,17 @@ fn check(dir: &Path, name: &str, capacity: Option<u64>) {
 
 #[test]
 fn small_corpus_replays_to_the_byte() {
-    let dir = common::fixture_corpus();
+    let dir = crate::common::fixture_corpus();
     for name in ["compiled", "mlp_train_all", "streams"] {
         check(&dir, name, None);
     }
-    let oracle = common::json(&dir.join("oom_leak.stats.json"));
+    let oracle = crate::common::json(&dir.join("oom_leak.stats.json"));
     check(&dir, "oom_leak", Some(oom_leak_capacity(&oracle)));
 }
 
 #[test]
 fn large_corpus_replays_to_the_byte() {
-    let dir = common::large_corpus();
+    let dir = crate::common::large_corpus();
     for name in ["gpt_varlen", "gpt_varlen_expandable", "gpt_long"] {
         check(&dir, name, None);
     }
@@ -97,9 +95,9 @@ fn large_corpus_replays_to_the_byte() {
 
 #[test]
 fn expandable_segments_what_if_predicts_the_real_run() {
-    let dir = common::large_corpus();
-    let default_run = common::read(&dir.join("gpt_varlen.pickle"));
-    let real = common::json(&dir.join("gpt_varlen_expandable.stats.json"));
+    let dir = crate::common::large_corpus();
+    let default_run = crate::common::read(&dir.join("gpt_varlen.pickle"));
+    let real = crate::common::json(&dir.join("gpt_varlen_expandable.stats.json"));
     let real_peak = real["memory_stats"]["reserved_bytes.all.peak"].as_u64().expect("peak");
     assert_eq!(real_peak, 3443523584);
     let options = SimulateOptions {
@@ -119,9 +117,9 @@ fn expandable_segments_what_if_predicts_the_real_run() {
 
 #[test]
 fn oom_leak_runs_out_where_pytorch_did() {
-    let dir = common::fixture_corpus();
-    let snapshot = common::read(&dir.join("oom_leak.pickle"));
-    let oracle = common::json(&dir.join("oom_leak.stats.json"));
+    let dir = crate::common::fixture_corpus();
+    let snapshot = crate::common::read(&dir.join("oom_leak.pickle"));
+    let oracle = crate::common::json(&dir.join("oom_leak.stats.json"));
     let trace = &snapshot.devices[0].trace;
     let recorded_row = (0..trace.len()).rev().find(|&i| trace.action(i) == vramscope_shared::snapshot::Action::Oom);
     let recorded_row = recorded_row.expect("oom_leak has an oom entry") as u32;
@@ -162,7 +160,7 @@ fn oom_leak_runs_out_where_pytorch_did() {
 
 #[test]
 fn series_follow_the_replay() {
-    let snapshot = common::read(&common::fixture_corpus().join("mlp_train_all.pickle"));
+    let snapshot = crate::common::read(&crate::common::fixture_corpus().join("mlp_train_all.pickle"));
     let options = SimulateOptions { alloc_conf: None, capacity: None, record_series: true };
     let sim = simulate(&snapshot, &options).expect("simulate");
     let d = &sim.devices[0];
@@ -175,19 +173,19 @@ fn series_follow_the_replay() {
 
 #[test]
 fn wrapped_and_traceless_snapshots_are_refused() {
-    let dir = common::fixture_corpus();
-    let wrapped = common::read(&dir.join("ring_overflow.pickle"));
+    let dir = crate::common::fixture_corpus();
+    let wrapped = crate::common::read(&dir.join("ring_overflow.pickle"));
     let err = simulate(&wrapped, &SimulateOptions::default()).expect_err("wrapped trace");
     assert_eq!(err, SimError::TraceWrapped { device: 0 });
     assert!(err.to_string().contains("ring buffer wrapped"), "{err}");
-    let state_only = common::read(&dir.join("state_only.pickle"));
+    let state_only = crate::common::read(&dir.join("state_only.pickle"));
     let err = simulate(&state_only, &SimulateOptions::default()).expect_err("no trace");
     assert_eq!(err, SimError::NoTrace { device: 0 });
 }
 
 #[test]
 fn bad_alloc_conf_is_refused_with_the_reason() {
-    let snapshot = common::read(&common::fixture_corpus().join("streams.pickle"));
+    let snapshot = crate::common::read(&crate::common::fixture_corpus().join("streams.pickle"));
     for (conf, says) in [
         ("max_split_size_mb:8", "must be at least 20"),
         ("expandable_segments:yes", "True or False"),
@@ -217,7 +215,7 @@ fn vramscope() -> Command {
 
 #[test]
 fn cli_simulate_json_has_the_documented_shape() {
-    let file = common::fixture_corpus().join("oom_leak.pickle");
+    let file = crate::common::fixture_corpus().join("oom_leak.pickle");
     let out = vramscope().args(["simulate", "--json", "--capacity", "3002197606"]).arg(&file).output().expect("run");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
@@ -231,7 +229,7 @@ fn cli_simulate_json_has_the_documented_shape() {
     assert_eq!(d["oom"]["requested_bytes"], 305920000u64);
     assert!(d["oom"]["time_us"].as_i64().is_some());
 
-    let file = common::fixture_corpus().join("streams.pickle");
+    let file = crate::common::fixture_corpus().join("streams.pickle");
     let out = vramscope()
         .args([
             "simulate",
@@ -257,7 +255,7 @@ fn cli_simulate_json_has_the_documented_shape() {
 
 #[test]
 fn cli_simulate_refuses_bad_input_with_exit_code_2() {
-    let file = common::fixture_corpus().join("streams.pickle");
+    let file = crate::common::fixture_corpus().join("streams.pickle");
     let out = vramscope().args(["simulate", "--alloc-conf", "max_split_size_mb:1"]).arg(&file).output().expect("run");
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
@@ -268,7 +266,7 @@ fn cli_simulate_refuses_bad_input_with_exit_code_2() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("ambiguous unit"));
 
-    let wrapped = common::fixture_corpus().join("ring_overflow.pickle");
+    let wrapped = crate::common::fixture_corpus().join("ring_overflow.pickle");
     let out = vramscope().args(["simulate"]).arg(&wrapped).output().expect("run");
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
@@ -277,7 +275,7 @@ fn cli_simulate_refuses_bad_input_with_exit_code_2() {
 
 #[test]
 fn cli_tune_ranks_settings_by_reserved_peak() {
-    let file = common::fixture_corpus().join("compiled.pickle");
+    let file = crate::common::fixture_corpus().join("compiled.pickle");
     let out = vramscope().args(["tune", "--json"]).arg(&file).output().expect("run");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");

@@ -13,8 +13,6 @@
 //! with its files in a temp folder) from the page's configuration, in front
 //! of the two instances; the other steps alternate between the instances.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -22,29 +20,12 @@ use std::time::{Duration, Instant};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-/// A server process, killed when dropped.
-struct Instance {
-    child: Child,
-    url: String,
-}
+use crate::common::server::{TestServer, client};
 
-impl Drop for Instance {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Instance {
-    fn start(data_dir: &Path, config: &Path, env: &[(&str, String)]) -> Instance {
-        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-        let (child, url) = common::spawn_server(data_dir, &["--config", &config.to_string_lossy()], &env);
-        Instance { child, url }
-    }
-
-    fn api(&self, path: &str) -> String {
-        format!("{}/api/v1{path}", self.url)
-    }
+/// One instance of the team: a server with the documented configuration.
+fn start_instance(data_dir: &Path, config: &Path, env: &[(&str, String)]) -> TestServer {
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    TestServer::start_with(data_dir, &["--config", &config.to_string_lossy()], &env)
 }
 
 fn scratch(tag: &str) -> PathBuf {
@@ -53,14 +34,10 @@ fn scratch(tag: &str) -> PathBuf {
     dir
 }
 
-fn client() -> reqwest::Client {
-    reqwest::Client::builder().timeout(Duration::from_secs(120)).build().expect("client")
-}
-
 /// The ```toml block of docs/team-setup.md with this test's services.
 fn config_from_the_docs(db_url: &str, bucket: &str, s3: &str) -> String {
-    let page =
-        std::fs::read_to_string(common::workspace_root().join("docs/team-setup.md")).expect("docs/team-setup.md");
+    let page = std::fs::read_to_string(crate::common::workspace_root().join("docs/team-setup.md"))
+        .expect("docs/team-setup.md");
     let block = page.split("```toml\n").nth(1).and_then(|rest| rest.split("```").next()).expect("a toml block");
     let replaced = block
         .replace("postgres://vramscope@db.internal:5432/vramscope", db_url)
@@ -100,7 +77,7 @@ async fn send(request: reqwest::RequestBuilder) -> (StatusCode, Value) {
     (status, response.json().await.unwrap_or(Value::Null))
 }
 
-async fn upload(instance: &Instance, token: &str, bytes: Vec<u8>, query: &str) -> String {
+async fn upload(instance: &TestServer, token: &str, bytes: Vec<u8>, query: &str) -> String {
     let request = client().post(instance.api(&format!("/snapshots?{query}"))).bearer_auth(token).body(bytes);
     let (status, answer) = send(request).await;
     assert_eq!(status, StatusCode::CREATED, "{answer}");
@@ -138,17 +115,17 @@ impl Drop for LoadBalancer {
 const NGINX: &str = "/usr/sbin/nginx";
 
 impl LoadBalancer {
-    fn start(dir: &Path, upstreams: [&Instance; 2]) -> LoadBalancer {
+    fn start(dir: &Path, upstreams: [&TestServer; 2]) -> LoadBalancer {
         assert!(
             Path::new(NGINX).exists(),
             "{NGINX} is missing: the team test runs the documented load balancer (apt-get install nginx-light; \
              .ci/run installs it)"
         );
-        let page =
-            std::fs::read_to_string(common::workspace_root().join("docs/team-setup.md")).expect("docs/team-setup.md");
+        let page = std::fs::read_to_string(crate::common::workspace_root().join("docs/team-setup.md"))
+            .expect("docs/team-setup.md");
         let block = page.split("```nginx\n").nth(1).and_then(|rest| rest.split("```").next()).expect("an nginx block");
         let port = std::net::TcpListener::bind("127.0.0.1:0").expect("free port").local_addr().expect("addr").port();
-        let address = |i: &Instance| i.url.trim_start_matches("http://").to_owned();
+        let address = |i: &TestServer| i.url.trim_start_matches("http://").to_owned();
         let documented = ["server 10.0.0.11:8080", "server 10.0.0.12:8080", "listen 443 ssl;", "ssl_certificate"];
         for text in documented {
             assert!(block.contains(text), "docs/team-setup.md changed: its nginx block lacks {text:?}");
@@ -273,8 +250,8 @@ async fn two_instances_review_jobs_and_retention() {
 
     // Step 4: two instances with the same file. The file's retention limits
     // (90 days, 500 GiB) delete nothing of today's small uploads.
-    let a = Instance::start(&scratch("a"), &config, &env);
-    let b = Instance::start(&scratch("b"), &config, &env);
+    let a = start_instance(&scratch("a"), &config, &env);
+    let b = start_instance(&scratch("b"), &config, &env);
     for instance in [&a, &b] {
         let (status, health) = send(client().get(format!("{}/healthz", instance.url))).await;
         assert_eq!((status, health["status"].as_str()), (StatusCode::OK, Some("ok")));
@@ -284,7 +261,7 @@ async fn two_instances_review_jobs_and_retention() {
 
     // Step 6: a job of three ranks. Rank 0 through `vramscope upload` (A),
     // the same run gzip-compressed as rank 1 (B), the leaking run as rank 2 (A).
-    let mlp = std::fs::read(common::fixture_corpus().join("mlp_train_all.pickle")).expect("fixture");
+    let mlp = std::fs::read(crate::common::fixture_corpus().join("mlp_train_all.pickle")).expect("fixture");
     let rank0_file = dir.join("mlp_train_all.pickle");
     std::fs::write(&rank0_file, &mlp).expect("write");
     let answer = vramscope(
@@ -305,9 +282,9 @@ async fn two_instances_review_jobs_and_retention() {
     let rank0: Value = serde_json::from_str(&answer).expect("upload answers JSON");
     let rank0 = rank0["id"].as_str().expect("id").to_owned();
     let rank1 = upload(&b, &agents, gzip(&mlp), "name=rank1.pickle.gz&job=llama-run7&host=node-0&rank=1").await;
-    let leak = std::fs::read(common::fixture_corpus().join("oom_leak.pickle")).expect("fixture");
+    let leak = std::fs::read(crate::common::fixture_corpus().join("oom_leak.pickle")).expect("fixture");
     let rank2 = upload(&a, &agents, leak, "name=rank2.pickle&job=llama-run7&host=node-1&rank=2&trigger=oom").await;
-    let loose = std::fs::read(common::fixture_corpus().join("streams.pickle")).expect("fixture");
+    let loose = std::fs::read(crate::common::fixture_corpus().join("streams.pickle")).expect("fixture");
     let loose = upload(&b, &agents, loose, "name=loose.pickle").await;
 
     // The job page, from the instance that did not take rank 2's upload.
@@ -366,7 +343,7 @@ async fn two_instances_review_jobs_and_retention() {
     lb.wait_ready(&lb_dir).await;
     let (status, _) = send(client().get(lb.api("/snapshots"))).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED, "tokens are required through the load balancer too");
-    let compiled = std::fs::read(common::fixture_corpus().join("compiled.pickle")).expect("fixture");
+    let compiled = std::fs::read(crate::common::fixture_corpus().join("compiled.pickle")).expect("fixture");
     let request = client().post(lb.api("/snapshots?name=via-lb.pickle&job=lb-run")).bearer_auth(&agents);
     let (status, answer) = send(request.body(compiled.clone())).await;
     assert_eq!(status, StatusCode::CREATED, "{answer}");
@@ -488,7 +465,7 @@ async fn two_instances_review_jobs_and_retention() {
     let mut policy_env = env.clone();
     policy_env.push(("VRAMSCOPE_RETENTION_MAX_BYTES", "1".to_owned()));
     policy_env.push(("VRAMSCOPE_RETENTION_INTERVAL_SECS", "1".to_owned()));
-    let c = Instance::start(&scratch("c"), &config, &policy_env);
+    let c = start_instance(&scratch("c"), &config, &policy_env);
     let deadline = Instant::now() + Duration::from_secs(30);
     let remaining = loop {
         let (_, page) = send(client().get(b.api("/snapshots")).bearer_auth(&alice)).await;
@@ -513,7 +490,7 @@ async fn two_instances_review_jobs_and_retention() {
     }
     // Their files left the bucket; the survivors' stayed, byte for byte.
     let keys_after = bucket_keys(&s3, &bucket).await;
-    let leak_sha = sha_of(&std::fs::read(common::fixture_corpus().join("oom_leak.pickle")).expect("fixture"));
+    let leak_sha = sha_of(&std::fs::read(crate::common::fixture_corpus().join("oom_leak.pickle")).expect("fixture"));
     // Neither the file nor its persisted index (indexes/<sha256>) is left.
     assert!(!keys_after.iter().any(|k| k.contains(&leak_sha)), "{keys_after:?}");
     assert!(keys_after.iter().any(|k| k.contains(&sha_of(&mlp))), "{keys_after:?}");
@@ -548,7 +525,7 @@ async fn two_instances_review_jobs_and_retention() {
 /// that keeps the test targets cargo needs to load the manifest.
 #[test]
 fn dockerfile_runs_the_commands_the_suite_runs() {
-    let root = common::workspace_root();
+    let root = crate::common::workspace_root();
     let dockerfile = std::fs::read_to_string(root.join("Dockerfile")).expect("Dockerfile");
     let manifest = std::fs::read_to_string(root.join("Cargo.toml")).expect("Cargo.toml");
     let rust_version = manifest
@@ -596,11 +573,10 @@ fn dockerfile_runs_the_commands_the_suite_runs() {
 async fn retention_command_on_a_single_server() {
     let data = scratch("single");
     let data_arg = data.to_string_lossy().into_owned();
-    let (child, url) = common::spawn_server(&data, &[], &[]);
-    let server = Instance { child, url };
+    let server = TestServer::start_in(&data, &[]);
     // Loopback without tokens: no Authorization header at all.
     let post = |file: &str, name: &str| {
-        let bytes = std::fs::read(common::fixture_corpus().join(file)).expect("fixture");
+        let bytes = std::fs::read(crate::common::fixture_corpus().join(file)).expect("fixture");
         client().post(server.api(&format!("/snapshots?name={name}"))).body(bytes)
     };
     let (_, keep) = send(post("streams.pickle", "keep")).await;
@@ -636,7 +612,7 @@ async fn retention_command_on_a_single_server() {
     assert_eq!(status, StatusCode::NOT_FOUND);
     let (status, _) = send(client().get(server.api(&format!("/snapshots/{keep}")))).await;
     assert_eq!(status, StatusCode::OK);
-    let streams = std::fs::read(common::fixture_corpus().join("streams.pickle")).expect("fixture");
+    let streams = std::fs::read(crate::common::fixture_corpus().join("streams.pickle")).expect("fixture");
     use sha2::Digest;
     assert_eq!(files(), [hex::encode(sha2::Sha256::digest(&streams))], "only the kept snapshot's file is left");
 }

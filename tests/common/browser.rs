@@ -3,12 +3,11 @@
 //! fantoccini, screenshots in `target/browser-artifacts/`, and helpers to
 //! wait, read the canvas's pixels and press keys.
 //!
-//! Included by each browser test file with `#[path = "common/browser.rs"] mod browser;`
-//! beside `mod common;`. Needs Chromium and chromedriver (Debian: `chromium`,
+//! Used by the `browser*` suites (`use crate::common::browser::*`). Needs
+//! Chromium and chromedriver (Debian: `chromium`,
 //! `chromium-driver`) and the dashboard built into the binary
 //! (`scripts/build-frontend` before the tests are compiled); missing, they
 //! fail loudly: these tests never skip.
-#![allow(dead_code, unreachable_pub)]
 
 use std::net::TcpListener;
 use std::panic::AssertUnwindSafe;
@@ -24,7 +23,7 @@ use futures::FutureExt;
 use serde_json::{Value, json};
 use url::Url;
 
-use crate::common;
+use crate::common::server::TestServer;
 
 /// Curve colours of the plot (frontend/src/plot.rs), as the canvas holds them.
 pub const RESERVED: [u8; 3] = [87, 96, 106];
@@ -64,9 +63,10 @@ pub fn scratch(tag: &str) -> PathBuf {
 
 /// `vramscope serve` on a free loopback port over `data`, with extra
 /// environment; returns it and its URL.
-pub fn start_server(data: &Path, env: &[(&str, &str)]) -> (Process, String) {
-    let (child, url) = common::spawn_server(data, &[], env);
-    (Process(child), url)
+pub fn start_server(data: &Path, env: &[(&str, &str)]) -> (TestServer, String) {
+    let server = TestServer::start_in(data, env);
+    let url = server.url.clone();
+    (server, url)
 }
 
 /// The first of `names` found as a file, or on `PATH`.

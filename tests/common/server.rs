@@ -35,9 +35,9 @@ pub fn unique_dir(tag: &str) -> PathBuf {
     dir
 }
 
-/// A client with a generous timeout (debug builds parse slowly).
+/// A client with a generous timeout (debug builds parse and replay slowly).
 pub fn client() -> reqwest::Client {
-    reqwest::Client::builder().timeout(Duration::from_secs(120)).build().expect("client")
+    reqwest::Client::builder().timeout(Duration::from_secs(300)).build().expect("client")
 }
 
 impl TestServer {
@@ -53,7 +53,33 @@ impl TestServer {
 
     /// Start over a data folder with extra `vramscope serve` arguments.
     pub fn start_with(data_dir: &Path, args: &[&str], env: &[(&str, &str)]) -> TestServer {
-        let (child, url) = super::spawn_server(data_dir, args, env);
+        TestServer::start_on(data_dir, "127.0.0.1:0", args, env)
+    }
+
+    /// Start on `bind` (`127.0.0.1:0` for a free port, or a port a test
+    /// restarts a server on) over `data_dir`, with extra arguments and
+    /// environment. Its URL is read from the server's first line
+    /// (`vramscope listening on http://ADDR`).
+    pub fn start_on(data_dir: &Path, bind: &str, args: &[&str], env: &[(&str, &str)]) -> TestServer {
+        use std::io::BufRead;
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_vramscope"))
+            .args(["serve", "--bind", bind, "--data-dir"])
+            .arg(data_dir)
+            .args(args)
+            .envs(env.iter().copied())
+            .env("RUST_LOG", "warn")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::inherit())
+            .spawn()
+            .expect("spawn vramscope serve");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut line = String::new();
+        std::io::BufReader::new(stdout).read_line(&mut line).expect("read the listening line");
+        let url = line
+            .trim()
+            .strip_prefix("vramscope listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line from the server: {line:?}"))
+            .to_owned();
         TestServer { child, url, data_dir: data_dir.to_path_buf() }
     }
 
@@ -83,6 +109,31 @@ impl TestServer {
             .send()
             .await
             .expect("upload");
+        let status = response.status();
+        (status, response.json().await.unwrap_or(Value::Null))
+    }
+
+    /// Upload the file at `path` under its file name; its id.
+    pub async fn upload_file(&self, path: &Path) -> String {
+        let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("snapshot.pickle");
+        let response = client()
+            .post(self.api("/snapshots"))
+            .query(&[("name", name)])
+            .header("content-type", "application/octet-stream")
+            .body(bytes)
+            .send()
+            .await
+            .expect("upload");
+        let status = response.status();
+        let answer: Value = response.json().await.unwrap_or(Value::Null);
+        assert!(status.is_success(), "upload of {name}: {status} {answer}");
+        answer["id"].as_str().expect("id").to_owned()
+    }
+
+    /// GET with query pairs; the status and the JSON answer.
+    pub async fn get_query(&self, path: &str, query: &[(&str, &str)]) -> (StatusCode, Value) {
+        let response = client().get(self.api(path)).query(query).send().await.expect("get");
         let status = response.status();
         (status, response.json().await.unwrap_or(Value::Null))
     }
