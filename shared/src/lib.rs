@@ -15,6 +15,8 @@ pub mod pickle;
 pub mod simulate;
 pub mod snapshot;
 pub mod stats;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 pub mod timeline;
 pub mod views;
 

@@ -1257,14 +1257,11 @@ mod tests {
     use super::*;
     use crate::DeviceStats;
     use crate::index::SnapshotIndex;
-    use crate::{ReadOptions, read_snapshot};
 
     const FIXTURES: [&str; 6] = ["compiled", "mlp_train_all", "oom_leak", "ring_overflow", "state_only", "streams"];
 
     fn load(name: &str) -> (Snapshot, SnapshotIndex, TimelineIndex) {
-        let path = format!("{}/../tests/fixtures/corpus/{name}.pickle", env!("CARGO_MANIFEST_DIR"));
-        let file = std::fs::File::open(&path).expect("fixture exists");
-        let snapshot = read_snapshot(std::io::BufReader::new(file), &ReadOptions::default()).expect("fixture reads");
+        let snapshot = crate::testing::snapshot(name);
         let index = SnapshotIndex::build(&snapshot);
         let timeline = TimelineIndex::build(&snapshot, &index);
         (snapshot, index, timeline)

@@ -249,9 +249,7 @@ mod tests {
         serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null)
     }
 
-    fn fixture(name: &str) -> Vec<u8> {
-        std::fs::read(format!("{}/../tests/fixtures/corpus/{name}", env!("CARGO_MANIFEST_DIR"))).expect("fixture")
-    }
+    use vramscope_shared::testing::corpus_bytes as fixture;
 
     #[tokio::test]
     async fn healthz_answers_without_a_token() {

@@ -583,7 +583,7 @@ mod tests {
     #[test]
     fn a_rewinder_from_checkpoints_finds_the_layouts_of_a_fresh_one() {
         for name in ["oom_leak", "mlp_train_all", "ring_overflow", "streams", "compiled"] {
-            let a = crate::views::testing::corpus(name);
+            let a = crate::testing::corpus(name);
             let device = &a.snapshot.devices[0];
             let rows = device.trace.len() as u32;
             // Spacing that does not divide the trace, so rows fall between

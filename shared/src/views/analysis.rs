@@ -660,13 +660,8 @@ fn event_buckets(x: &Analyzed, device: u32, start: i64, end: i64, px: u32) -> Re
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{ReadOptions, read_snapshot_bytes};
 
-    fn fixture(name: &str) -> Analyzed {
-        let path = format!("{}/../tests/fixtures/corpus/{name}.pickle", env!("CARGO_MANIFEST_DIR"));
-        let bytes = std::fs::read(&path).expect("fixture");
-        Analyzed::build(read_snapshot_bytes(&bytes, &ReadOptions::default()).expect("reads"))
-    }
+    use crate::testing::corpus as fixture;
 
     #[test]
     fn whatif_buckets_follow_the_timeline_and_end_at_the_simulated_peak() {

@@ -120,7 +120,7 @@ pub fn annotations(a: &Analyzed, p: &AnnotationsParams) -> Result<AnnotationsAns
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::views::testing::corpus;
+    use crate::testing::corpus;
 
     #[test]
     fn a_file_without_annotations_has_an_empty_track() {
@@ -133,11 +133,7 @@ mod tests {
     fn record_function_ranges_pair_up_on_both_axes() {
         // gpt_varlen records one `record_function` range per training step
         // (40 steps); the file stays in the corpus folder beside the checkout.
-        let dir = std::env::var("VRAMSCOPE_CORPUS")
-            .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/corpus").to_owned());
-        let path = format!("{dir}/gpt_varlen.pickle");
-        let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e} (set VRAMSCOPE_CORPUS)"));
-        let a = Analyzed::build(crate::read_snapshot_bytes(&bytes, &crate::ReadOptions::default()).expect("reads"));
+        let a = corpus("gpt_varlen");
         let device = a.snapshot.annotations.first().expect("annotations").device;
         let time =
             annotations(&a, &AnnotationsParams { device: Some(device), axis: Some(Axis::Time), ..Default::default() })

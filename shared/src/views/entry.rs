@@ -76,7 +76,7 @@ pub fn entry(a: &Analyzed, p: &EntryParams) -> Result<EntryAnswer, ViewError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::views::testing::corpus;
+    use crate::testing::corpus;
 
     #[test]
     fn unpacks_a_row_and_refuses_rows_past_the_end() {

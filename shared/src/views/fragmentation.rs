@@ -131,7 +131,7 @@ pub fn fragmentation(a: &Analyzed, p: &FragmentationParams) -> Result<Fragmentat
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::views::testing::{corpus, oracle};
+    use crate::testing::{corpus, oracle};
 
     #[test]
     fn the_last_column_is_pytorchs_state_and_settings_show() {

@@ -16,8 +16,6 @@ pub mod route;
 pub mod search;
 pub mod segments;
 pub mod state;
-#[cfg(test)]
-pub(crate) mod testing;
 
 use std::sync::OnceLock;
 
@@ -334,12 +332,9 @@ pub fn stack(a: &Analyzed, stack: u32) -> Result<Vec<FrameJson>, ViewError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{ReadOptions, read_snapshot_bytes};
 
     fn streams() -> Analyzed {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/corpus/streams.pickle");
-        let bytes = std::fs::read(path).expect("fixture");
-        Analyzed::build(read_snapshot_bytes(&bytes, &ReadOptions::default()).expect("reads"))
+        crate::testing::corpus("streams")
     }
 
     #[test]

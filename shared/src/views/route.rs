@@ -67,12 +67,9 @@ fn json<T: Serialize>(value: &T) -> Result<String, ViewError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{ReadOptions, read_snapshot_bytes};
 
     fn streams() -> Analyzed {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/corpus/streams.pickle");
-        let bytes = std::fs::read(path).expect("fixture");
-        Analyzed::build(read_snapshot_bytes(&bytes, &ReadOptions::default()).expect("reads"))
+        crate::testing::corpus("streams")
     }
 
     #[test]

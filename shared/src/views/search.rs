@@ -156,7 +156,7 @@ pub fn search(a: &Analyzed, p: &SearchParams) -> Result<SearchAnswer, ViewError>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::views::testing::corpus;
+    use crate::testing::corpus;
 
     fn find(a: &Analyzed, q: &str) -> SearchAnswer {
         search(a, &SearchParams { q: Some(q.to_owned()), ..Default::default() }).expect(q)

@@ -312,7 +312,7 @@ fn runs(cells: Vec<SegmentCell>, segments: usize) -> Vec<SegmentCell> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::views::testing::{corpus, oracle};
+    use crate::testing::{corpus, oracle};
 
     #[test]
     fn columns_tile_the_window_and_cells_add_up() {

@@ -247,7 +247,7 @@ pub fn state(a: &Analyzed, p: &StateParams) -> Result<AllocatorState, ViewError>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::views::testing::{corpus, oracle};
+    use crate::testing::{corpus, oracle};
 
     #[test]
     fn the_state_at_the_end_has_pytorchs_figures() {

@@ -1,37 +1,13 @@
 //! Helpers of the suites that read snapshots: where the corpus is, reading
 //! a file, the synthetic files. Shared by `shared/tests/` and, through a
 //! `#[path]` module, by the server's `tests/common`.
-#![allow(dead_code, unreachable_pub)]
+#![allow(dead_code, unreachable_pub, unused_imports)]
 
 use std::path::{Path, PathBuf};
 
 use vramscope_shared::{ReadOptions, Snapshot, read_snapshot};
 
-/// The workspace root.
-pub fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the package has a parent").to_path_buf()
-}
-
-/// Small real snapshots copied into the repository (under 1.5 MB each).
-pub fn fixture_corpus() -> PathBuf {
-    workspace_root().join("tests/fixtures/corpus")
-}
-
-/// The full corpus beside the checkout: `$VRAMSCOPE_CORPUS`, default `../shared/corpus`.
-/// Panics (fails the test loudly) when it is missing: the large files are
-/// part of the test suite, not optional extras.
-pub fn large_corpus() -> PathBuf {
-    let dir = std::env::var_os("VRAMSCOPE_CORPUS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| workspace_root().join("../shared/corpus"));
-    assert!(
-        dir.join("gpt_long.pickle").is_file(),
-        "the snapshot corpus is missing: expected gpt_long.pickle in {} (set VRAMSCOPE_CORPUS to the folder holding \
-         the corpus)",
-        dir.display()
-    );
-    dir
-}
+pub use vramscope_shared::testing::{corpus_bytes, fixture_corpus, large_corpus, workspace_root};
 
 /// Read a snapshot file with default options.
 pub fn read(path: &Path) -> Snapshot {
