@@ -7,7 +7,7 @@
 //! double it, which breaks the "peak RSS under 1.5x the file size" target.
 //! The layout is a 4-bit tag in the low bits and a 60-bit payload above it.
 
-/// Index of an interned string in [`super::Heap::strings`].
+/// Index of an interned string in the heap's string table.
 pub type StrId = u32;
 /// Index of a live container in the heap's arena.
 pub type ObjId = u32;

@@ -82,7 +82,7 @@ pub struct TraceEntry {
     pub user_metadata: StrId,
 }
 
-/// A trace stored as columns. Built by the reader (from a [`TraceBuilder`]),
+/// A trace stored as columns. Built by the reader (from a `TraceBuilder`),
 /// or viewed in place in a persisted index file.
 #[derive(Debug, Default, Clone)]
 pub struct TraceColumns {

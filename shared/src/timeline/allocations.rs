@@ -1,0 +1,251 @@
+//! The allocation index: the `k` largest allocations alive in any range of
+//! rows, exactly, with memory linear in the allocations.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+use crate::column::Column;
+use crate::index::DeviceIndex;
+use crate::snapshot::StackId;
+
+/// "No row" in [`AllocItem::free_requested`].
+pub(super) const NONE: u32 = u32::MAX;
+
+/// An allocation's life in state positions (0 = before row 0, `r + 1` =
+/// after row `r`): alive at positions `lo..hi`.
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+#[repr(C)]
+pub(super) struct AllocItem {
+    pub(super) addr: u64,
+    pub(super) size: u64,
+    pub(super) stack: StackId,
+    /// `alloc_row + 1`, or 0 for a ghost.
+    pub(super) lo: u32,
+    /// `free_completed_row + 1`, or `rows + 1` when alive at the end.
+    pub(super) hi: u32,
+    /// Row of the `free_requested`, or [`NONE`].
+    pub(super) free_requested: u32,
+}
+
+/// Finds the `k` largest allocations alive somewhere in a range of
+/// positions `[pa, pb)`, exactly, with memory linear in the allocations.
+///
+/// An allocation meets the range iff it is alive at `pa` or starts inside
+/// `(pa, pb)`; the two sets are disjoint and handled apart:
+/// - *starts inside*: `items` is sorted by start, so these are one run of
+///   it; a max-by-size segment tree over `items` yields the run's largest
+///   one by one (a heap of sub-runs), `O(log m)` each.
+/// - *alive at `pa`*: every `stride` positions a checkpoint lists the
+///   allocations alive there, largest first. Alive at `pa` means alive at
+///   the checkpoint `cp <= pa` before it and not dead by `pa`, or started in
+///   `(cp, pa]` and not dead by `pa`. The first kind is a scan of the
+///   checkpoint's list that skips at most `stride` dead ones (one death per
+///   row); the second joins the run above (which then starts after `cp`),
+///   rejecting at most `stride` dead ones (one start per row).
+///
+/// So a query costs `O((k + stride) · log m)`. The stride starts at
+/// [`MIN_CHECKPOINT_STRIDE`](super::MIN_CHECKPOINT_STRIDE) and doubles until the checkpoint lists hold at
+/// most `max(4m, 65536)` ids, which bounds memory; a trace with a huge live
+/// set (many long-lived allocations) gets a longer stride, trading query
+/// time for memory.
+#[derive(Debug, Default)]
+pub(super) struct AllocationIndex {
+    /// Allocations of nonzero size, sorted by `lo` (then index order).
+    pub(super) items: Column<AllocItem>,
+    /// Iterative segment tree over `items`: `tree[m + i] = i`, each inner node
+    /// the larger of its children by (size, then lower index).
+    pub(super) tree: Column<u32>,
+    pub(super) stride: u64,
+    /// Checkpoint `j` (at position `j · stride`) lists
+    /// `checkpoint_ids[checkpoint_starts[j]..checkpoint_starts[j + 1]]`.
+    pub(super) checkpoint_starts: Column<u32>,
+    pub(super) checkpoint_ids: Column<u32>,
+}
+
+impl AllocationIndex {
+    /// `budget`: most checkpoint ids to hold; `None` for the default.
+    pub(super) fn build(intervals: &DeviceIndex, rows: usize, min_stride: u64, budget: Option<u64>) -> AllocationIndex {
+        let end = u32::try_from(rows + 1).unwrap_or(u32::MAX);
+        // Rows past the trace would mean an index of another trace: skip them
+        // rather than index out of bounds later.
+        let in_trace = |row: Option<u32>| row.is_none_or(|r| (r as usize) < rows);
+        let mut items: Vec<AllocItem> = intervals
+            .allocations
+            .iter()
+            .filter(|a| a.size > 0 && in_trace(a.alloc_row.get()) && in_trace(a.free_completed_row.get()))
+            .map(|a| AllocItem {
+                addr: a.addr,
+                size: a.size,
+                stack: a.stack,
+                lo: a.alloc_row.get().map_or(0, |r| r.saturating_add(1)),
+                hi: a.free_completed_row.get().map_or(end, |r| r.saturating_add(1)),
+                free_requested: a.free_requested_row.get().unwrap_or(NONE),
+            })
+            .collect();
+        items.sort_by_key(|it| it.lo); // stable: ties keep index order
+        let m = items.len();
+
+        let mut tree = vec![0u32; 2 * m];
+        for (i, slot) in tree[m..].iter_mut().enumerate() {
+            *slot = i as u32;
+        }
+        for i in (1..m).rev() {
+            tree[i] = larger(&items, tree[2 * i], tree[2 * i + 1]);
+        }
+
+        // Checkpoint j lies in [lo, hi) iff ceil(lo/s) <= j < ceil(hi/s).
+        let span = |it: &AllocItem, s: u64| (u64::from(it.hi).div_ceil(s), u64::from(it.lo).div_ceil(s));
+        let budget = budget.unwrap_or((4 * m as u64).max(1 << 16));
+        let mut stride = min_stride.max(1);
+        while stride <= rows as u64 {
+            let total: u64 = items.iter().map(|it| span(it, stride)).map(|(h, l)| h.saturating_sub(l)).sum();
+            if total <= budget {
+                break;
+            }
+            stride *= 2;
+        }
+        let checkpoints = rows / stride as usize + 1;
+        let mut counts = vec![0u32; checkpoints + 1];
+        for it in &items {
+            let (h, l) = span(it, stride);
+            for j in l..h.min(checkpoints as u64) {
+                counts[j as usize + 1] += 1;
+            }
+        }
+        for j in 0..checkpoints {
+            counts[j + 1] += counts[j];
+        }
+        let checkpoint_starts = counts;
+        let mut cursor = checkpoint_starts.clone();
+        let mut checkpoint_ids = vec![0u32; checkpoint_starts[checkpoints] as usize];
+        // Filling in size order leaves every list sorted.
+        let mut order: Vec<u32> = (0..m as u32).collect();
+        order.sort_by_key(|&i| (Reverse(items[i as usize].size), i));
+        for &i in &order {
+            let (h, l) = span(&items[i as usize], stride);
+            for j in l..h.min(checkpoints as u64) {
+                let slot = &mut cursor[j as usize];
+                checkpoint_ids[*slot as usize] = i;
+                *slot += 1;
+            }
+        }
+        AllocationIndex {
+            items: items.into(),
+            tree: tree.into(),
+            stride,
+            checkpoint_starts: checkpoint_starts.into(),
+            checkpoint_ids: checkpoint_ids.into(),
+        }
+    }
+
+    pub(super) fn heap_bytes(&self) -> usize {
+        self.items.heap_bytes()
+            + self.tree.heap_bytes()
+            + self.checkpoint_starts.heap_bytes()
+            + self.checkpoint_ids.heap_bytes()
+    }
+
+    /// Index of the largest item in `items[l..r]` (`l < r`).
+    pub(super) fn argmax(&self, l: usize, r: usize) -> u32 {
+        let m = self.items.len();
+        let (mut l, mut r) = (l + m, r + m);
+        let mut best = self.tree[l];
+        while l < r {
+            if l & 1 == 1 {
+                best = larger(&self.items, best, self.tree[l]);
+                l += 1;
+            }
+            if r & 1 == 1 {
+                r -= 1;
+                best = larger(&self.items, best, self.tree[r]);
+            }
+            l /= 2;
+            r /= 2;
+        }
+        best
+    }
+
+    /// The `k` largest items of size at least `min_size` alive somewhere in
+    /// positions `[pa, pb)`, by (size descending, index ascending).
+    pub(super) fn top_k(&self, pa: u64, pb: u64, min_size: u64, k: usize) -> Vec<u32> {
+        if k == 0 || self.items.is_empty() {
+            return Vec::new();
+        }
+        let alive_at_pa = |it: &AllocItem| u64::from(it.hi) > pa;
+        let j = ((pa / self.stride) as usize).min(self.checkpoint_starts.len().saturating_sub(2));
+        let cp = j as u64 * self.stride;
+
+        // Alive at the checkpoint and still at pa.
+        let mut from_checkpoint = Vec::new();
+        let ids = self
+            .checkpoint_starts
+            .get(j..j + 2)
+            .and_then(|r| self.checkpoint_ids.get(r[0] as usize..r[1] as usize))
+            .unwrap_or(&[]);
+        for &i in ids {
+            let it = &self.items[i as usize];
+            if it.size < min_size || from_checkpoint.len() == k {
+                break;
+            }
+            if alive_at_pa(it) {
+                from_checkpoint.push(i);
+            }
+        }
+
+        // Started after the checkpoint and before pb, alive at or after pa.
+        let mut from_run = Vec::new();
+        let l = self.items.partition_point(|it| u64::from(it.lo) <= cp);
+        let r = self.items.partition_point(|it| u64::from(it.lo) < pb);
+        let mut heap = BinaryHeap::new();
+        let push = |heap: &mut BinaryHeap<_>, l: usize, r: usize| {
+            if l < r {
+                let i = self.argmax(l, r);
+                heap.push((self.items[i as usize].size, Reverse(i), l, r));
+            }
+        };
+        push(&mut heap, l, r);
+        while let Some((size, Reverse(i), l, r)) = heap.pop() {
+            if size < min_size {
+                break;
+            }
+            if alive_at_pa(&self.items[i as usize]) {
+                from_run.push(i);
+                if from_run.len() == k {
+                    break;
+                }
+            }
+            push(&mut heap, l, i as usize);
+            push(&mut heap, i as usize + 1, r);
+        }
+
+        // Both lists are ordered by (size desc, index asc); merge them.
+        let key = |i: &u32| (Reverse(self.items[*i as usize].size), *i);
+        let mut out = Vec::with_capacity(k.min(from_checkpoint.len() + from_run.len()));
+        let (mut a, mut b) = (from_checkpoint.into_iter().peekable(), from_run.into_iter().peekable());
+        while out.len() < k {
+            let next = match (a.peek(), b.peek()) {
+                (Some(x), Some(y)) => {
+                    if key(x) <= key(y) {
+                        a.next()
+                    } else {
+                        b.next()
+                    }
+                }
+                (Some(_), None) => a.next(),
+                (None, Some(_)) => b.next(),
+                (None, None) => None,
+            };
+            match next {
+                Some(i) => out.push(i),
+                None => break,
+            }
+        }
+        out
+    }
+}
+
+/// The larger of two items by size, the lower index on ties.
+pub(super) fn larger(items: &[AllocItem], a: u32, b: u32) -> u32 {
+    let (sa, sb) = (items[a as usize].size, items[b as usize].size);
+    if sa > sb || (sa == sb && a < b) { a } else { b }
+}
