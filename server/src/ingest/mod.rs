@@ -8,7 +8,9 @@
 
 mod background;
 pub(crate) mod cache;
+pub(crate) mod commit;
 pub(crate) mod index_file;
+pub(crate) mod labels;
 pub(crate) mod parse;
 
 use std::ops::Deref;

@@ -95,11 +95,11 @@ pub(crate) async fn update(
         if name.trim().is_empty() {
             return Err(AppError::BadRequest("name must not be empty".to_owned()));
         }
-        super::upload::check_label("name", name)?;
+        crate::ingest::labels::check_label("name", name).map_err(|e| AppError::BadRequest(e.0))?;
     }
-    let tags = update.tags.map(|tags| super::upload::clean_tags(tags.iter().map(String::as_str)));
+    let tags = update.tags.map(|tags| crate::ingest::labels::clean_tags(tags.iter().map(String::as_str)));
     if let Some(tags) = &tags {
-        super::upload::check_tags(tags)?;
+        crate::ingest::labels::check_tags(tags).map_err(|e| AppError::BadRequest(e.0))?;
     }
     if let Some(pinned) = update.pinned
         && !state.db.set_pinned(&id, pinned).await?

@@ -1,0 +1,189 @@
+//! A complete upload, from its staging object to a snapshot row: the
+//! labels checked, small files parsed inline (a file that is no snapshot is
+//! refused before anything is committed), the dedup lookup, the commit to
+//! the content-addressed key and the row under the file's lock, then the
+//! index (inline parse) or the background parse.
+//!
+//! The order makes a crash harmless: bytes sit in a staging object (never
+//! listed) until they are complete and, for small files, parsed; the row
+//! comes last. Leftover staging objects are swept at start-up.
+
+use vramscope_shared::api::UploadAnswer;
+
+use super::labels::{Labels, check_labels, clean_tags};
+use super::{Ingest, ParseFailure};
+use crate::store::{BlobStore, NewSnapshot, Recorded, SnapshotStatus, Staged, Trigger, record_upload};
+
+/// Why an upload was not recorded.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum CommitError {
+    /// A label or the trigger is not acceptable.
+    #[error("{0}")]
+    BadRequest(String),
+    /// Parsed inline, the file is not a readable snapshot.
+    #[error("{}", .0.message())]
+    Unreadable(ParseFailure),
+    /// The database or the blob store failed.
+    #[error(transparent)]
+    Storage(#[from] anyhow::Error),
+}
+
+/// A recorded upload: the answer, and whether a new row was made (a
+/// retry of the same file and labels is answered with the existing one).
+pub(crate) struct Committed {
+    /// What the client is told.
+    pub(crate) answer: UploadAnswer,
+    /// A row was inserted (201) rather than found (200).
+    pub(crate) created: bool,
+}
+
+/// A finished staging object that is discarded if the request goes away
+/// before it is committed or discarded (a client that leaves during the
+/// inline parse once left up to 256 MiB in staging for an hour).
+struct StagedGuard {
+    staged: Option<Staged>,
+    blobs: BlobStore,
+}
+
+impl StagedGuard {
+    fn get(&self) -> anyhow::Result<&Staged> {
+        self.staged.as_ref().ok_or_else(|| anyhow::anyhow!("staged upload already taken"))
+    }
+
+    /// Remove the staging object now.
+    async fn discard(mut self) -> anyhow::Result<()> {
+        match self.staged.take() {
+            Some(staged) => self.blobs.discard(&staged).await,
+            None => Ok(()),
+        }
+    }
+
+    /// The staging object is in other hands now (committed).
+    fn keep(&mut self) {
+        self.staged = None;
+    }
+}
+
+impl Drop for StagedGuard {
+    fn drop(&mut self) {
+        if let Some(staged) = self.staged.take()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            let blobs = self.blobs.clone();
+            runtime.spawn(async move {
+                if let Err(e) = blobs.discard(&staged).await {
+                    tracing::warn!(error = format!("{e:#}"), "could not remove an abandoned staged upload");
+                }
+            });
+        }
+    }
+}
+
+impl Ingest {
+    /// Dedup, parse (inline up to `inline_max` bytes), commit and record a
+    /// complete upload.
+    pub(crate) async fn commit(&self, staged: Staged, meta: Labels, inline_max: u64) -> Result<Committed, CommitError> {
+        let state = self;
+        let mut guard = StagedGuard { staged: Some(staged), blobs: state.blobs.clone() };
+        let trigger_name = meta.trigger.clone().unwrap_or_else(|| "manual".to_owned());
+        let Some(trigger) = Trigger::parse(&trigger_name) else {
+            guard.discard().await?;
+            return Err(CommitError::BadRequest(format!(
+                "trigger must be manual, threshold or oom, not {trigger_name:?}"
+            )));
+        };
+        if let Err(e) = check_labels(&meta) {
+            guard.discard().await?;
+            return Err(CommitError::BadRequest(e.0));
+        }
+        // A file stored and parsed already is not parsed again: `record_upload`
+        // answers it (under the file's lock) as a duplicate or a new row of the
+        // same file. Should that snapshot vanish meanwhile, the upload is
+        // stored and parsed in the background.
+        let known = state.db.find_ready_by_sha256(&guard.get()?.sha256).await?.is_some();
+        let staged = guard.get()?.clone();
+        let inline = !known && staged.size <= inline_max;
+        let mut parsed = None;
+        let stats_json = if inline {
+            // Dropping this future (the client left) stops the parse, and the
+            // guard removes the staged bytes.
+            match state.parser.parse_stored(&state.blobs, &staged.staging_key, &state.metrics).await {
+                Ok(snapshot) => {
+                    let json = super::stats_json(&snapshot)?;
+                    parsed = Some(snapshot);
+                    Some(json)
+                }
+                Err(failure) => {
+                    guard.discard().await?;
+                    state.metrics.upload("rejected");
+                    return Err(CommitError::Unreadable(failure));
+                }
+            }
+        } else {
+            None
+        };
+
+        let id = uuid::Uuid::now_v7().to_string();
+        let name_given = meta.name.as_deref().is_some_and(|n| !n.trim().is_empty());
+        let name = meta.name.filter(|n| !n.trim().is_empty()).unwrap_or_else(|| format!("snapshot-{id}"));
+        let status = if inline { SnapshotStatus::Ready } else { SnapshotStatus::Parsing };
+        let row = |blob_key: String| NewSnapshot {
+            id: id.clone(),
+            sha256: staged.sha256.clone(),
+            blob_key,
+            name,
+            job: meta.job.filter(|s| !s.is_empty()),
+            host: meta.host.filter(|s| !s.is_empty()),
+            rank: meta.rank,
+            tags: clean_tags(meta.tags.as_deref().unwrap_or_default().split(',')),
+            trigger,
+            size_bytes: staged.size,
+            uploaded_at_ms: crate::now_ms(),
+            status,
+            stats_json,
+        };
+        // Dedup lookup, commit and row under the file's lock: a retention run
+        // or a delete on another instance cannot remove the file in between.
+        // From here the staging object is record_upload's: committed, or
+        // discarded as a duplicate.
+        guard.keep();
+        let blob_key = match record_upload(&state.db, &state.blobs, &staged, row, name_given).await? {
+            Recorded::New(record) => record.blob_key,
+            Recorded::Duplicate(existing) => {
+                state.metrics.upload("duplicate");
+                let answer = UploadAnswer {
+                    id: existing.meta.id,
+                    sha256: existing.meta.sha256,
+                    status: existing.meta.status,
+                    deduplicated: true,
+                };
+                return Ok(Committed { answer, created: false });
+            }
+            Recorded::Labelled(record) => {
+                state.metrics.upload("duplicate");
+                let answer = UploadAnswer {
+                    id: record.meta.id,
+                    sha256: record.meta.sha256,
+                    status: record.meta.status,
+                    deduplicated: true,
+                };
+                return Ok(Committed { answer, created: true });
+            }
+        };
+        state.metrics.bytes_stored.inc_by(staged.size);
+        state.metrics.upload("ok");
+        match parsed {
+            // Index and persist it right away, off the answer's path; a view
+            // asked for before that ends waits for it instead of parsing again.
+            Some(snapshot) => {
+                let (ingest, key) = (state.clone(), blob_key.clone());
+                drop(state.cache.start(&blob_key, move || async move { ingest.index(&key, snapshot).await }));
+            }
+            None => {
+                tokio::spawn(state.clone().parse_in_background(id.clone(), blob_key));
+            }
+        }
+        let answer = UploadAnswer { id, sha256: staged.sha256, status, deduplicated: false };
+        Ok(Committed { answer, created: true })
+    }
+}
