@@ -6,10 +6,11 @@
 //!   dashboard), `upload`, `token`, `retention`.
 //! - The capture agent: `agent -- python train.py`.
 //!
-//! Modules: `cli/` (one per subcommand), `http/` (the router and handlers),
-//! `ingest/` (parse once, persisted index, cache), `store/` (database and
-//! blob store), `auth.rs`, `retention.rs`, `agent/`; ARCHITECTURE.md maps
-//! them.
+//! Modules, in their layers (ARCHITECTURE.md; `layers.rs` keeps the rule):
+//! `cli/` (one per subcommand) over `http/` (the router and handlers) and
+//! `agent/`; below `http`: `ingest/` (upload commit, parse once, persisted
+//! index, cache), `report/`, `auth.rs`, `retention.rs`, `metrics.rs`,
+//! `assets.rs`, `settings.rs`; below them `store/` (database and blob store).
 
 mod agent;
 mod assets;

@@ -14,7 +14,7 @@
 //! keeps anything undelivered on disk for the next run, and exits with the
 //! job's exit code.
 
-mod assets;
+mod capture_module;
 mod hub;
 mod job;
 mod nvml;
@@ -68,7 +68,7 @@ pub(crate) async fn run(config: AgentConfig) -> Result<u8> {
     };
     std::fs::create_dir_all(&config.spool_dir)
         .with_context(|| format!("cannot create the spool folder {}", config.spool_dir.display()))?;
-    let private = assets::PrivateDir::create()?;
+    let private = capture_module::PrivateDir::create()?;
     let socket_path = private.socket_path();
     let listener = tokio::net::UnixListener::bind(&socket_path)
         .with_context(|| format!("cannot listen on {}", socket_path.display()))?;
@@ -98,7 +98,7 @@ pub(crate) async fn run(config: AgentConfig) -> Result<u8> {
     let mut command = tokio::process::Command::new(program);
     command
         .args(args)
-        .env("PYTHONPATH", assets::python_path_with(&private.python_path(), std::env::var_os("PYTHONPATH")))
+        .env("PYTHONPATH", capture_module::python_path_with(&private.python_path(), std::env::var_os("PYTHONPATH")))
         .env("VRAMSCOPE_AGENT_SOCKET", &socket_path)
         .env("VRAMSCOPE_SPOOL_DIR", &config.spool_dir)
         .env("VRAMSCOPE_THRESHOLD", config.threshold.to_string())
