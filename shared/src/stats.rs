@@ -84,6 +84,16 @@ pub struct DeviceStats {
     pub internal_waste_bytes: u64,
     /// `oom` entries in the trace.
     pub ooms: usize,
+    /// NVML: memory this process used on the device when the snapshot was
+    /// captured, the caching allocator's reserved memory included; `None`
+    /// unless vramscope's capture module took the snapshot.
+    #[serde(default)]
+    pub process_used_bytes: Option<u64>,
+    /// Memory outside the caching allocator: `process_used_bytes` minus
+    /// `reserved_bytes` (the CUDA context, NCCL buffers, cuBLAS workspaces,
+    /// other libraries' allocations). Zero if NVML saw less than reserved.
+    #[serde(default)]
+    pub outside_allocator_bytes: Option<u64>,
 }
 
 impl Snapshot {
@@ -91,7 +101,19 @@ impl Snapshot {
     pub fn stats(&self) -> SnapshotStats {
         SnapshotStats {
             format_version: self.format.as_str(),
-            devices: self.devices.iter().map(DeviceStats::of).collect(),
+            devices: self
+                .devices
+                .iter()
+                .map(|d| {
+                    let mut stats = DeviceStats::of(d);
+                    let captured = self.capture.as_ref().and_then(|c| c.devices.iter().find(|c| c.device == d.device));
+                    if let Some(used) = captured.and_then(|c| c.process_used_bytes) {
+                        stats.process_used_bytes = Some(used);
+                        stats.outside_allocator_bytes = Some(used.saturating_sub(stats.reserved_bytes));
+                    }
+                    stats
+                })
+                .collect(),
         }
     }
 }
@@ -180,6 +202,8 @@ impl DeviceStats {
             reserved_unallocated_bytes: reserved_bytes.saturating_sub(allocated_bytes),
             internal_waste_bytes,
             ooms: trace.count(Action::Oom),
+            process_used_bytes: None,
+            outside_allocator_bytes: None,
         }
     }
 }

@@ -151,3 +151,19 @@ fn a_memo_bomb_in_an_ignored_key_costs_nothing() {
     // bound that only a cloning reader could miss (not a performance target).
     assert!(started.elapsed().as_secs() < 30);
 }
+
+#[test]
+fn the_capture_modules_context_is_read_beside_the_snapshot() {
+    let snapshot = read_snapshot(open("captured.p4.pickle"), &ReadOptions::default()).expect("read");
+    let capture = snapshot.capture.as_ref().expect("vramscope_capture read");
+    assert_eq!(capture.alloc_conf.as_deref(), Some("expandable_segments:True"));
+    assert_eq!(capture.alloc_conf_var.as_deref(), Some("PYTORCH_ALLOC_CONF"));
+    assert_eq!((capture.backend.as_deref(), capture.pid), (Some("native"), Some(4242)));
+    assert_eq!(capture.devices.len(), 2);
+    assert_eq!(capture.devices[0].other_processes[0].pid, 99);
+    assert!(snapshot.warnings.iter().all(|w| !w.contains("vramscope_capture")), "{:?}", snapshot.warnings);
+    // A snapshot taken otherwise has none.
+    let plain = read_snapshot(open("current.p4.pickle"), &ReadOptions::default()).expect("read");
+    assert!(plain.capture.is_none());
+    assert!(plain.stats().devices.iter().all(|d| d.outside_allocator_bytes.is_none()));
+}

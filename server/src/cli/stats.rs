@@ -75,6 +75,19 @@ fn write_summary(
     if let Some(conf) = snap.allocator_settings.as_ref().and_then(|s| s.alloc_conf.as_deref()) {
         writeln!(out, "PYTORCH_CUDA_ALLOC_CONF: {:?}", conf)?;
     }
+    if let Some(capture) = &snap.capture {
+        let mut job = Vec::new();
+        if let Some(v) = &capture.torch_version {
+            job.push(format!("torch {v}"));
+        }
+        if let Some(b) = &capture.backend {
+            job.push(format!("backend {b}"));
+        }
+        if let (Some(var), Some(conf)) = (&capture.alloc_conf_var, &capture.alloc_conf) {
+            job.push(format!("{var}={conf:?}"));
+        }
+        writeln!(out, "captured by vramscope agent: {}", if job.is_empty() { "-".to_owned() } else { job.join(", ") })?;
+    }
     if devices.is_empty() {
         writeln!(out, "no device has segments or a trace")?;
     }
@@ -106,6 +119,15 @@ fn write_summary(
         )?;
         writeln!(out, "  rounding waste      {:>12}", bytes(d.internal_waste_bytes))?;
         writeln!(out, "  OOMs                {:>12}", d.ooms)?;
+        if let (Some(used), Some(outside)) = (d.process_used_bytes, d.outside_allocator_bytes) {
+            writeln!(
+                out,
+                "  outside allocator   {:>12}   (NVML saw the process use {}: CUDA context, NCCL, cuBLAS, \
+                 other libraries)",
+                bytes(outside),
+                bytes(used)
+            )?;
+        }
     }
     for w in &snap.warnings {
         writeln!(out, "note: {w}")?;

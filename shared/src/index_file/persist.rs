@@ -13,7 +13,8 @@ use crate::index::{DeviceIndexHeader, SnapshotIndex};
 use crate::snapshot::frames::{TablesHeader, load_tables, save_tables};
 use crate::snapshot::trace::TraceHeader;
 use crate::snapshot::{
-    AllocatorSettings, Annotation, Compression, DeviceSnapshot, FormatVersion, PyValue, Segment, Snapshot, TraceColumns,
+    AllocatorSettings, Annotation, CaptureContext, Compression, DeviceSnapshot, FormatVersion, PyValue, Segment,
+    Snapshot, TraceColumns,
 };
 use crate::timeline::{DeviceTimelineHeader, TimelineIndex};
 use crate::views::Analyzed;
@@ -27,6 +28,9 @@ struct Header {
     devices: Vec<DeviceHeader>,
     allocator_settings: Option<Settings>,
     annotations: Vec<Annotation>,
+    /// Absent from files written before it existed: read as none.
+    #[serde(default)]
+    capture: Option<CaptureContext>,
     warnings: Vec<String>,
     intervals: Vec<DeviceIndexHeader>,
     timelines: Vec<DeviceTimelineHeader>,
@@ -140,6 +144,7 @@ pub fn write_index<W: Write>(analyzed: &Analyzed, out: W) -> Result<W, IndexFile
         devices,
         allocator_settings: s.allocator_settings.as_ref().map(Settings::of),
         annotations: s.annotations.clone(),
+        capture: s.capture.clone(),
         warnings: s.warnings.clone(),
         intervals,
         timelines,
@@ -187,6 +192,7 @@ pub fn open_index(bytes: Bytes) -> Result<Analyzed, IndexFileError> {
         devices,
         allocator_settings: header.allocator_settings.map(Settings::settings).transpose()?,
         annotations: header.annotations,
+        capture: header.capture,
         warnings: header.warnings,
     };
     Ok(Analyzed::from_parts(snapshot, index, timeline, true))

@@ -25,6 +25,10 @@ pub struct Snapshot {
     pub allocator_settings: Option<AllocatorSettings>,
     /// `external_annotations` (record_function ranges, PyTorch 2.5+).
     pub annotations: Vec<Annotation>,
+    /// What vramscope's capture module recorded beside the snapshot
+    /// (`vramscope_capture`): NVML's view of the process at capture time
+    /// and the job's settings. `None` for snapshots taken otherwise.
+    pub capture: Option<CaptureContext>,
     /// Things the reader noticed but could not represent (unknown top-level
     /// keys, unknown trace-entry keys), each said once.
     pub warnings: Vec<String>,
@@ -182,6 +186,52 @@ pub struct HistoryEntry {
     pub real_size: u64,
     /// Stack of the allocation.
     pub stack: StackId,
+}
+
+/// What the capture module (`assets/capture/vramscope_capture`) adds to a
+/// snapshot it takes, under the top-level key `vramscope_capture`. PyTorch's
+/// own viewer ignores the key.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CaptureContext {
+    /// `torch.__version__` of the job.
+    pub torch_version: Option<String>,
+    /// `torch.cuda.get_allocator_backend()`: `native` or `cudaMallocAsync`.
+    pub backend: Option<String>,
+    /// The allocator settings the job ran with, as its environment gave them.
+    pub alloc_conf: Option<String>,
+    /// Which variable held them: `PYTORCH_ALLOC_CONF` (the current name) or
+    /// `PYTORCH_CUDA_ALLOC_CONF`.
+    pub alloc_conf_var: Option<String>,
+    /// Process id of the job's process.
+    pub pid: Option<u32>,
+    /// Per CUDA device of the process: NVML's figures at capture time.
+    pub devices: Vec<CaptureDevice>,
+}
+
+/// One device as NVML saw it when the snapshot was captured.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CaptureDevice {
+    /// CUDA device index, as the process (and the snapshot) numbers it.
+    pub device: u32,
+    /// Memory this process used on the device: the caching allocator's
+    /// reserved memory plus everything outside it (the CUDA context, NCCL
+    /// buffers, cuBLAS workspaces, other libraries).
+    pub process_used_bytes: Option<u64>,
+    /// Memory used on the device by every process and the driver.
+    pub device_used_bytes: Option<u64>,
+    /// The device's memory.
+    pub device_total_bytes: Option<u64>,
+    /// The other processes on the device and their memory.
+    pub other_processes: Vec<ProcessMemory>,
+}
+
+/// A process's memory on a device.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessMemory {
+    /// Process id.
+    pub pid: u32,
+    /// Bytes it used, when the driver says.
+    pub used_bytes: Option<u64>,
 }
 
 /// `allocator_settings`: the typed fields the analysis needs, plus every key as written.

@@ -13,8 +13,8 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use super::decompress;
 use super::frames::{EMPTY_STACK, Frame, FrameId, FrameTable, StackId, StrId, Strings};
 use super::model::{
-    AllocatorSettings, Annotation, AnnotationStage, Block, BlockState, DeviceSnapshot, FormatVersion, HistoryEntry,
-    PyValue, Segment, SegmentType, Snapshot,
+    AllocatorSettings, Annotation, AnnotationStage, Block, BlockState, CaptureContext, CaptureDevice, DeviceSnapshot,
+    FormatVersion, HistoryEntry, ProcessMemory, PyValue, Segment, SegmentType, Snapshot,
 };
 use super::trace::{Action, TraceBuilder, TraceColumns};
 use crate::error::ReadError;
@@ -109,6 +109,7 @@ words! {
     A_SEGMENT_UNMAP = "segment_unmap", A_SNAPSHOT = "snapshot", A_OOM = "oom",
     ACTIVE_ALLOCATED = "active_allocated", ACTIVE_PENDING_FREE = "active_pending_free", INACTIVE = "inactive",
     LARGE = "large", SMALL = "small", START = "START", END = "END",
+    VRAMSCOPE_CAPTURE = "vramscope_capture",
 }
 
 /// Bytes charged to the budget per trace row (the columns' width).
@@ -428,6 +429,7 @@ impl Reader {
         let mut device_rows: Vec<DeviceRows> = Vec::new();
         let mut settings = None;
         let mut annotations = Vec::new();
+        let mut capture = None;
         let mut format = if top.is_none() { FormatVersion::V1_13 } else { FormatVersion::V2_1 };
         if let Some(top) = &top {
             if let Some(traces) = get(top, DEVICE_TRACES) {
@@ -441,9 +443,15 @@ impl Reader {
                 annotations = external_annotations(heap, a)?;
                 format = FormatVersion::V2_5;
             }
+            if let Some(c) = get(top, VRAMSCOPE_CAPTURE) {
+                capture = capture_context(heap, c, &mut self.warnings);
+            }
             for (k, _) in top {
                 if let V::Str(key) = k.get()
-                    && !matches!(key, SEGMENTS | DEVICE_TRACES | ALLOCATOR_SETTINGS | EXTERNAL_ANNOTATIONS)
+                    && !matches!(
+                        key,
+                        SEGMENTS | DEVICE_TRACES | ALLOCATOR_SETTINGS | EXTERNAL_ANNOTATIONS | VRAMSCOPE_CAPTURE
+                    )
                 {
                     self.warnings.push(format!("unknown top-level key {:?} ignored", heap.str(key)));
                 }
@@ -463,6 +471,7 @@ impl Reader {
             devices,
             allocator_settings: settings,
             annotations,
+            capture,
             warnings: self.warnings,
         })
     }
@@ -742,6 +751,69 @@ fn allocator_settings(heap: &Heap, v: Value) -> Result<AllocatorSettings, ReadEr
     }
     s.raw = raw;
     Ok(s)
+}
+
+/// `vramscope_capture`, written by our capture module. Read leniently: a
+/// value of another shape is a warning, never a failed read (the snapshot
+/// itself is PyTorch's and stands without it).
+fn capture_context(heap: &Heap, v: Value, warnings: &mut Vec<String>) -> Option<CaptureContext> {
+    let value = match py_value(heap, v, "vramscope_capture") {
+        Ok(value) => value,
+        Err(e) => {
+            warnings.push(format!("vramscope_capture ignored: {e}"));
+            return None;
+        }
+    };
+    let PyValue::Dict(fields) = value else {
+        warnings.push("vramscope_capture ignored: not a dict".to_owned());
+        return None;
+    };
+    let text = |v: &PyValue| match v {
+        PyValue::Str(s) => Some(s.clone()),
+        _ => None,
+    };
+    let bytes = |v: &PyValue| match v {
+        PyValue::Int(i) => u64::try_from(*i).ok(),
+        _ => None,
+    };
+    let field = |d: &[(String, PyValue)], name: &str| d.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
+    let mut capture = CaptureContext {
+        torch_version: field(&fields, "torch_version").as_ref().and_then(text),
+        backend: field(&fields, "backend").as_ref().and_then(text),
+        alloc_conf: field(&fields, "alloc_conf").as_ref().and_then(text),
+        alloc_conf_var: field(&fields, "alloc_conf_var").as_ref().and_then(text),
+        pid: field(&fields, "pid").as_ref().and_then(bytes).and_then(|p| u32::try_from(p).ok()),
+        devices: Vec::new(),
+    };
+    if let Some(PyValue::List(devices)) = field(&fields, "devices") {
+        for d in devices {
+            let PyValue::Dict(d) = d else { continue };
+            let Some(device) = field(&d, "device").as_ref().and_then(bytes).and_then(|i| u32::try_from(i).ok()) else {
+                continue;
+            };
+            let other_processes = match field(&d, "other_processes") {
+                Some(PyValue::List(list)) => list
+                    .iter()
+                    .filter_map(|p| match p {
+                        PyValue::Dict(p) => Some(ProcessMemory {
+                            pid: field(p, "pid").as_ref().and_then(bytes).and_then(|i| u32::try_from(i).ok())?,
+                            used_bytes: field(p, "used_bytes").as_ref().and_then(bytes),
+                        }),
+                        _ => None,
+                    })
+                    .collect(),
+                _ => Vec::new(),
+            };
+            capture.devices.push(CaptureDevice {
+                device,
+                process_used_bytes: field(&d, "process_used_bytes").as_ref().and_then(bytes),
+                device_used_bytes: field(&d, "device_used_bytes").as_ref().and_then(bytes),
+                device_total_bytes: field(&d, "device_total_bytes").as_ref().and_then(bytes),
+                other_processes,
+            });
+        }
+    }
+    Some(capture)
 }
 
 fn external_annotations(heap: &Heap, v: Value) -> Result<Vec<Annotation>, ReadError> {
