@@ -53,6 +53,8 @@ pub(crate) struct AgentConfig {
     pub(crate) job: String,
     /// Where snapshots wait for the server.
     pub(crate) spool_dir: PathBuf,
+    /// Most bytes of snapshots kept waiting in the spool.
+    pub(crate) spool_max_bytes: u64,
     /// How long to keep delivering after the job ended.
     pub(crate) drain_timeout: Duration,
     /// The job's command line.
@@ -84,7 +86,13 @@ pub(crate) async fn run(config: AgentConfig) -> Result<u8> {
     let stop = Arc::new(AtomicBool::new(false));
     let accept = tokio::spawn(job::accept(listener, hub.clone(), config.job.clone(), config.spool_dir.clone()));
     let uploader = Uploader::new(&config.server, config.token.clone(), config.job.clone());
-    let uploads = tokio::spawn(upload_loop(uploader, config.spool_dir.clone(), hub.clone(), stop.clone()));
+    let uploads = tokio::spawn(upload_loop(
+        uploader,
+        config.spool_dir.clone(),
+        config.spool_max_bytes,
+        hub.clone(),
+        stop.clone(),
+    ));
     let link = uplink::Uplink {
         url: ws_url,
         token: config.token.clone(),
@@ -199,10 +207,22 @@ fn exit_code(status: std::process::ExitStatus) -> u8 {
 
 /// Uploads spooled snapshots in order, with backoff while the server fails;
 /// returns once stopped with the spool empty.
-async fn upload_loop(uploader: Uploader, dir: PathBuf, hub: Arc<Hub>, stop: Arc<AtomicBool>) {
+async fn upload_loop(uploader: Uploader, dir: PathBuf, max_bytes: u64, hub: Arc<Hub>, stop: Arc<AtomicBool>) {
     let mut backoff = Backoff::new();
     let mut warned = false;
     loop {
+        match spool::enforce_cap(&dir, max_bytes) {
+            Ok(dropped) => {
+                for d in dropped {
+                    eprintln!(
+                        "vramscope agent: the spool is over its cap (--spool-max-bytes {max_bytes}): dropped the {} \
+                         snapshot {} ({} bytes) before the server got it",
+                        d.trigger, d.file, d.bytes
+                    );
+                }
+            }
+            Err(e) => eprintln!("vramscope agent: cannot keep the spool under its cap: {e:#}"),
+        }
         // Files left by a job that died before it could tell us are found
         // by the scan as well, not only those announced on the socket.
         let entries = spool::pending(&dir).unwrap_or_default();

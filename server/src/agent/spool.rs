@@ -56,6 +56,60 @@ pub(crate) fn pending(dir: &Path) -> Result<Vec<PathBuf>> {
     Ok(entries)
 }
 
+/// A snapshot [`enforce_cap`] removed from the spool.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Dropped {
+    /// The snapshot's file name.
+    pub(crate) file: String,
+    /// Its trigger.
+    pub(crate) trigger: String,
+    /// Its size.
+    pub(crate) bytes: u64,
+}
+
+/// The order snapshots are dropped in when the spool is over its cap: a
+/// threshold snapshot (a warning) before a manual one, and an OOM snapshot
+/// (the post-mortem) last; oldest first within each.
+fn drop_rank(trigger: &str) -> u8 {
+    match trigger {
+        "threshold" => 0,
+        "oom" => 2,
+        _ => 1,
+    }
+}
+
+/// Keeps the snapshots waiting in the spool within `max_bytes`: while they
+/// add up to more, drops one (both files) in [`drop_rank`] order. The
+/// newest snapshot is never dropped, so a single one larger than the cap
+/// still reaches the server. Returns what was dropped.
+pub(crate) fn enforce_cap(dir: &Path, max_bytes: u64) -> Result<Vec<Dropped>> {
+    let mut waiting: Vec<(PathBuf, ManifestEntry, u64)> = Vec::new();
+    for manifest in pending(dir)? {
+        let Ok(entry) = read_entry(&manifest) else { continue };
+        let size = std::fs::metadata(dir.join(&entry.file)).map_or(0, |m| m.len());
+        waiting.push((manifest, entry, size));
+    }
+    let mut total: u64 = waiting.iter().map(|(_, _, size)| size).sum();
+    let Some(newest) = waiting.pop() else { return Ok(Vec::new()) };
+    // Stable: oldest first within a rank.
+    waiting.sort_by_key(|(_, entry, _)| drop_rank(&entry.trigger));
+    let mut dropped = Vec::new();
+    for (manifest, entry, size) in waiting {
+        if total <= max_bytes {
+            break;
+        }
+        if entry.file.contains('/') || entry.file.starts_with('.') {
+            continue;
+        }
+        std::fs::remove_file(&manifest).with_context(|| format!("cannot remove {}", manifest.display()))?;
+        let _ = std::fs::remove_file(dir.join(&entry.file));
+        total = total.saturating_sub(size);
+        dropped.push(Dropped { file: entry.file, trigger: entry.trigger, bytes: size });
+    }
+    drop(newest);
+    Ok(dropped)
+}
+
 /// Reads a manifest entry.
 pub(crate) fn read_entry(path: &Path) -> Result<ManifestEntry> {
     let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
@@ -316,6 +370,40 @@ mod tests {
         save_telemetry(&dir, std::slice::from_ref(&labels), &[sample.clone(), sample.clone()]).expect("save");
         assert_eq!(take_saved_telemetry(&dir), (vec![labels], vec![sample.clone(), sample]));
         assert!(take_saved_telemetry(&dir).1.is_empty(), "taken files are removed");
+    }
+
+    /// A spooled snapshot of `bytes` bytes.
+    fn spool(dir: &Path, stem: &str, trigger: &str, bytes: usize) {
+        std::fs::write(dir.join(format!("{stem}.pickle")), vec![0u8; bytes]).expect("pickle");
+        let entry = serde_json::json!({ "file": format!("{stem}.pickle"), "trigger": trigger });
+        std::fs::write(dir.join(format!("{stem}.json")), entry.to_string()).expect("manifest");
+    }
+
+    #[test]
+    fn over_its_cap_the_spool_drops_threshold_snapshots_first_and_oom_last() {
+        let dir = temp_dir("cap");
+        spool(&dir, "0000000000001-h-1-0001", "oom", 400);
+        spool(&dir, "0000000000002-h-1-0002", "threshold", 300);
+        spool(&dir, "0000000000003-h-1-0003", "manual", 300);
+        spool(&dir, "0000000000004-h-1-0004", "threshold", 300);
+        spool(&dir, "0000000000005-h-1-0005", "oom", 500);
+        // 1800 bytes waiting, 1000 allowed: both threshold snapshots go, then
+        // the manual one; the old OOM snapshot stays.
+        let dropped = enforce_cap(&dir, 1000).expect("cap");
+        let files: Vec<&str> = dropped.iter().map(|d| d.file.as_str()).collect();
+        assert_eq!(
+            files,
+            ["0000000000002-h-1-0002.pickle", "0000000000004-h-1-0004.pickle", "0000000000003-h-1-0003.pickle"]
+        );
+        let left: Vec<String> =
+            pending(&dir).expect("pending").iter().map(|p| read_entry(p).expect("entry").file).collect();
+        assert_eq!(left, ["0000000000001-h-1-0001.pickle", "0000000000005-h-1-0005.pickle"]);
+        assert!(!dir.join("0000000000002-h-1-0002.pickle").exists(), "the data file goes with its entry");
+        // Under the cap nothing more goes; a lone snapshot above it stays.
+        assert!(enforce_cap(&dir, 1000).expect("cap").is_empty());
+        let lone = temp_dir("cap-lone");
+        spool(&lone, "0000000000001-h-1-0001", "threshold", 5000);
+        assert!(enforce_cap(&lone, 1000).expect("cap").is_empty());
     }
 
     #[test]

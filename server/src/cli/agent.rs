@@ -37,6 +37,11 @@ pub(crate) struct AgentArgs {
     /// ~/.cache/vramscope/spool).
     #[arg(long, env = "VRAMSCOPE_SPOOL_DIR")]
     spool_dir: Option<PathBuf>,
+    /// Most bytes of snapshots kept waiting in the spool (e.g. 20GiB). Over
+    /// it, the oldest threshold snapshots are dropped first and OOM snapshots
+    /// last, each said on stderr; the newest is always kept.
+    #[arg(long, default_value = "20GiB", value_parser = parse_bytes)]
+    spool_max_bytes: u64,
     /// After the job ends, how long to keep trying to deliver what is left
     /// before leaving it in the spool for the next run.
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
@@ -44,6 +49,10 @@ pub(crate) struct AgentArgs {
     /// The job's command line, after `--`.
     #[arg(last = true, required = true, num_args = 1..)]
     command: Vec<OsString>,
+}
+
+fn parse_bytes(text: &str) -> Result<u64, String> {
+    vramscope_shared::simulate::parse_size(text).map_err(|e| format!("{e} (e.g. 20GiB)"))
 }
 
 fn parse_fraction(text: &str) -> Result<f64, String> {
@@ -66,6 +75,7 @@ pub(crate) fn run(args: AgentArgs) -> ExitCode {
         max_dumps_per_hour: args.max_dumps_per_hour,
         job,
         spool_dir: args.spool_dir.unwrap_or_else(default_spool_dir),
+        spool_max_bytes: args.spool_max_bytes,
         drain_timeout: args.drain_timeout,
         command: args.command,
     };
