@@ -13,7 +13,7 @@ use wasm_bindgen::JsCast;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
 
-use crate::model::{ErrorBody, Frame, Page, SnapshotMeta, StatsReport, TimelineWindow, UploadAnswer};
+use crate::core::model::{ErrorBody, Frame, Page, SnapshotMeta, StatsReport, TimelineWindow, UploadAnswer};
 
 /// Where the API token is kept in the browser (`localStorage`), for servers
 /// that require one (any server not on loopback).
@@ -163,9 +163,9 @@ pub(crate) struct TimelineQuery {
     /// CUDA device.
     pub(crate) device: u32,
     /// x axis; `None` lets the server choose (time when the trace has times).
-    pub(crate) axis: Option<crate::model::Axis>,
+    pub(crate) axis: Option<crate::core::model::Axis>,
     /// `[start, end)`; `None` for the whole trace.
-    pub(crate) window: Option<crate::viewport::Window>,
+    pub(crate) window: Option<crate::core::viewport::Window>,
     /// Buckets: the plot's width in pixels.
     pub(crate) px: u32,
     /// Most allocations to list.
@@ -187,8 +187,8 @@ pub(crate) async fn timeline(id: &str, q: TimelineQuery) -> Result<TimelineWindo
     );
     if let Some(axis) = q.axis {
         url.push_str(match axis {
-            crate::model::Axis::Time => "&axis=time",
-            crate::model::Axis::Event => "&axis=event",
+            crate::core::model::Axis::Time => "&axis=time",
+            crate::core::model::Axis::Event => "&axis=event",
         });
     }
     if let Some(w) = q.window {
@@ -208,10 +208,14 @@ pub(crate) async fn view<T: DeserializeOwned>(what: &str, id: &str, route: &str,
 }
 
 /// `device=…&axis=…&start=…&end=…` for the views over a window.
-pub(crate) fn window_query(device: u32, axis: crate::model::Axis, window: Option<crate::viewport::Window>) -> String {
+pub(crate) fn window_query(
+    device: u32,
+    axis: crate::core::model::Axis,
+    window: Option<crate::core::viewport::Window>,
+) -> String {
     let axis = match axis {
-        crate::model::Axis::Time => "time",
-        crate::model::Axis::Event => "event",
+        crate::core::model::Axis::Time => "time",
+        crate::core::model::Axis::Event => "event",
     };
     let mut q = format!("device={device}&axis={axis}");
     if let Some(w) = window {
@@ -224,11 +228,11 @@ pub(crate) fn window_query(device: u32, axis: crate::model::Axis, window: Option
 pub(crate) async fn state(
     id: &str,
     device: u32,
-    at: crate::model::Instant,
-) -> Result<crate::model::AllocatorState, ApiError> {
+    at: crate::core::model::Instant,
+) -> Result<crate::core::model::AllocatorState, ApiError> {
     let query = match at {
-        crate::model::Instant::Row(r) => format!("device={device}&at={r}"),
-        crate::model::Instant::X(axis, x) => format!("{}&x={x}", window_query(device, axis, None)),
+        crate::core::model::Instant::Row(r) => format!("device={device}&at={r}"),
+        crate::core::model::Instant::X(axis, x) => format!("{}&x={x}", window_query(device, axis, None)),
     };
     view("loading the allocator state", id, "state", &query).await
 }
@@ -238,7 +242,7 @@ pub(crate) async fn segments(
     id: &str,
     window_query: &str,
     columns: u32,
-) -> Result<crate::model::SegmentsAnswer, ApiError> {
+) -> Result<crate::core::model::SegmentsAnswer, ApiError> {
     view("loading the segment timeline", id, "segments", &format!("{window_query}&columns={columns}")).await
 }
 
@@ -247,29 +251,32 @@ pub(crate) async fn fragmentation(
     id: &str,
     window_query: &str,
     columns: u32,
-) -> Result<crate::model::FragmentationAnswer, ApiError> {
+) -> Result<crate::core::model::FragmentationAnswer, ApiError> {
     view("loading the fragmentation figures", id, "fragmentation", &format!("{window_query}&columns={columns}")).await
 }
 
 /// The `record_function` ranges overlapping a window.
-pub(crate) async fn annotations(id: &str, window_query: &str) -> Result<crate::model::AnnotationsAnswer, ApiError> {
+pub(crate) async fn annotations(
+    id: &str,
+    window_query: &str,
+) -> Result<crate::core::model::AnnotationsAnswer, ApiError> {
     view("loading the annotations", id, "annotations", window_query).await
 }
 
 /// Allocations matching an address, a size or frame text.
-pub(crate) async fn search(id: &str, device: u32, q: &str) -> Result<crate::model::SearchAnswer, ApiError> {
+pub(crate) async fn search(id: &str, device: u32, q: &str) -> Result<crate::core::model::SearchAnswer, ApiError> {
     view("searching", id, "search", &format!("device={device}&q={}&limit=500", encode(q))).await
 }
 
 /// One trace entry's fields.
-pub(crate) async fn entry(id: &str, device: u32, row: u32) -> Result<crate::model::EntryAnswer, ApiError> {
+pub(crate) async fn entry(id: &str, device: u32, row: u32) -> Result<crate::core::model::EntryAnswer, ApiError> {
     view("loading the trace entry", id, "entry", &format!("device={device}&row={row}")).await
 }
 
 /// The review comments of a snapshot, for their markers; none where the
 /// server has no comments (an older server answers 404).
-pub(crate) async fn comment_marks(id: &str) -> Vec<crate::model::CommentMark> {
-    view::<Vec<crate::model::CommentMark>>("loading the comments", id, "comments", "").await.unwrap_or_default()
+pub(crate) async fn comment_marks(id: &str) -> Vec<crate::core::model::CommentMark> {
+    view::<Vec<crate::core::model::CommentMark>>("loading the comments", id, "comments", "").await.unwrap_or_default()
 }
 
 /// The frames of a stack, innermost first.

@@ -10,7 +10,7 @@ use std::rc::Rc;
 use wasm_bindgen::JsCast;
 use web_sys::{CanvasRenderingContext2d, Element, HtmlCanvasElement};
 
-use crate::viewport::Window;
+use crate::core::viewport::Window;
 
 /// `window.devicePixelRatio`, at least 1.
 pub(crate) fn ratio() -> f64 {
@@ -202,28 +202,4 @@ pub(crate) fn x_px(view: Window, left: f64, width: f64, x: f64) -> f64 {
 /// The x under a pixel of that plot area.
 pub(crate) fn x_at(view: Window, left: f64, width: f64, px: f64) -> i64 {
     (view.start as f64 + (px - left) / width.max(1.0) * view.width() as f64).floor() as i64
-}
-
-/// Colours shared by the canvases and the CSS legend.
-pub(crate) mod colour {
-    /// Requested bytes of allocated blocks.
-    pub(crate) const ALLOCATED: &str = "#0969da";
-    /// Rounding waste.
-    pub(crate) const WASTE: &str = "#cf222e";
-    /// Pending frees.
-    pub(crate) const PENDING: &str = "#db6d28";
-    /// Free blocks.
-    pub(crate) const INACTIVE: &str = "#d0d7de";
-    /// The largest free block.
-    pub(crate) const LARGEST_FREE: &str = "#1a7f37";
-    /// Reserved bytes.
-    pub(crate) const RESERVED: &str = "#57606a";
-    /// The cursor.
-    pub(crate) const CURSOR: &str = "#1f2328";
-    /// Search matches.
-    pub(crate) const MATCH: &str = "#bf8700";
-    /// Comment markers.
-    pub(crate) const COMMENT: &str = "#8250df";
-    /// Text.
-    pub(crate) const LABEL: &str = "#57606a";
 }

@@ -3,15 +3,15 @@
 //! markers, search matches), the segment timeline, and below them the
 //! allocator state at the cursor or the fragmentation panel, with search.
 //! The state they share lives in [`Shared`]; the URL mirrors it
-//! ([`crate::permalink`]) so a link opens the same view.
+//! ([`crate::core::permalink`]) so a link opens the same view.
 
 use leptos::prelude::*;
 use leptos::task::spawn_local;
 
 use crate::api;
-use crate::model::{AllocatorState, Axis, Instant, SearchAnswer};
-use crate::permalink::{self, PageState, Selected, Tab};
-use crate::viewport::{ByteRange, Window};
+use crate::core::model::{AllocatorState, Axis, Instant, SearchAnswer};
+use crate::core::permalink::{self, PageState, Selected, Tab};
+use crate::core::viewport::{ByteRange, Window};
 
 /// What the views of a device share.
 #[derive(Clone, Copy)]

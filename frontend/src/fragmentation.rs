@@ -11,16 +11,17 @@ use leptos::task::spawn_local;
 use web_sys::CanvasRenderingContext2d;
 
 use crate::api;
-use crate::canvas::{self, colour};
+use crate::canvas;
+use crate::core::format;
+use crate::core::model::{FragmentationAnswer, Instant, SettingsView};
+use crate::core::palette;
+use crate::core::viewport::Window;
 use crate::draws;
 use crate::explorer::Shared;
-use crate::format;
 use crate::frame;
-use crate::model::{FragmentationAnswer, Instant, SettingsView};
-use crate::viewport::Window;
 
 /// Picks one figure of a column.
-type Pick = fn(&crate::model::Figures) -> u64;
+type Pick = fn(&crate::core::model::Figures) -> u64;
 
 /// Height of the chart.
 const HEIGHT: f64 = 190.0;
@@ -97,10 +98,17 @@ pub(crate) fn FragmentationPanel(shared: Shared) -> impl IntoView {
                     return;
                 };
                 if let Some(x) = shared.cursor_x().filter(|&x| x >= v.start && x < v.end) {
-                    canvas::vline(&ctx, colour::CURSOR, canvas::x_px(v, left, width, x as f64), 0.0, HEIGHT, 1.0);
+                    canvas::vline(
+                        &ctx,
+                        palette::CURSOR.css(),
+                        canvas::x_px(v, left, width, x as f64),
+                        0.0,
+                        HEIGHT,
+                        1.0,
+                    );
                 }
-                canvas::text(&ctx, colour::LABEL, &format::bytes(top as u64), 4.0, 24.0);
-                canvas::text(&ctx, colour::LABEL, "0", 4.0, HEIGHT - 4.0);
+                canvas::text(&ctx, palette::LABEL.css(), &format::bytes(top as u64), 4.0, 24.0);
+                canvas::text(&ctx, palette::LABEL.css(), "0", 4.0, HEIGHT - 4.0);
                 draws::record("fragmentation", started);
             });
         }
@@ -216,10 +224,10 @@ fn draw_curves(
     let y = |b: u64| HEIGHT - 4.0 - b as f64 / top * (HEIGHT - 24.0);
     canvas::clip_plot(ctx, left, width, HEIGHT);
     let series: [(&str, Pick); 4] = [
-        (colour::RESERVED, |f| f.reserved),
-        (colour::ALLOCATED, |f| f.allocated),
-        (colour::PENDING, |f| f.inactive_split),
-        (colour::WASTE, |f| f.waste),
+        (palette::RESERVED.css(), |f| f.reserved),
+        (palette::ALLOCATED.css(), |f| f.allocated),
+        (palette::PENDING.css(), |f| f.inactive_split),
+        (palette::WASTE.css(), |f| f.waste),
     ];
     for (col, value) in series {
         ctx.begin_path();

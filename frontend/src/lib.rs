@@ -17,20 +17,13 @@
 //! (`api`, the server's; `local`, the worker that answers for a file opened
 //! without uploading it).
 
-pub mod blocks;
-pub mod brush;
-pub mod format;
-pub mod frames;
-pub mod hidpi;
+pub mod core;
 pub mod job;
-pub mod layout;
-pub mod model;
-pub mod permalink;
-pub mod plot;
-#[cfg(test)]
-mod recorder;
 pub mod review;
-pub mod viewport;
+
+// The report command (`server/src/cli/report.rs`) draws its chart with the
+// dashboard's own plotting code, under these paths.
+pub use crate::core::{layout, plot, viewport};
 
 // leptos's `#[component]` gives each component a `pub` props struct, which
 // `unreachable_pub` flags in these crate-private modules.

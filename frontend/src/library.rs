@@ -15,9 +15,9 @@ use web_sys::{DragEvent, File, FileList, HtmlInputElement};
 
 use crate::api::{self, ListQuery};
 use crate::app::{Notice, NoticeBar};
-use crate::format;
+use crate::core::format;
+use crate::core::model::SnapshotMeta;
 use crate::local::{self, OpenProgress};
-use crate::model::SnapshotMeta;
 
 /// How long the filters wait for typing to pause before asking the server.
 const FILTER_DEBOUNCE: Duration = Duration::from_millis(250);

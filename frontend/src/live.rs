@@ -16,135 +16,10 @@
 
 use plotters::coord::Shift;
 use plotters::prelude::*;
-use serde::Deserialize;
 
-use crate::format;
-
-/// One telemetry point, as `GET /api/v1/live/{source}` sends it.
-#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
-pub(crate) struct Sample {
-    /// Milliseconds since the Unix epoch.
-    pub(crate) t_ms: i64,
-    /// CUDA device index.
-    pub(crate) device: i64,
-    /// Allocated through PyTorch.
-    pub(crate) allocated: Option<i64>,
-    /// Reserved by PyTorch's allocator.
-    pub(crate) reserved: Option<i64>,
-    /// What the process may use.
-    pub(crate) capacity: Option<i64>,
-    /// The device's total memory.
-    pub(crate) device_total: Option<i64>,
-    /// NVML: used by this process (context, NCCL and allocator).
-    pub(crate) nvml_process_used: Option<i64>,
-    /// NVML: used on the device by everyone.
-    pub(crate) nvml_used: Option<i64>,
-}
-
-impl Sample {
-    /// Share of reserved memory not allocated, in percent.
-    pub(crate) fn fragmentation_pct(&self) -> Option<f64> {
-        match (self.allocated, self.reserved) {
-            (Some(a), Some(r)) if r > 0 => Some(100.0 * (r - a).max(0) as f64 / r as f64),
-            _ => None,
-        }
-    }
-}
-
-/// A snapshot of the source: a marker on the charts.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
-pub(crate) struct Marker {
-    /// Snapshot id.
-    pub(crate) id: String,
-    /// Its name.
-    pub(crate) name: String,
-    /// `manual`, `threshold` or `oom`.
-    pub(crate) trigger: String,
-    /// When it reached the server.
-    pub(crate) uploaded_at_ms: i64,
-}
-
-/// A process that streamed telemetry.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
-pub(crate) struct Source {
-    /// Its key (`{job}--{host}--rank{N}`).
-    pub(crate) source: String,
-    /// Job.
-    pub(crate) job: String,
-    /// Host.
-    pub(crate) host: String,
-    /// Global rank.
-    pub(crate) rank: Option<i64>,
-    /// Rank on the host.
-    pub(crate) local_rank: Option<i64>,
-    /// Ranks in the job.
-    pub(crate) world_size: Option<i64>,
-    /// Process id.
-    pub(crate) pid: i64,
-    /// First sample.
-    pub(crate) first_ms: i64,
-    /// Latest sample.
-    pub(crate) last_ms: i64,
-    /// An agent serving it is connected.
-    pub(crate) connected: bool,
-}
-
-/// One process on a device, as NVML sees it.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
-pub(crate) struct NvmlProcess {
-    /// Process id.
-    pub(crate) pid: u32,
-    /// Bytes used.
-    pub(crate) used: Option<i64>,
-}
-
-/// One device of a host, as NVML sees it.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
-pub(crate) struct NvmlDevice {
-    /// NVML index.
-    pub(crate) index: u32,
-    /// Product name.
-    pub(crate) name: String,
-    /// Total memory.
-    pub(crate) total: i64,
-    /// Used.
-    pub(crate) used: i64,
-    /// Compute processes.
-    pub(crate) processes: Vec<NvmlProcess>,
-}
-
-/// A connected agent's host.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
-pub(crate) struct Host {
-    /// Host name.
-    pub(crate) host: String,
-    /// Job the agent runs.
-    pub(crate) job: String,
-    /// Its devices.
-    pub(crate) devices: Vec<NvmlDevice>,
-}
-
-/// `GET /api/v1/live`.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
-pub(crate) struct LiveList {
-    /// Every source, most recent first.
-    pub(crate) sources: Vec<Source>,
-    /// Connected agents' hosts.
-    pub(crate) hosts: Vec<Host>,
-}
-
-/// `GET /api/v1/live/{source}`.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
-pub(crate) struct LiveRead {
-    /// The source.
-    pub(crate) source: Source,
-    /// Samples after `since_ms`, oldest first.
-    pub(crate) samples: Vec<Sample>,
-    /// Its snapshots.
-    pub(crate) snapshots: Vec<Marker>,
-    /// NVML's view of its host.
-    pub(crate) devices: Vec<NvmlDevice>,
-}
+use crate::core::format;
+use crate::core::model::live::{Marker, Sample};
+use crate::core::palette;
 
 /// Samples kept in the page: about five hours at one a second.
 pub(crate) const KEEP: usize = 20_000;
@@ -160,13 +35,13 @@ pub(crate) fn merge(samples: &mut Vec<Sample>, new: Vec<Sample>) {
     }
 }
 
-/// Memory chart colours.
-const ALLOCATED: RGBColor = RGBColor(9, 105, 218);
-const RESERVED: RGBColor = RGBColor(87, 96, 106);
-const NVML: RGBColor = RGBColor(26, 127, 55);
-const CAPACITY: RGBColor = RGBColor(207, 34, 46);
-const FRAGMENTATION: RGBColor = RGBColor(219, 109, 40);
-const MARKER: RGBColor = RGBColor(130, 80, 223);
+// The palette's colours in plotters' form (`palette` defines them).
+const ALLOCATED: RGBColor = palette::ALLOCATED.rgb();
+const RESERVED: RGBColor = palette::RESERVED.rgb();
+const NVML: RGBColor = palette::NVML.rgb();
+const CAPACITY: RGBColor = palette::CAPACITY.rgb();
+const FRAGMENTATION: RGBColor = palette::FRAGMENTATION.rgb();
+const MARKER: RGBColor = palette::SNAPSHOT_MARKER.rgb();
 
 /// Which chart to draw.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -278,8 +153,10 @@ mod page {
     use plotters::prelude::IntoDrawingArea;
     use plotters_canvas::CanvasBackend;
 
-    use super::{Chart, LiveList, LiveRead, Marker, Sample, draw, merge, summary};
-    use crate::{api, format};
+    use super::{Chart, draw, merge, summary};
+    use crate::api;
+    use crate::core::format;
+    use crate::core::model::live::{LiveList, LiveRead, Marker, NvmlDevice, Sample};
 
     /// How often the page asks for new samples.
     const POLL: Duration = Duration::from_secs(2);
@@ -357,7 +234,7 @@ mod page {
     }
 
     #[component]
-    fn NvmlTable(devices: Vec<super::NvmlDevice>) -> impl IntoView {
+    fn NvmlTable(devices: Vec<NvmlDevice>) -> impl IntoView {
         view! {
             <table class="nvml">
                 <thead><tr><th>"device"</th><th>"used / total"</th><th>"processes (pid: used)"</th></tr></thead>
@@ -509,9 +386,8 @@ mod page {
 
 #[cfg(test)]
 mod tests {
-    use plotters_backend::{BackendColor, BackendCoord, BackendStyle, BackendTextStyle, DrawingErrorKind};
-
     use super::*;
+    use crate::core::recorder::Recorder;
 
     fn sample(t_ms: i64, allocated: i64, reserved: i64) -> Sample {
         Sample {
@@ -550,52 +426,16 @@ mod tests {
         assert_eq!(fragmentation[0].2, vec![(-2.0, 50.0), (0.0, 0.0)]);
     }
 
-    /// Records the colour and length of each path drawn, into a log the
-    /// test keeps a handle to.
-    struct Paths(std::rc::Rc<std::cell::RefCell<Vec<(RGBColor, usize)>>>);
-
-    impl DrawingBackend for Paths {
-        type ErrorType = std::convert::Infallible;
-        fn get_size(&self) -> (u32, u32) {
-            (800, 260)
-        }
-        fn ensure_prepared(&mut self) -> Result<(), DrawingErrorKind<Self::ErrorType>> {
-            Ok(())
-        }
-        fn present(&mut self) -> Result<(), DrawingErrorKind<Self::ErrorType>> {
-            Ok(())
-        }
-        fn draw_pixel(&mut self, _: BackendCoord, _: BackendColor) -> Result<(), DrawingErrorKind<Self::ErrorType>> {
-            Ok(())
-        }
-        fn draw_path<S: BackendStyle, I: IntoIterator<Item = BackendCoord>>(
-            &mut self,
-            path: I,
-            style: &S,
-        ) -> Result<(), DrawingErrorKind<Self::ErrorType>> {
-            let c = style.color().rgb;
-            self.0.borrow_mut().push((RGBColor(c.0, c.1, c.2), path.into_iter().count()));
-            Ok(())
-        }
-        fn draw_text<T: BackendTextStyle>(
-            &mut self,
-            _: &str,
-            _: &T,
-            _: BackendCoord,
-        ) -> Result<(), DrawingErrorKind<Self::ErrorType>> {
-            Ok(())
-        }
-    }
-
     #[test]
     fn charts_draw_each_line_and_the_snapshot_markers() {
         let samples: Vec<Sample> = (0..50).map(|i| sample(i * 1000, i << 20, 64 << 20)).collect();
         let marker =
             |t| Marker { id: "x".to_owned(), name: "n".to_owned(), trigger: "threshold".to_owned(), uploaded_at_ms: t };
-        let log = std::rc::Rc::default();
-        let root = Paths(std::rc::Rc::clone(&log)).into_drawing_area();
-        draw(&root, Chart::Memory, &samples, &[marker(25_000), marker(99_000)]).expect("memory chart");
-        let drawn = log.borrow().clone();
+        let (recorder, log) = Recorder::new((800, 260));
+        draw(&recorder.into_drawing_area(), Chart::Memory, &samples, &[marker(25_000), marker(99_000)])
+            .expect("memory chart");
+        // Each path drawn: its colour and its number of points.
+        let drawn: Vec<(RGBColor, usize)> = log.borrow().paths.iter().map(|(c, p, _)| (*c, p.len())).collect();
         // One marker inside the window (the other is after the newest sample).
         assert_eq!(drawn.iter().filter(|(c, n)| *c == MARKER && *n == 2).count(), 1);
         for colour in [RESERVED, ALLOCATED, CAPACITY] {

@@ -8,15 +8,14 @@ use leptos::task::spawn_local;
 use web_sys::MouseEvent;
 
 use crate::api::{self, TimelineQuery};
-use crate::brush;
-use crate::canvas::{self, colour};
+use crate::canvas;
+use crate::core::brush;
+use crate::core::model::TimelineWindow;
+use crate::core::palette;
+use crate::core::viewport::Window;
 use crate::draws;
 use crate::explorer::Shared;
-use crate::model::TimelineWindow;
-use crate::viewport::Window;
 
-/// Outline of the brush.
-const BRUSH: &str = "#0550ae";
 /// Height of the minimap.
 const HEIGHT: f64 = 44.0;
 
@@ -73,12 +72,12 @@ pub(crate) fn Minimap(shared: Shared) -> impl IntoView {
         let started = draws::now();
         let css_w = f64::from(wrap.client_width()).max(320.0);
         let Some(ctx) = canvas::context(&canvas, css_w, HEIGHT) else { return };
-        canvas::fill(&ctx, "#f6f8fa", left, 0.0, width, HEIGHT);
+        canvas::fill(&ctx, palette::MINIMAP_BACKGROUND.css(), left, 0.0, width, HEIGHT);
         whole.with(|w| {
             let Some(w) = w else { return };
             let top = w.buckets.iter().map(|b| b.reserved.max.max(b.active.max)).max().unwrap_or(1).max(1) as f64;
             let y = |b: u64| HEIGHT - 2.0 - b as f64 / top * (HEIGHT - 6.0);
-            for (curve, col, fill) in [(0usize, colour::RESERVED, true), (1, colour::ALLOCATED, false)] {
+            for (curve, col, fill) in [(0usize, palette::RESERVED.css(), true), (1, palette::ALLOCATED.css(), false)] {
                 ctx.begin_path();
                 ctx.move_to(left, HEIGHT);
                 for b in &w.buckets {
@@ -105,11 +104,11 @@ pub(crate) fn Minimap(shared: Shared) -> impl IntoView {
         let (l, r) = ((left + l).round(), (left + r).round());
         ctx.set_fill_style_str("rgba(9,105,218,0.15)");
         ctx.fill_rect(l, 0.0, r - l, HEIGHT);
-        ctx.set_stroke_style_str(BRUSH);
+        ctx.set_stroke_style_str(palette::BRUSH.css());
         ctx.set_line_width(2.0);
         ctx.stroke_rect(l + 1.0, 1.0, (r - l - 2.0).max(1.0), HEIGHT - 2.0);
         if let Some(x) = shared.cursor_x() {
-            canvas::vline(&ctx, colour::CURSOR, canvas::x_px(extent, left, width, x as f64), 0.0, HEIGHT, 1.0);
+            canvas::vline(&ctx, palette::CURSOR.css(), canvas::x_px(extent, left, width, x as f64), 0.0, HEIGHT, 1.0);
         }
         draws::record("minimap", started);
     });

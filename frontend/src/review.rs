@@ -5,38 +5,15 @@
 //!
 //! The moment of a new comment is the page's own: the snapshot page keeps
 //! its view in the URL (`row=` for the instant under the cursor, `sel=` for
-//! the selected allocation; see [`crate::permalink`]), and the thread reads
+//! the selected allocation; see [`crate::core::permalink`]), and the thread reads
 //! it when the comment is posted. A comment with a moment links back to the
 //! permalink of that moment.
 //!
 //! The JSON shapes and links are plain functions, tested natively; the
 //! component and its HTTP calls exist on wasm32 only.
 
-use serde::Deserialize;
-
-use crate::permalink::{self, PageState, Selected};
-
-/// One comment, as `GET /api/v1/snapshots/{id}/comments` lists it.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
-pub struct Comment {
-    /// Public id.
-    pub id: String,
-    /// The name of the token that wrote it.
-    pub author: String,
-    /// The text.
-    pub body: String,
-    /// When, ms since the Unix epoch.
-    pub created_ms: i64,
-    /// Trace row of the moment it is about.
-    #[serde(default)]
-    pub row: Option<u32>,
-    /// Time of that moment (µs), when the writer gave one.
-    #[serde(default)]
-    pub time_us: Option<i64>,
-    /// Address of the allocation it is about.
-    #[serde(default)]
-    pub addr: Option<u64>,
-}
+use crate::core::model::review::Comment;
+use crate::core::permalink::{self, PageState, Selected};
 
 /// The moment and allocation a new comment refers to, read from the
 /// snapshot page's query string: its cursor row and selected allocation.
@@ -73,11 +50,13 @@ pub fn moment_link(snapshot_id: &str, comment: &Comment) -> Option<String> {
 
 /// What a comment is about, in words: `at row 1,200 · 0x7f3a00000200`.
 pub fn moment_label(row: Option<u32>, addr: Option<u64>) -> Option<String> {
-    let parts: Vec<String> =
-        [row.map(|r| format!("at row {}", crate::format::grouped(u64::from(r)))), addr.map(crate::format::hex)]
-            .into_iter()
-            .flatten()
-            .collect();
+    let parts: Vec<String> = [
+        row.map(|r| format!("at row {}", crate::core::format::grouped(u64::from(r)))),
+        addr.map(crate::core::format::hex),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
     (!parts.is_empty()).then(|| parts.join(" · "))
 }
 
@@ -93,9 +72,10 @@ mod component {
     use leptos::task::spawn_local;
     use serde::de::DeserializeOwned;
 
-    use super::{Comment, moment_label, moment_link, moment_of_query, post_body};
+    use super::{moment_label, moment_link, moment_of_query, post_body};
     use crate::api;
-    use crate::model::ErrorBody;
+    use crate::core::model::ErrorBody;
+    use crate::core::model::review::Comment;
 
     /// Sends a request with the stored token; the answer's text, or a
     /// sentence saying what went wrong (the server's own when it sent one).

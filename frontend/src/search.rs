@@ -10,11 +10,11 @@ use leptos::task::spawn_local;
 use web_sys::KeyboardEvent;
 
 use crate::api;
+use crate::core::format;
+use crate::core::model::{Axis, Instant, SearchKind, SearchMatch};
+use crate::core::permalink::Selected;
+use crate::core::viewport::Window;
 use crate::explorer::Shared;
-use crate::format;
-use crate::model::{Axis, Instant, SearchKind, SearchMatch};
-use crate::permalink::Selected;
-use crate::viewport::Window;
 
 /// Matches listed under the box.
 const LISTED: usize = 12;

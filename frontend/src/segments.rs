@@ -13,14 +13,15 @@ use leptos::task::spawn_local;
 use web_sys::{CanvasRenderingContext2d, MouseEvent};
 
 use crate::api;
-use crate::blocks::{self, Fill};
-use crate::canvas::{self, colour};
+use crate::canvas;
+use crate::core::blocks;
+use crate::core::format;
+use crate::core::model::{Instant, SegmentsAnswer};
+use crate::core::palette;
+use crate::core::viewport::Window;
 use crate::draws;
 use crate::explorer::Shared;
-use crate::format;
 use crate::frame;
-use crate::model::{Instant, SegmentsAnswer};
-use crate::viewport::Window;
 
 /// Height of the canvas.
 const HEIGHT: f64 = 170.0;
@@ -30,16 +31,6 @@ const PLOT_TOP: f64 = 14.0;
 const PX_PER_COLUMN: f64 = 3.0;
 /// How long the window must settle before new columns are asked for.
 const DEBOUNCE: Duration = Duration::from_millis(200);
-
-pub(crate) fn fill_colour(fill: Fill) -> &'static str {
-    match fill {
-        Fill::Allocated => colour::ALLOCATED,
-        Fill::Waste => colour::WASTE,
-        Fill::PendingFree => colour::PENDING,
-        Fill::Inactive => colour::INACTIVE,
-        Fill::LargestFree => colour::LARGEST_FREE,
-    }
-}
 
 /// The segment timeline of the device of `shared`.
 #[component]
@@ -118,10 +109,17 @@ pub(crate) fn SegmentTimeline(shared: Shared) -> impl IntoView {
                 let Some((ctx, image_view)) = kept.paint(&canvas, v, plot, css_w, HEIGHT, draw) else { return };
                 drawn_view.set_value(Some(image_view));
                 if let Some(x) = shared.cursor_x().filter(|&x| x >= v.start && x < v.end) {
-                    canvas::vline(&ctx, colour::CURSOR, canvas::x_px(v, left, width, x as f64), 0.0, HEIGHT, 1.0);
+                    canvas::vline(
+                        &ctx,
+                        palette::CURSOR.css(),
+                        canvas::x_px(v, left, width, x as f64),
+                        0.0,
+                        HEIGHT,
+                        1.0,
+                    );
                 }
-                canvas::text(&ctx, colour::LABEL, &format!("{} peak", format::bytes(d.max_reserved)), 4.0, 24.0);
-                canvas::text(&ctx, colour::LABEL, &format!("{} segments", d.segments.len()), 4.0, 38.0);
+                canvas::text(&ctx, palette::LABEL.css(), &format!("{} peak", format::bytes(d.max_reserved)), 4.0, 24.0);
+                canvas::text(&ctx, palette::LABEL.css(), &format!("{} segments", d.segments.len()), 4.0, 38.0);
                 draws::record("segments", started);
             });
         }
@@ -225,7 +223,7 @@ fn placement(d: &SegmentsAnswer, view: Window, (left, width): (f64, f64)) -> (f6
 fn draw_columns(ctx: &CanvasRenderingContext2d, d: &SegmentsAnswer, view: Window, (left, width): (f64, f64)) {
     let placed = placement(d, view, (left, width));
     let dpr = canvas::ratio();
-    let raster = blocks::segment_raster(d, placed, (left, width), dpr, |fill| rgb(fill_colour(fill)));
+    let raster = blocks::segment_raster(d, placed, (left, width), dpr, |fill| palette::fill(fill).bytes());
     if let Ok(image) = web_sys::ImageData::new_with_u8_clamped_array_and_sh(
         wasm_bindgen::Clamped(&raster.rgba),
         raster.width as u32,
@@ -240,7 +238,7 @@ fn draw_columns(ctx: &CanvasRenderingContext2d, d: &SegmentsAnswer, view: Window
     let (x, w, h) = placed;
     let shapes = blocks::segment_shapes(d, x, w, h);
     canvas::clip_plot(ctx, left, width, HEIGHT);
-    ctx.set_stroke_style_str(colour::COMMENT);
+    ctx.set_stroke_style_str(palette::COMMENT.css());
     ctx.set_line_width(1.0);
     ctx.begin_path();
     for r in shapes.iter().filter(|r| d.segments.get(r.segment).is_some_and(|s| s.expandable)) {
@@ -248,10 +246,4 @@ fn draw_columns(ctx: &CanvasRenderingContext2d, d: &SegmentsAnswer, view: Window
     }
     ctx.stroke();
     ctx.restore();
-}
-
-/// `#rrggbb` as bytes (black for anything else).
-fn rgb(hex: &str) -> [u8; 3] {
-    let byte = |i: usize| hex.get(i..i + 2).and_then(|h| u8::from_str_radix(h, 16).ok()).unwrap_or(0);
-    [byte(1), byte(3), byte(5)]
 }

@@ -1,7 +1,7 @@
 //! `/snapshots/{id}`: one snapshot. Its record and statistics at the top
 //! (waiting while the server parses it), a device picker, and the views of
 //! the chosen device ([`crate::explorer`]), restored from the URL's query
-//! when the page opens from a link ([`crate::permalink`]).
+//! when the page opens from a link ([`crate::core::permalink`]).
 
 use std::time::Duration;
 
@@ -11,10 +11,10 @@ use leptos_router::hooks::use_params_map;
 use vramscope_shared::DeviceStats;
 
 use crate::api;
+use crate::core::format;
+use crate::core::model::{SnapshotMeta, StatsReport};
+use crate::core::permalink;
 use crate::explorer::DeviceViews;
-use crate::format;
-use crate::model::{SnapshotMeta, StatsReport};
-use crate::permalink;
 
 /// How often the statistics are asked for again while the server parses.
 const PARSING_POLL: Duration = Duration::from_millis(1500);

@@ -9,13 +9,13 @@ use leptos::task::spawn_local;
 use web_sys::MouseEvent;
 
 use crate::api;
-use crate::blocks::{self, Rect};
-use crate::canvas::{self, colour};
+use crate::canvas;
+use crate::core::blocks::{self, Rect};
+use crate::core::format;
+use crate::core::model::{AllocatorState, Axis, BlockKind, Frame, Instant};
+use crate::core::palette;
 use crate::draws;
 use crate::explorer::Shared;
-use crate::format;
-use crate::model::{AllocatorState, Axis, BlockKind, Frame, Instant};
-use crate::segments::fill_colour;
 
 /// What the mouse (or a click) points at: a segment and a block.
 type Pointed = (usize, usize);
@@ -40,7 +40,7 @@ pub(crate) fn StatePanel(shared: Shared) -> impl IntoView {
             let (placed, height) = blocks::state_rects(s, css_w);
             let Some(ctx) = canvas::context(&canvas, css_w, height) else { return };
             for r in &placed {
-                canvas::fill(&ctx, fill_colour(r.fill), r.x, r.y, r.w.max(0.5), r.h);
+                canvas::fill(&ctx, palette::fill(r.fill).css(), r.x, r.y, r.w.max(0.5), r.h);
             }
             for (i, seg) in s.segments.iter().enumerate() {
                 let y = i as f64 * (blocks::ROW_HEIGHT + blocks::ROW_GAP) + 11.0;
@@ -50,12 +50,12 @@ pub(crate) fn StatePanel(shared: Shared) -> impl IntoView {
                     format::bytes(seg.size),
                     if seg.expandable { " exp" } else { "" }
                 );
-                canvas::text(&ctx, colour::LABEL, &label, 2.0, y);
+                canvas::text(&ctx, palette::LABEL.css(), &label, 2.0, y);
             }
             if let Some((si, bi)) = shown
                 && let Some(r) = placed.iter().find(|r| r.segment == si && r.item == bi)
             {
-                ctx.set_stroke_style_str(colour::CURSOR);
+                ctx.set_stroke_style_str(palette::CURSOR.css());
                 ctx.set_line_width(2.0);
                 ctx.stroke_rect(r.x - 1.0, r.y - 1.0, r.w.max(1.0) + 2.0, r.h + 2.0);
             }

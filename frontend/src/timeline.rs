@@ -29,19 +29,19 @@ use web_sys::{KeyboardEvent, MouseEvent, WheelEvent};
 
 use crate::api::{self, TimelineQuery};
 use crate::canvas;
+use crate::core::format;
+use crate::core::frames::{self, FrameRun};
+use crate::core::hidpi::Scaled;
+use crate::core::layout::{self, Bar, Geometry};
+use crate::core::model::{Axis, EntryAnswer, Frame, Instant, TimelineWindow, VisibleAllocation};
+use crate::core::permalink::Selected;
+use crate::core::plot::{self, Scene};
+use crate::core::viewport::{ByteRange, Window};
 use crate::draws;
 use crate::explorer::Shared;
-use crate::format;
 use crate::frame;
-use crate::frames::{self, FrameRun};
-use crate::hidpi::Scaled;
-use crate::layout::{self, Bar, Geometry};
 use crate::minimap::Minimap;
-use crate::model::{Axis, EntryAnswer, Frame, Instant, TimelineWindow, VisibleAllocation};
-use crate::permalink::Selected;
-use crate::plot::{self, Scene};
 use crate::track::Track;
-use crate::viewport::{ByteRange, Window};
 
 /// Canvas height in pixels.
 const HEIGHT: u32 = 440;

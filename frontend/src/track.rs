@@ -8,17 +8,16 @@ use leptos::task::spawn_local;
 use web_sys::MouseEvent;
 
 use crate::api;
-use crate::canvas::{self, colour};
+use crate::canvas;
+use crate::core::format;
+use crate::core::model::{AnnotationsAnswer, Axis, CommentMark};
+use crate::core::palette;
+use crate::core::viewport::Window;
 use crate::draws;
 use crate::explorer::Shared;
-use crate::format;
-use crate::model::{AnnotationsAnswer, Axis, CommentMark};
-use crate::viewport::Window;
 
 /// Height of a lane.
 const LANE: f64 = 16.0;
-/// Colours of the nesting levels.
-const LEVELS: [&str; 4] = ["#ddf4ff", "#fff8c5", "#fbefff", "#dafbe1"];
 
 /// The track of the device of `shared`.
 #[component]
@@ -87,13 +86,13 @@ pub(crate) fn Track(shared: Shared) -> impl IntoView {
                 let y = LANE * (1.0 + f64::from(range.depth));
                 canvas::fill(
                     &ctx,
-                    LEVELS[range.depth as usize % LEVELS.len()],
+                    palette::LEVELS[range.depth as usize % palette::LEVELS.len()].css(),
                     x0,
                     y + 1.0,
                     (x1 - x0).max(1.0),
                     LANE - 2.0,
                 );
-                ctx.set_stroke_style_str("#8c959f");
+                ctx.set_stroke_style_str(palette::AXIS.css());
                 ctx.set_line_width(1.0);
                 ctx.stroke_rect(x0 + 0.5, y + 1.5, (x1 - x0 - 1.0).max(0.0), LANE - 3.0);
                 if x1 - x0 > 40.0 {
@@ -101,7 +100,7 @@ pub(crate) fn Track(shared: Shared) -> impl IntoView {
                     ctx.begin_path();
                     ctx.rect(x0, y, x1 - x0 - 2.0, LANE);
                     ctx.clip();
-                    canvas::text(&ctx, "#1f2328", &range.name, x0.max(left) + 3.0, y + 12.0);
+                    canvas::text(&ctx, palette::TEXT.css(), &range.name, x0.max(left) + 3.0, y + 12.0);
                     ctx.restore();
                 }
             }
@@ -112,7 +111,7 @@ pub(crate) fn Track(shared: Shared) -> impl IntoView {
                 Axis::Time => m.alloc_time_us,
             }) {
                 if x >= v.start && x < v.end {
-                    canvas::fill(&ctx, colour::MATCH, x_of(x) - 1.0, 2.0, 2.0, LANE - 4.0);
+                    canvas::fill(&ctx, palette::MATCH.css(), x_of(x) - 1.0, 2.0, 2.0, LANE - 4.0);
                 }
             }
         });
@@ -120,7 +119,7 @@ pub(crate) fn Track(shared: Shared) -> impl IntoView {
             for x in cs.iter().filter_map(|c| comment_x(c, axis)) {
                 if x >= v.start && x < v.end {
                     let px = x_of(x);
-                    ctx.set_fill_style_str(colour::COMMENT);
+                    ctx.set_fill_style_str(palette::COMMENT.css());
                     ctx.begin_path();
                     ctx.move_to(px - 5.0, 1.0);
                     ctx.line_to(px + 5.0, 1.0);
@@ -131,12 +130,12 @@ pub(crate) fn Track(shared: Shared) -> impl IntoView {
             }
         });
         if let Some(x) = shared.cursor_x().filter(|&x| x >= v.start && x < v.end) {
-            canvas::vline(&ctx, colour::CURSOR, x_of(x), 0.0, h, 1.0);
+            canvas::vline(&ctx, palette::CURSOR.css(), x_of(x), 0.0, h, 1.0);
         }
         ctx.restore();
-        canvas::text(&ctx, colour::LABEL, "marks", 4.0, 12.0);
+        canvas::text(&ctx, palette::LABEL.css(), "marks", 4.0, 12.0);
         if ranges.with(|r| r.as_ref().is_some_and(|r| r.levels > 0)) {
-            canvas::text(&ctx, colour::LABEL, "annotations", 4.0, LANE + 12.0);
+            canvas::text(&ctx, palette::LABEL.css(), "annotations", 4.0, LANE + 12.0);
         }
         draws::record("track", started);
     });

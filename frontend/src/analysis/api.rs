@@ -4,8 +4,8 @@
 
 use vramscope_shared::views::analysis::{DiffAnswer, ExplainAnswer, LeaksAnswer, TuneAnswer, WhatIfAnswer};
 
-use super::query;
 use crate::api::{ApiError, encode, get};
+use crate::core::url::query;
 
 fn url(id: &str, view: &str, pairs: &[(&str, Option<String>)]) -> String {
     format!("/api/v1/snapshots/{}/{view}?{}", encode(id), query(pairs))

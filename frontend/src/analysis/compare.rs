@@ -7,8 +7,8 @@
 use vramscope_shared::analysis::diff::Change;
 use vramscope_shared::views::analysis::{AlignedTimeline, AlignedTimelines};
 
-use super::chart::{Chart, Column, Curve, Marker, y_top};
-use crate::plot::{ALLOCATED, RESERVED, WINDOW_START};
+use crate::core::chart::{Chart, Column, Curve, Marker, y_top};
+use crate::core::palette;
 
 /// The path of the comparison page.
 pub(crate) fn compare_path(a: &str, b: &str) -> String {
@@ -37,15 +37,18 @@ pub(crate) fn side_chart(t: &AlignedTimelines, side: &AlignedTimeline) -> Chart 
         width: 2,
     };
     let markers = match t.align {
-        vramscope_shared::views::analysis::Align::Step if side.steps.len() <= 40 => {
-            (1..side.steps.len()).map(|k| Marker { x: k as f64, colour: WINDOW_START, label: String::new() }).collect()
-        }
+        vramscope_shared::views::analysis::Align::Step if side.steps.len() <= 40 => (1..side.steps.len())
+            .map(|k| Marker { x: k as f64, colour: palette::WINDOW_START.rgb(), label: String::new() })
+            .collect(),
         _ => Vec::new(),
     };
     Chart {
         x_range: (0.0, t.x_end),
         y_max: y_top(t.y_max),
-        curves: vec![curve(|b| b.reserved, RESERVED, true), curve(|b| b.allocated, ALLOCATED, false)],
+        curves: vec![
+            curve(|b| b.reserved, palette::RESERVED.rgb(), true),
+            curve(|b| b.allocated, palette::ALLOCATED.rgb(), false),
+        ],
         markers,
     }
 }
@@ -64,8 +67,8 @@ mod ui {
     use super::super::{api, paint, signed_bytes, width_of};
     use super::{change_label, compare_path, side_chart};
     use crate::api as core_api;
-    use crate::format;
-    use crate::model::SnapshotMeta;
+    use crate::core::format;
+    use crate::core::model::SnapshotMeta;
 
     /// Pick another snapshot from the library to compare this one with.
     #[component]

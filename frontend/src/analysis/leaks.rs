@@ -6,20 +6,14 @@
 use vramscope_shared::analysis::leaks::{DeviceLeaks, Pattern};
 use vramscope_shared::timeline::Range3;
 
-use super::chart::{Chart, Column, Curve, y_top};
-use plotters::style::RGBColor;
+use crate::core::chart::{Chart, Column, Curve, y_top};
+use crate::core::palette::{self, Colour};
 
 /// Stacks drawn in the growth chart.
 pub(crate) const CHARTED: usize = 5;
 
 /// Line colours of the charted stacks, in rank order.
-pub(crate) const COLOURS: [RGBColor; CHARTED] = [
-    RGBColor(207, 34, 46),
-    RGBColor(9, 105, 218),
-    RGBColor(219, 109, 40),
-    RGBColor(26, 127, 55),
-    RGBColor(130, 80, 223),
-];
+pub(crate) const COLOURS: [Colour; CHARTED] = palette::SERIES;
 
 /// Running sums: the memory a stack retains after each step.
 pub(crate) fn cumulative(by_step: &[u64]) -> Vec<u64> {
@@ -58,7 +52,7 @@ pub(crate) fn growth_chart(d: &DeviceLeaks) -> Chart {
                 .enumerate()
                 .map(|(k, v)| Column { x0: k as f64, x1: k as f64 + 1.0, range: Range3 { min: v, max: v, last: v } })
                 .collect(),
-            colour,
+            colour: colour.rgb(),
             band: false,
             width: 2,
         })
@@ -79,7 +73,7 @@ mod ui {
     use super::super::oom::StackDetails;
     use super::super::{api, paint, width_of};
     use super::{CHARTED, COLOURS, growth_chart, pattern_label};
-    use crate::format;
+    use crate::core::format;
 
     /// Stacks asked for.
     const TOP: u32 = 15;
@@ -170,7 +164,10 @@ mod ui {
                         .into_iter()
                         .enumerate()
                         .map(|(k, c)| {
-                            let swatch = COLOURS.get(k).map(|c| format!("background: rgb({} {} {})", c.0, c.1, c.2));
+                            let swatch = COLOURS.get(k).map(|c| {
+                                let [r, g, b] = c.bytes();
+                                format!("background: rgb({r} {g} {b})")
+                            });
                             view! {
                                 <tr class:growing=c.pattern == vramscope_shared::analysis::leaks::Pattern::Growing>
                                     <td>

@@ -6,14 +6,13 @@
 //! Every figure comes from `vramscope_shared::views::analysis`, asked of
 //! the server (or of the local-file worker) through [`api`]. Each module
 //! keeps its pure part (what to draw, what to say) natively testable; the
-//! components exist on wasm32 only. Charts are drawn by [`chart`].
+//! components exist on wasm32 only. Charts are drawn by [`crate::core::chart`].
 
 // Natively only the pure parts are built, for their tests.
 #![cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
 
 #[cfg(target_arch = "wasm32")]
 mod api;
-pub(crate) mod chart;
 pub(crate) mod compare;
 pub(crate) mod leaks;
 pub(crate) mod oom;
@@ -24,29 +23,7 @@ pub(crate) use compare::ComparePage;
 #[cfg(target_arch = "wasm32")]
 pub(crate) use ui::AnalysisPanels;
 
-use crate::format;
-
-/// A query string (without `?`) of the pairs whose value is given, values
-/// percent-encoded (everything but `A-Z a-z 0-9 - _ . ~`).
-pub(crate) fn query(pairs: &[(&str, Option<String>)]) -> String {
-    let mut out = String::new();
-    for (key, value) in pairs {
-        let Some(value) = value else { continue };
-        if !out.is_empty() {
-            out.push('&');
-        }
-        out.push_str(key);
-        out.push('=');
-        for b in value.bytes() {
-            if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
-                out.push(b as char);
-            } else {
-                out.push_str(&format!("%{b:02X}"));
-            }
-        }
-    }
-    out
-}
+use crate::core::format;
 
 /// `now` against `before` in percent, signed (`-12.3%`); `-` without a base.
 pub(crate) fn change(now: u64, before: u64) -> String {
@@ -71,11 +48,11 @@ mod ui {
     use plotters::prelude::IntoDrawingArea;
     use plotters_canvas::CanvasBackend;
 
-    use super::chart::{Area, Chart, draw};
     use super::compare::ComparePicker;
     use super::leaks::LeaksPanel;
     use super::oom::OomPanel;
     use super::whatif::WhatIfPanel;
+    use crate::core::chart::{Area, Chart, draw};
 
     /// The analysis panels of one device of a snapshot.
     #[component]
@@ -119,14 +96,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn queries_encode_values_and_skip_missing_ones() {
-        let q = query(&[
-            ("alloc_conf", Some("max_split_size_mb:512,expandable_segments:True".to_owned())),
-            ("capacity", None),
-            ("px", Some("800".to_owned())),
-        ]);
-        assert_eq!(q, "alloc_conf=max_split_size_mb%3A512%2Cexpandable_segments%3ATrue&px=800");
-        assert_eq!(query(&[]), "");
+    fn changes_and_signed_bytes() {
         assert_eq!(change(90, 100), "-10.0%");
         assert_eq!(change(1, 0), "-");
         assert_eq!(signed_bytes(2048), "+2.00 KiB");

@@ -6,7 +6,7 @@
 
 use vramscope_shared::analysis::oom::{Avoidance, Limit, OomCause, OomReport, SettingVerdict};
 
-use crate::format;
+use crate::core::format;
 
 /// The figures of a report as cards: (label, value, note).
 pub(crate) fn cards(r: &OomReport) -> Vec<(&'static str, String, String)> {
@@ -120,7 +120,7 @@ mod ui {
 
     use super::super::api;
     use super::{avoided_by, cards, cause, verdict};
-    use crate::format;
+    use crate::core::format;
 
     /// The post-mortem of each OOM of a device; nothing when it had none.
     #[component]

@@ -9,9 +9,9 @@ use vramscope_shared::timeline::{Bucket, MarkerKind, Range3};
 use vramscope_shared::views::analysis::{SimulatedBucket, TuneCandidate, WhatIfAnswer};
 
 use super::change;
-use super::chart::{Chart, Column, Curve, Marker, SIM_ALLOCATED, SIM_OOM, SIM_RESERVED, y_top};
-use crate::format;
-use crate::plot::{ALLOCATED, OOM, RESERVED};
+use crate::core::chart::{Chart, Column, Curve, Marker, y_top};
+use crate::core::format;
+use crate::core::palette;
 
 /// Settings offered in the input's suggestions.
 pub(crate) const SUGGESTED: [&str; 6] = [
@@ -41,10 +41,10 @@ pub(crate) fn whatif_chart(w: &WhatIfAnswer) -> Chart {
             .collect()
     };
     let curves = vec![
-        Curve { columns: recorded(|b| b.reserved), colour: RESERVED, band: true, width: 2 },
-        Curve { columns: recorded(|b| b.allocated), colour: ALLOCATED, band: false, width: 2 },
-        Curve { columns: simulated(|s| s.reserved), colour: SIM_RESERVED, band: true, width: 2 },
-        Curve { columns: simulated(|s| s.allocated), colour: SIM_ALLOCATED, band: false, width: 2 },
+        Curve { columns: recorded(|b| b.reserved), colour: palette::RESERVED.rgb(), band: true, width: 2 },
+        Curve { columns: recorded(|b| b.allocated), colour: palette::ALLOCATED.rgb(), band: false, width: 2 },
+        Curve { columns: simulated(|s| s.reserved), colour: palette::SIM_RESERVED.rgb(), band: true, width: 2 },
+        Curve { columns: simulated(|s| s.allocated), colour: palette::SIM_ALLOCATED.rgb(), band: false, width: 2 },
     ];
     let top = curves.iter().flat_map(|c| c.columns.iter().map(|k| k.range.max)).max().unwrap_or(0);
     let mut markers: Vec<Marker> = w
@@ -52,11 +52,11 @@ pub(crate) fn whatif_chart(w: &WhatIfAnswer) -> Chart {
         .markers
         .iter()
         .filter(|m| m.kind == MarkerKind::Oom)
-        .map(|m| Marker { x: m.x as f64, colour: OOM, label: "recorded OOM".to_owned() })
+        .map(|m| Marker { x: m.x as f64, colour: palette::OOM.rgb(), label: "recorded OOM".to_owned() })
         .collect();
     if let Some(o) = &w.oom {
         let label = if o.recorded { "simulated OOM (recorded too)" } else { "simulated OOM" };
-        markers.push(Marker { x: o.x as f64, colour: SIM_OOM, label: label.to_owned() });
+        markers.push(Marker { x: o.x as f64, colour: palette::SIM_OOM.rgb(), label: label.to_owned() });
     }
     Chart { x_range: (w.recorded.start as f64, w.recorded.end as f64), y_max: y_top(top), curves, markers }
 }
@@ -129,7 +129,7 @@ mod ui {
 
     use super::super::{api, paint, width_of};
     use super::{SUGGESTED, figures, settings_label, tune_cells, whatif_chart};
-    use crate::format;
+    use crate::core::format;
 
     const HEIGHT: u32 = 300;
     /// Canvas pixels outside the plot area (y labels, margins).
@@ -376,8 +376,8 @@ mod tests {
         assert!(chart.curves[0].columns.len() <= 300, "bounded by the pixels");
         let oom = w.oom.expect("1 GiB is too little for oom_leak");
         assert!(chart.curves[2].columns.iter().all(|c| c.x0 <= oom.x as f64), "nothing drawn past the replay's end");
-        assert!(chart.markers.iter().any(|m| m.colour == SIM_OOM && m.x == oom.x as f64));
-        assert!(chart.markers.iter().any(|m| m.colour == OOM), "the recorded OOM");
+        assert!(chart.markers.iter().any(|m| m.colour == palette::SIM_OOM.rgb() && m.x == oom.x as f64));
+        assert!(chart.markers.iter().any(|m| m.colour == palette::OOM.rgb()), "the recorded OOM");
         assert!(chart.y_max >= w.recorded.buckets.iter().map(|b| b.reserved.max).max().unwrap_or(0));
         let rows = figures(&w);
         assert_eq!(rows[0].0, "reserved peak");

@@ -2,7 +2,7 @@
 //! `devicePixelRatio` times its CSS size; [`Scaled`] wraps a plotters
 //! backend drawing into such a store and presents it to plotters at the CSS
 //! size, multiplying every coordinate, stroke and font by the ratio. The
-//! plot's layout, its [`crate::layout::Geometry`] and the mouse all stay in
+//! plot's layout, its [`crate::core::layout::Geometry`] and the mouse all stay in
 //! CSS pixels.
 
 use plotters_backend::{
@@ -176,7 +176,7 @@ impl<B: DrawingBackend> DrawingBackend for Scaled<B> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::recorder::Recorder;
+    use crate::core::recorder::Recorder;
 
     #[test]
     fn css_pixels_become_device_pixels() {

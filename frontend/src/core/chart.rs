@@ -1,4 +1,4 @@
-//! The analysis panels' charts: curves given as per-pixel buckets (the
+//! The analysis panels' charts (what-if, leaks, compare): curves given as per-pixel buckets (the
 //! `min`/`max`/`last` of each bucket, as the API answers them) drawn with
 //! plotters over a plain x range, generic over the backend so the drawing
 //! is tested natively. Every shape is bounded by the buckets, so by the
@@ -9,18 +9,12 @@ use plotters::coord::combinators::BindKeyPoints;
 use plotters::prelude::*;
 use vramscope_shared::timeline::Range3;
 
-use crate::format;
+use crate::core::{format, palette};
 
-/// Simulated reserved bytes (what-if).
-pub const SIM_RESERVED: RGBColor = RGBColor(130, 80, 223);
-/// Simulated allocated bytes (what-if).
-pub const SIM_ALLOCATED: RGBColor = RGBColor(26, 127, 55);
-/// Where a replay ran out of memory.
-pub const SIM_OOM: RGBColor = RGBColor(207, 34, 46);
-
-const AXIS: RGBColor = RGBColor(140, 149, 159);
-const GRID: RGBColor = RGBColor(234, 238, 242);
-const LABEL: RGBColor = RGBColor(87, 96, 106);
+// The palette's colours in plotters' form (`palette` defines them).
+const AXIS: RGBColor = palette::AXIS.rgb();
+const GRID: RGBColor = palette::GRID.rgb();
+const LABEL: RGBColor = palette::LABEL.rgb();
 
 /// One bucket of a curve, x in the chart's units.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -225,7 +219,7 @@ mod tests {
                 Column { x0: 5.0, x1: 10.0, range: r(50, 50, 50) },
                 Column { x0: 10.0, x1: 15.0, range: r(0, 0, 0) },
             ],
-            colour: SIM_RESERVED,
+            colour: palette::SIM_RESERVED.rgb(),
             band: true,
             width: 2,
         };

@@ -1,9 +1,16 @@
-//! The JSON the dashboard reads from the server's API (`/api/v1`). Timeline
-//! windows and statistics are the shared crate's own types, so both sides
-//! agree by construction; the records below mirror the server's answers
-//! field by field (the server keeps its types private to its crate).
+//! The JSON the dashboard reads from the server's API (`/api/v1`), all in
+//! this folder. Timeline windows, statistics and the views' answers are the
+//! shared crate's own types, re-exported here, so both sides agree by
+//! construction; the records below and in the submodules ([`live`],
+//! [`review`], [`jobs`]) mirror the server's answers field by field (the
+//! server keeps its types private to its crate), and are what a shared API
+//! crate would replace.
 
 use serde::Deserialize;
+
+pub mod jobs;
+pub mod live;
+pub mod review;
 
 pub use vramscope_shared::StatsReport;
 pub use vramscope_shared::timeline::{Axis, Marker, MarkerKind, TimelineWindow, VisibleAllocation};

@@ -6,8 +6,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::Axis;
-use crate::viewport::{ByteRange, Window};
+use crate::core::model::Axis;
+use crate::core::viewport::{ByteRange, Window};
 
 /// Which panel shows below the timelines.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -364,7 +364,7 @@ mod tests {
         let lane = |addr| SegmentLane { addr, stream: 0, small: false, expandable: false, max_size: 100 };
         SegmentsAnswer {
             device: 0,
-            axis: crate::model::Axis::Event,
+            axis: crate::core::model::Axis::Event,
             start: 0,
             end: 2,
             columns: vec![Column { x0: 0, x1: 1, row: Some(0) }, Column { x0: 1, x1: 2, row: Some(1) }],

@@ -19,45 +19,22 @@ use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 use vramscope_shared::timeline::{Axis, Bucket, MarkerKind, Range3, TimelineWindow};
 
-use crate::format;
-use crate::layout::{Bar, Geometry};
-use crate::viewport::{ByteRange, Window};
+use crate::core::layout::{Bar, Geometry};
+use crate::core::viewport::{ByteRange, Window};
+use crate::core::{format, palette};
 
-/// Canvas background.
-pub const BACKGROUND: RGBColor = RGBColor(255, 255, 255);
-/// `reserved`: bytes reserved from CUDA.
-pub const RESERVED: RGBColor = RGBColor(87, 96, 106);
-/// `active`: requested bytes of allocated and pending-free blocks.
-pub const ACTIVE: RGBColor = RGBColor(219, 109, 40);
-/// `allocated`: requested bytes of allocated blocks.
-pub const ALLOCATED: RGBColor = RGBColor(9, 105, 218);
-/// OOM markers.
-pub const OOM: RGBColor = RGBColor(207, 34, 46);
-/// The first event of a wrapped trace.
-pub const WINDOW_START: RGBColor = RGBColor(130, 80, 223);
-/// Outline of search matches.
-pub const MATCH: RGBColor = RGBColor(191, 135, 0);
-/// The cursor: the instant the allocator-state panel shows.
-pub const CURSOR: RGBColor = RGBColor(31, 35, 40);
-
-/// Fill colours of allocation bars, picked by stack so that one call site
-/// keeps its colour across zooms. Pale, so the curves stay readable.
-const BAR_COLOURS: [RGBColor; 10] = [
-    RGBColor(140, 190, 230),
-    RGBColor(250, 190, 140),
-    RGBColor(150, 215, 150),
-    RGBColor(230, 160, 200),
-    RGBColor(200, 180, 235),
-    RGBColor(240, 220, 130),
-    RGBColor(140, 215, 210),
-    RGBColor(215, 185, 160),
-    RGBColor(190, 200, 120),
-    RGBColor(175, 185, 200),
-];
-
-const AXIS: RGBColor = RGBColor(140, 149, 159);
-const GRID: RGBColor = RGBColor(234, 238, 242);
-const LABEL: RGBColor = RGBColor(87, 96, 106);
+// The palette's colours in plotters' form (`palette` defines them).
+const BACKGROUND: RGBColor = palette::BACKGROUND.rgb();
+const RESERVED: RGBColor = palette::RESERVED.rgb();
+const ACTIVE: RGBColor = palette::ACTIVE.rgb();
+const ALLOCATED: RGBColor = palette::ALLOCATED.rgb();
+const OOM: RGBColor = palette::OOM.rgb();
+const WINDOW_START: RGBColor = palette::WINDOW_START.rgb();
+const MATCH: RGBColor = palette::MATCH.rgb();
+const CURSOR: RGBColor = palette::CURSOR.rgb();
+const AXIS: RGBColor = palette::AXIS.rgb();
+const GRID: RGBColor = palette::GRID.rgb();
+const LABEL: RGBColor = palette::LABEL.rgb();
 
 /// What to draw: a window from the API, its stacked bars, and the view,
 /// which may differ from the window's own range while a new one loads (the
@@ -66,7 +43,7 @@ const LABEL: RGBColor = RGBColor(87, 96, 106);
 pub struct Scene<'a> {
     /// The data.
     pub data: &'a TimelineWindow,
-    /// The allocations of `data`, stacked ([`crate::layout::stack`]).
+    /// The allocations of `data`, stacked ([`crate::core::layout::stack`]).
     pub bars: &'a [Bar],
     /// The x window to show.
     pub view: Window,
@@ -74,7 +51,7 @@ pub struct Scene<'a> {
     pub origin: i64,
     /// Index into `bars` of the bar under the mouse, drawn outlined.
     pub highlight: Option<usize>,
-    /// Indexes into `bars` of search matches, outlined in [`MATCH`].
+    /// Indexes into `bars` of search matches, outlined in [`palette::MATCH`].
     pub marked: &'a [usize],
     /// x of the instant the allocator-state panel shows: a vertical line.
     pub cursor: Option<i64>,
@@ -169,7 +146,7 @@ pub fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, scene: &Scene<'_>
     for (i, bar) in scene.bars.iter().enumerate() {
         let Some(rect) = bar_rect(&geometry, bar) else { continue };
         let stack = scene.data.allocations.get(bar.index).map_or(0, |a| a.stack);
-        let colour = BAR_COLOURS[stack as usize % BAR_COLOURS.len()];
+        let colour = palette::BARS[stack as usize % palette::BARS.len()].rgb();
         let alpha = if scene.highlight == Some(i) { 0.95 } else { 0.6 };
         root.draw(&Rectangle::new(rect, colour.mix(alpha).filled())).map_err(err)?;
     }
@@ -299,8 +276,8 @@ mod tests {
     use vramscope_shared::{ReadOptions, read_snapshot_bytes};
 
     use super::*;
-    use crate::layout::{hit, stack};
-    use crate::recorder::{Log, Recorder};
+    use crate::core::layout::{hit, stack};
+    use crate::core::recorder::{Log, Recorder};
 
     const RECORDER_HEIGHT: u32 = 400;
 

@@ -2,7 +2,7 @@
 //! as a box that can be dragged. Converts between the minimap's pixels and
 //! the x axis, natively tested.
 
-use crate::viewport::Window;
+use crate::core::viewport::Window;
 
 /// Where the brush sits on a minimap `width` pixels wide showing `extent`:
 /// `(left, right)` in pixels, at least 3 pixels apart so it stays grabbable.

@@ -3,7 +3,7 @@
 //! `site-packages/torch`) folds into one collapsible group, since those
 //! rarely say *why* memory was allocated.
 
-use crate::model::Frame;
+use crate::core::model::Frame;
 
 /// A run of consecutive frames of one kind.
 #[derive(Clone, Debug, PartialEq, Eq)]
