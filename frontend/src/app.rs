@@ -6,7 +6,7 @@ use leptos::prelude::*;
 use leptos_router::components::{Route, Router, Routes};
 use leptos_router::path;
 
-use crate::api;
+use crate::infra::api;
 use crate::library::Library;
 use crate::snapshot::SnapshotPage;
 
@@ -23,7 +23,7 @@ pub(crate) fn App() -> impl IntoView {
             </header>
             <main>
                 // Unknown paths, and the page of a report file (a `file:` URL).
-                <Routes fallback=crate::local::NotFound>
+                <Routes fallback=crate::report::NotFound>
                     <Route path=path!("/") view=Library/>
                     <Route path=path!("/snapshots/:id") view=SnapshotPage/>
                     <Route path=path!("/live") view=crate::live::LiveListPage/>

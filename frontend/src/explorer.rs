@@ -6,12 +6,16 @@
 //! ([`crate::core::permalink`]) so a link opens the same view.
 
 use leptos::prelude::*;
-use leptos::task::spawn_local;
 
-use crate::api;
+use std::rc::Rc;
+
 use crate::core::model::{AllocatorState, Axis, Instant, SearchAnswer};
 use crate::core::permalink::{self, PageState, Selected, Tab};
 use crate::core::viewport::{ByteRange, Window};
+use crate::infra::api;
+use crate::infra::canvas::Kept;
+use crate::infra::latest::latest;
+use crate::infra::redraw::Redraw;
 
 /// What the views of a device share.
 #[derive(Clone, Copy)]
@@ -97,20 +101,13 @@ pub(crate) fn DeviceViews(id: String, device: u32, initial: PageState) -> impl I
 
     // The allocator state follows the instant; answers to superseded
     // instants are dropped.
-    let generation = StoredValue::new(0u64);
+    let states = latest();
     Effect::new(move |_| {
         let Some(at) = shared.instant.get() else { return };
-        generation.update_value(|g| *g += 1);
-        let this = generation.get_value();
-        spawn_local(async move {
-            let answer = api::state(&shared.id.get_value(), device, at).await;
-            if generation.try_get_value() != Some(this) {
-                return;
-            }
-            match answer {
-                Ok(s) => shared.state.set(Some(s)),
-                Err(e) => leptos::logging::warn!("{e}"),
-            }
+        let id = shared.id.get_value();
+        states.run(async move { api::state(&id, device, at).await }, move |answer| match answer {
+            Ok(s) => shared.state.set(Some(s)),
+            Err(e) => leptos::logging::warn!("{e}"),
         });
     });
 
@@ -163,4 +160,25 @@ pub(crate) fn DeviceViews(id: String, device: u32, initial: PageState) -> impl I
             Tab::Fragmentation => view! { <crate::fragmentation::FragmentationPanel shared=shared/> }.into_any(),
         }}
     }
+}
+
+/// The two triggers of a view that keeps its last real draw as an image
+/// (`canvas::Kept`): a real draw whenever a signal
+/// that `track_fresh` reads changes (new data, plot area or canvas); the
+/// kept image moved whenever the shared window or cursor moves.
+pub(crate) fn on_fresh_or_moved(shared: Shared, redraw: &Redraw, kept: Rc<Kept>, track_fresh: impl Fn() + 'static) {
+    Effect::new({
+        let redraw = redraw.clone();
+        move |_| {
+            track_fresh();
+            kept.invalidate();
+            redraw.request();
+        }
+    });
+    let redraw = redraw.clone();
+    Effect::new(move |_| {
+        shared.view.track();
+        shared.cursor_x();
+        redraw.request();
+    });
 }

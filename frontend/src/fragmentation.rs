@@ -7,18 +7,18 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use leptos::prelude::*;
-use leptos::task::spawn_local;
 use web_sys::CanvasRenderingContext2d;
 
-use crate::api;
-use crate::canvas;
 use crate::core::format;
 use crate::core::model::{FragmentationAnswer, Instant, SettingsView};
 use crate::core::palette;
 use crate::core::viewport::Window;
-use crate::draws;
 use crate::explorer::Shared;
-use crate::frame;
+use crate::infra::api;
+use crate::infra::canvas;
+use crate::infra::draws;
+use crate::infra::latest::latest;
+use crate::infra::redraw;
 
 /// Picks one figure of a column.
 type Pick = fn(&crate::core::model::Figures) -> u64;
@@ -35,7 +35,7 @@ pub(crate) fn FragmentationPanel(shared: Shared) -> impl IntoView {
     let wrap_ref = NodeRef::<leptos::html::Div>::new();
     let data = RwSignal::new(None::<FragmentationAnswer>);
     let error = RwSignal::new(None::<String>);
-    let generation = StoredValue::new(0u64);
+    let answers = latest();
     let timer = StoredValue::new(None::<TimeoutHandle>);
 
     Effect::new(move |_| {
@@ -49,21 +49,17 @@ pub(crate) fn FragmentationPanel(shared: Shared) -> impl IntoView {
         let query = api::window_query(shared.device, axis, Some(v));
         let handle = set_timeout_with_handle(
             move || {
-                generation.update_value(|g| *g += 1);
-                let this = generation.get_value();
-                spawn_local(async move {
-                    let answer = api::fragmentation(&shared.id.get_value(), &query, columns).await;
-                    if generation.try_get_value() != Some(this) {
-                        return;
-                    }
-                    match answer {
+                let id = shared.id.get_value();
+                answers.run(
+                    async move { api::fragmentation(&id, &query, columns).await },
+                    move |answer| match answer {
                         Ok(a) => {
                             data.set(Some(a));
                             error.set(None);
                         }
                         Err(e) => error.set(Some(e.to_string())),
-                    }
-                });
+                    },
+                );
             },
             DEBOUNCE,
         );
@@ -74,7 +70,7 @@ pub(crate) fn FragmentationPanel(shared: Shared) -> impl IntoView {
     // off-screen image, which a moved window (or cursor) shows shifted and
     // stretched until the figures for it arrive.
     let kept = canvas::Kept::new();
-    let redraw = frame::Redraw::new({
+    let redraw = redraw::Redraw::new({
         let kept = Rc::clone(&kept);
         move || {
             let (Some(canvas), Some(wrap), Some(v)) =
@@ -115,7 +111,7 @@ pub(crate) fn FragmentationPanel(shared: Shared) -> impl IntoView {
     });
     // Fresh figures, a new plot area or size: a real draw; a moved window
     // or cursor: the image, moved.
-    frame::on_fresh_or_moved(shared, &redraw, kept, move || {
+    crate::explorer::on_fresh_or_moved(shared, &redraw, kept, move || {
         data.track();
         shared.plot.track();
         canvas_ref.track();

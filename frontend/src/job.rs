@@ -58,22 +58,17 @@ mod component {
     use leptos_router::hooks::use_params_map;
 
     use super::{bytes_or_dash, member_label, percent_or_dash, verdict};
-    use crate::api;
     use crate::core::format;
     use crate::core::model::jobs::{JobReport, JobSummary};
-    use crate::review::get_json;
-
-    fn local_time(ms: i64) -> String {
-        let date = js_sys::Date::new(&wasm_bindgen::JsValue::from_f64(ms as f64));
-        String::from(date.to_locale_string("en-GB", &wasm_bindgen::JsValue::UNDEFINED))
-    }
+    use crate::infra::api;
+    use crate::infra::clock;
 
     /// `/jobs`: every job, most recent first.
     #[component]
     pub(crate) fn JobsPage() -> impl IntoView {
         let jobs = RwSignal::new(None::<Result<Vec<JobSummary>, String>>);
         spawn_local(async move {
-            jobs.try_set(Some(get_json("listing jobs", "/api/v1/jobs").await));
+            jobs.try_set(Some(api::jobs().await.map_err(|e| e.to_string())));
         });
         view! {
             <section class="jobs">
@@ -111,7 +106,7 @@ mod component {
                                                     <td class="num">{j.ranks}</td>
                                                     <td class="num">{j.hosts}</td>
                                                     <td class="num">{j.oom_snapshots}</td>
-                                                    <td>{local_time(j.last_upload_ms)}</td>
+                                                    <td>{clock::date_time(j.last_upload_ms, "en-GB")}</td>
                                                 </tr>
                                             }
                                         })
@@ -136,7 +131,7 @@ mod component {
             let name = job.get();
             report.set(None);
             spawn_local(async move {
-                let answer = get_json("loading the job", &format!("/api/v1/jobs/{}", api::encode(&name))).await;
+                let answer = api::job(&name).await.map_err(|e| e.to_string());
                 report.try_set(Some(answer));
             });
         });

@@ -31,14 +31,8 @@ pub use crate::core::{layout, plot, viewport};
 #[allow(unreachable_pub)]
 mod analysis;
 #[cfg(target_arch = "wasm32")]
-mod api;
-#[cfg(target_arch = "wasm32")]
 #[allow(unreachable_pub)]
 mod app;
-#[cfg(target_arch = "wasm32")]
-mod canvas;
-#[cfg(target_arch = "wasm32")]
-mod draws;
 #[cfg(target_arch = "wasm32")]
 #[allow(unreachable_pub)]
 mod explorer;
@@ -46,7 +40,8 @@ mod explorer;
 #[allow(unreachable_pub)]
 mod fragmentation;
 #[cfg(target_arch = "wasm32")]
-mod frame;
+#[allow(unreachable_pub)]
+mod library;
 #[cfg(target_arch = "wasm32")]
 #[allow(unreachable_pub)]
 mod minimap;
@@ -62,11 +57,11 @@ mod state;
 #[cfg(target_arch = "wasm32")]
 #[allow(unreachable_pub)]
 mod track;
-// Files opened without uploading: parsed and answered in a Web Worker.
+// The browser's services: HTTP, the local-file worker, canvas, frames.
+mod infra;
 #[cfg(target_arch = "wasm32")]
 #[allow(unreachable_pub)]
-mod library;
-mod local;
+mod report;
 // The live page: its model and charts compile natively, its components on wasm32.
 mod live;
 #[cfg(target_arch = "wasm32")]
@@ -79,9 +74,6 @@ mod timeline;
 use vramscope_shared::{ReadOptions, read_snapshot_bytes};
 use wasm_bindgen::prelude::*;
 
-/// Memory budget for files opened in the browser: a tab has a few GB at most.
-const BROWSER_MEMORY_BUDGET: u64 = 2 << 30;
-
 /// Read a snapshot (plain, gzip or zstd pickle) and return the same JSON
 /// object as `vramscope stats --json`, without the `file` field.
 #[wasm_bindgen]
@@ -91,8 +83,8 @@ pub fn snapshot_stats_json(bytes: &[u8]) -> Result<String, JsError> {
 
 /// The platform-independent part of [`snapshot_stats_json`], testable natively.
 pub fn stats_json(bytes: &[u8]) -> Result<String, String> {
-    let snapshot =
-        read_snapshot_bytes(bytes, &ReadOptions::with_budget(BROWSER_MEMORY_BUDGET)).map_err(|e| e.to_string())?;
+    let snapshot = read_snapshot_bytes(bytes, &ReadOptions::with_budget(infra::local::BROWSER_MEMORY_BUDGET))
+        .map_err(|e| e.to_string())?;
     serde_json::to_string(&snapshot.stats()).map_err(|e| e.to_string())
 }
 

@@ -1,7 +1,7 @@
 //! `/`: the snapshot library. Lists what the server holds (newest first,
 //! a page at a time), filters it by text, job, host and tag, uploads files
 //! dropped on the page or picked, and renames, tags and deletes. It also
-//! opens a file without uploading it ([`crate::local`]): read in a Web
+//! opens a file without uploading it ([`crate::infra::local`]): read in a Web
 //! Worker in this tab, shown on the same snapshot page.
 
 use std::collections::BTreeSet;
@@ -10,14 +10,15 @@ use std::time::Duration;
 use leptos::prelude::*;
 use leptos::task::spawn_local;
 use leptos_router::hooks::use_navigate;
-use wasm_bindgen::JsValue;
 use web_sys::{DragEvent, File, FileList, HtmlInputElement};
 
-use crate::api::{self, ListQuery};
 use crate::app::{Notice, NoticeBar};
 use crate::core::format;
 use crate::core::model::SnapshotMeta;
-use crate::local::{self, OpenProgress};
+use crate::infra::api::{self, ListQuery};
+use crate::infra::clock;
+use crate::infra::latest::latest;
+use crate::infra::local::{self, OpenProgress};
 
 /// How long the filters wait for typing to pause before asking the server.
 const FILTER_DEBOUNCE: Duration = Duration::from_millis(250);
@@ -60,48 +61,39 @@ pub(crate) fn Library() -> impl IntoView {
     let notice = RwSignal::new(None::<Notice>);
     let known = RwSignal::new(Known::default());
     // Answers to older requests are dropped: only the newest list counts.
-    let generation = StoredValue::new(0u64);
+    let lists = latest();
 
     let load = move |append: bool| {
-        generation.update_value(|g| *g += 1);
-        let this = generation.get_value();
         let q = query.get_untracked();
         let cursor = if append { next.get_untracked() } else { None };
-        spawn_local(async move {
-            let result = api::list(&q, cursor.as_deref()).await;
-            if generation.try_get_value() != Some(this) {
-                return;
-            }
-            match result {
-                Ok(page) => {
-                    known.update(|k| k.add(&page.items));
-                    if append {
-                        items.update(|v| v.extend(page.items));
-                    } else {
-                        items.set(page.items);
-                    }
-                    next.set(page.next_cursor);
-                    loaded.set(true);
+        lists.run(async move { api::list(&q, cursor.as_deref()).await }, move |result| match result {
+            Ok(page) => {
+                known.update(|k| k.add(&page.items));
+                if append {
+                    items.update(|v| v.extend(page.items));
+                } else {
+                    items.set(page.items);
                 }
-                Err(e) => notice.set(Some(Notice::error(e))),
+                next.set(page.next_cursor);
+                loaded.set(true);
             }
+            Err(e) => notice.set(Some(Notice::error(e))),
         });
     };
 
     // Filters: the first list at once, later ones once typing pauses (the
     // last keystroke's timer is the one that loads).
-    let edits = StoredValue::new(0u64);
+    let edits = latest();
     Effect::new(move |first: Option<()>| {
         query.track();
         if first.is_none() {
             load(false);
             return;
         }
-        edits.update_value(|e| *e += 1);
-        let this = edits.get_value();
+        let edit = edits.supersede();
         let _ = set_timeout_with_handle(
             move || {
-                if edits.try_get_value() == Some(this) {
+                if edit.is_current() {
                     load(false);
                 }
             },
@@ -111,10 +103,11 @@ pub(crate) fn Library() -> impl IntoView {
     // While the server parses an upload, look again now and then.
     Effect::new(move |_| {
         if items.with(|v| v.iter().any(|s| s.status == "parsing")) {
-            let asked = generation.get_value();
+            // Unless another list was asked for meanwhile.
+            let asked = lists.current();
             let _ = set_timeout_with_handle(
                 move || {
-                    if generation.try_get_value() == Some(asked) {
+                    if asked.is_current() {
                         load(false);
                     }
                 },
@@ -357,12 +350,6 @@ fn files_of(list: Option<FileList>) -> Vec<File> {
     (0..list.length()).filter_map(|i| list.get(i)).collect()
 }
 
-/// A date in the browser's locale.
-fn local_time(ms: i64) -> String {
-    let date = js_sys::Date::new(&JsValue::from_f64(ms as f64));
-    String::from(date.to_locale_string("default", &JsValue::UNDEFINED))
-}
-
 /// One snapshot of the list, with its rename, tag and delete controls.
 #[component]
 fn Row(item: SnapshotMeta, items: RwSignal<Vec<SnapshotMeta>>, notice: RwSignal<Option<Notice>>) -> impl IntoView {
@@ -474,7 +461,7 @@ fn Row(item: SnapshotMeta, items: RwSignal<Vec<SnapshotMeta>>, notice: RwSignal<
                 </span>
             </td>
             <td class="num">{format::bytes(item.size_bytes)}</td>
-            <td>{local_time(item.uploaded_at_ms)}</td>
+            <td>{clock::date_time(item.uploaded_at_ms, "default")}</td>
             <td class="tags">
                 {item
                     .tags

@@ -154,27 +154,12 @@ mod page {
     use plotters_canvas::CanvasBackend;
 
     use super::{Chart, draw, merge, summary};
-    use crate::api;
     use crate::core::format;
     use crate::core::model::live::{LiveList, LiveRead, Marker, NvmlDevice, Sample};
+    use crate::infra::{api, clock};
 
     /// How often the page asks for new samples.
     const POLL: Duration = Duration::from_secs(2);
-
-    async fn sleep(duration: Duration) {
-        let promise = js_sys::Promise::new(&mut |resolve, _| {
-            let _ = window().set_timeout_with_callback_and_timeout_and_arguments_0(
-                &resolve,
-                i32::try_from(duration.as_millis()).unwrap_or(i32::MAX),
-            );
-        });
-        let _ = wasm_bindgen_futures::JsFuture::from(promise).await;
-    }
-
-    fn time(ms: i64) -> String {
-        let date = js_sys::Date::new(&wasm_bindgen::JsValue::from_f64(ms as f64));
-        String::from(date.to_locale_time_string("en-GB"))
-    }
 
     /// `/live`: every source, refreshed while the page is open.
     #[component]
@@ -182,11 +167,11 @@ mod page {
         let list = RwSignal::new(None::<Result<LiveList, String>>);
         spawn_local(async move {
             loop {
-                let answer = api::get::<LiveList>("live sources", "/api/v1/live").await.map_err(|e| e.to_string());
+                let answer = api::live_sources().await.map_err(|e| e.to_string());
                 if list.try_set(Some(answer)).is_none() && list.try_get_untracked().is_none() {
                     break;
                 }
-                sleep(POLL).await;
+                clock::sleep(POLL).await;
             }
         });
         view! {
@@ -216,7 +201,7 @@ mod page {
                                             <td>{s.host}</td>
                                             <td>{rank}</td>
                                             <td>{s.pid}</td>
-                                            <td>{time(s.last_ms)}</td>
+                                            <td>{clock::time_of_day(s.last_ms)}</td>
                                             <td>{if s.connected { "connected" } else { "gone" }}</td>
                                         </tr>
                                     }
@@ -278,11 +263,7 @@ mod page {
             loop {
                 let since = samples.try_with_untracked(|s| s.last().map(|s| s.t_ms));
                 let Some(since) = since else { break };
-                let mut url = format!("/api/v1/live/{}", api::encode(&poll_source));
-                if let Some(since) = since {
-                    url.push_str(&format!("?since_ms={since}"));
-                }
-                match api::get::<LiveRead>("live samples", &url).await {
+                match api::live_samples(&poll_source, since).await {
                     Ok(mut read) => {
                         let new = std::mem::take(&mut read.samples);
                         if samples.try_update(|s| merge(s, new)).is_none() {
@@ -297,7 +278,7 @@ mod page {
                         }
                     }
                 }
-                sleep(POLL).await;
+                clock::sleep(POLL).await;
             }
         });
         let capture = {
@@ -305,15 +286,11 @@ mod page {
             move |all: bool| {
                 let source = source.clone();
                 spawn_local(async move {
-                    let url = format!("/api/v1/live/{}/capture?all={all}", api::encode(&source));
-                    let mut request = gloo_net::http::Request::post(&url);
-                    if let Some(token) = api::token() {
-                        request = request.header("Authorization", &format!("Bearer {}", token.trim()));
-                    }
-                    let text = match request.send().await {
-                        Ok(r) if r.ok() => "Asked the agent for a snapshot; it appears below once uploaded.".to_owned(),
-                        Ok(r) => format!("The server refused: {}", r.text().await.unwrap_or_default()),
-                        Err(e) => format!("Could not reach the server: {e}"),
+                    let text = match api::capture(&source, all).await {
+                        Ok(()) => "Asked the agent for a snapshot; it appears below once uploaded.".to_owned(),
+                        // No HTTP answer at all.
+                        Err(e) if e.status == 0 => format!("Could not reach the server: {e}"),
+                        Err(e) => format!("The server refused: {e}"),
                     };
                     notice.set(Some(text));
                 });
@@ -345,7 +322,7 @@ mod page {
                 <ul class="live-snapshots">
                     {move || markers.get().into_iter().rev().map(|m: Marker| {
                         let href = format!("/snapshots/{}", m.id);
-                        view! { <li><a href=href>{m.name}</a> " · " {m.trigger} " · " {time(m.uploaded_at_ms)}</li> }
+                        view! { <li><a href=href>{m.name}</a> " · " {m.trigger} " · " {clock::time_of_day(m.uploaded_at_ms)}</li> }
                     }).collect_view()}
                 </ul>
                 {move || latest.get().filter(|l| !l.devices.is_empty()).map(|l| view! {

@@ -7,14 +7,14 @@ use leptos::prelude::*;
 use leptos::task::spawn_local;
 use web_sys::MouseEvent;
 
-use crate::api::{self, TimelineQuery};
-use crate::canvas;
 use crate::core::brush;
 use crate::core::model::TimelineWindow;
 use crate::core::palette;
 use crate::core::viewport::Window;
-use crate::draws;
 use crate::explorer::Shared;
+use crate::infra::api::{self, TimelineQuery};
+use crate::infra::canvas;
+use crate::infra::draws;
 
 /// Height of the minimap.
 const HEIGHT: f64 = 44.0;

@@ -61,55 +61,19 @@ pub fn moment_label(row: Option<u32>, addr: Option<u64>) -> Option<String> {
 }
 
 #[cfg(target_arch = "wasm32")]
-pub(crate) use component::{ReviewThread, get_json};
+pub(crate) use component::ReviewThread;
 
 #[cfg(target_arch = "wasm32")]
 // leptos's `#[component]` gives each component a `pub` props struct.
 #[allow(unreachable_pub)]
 mod component {
-    use gloo_net::http::{Request, RequestBuilder};
     use leptos::prelude::*;
     use leptos::task::spawn_local;
-    use serde::de::DeserializeOwned;
 
     use super::{moment_label, moment_link, moment_of_query, post_body};
-    use crate::api;
-    use crate::core::model::ErrorBody;
     use crate::core::model::review::Comment;
-
-    /// Sends a request with the stored token; the answer's text, or a
-    /// sentence saying what went wrong (the server's own when it sent one).
-    async fn call(what: &str, request: RequestBuilder, body: Option<serde_json::Value>) -> Result<String, String> {
-        let request = match api::token() {
-            Some(t) => request.header("Authorization", &format!("Bearer {}", t.trim())),
-            None => request,
-        };
-        let sent = match body {
-            Some(json) => request.json(&json).map_err(|e| format!("{what}: {e}"))?.send().await,
-            None => request.send().await,
-        };
-        let response = sent.map_err(|e| format!("{what}: the server did not answer ({e})"))?;
-        let text = response.text().await.unwrap_or_default();
-        if response.ok() {
-            return Ok(text);
-        }
-        Err(match serde_json::from_str::<ErrorBody>(&text) {
-            Ok(body) => format!("{what}: {}", body.error),
-            Err(_) => format!("{what}: HTTP {}", response.status()),
-        })
-    }
-
-    /// GET `url` as JSON.
-    pub(crate) async fn get_json<T: DeserializeOwned>(what: &str, url: &str) -> Result<T, String> {
-        let text = call(what, Request::get(url), None).await?;
-        serde_json::from_str(&text)
-            .map_err(|e| format!("{what}: the server's answer is not what this page expects ({e})"))
-    }
-
-    fn local_time(ms: i64) -> String {
-        let date = js_sys::Date::new(&wasm_bindgen::JsValue::from_f64(ms as f64));
-        String::from(date.to_locale_string("en-GB", &wasm_bindgen::JsValue::UNDEFINED))
-    }
+    use crate::infra::api;
+    use crate::infra::clock;
 
     /// The review thread of snapshot `id`: pin, comments, a form to add one.
     #[component]
@@ -121,18 +85,17 @@ mod component {
         let error = RwSignal::new(None::<String>);
         let busy = RwSignal::new(false);
         let id = StoredValue::new(id);
-        let base = move || format!("/api/v1/snapshots/{}", api::encode(&id.get_value()));
 
         let reload = move || {
             spawn_local(async move {
-                let list = get_json::<Vec<Comment>>("loading the comments", &format!("{}/comments", base())).await;
+                let list = api::comments(&id.get_value()).await.map_err(|e| e.to_string());
                 comments.try_set(Some(list));
             });
         };
         reload();
         spawn_local(async move {
-            if let Ok(record) = get_json::<serde_json::Value>("loading the snapshot", &base()).await {
-                pinned.try_set(record["pinned"].as_bool());
+            if let Ok(record) = api::pinned(&id.get_value()).await {
+                pinned.try_set(record);
             }
         });
 
@@ -154,12 +117,7 @@ mod component {
             let (row, addr) = if about_moment.get_untracked() { current_moment() } else { (None, None) };
             busy.set(true);
             spawn_local(async move {
-                let answer = call(
-                    "posting the comment",
-                    Request::post(&format!("{}/comments", base())),
-                    Some(post_body(&text, row, addr)),
-                )
-                .await;
+                let answer = api::post_comment(&id.get_value(), &post_body(&text, row, addr)).await;
                 busy.try_set(false);
                 match answer {
                     Ok(_) => {
@@ -168,18 +126,17 @@ mod component {
                         reload();
                     }
                     Err(e) => {
-                        error.try_set(Some(e));
+                        error.try_set(Some(e.to_string()));
                     }
                 }
             });
         };
         let remove = move |comment_id: String| {
             spawn_local(async move {
-                let url = format!("{}/comments/{}", base(), api::encode(&comment_id));
-                match call("deleting the comment", Request::delete(&url), None).await {
-                    Ok(_) => reload(),
+                match api::delete_comment(&id.get_value(), &comment_id).await {
+                    Ok(()) => reload(),
                     Err(e) => {
-                        error.try_set(Some(e));
+                        error.try_set(Some(e.to_string()));
                     }
                 }
             });
@@ -187,13 +144,12 @@ mod component {
         let toggle_pin = move || {
             let want = !pinned.get_untracked().unwrap_or(false);
             spawn_local(async move {
-                let body = serde_json::json!({ "pinned": want });
-                match call("pinning the snapshot", Request::patch(&base()), Some(body)).await {
-                    Ok(_) => {
+                match api::set_pinned(&id.get_value(), want).await {
+                    Ok(()) => {
                         pinned.try_set(Some(want));
                     }
                     Err(e) => {
-                        error.try_set(Some(e));
+                        error.try_set(Some(e.to_string()));
                     }
                 }
             });
@@ -233,7 +189,7 @@ mod component {
                                                 <p class="meta">
                                                     <strong class="author">{c.author.clone()}</strong>
                                                     " · "
-                                                    <span>{local_time(c.created_ms)}</span>
+                                                    <span>{clock::date_time(c.created_ms, "en-GB")}</span>
                                                     {link
                                                         .zip(label)
                                                         .map(|(href, label)| {

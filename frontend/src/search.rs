@@ -6,15 +6,15 @@
 use std::time::Duration;
 
 use leptos::prelude::*;
-use leptos::task::spawn_local;
 use web_sys::KeyboardEvent;
 
-use crate::api;
 use crate::core::format;
 use crate::core::model::{Axis, Instant, SearchKind, SearchMatch};
 use crate::core::permalink::Selected;
 use crate::core::viewport::Window;
 use crate::explorer::Shared;
+use crate::infra::api;
+use crate::infra::latest::latest;
 
 /// Matches listed under the box.
 const LISTED: usize = 12;
@@ -25,32 +25,27 @@ const DEBOUNCE: Duration = Duration::from_millis(350);
 #[component]
 pub(crate) fn SearchBox(shared: Shared) -> impl IntoView {
     let error = RwSignal::new(None::<String>);
-    let generation = StoredValue::new(0u64);
+    let searches = latest();
     let timer = StoredValue::new(None::<TimeoutHandle>);
 
     let run = move || {
-        generation.update_value(|g| *g += 1);
-        let this = generation.get_value();
         let q = shared.query.get_untracked();
         if q.trim().is_empty() {
+            // An answer still coming for an older text is not shown.
+            searches.supersede();
             shared.matches.set(None);
             error.set(None);
             return;
         }
-        spawn_local(async move {
-            let answer = api::search(&shared.id.get_value(), shared.device, q.trim()).await;
-            if generation.try_get_value() != Some(this) {
-                return;
+        let id = shared.id.get_value();
+        searches.run(async move { api::search(&id, shared.device, q.trim()).await }, move |answer| match answer {
+            Ok(a) => {
+                shared.matches.set(Some(a));
+                error.set(None);
             }
-            match answer {
-                Ok(a) => {
-                    shared.matches.set(Some(a));
-                    error.set(None);
-                }
-                Err(e) => {
-                    shared.matches.set(None);
-                    error.set(Some(e.to_string()));
-                }
+            Err(e) => {
+                shared.matches.set(None);
+                error.set(Some(e.to_string()));
             }
         });
     };

@@ -9,19 +9,19 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use leptos::prelude::*;
-use leptos::task::spawn_local;
 use web_sys::{CanvasRenderingContext2d, MouseEvent};
 
-use crate::api;
-use crate::canvas;
 use crate::core::blocks;
 use crate::core::format;
 use crate::core::model::{Instant, SegmentsAnswer};
 use crate::core::palette;
 use crate::core::viewport::Window;
-use crate::draws;
 use crate::explorer::Shared;
-use crate::frame;
+use crate::infra::api;
+use crate::infra::canvas;
+use crate::infra::draws;
+use crate::infra::latest::latest;
+use crate::infra::redraw;
 
 /// Height of the canvas.
 const HEIGHT: f64 = 170.0;
@@ -41,7 +41,7 @@ pub(crate) fn SegmentTimeline(shared: Shared) -> impl IntoView {
     let hover = RwSignal::new(None::<String>);
     let loading = RwSignal::new(false);
     let error = RwSignal::new(None::<String>);
-    let generation = StoredValue::new(0u64);
+    let answers = latest();
     let timer = StoredValue::new(None::<TimeoutHandle>);
     // The window the shown image was drawn for (the rectangles' window).
     let drawn_view = StoredValue::new(None::<Window>);
@@ -61,14 +61,9 @@ pub(crate) fn SegmentTimeline(shared: Shared) -> impl IntoView {
         let query = api::window_query(shared.device, axis, Some(v));
         let handle = set_timeout_with_handle(
             move || {
-                generation.update_value(|g| *g += 1);
-                let this = generation.get_value();
+                let id = shared.id.get_value();
                 loading.set(true);
-                spawn_local(async move {
-                    let answer = api::segments(&shared.id.get_value(), &query, columns).await;
-                    if generation.try_get_value() != Some(this) {
-                        return;
-                    }
+                answers.run(async move { api::segments(&id, &query, columns).await }, move |answer| {
                     loading.set(false);
                     match answer {
                         Ok(a) => {
@@ -88,7 +83,7 @@ pub(crate) fn SegmentTimeline(shared: Shared) -> impl IntoView {
     // an off-screen image; a moved window (or cursor) shows that image
     // shifted and stretched until the columns for it arrive.
     let kept = canvas::Kept::new();
-    let redraw = frame::Redraw::new({
+    let redraw = redraw::Redraw::new({
         let kept = Rc::clone(&kept);
         move || {
             let (Some(canvas), Some(wrap), Some(v)) =
@@ -126,7 +121,7 @@ pub(crate) fn SegmentTimeline(shared: Shared) -> impl IntoView {
     });
     // Fresh columns, a new plot area or size: a real draw; a moved window
     // or cursor: the image, moved.
-    frame::on_fresh_or_moved(shared, &redraw, kept, move || {
+    crate::explorer::on_fresh_or_moved(shared, &redraw, kept, move || {
         data.track();
         shared.plot.track();
         canvas_ref.track();

@@ -10,11 +10,11 @@ use leptos::task::spawn_local;
 use leptos_router::hooks::use_params_map;
 use vramscope_shared::DeviceStats;
 
-use crate::api;
 use crate::core::format;
 use crate::core::model::{SnapshotMeta, StatsReport};
 use crate::core::permalink;
 use crate::explorer::DeviceViews;
+use crate::infra::{api, clock};
 
 /// How often the statistics are asked for again while the server parses.
 const PARSING_POLL: Duration = Duration::from_millis(1500);
@@ -37,17 +37,6 @@ enum StatsState {
     Parsing,
     Ready(StatsReport),
     Failed(String),
-}
-
-/// Wait in the browser's event loop.
-async fn sleep(duration: Duration) {
-    let promise = js_sys::Promise::new(&mut |resolve, _| {
-        let _ = window().set_timeout_with_callback_and_timeout_and_arguments_0(
-            &resolve,
-            i32::try_from(duration.as_millis()).unwrap_or(i32::MAX),
-        );
-    });
-    let _ = wasm_bindgen_futures::JsFuture::from(promise).await;
 }
 
 #[component]
@@ -94,7 +83,7 @@ pub(crate) fn SnapshotView(id: String) -> impl IntoView {
             if stats.try_set(state).is_some() || !parsing {
                 break;
             }
-            sleep(PARSING_POLL).await;
+            clock::sleep(PARSING_POLL).await;
         }
     });
 
@@ -160,7 +149,7 @@ pub(crate) fn SnapshotView(id: String) -> impl IntoView {
                 // Comments and pins live on the server: a file opened in this
                 // tab has none, and asking the server about its id is a 404.
                 let id = timeline_id.get_value();
-                if crate::local::is_local(&id) {
+                if crate::infra::local::is_local(&id) {
                     view! {
                         <p class="notice" id="review-local">
                             "Comments and pins are kept by the server: upload this file to discuss it with others."
@@ -182,7 +171,7 @@ pub(crate) fn SnapshotView(id: String) -> impl IntoView {
 /// files and servers without tokens use the plain link.
 fn follow_signed(ev: web_sys::MouseEvent, id: String, report: bool) {
     use wasm_bindgen::JsCast;
-    if id.starts_with(crate::local::LOCAL_PREFIX) || api::token().is_none() {
+    if id.starts_with(crate::infra::local::LOCAL_PREFIX) || api::token().is_none() {
         return;
     }
     ev.prevent_default();
@@ -220,9 +209,12 @@ fn Header(meta: SnapshotMeta) -> impl IntoView {
     .flatten()
     .collect();
     // A local file's page offers the file itself: the server never saw it.
-    let local = meta.id.starts_with(crate::local::LOCAL_PREFIX);
-    let download =
-        if local { crate::local::file_url(&meta.id) } else { Some(format!("/api/v1/snapshots/{}/file", meta.id)) };
+    let local = meta.id.starts_with(crate::infra::local::LOCAL_PREFIX);
+    let download = if local {
+        crate::infra::local::file_url(&meta.id)
+    } else {
+        Some(format!("/api/v1/snapshots/{}/file", meta.id))
+    };
     // The same self-contained page as `vramscope report` (server only).
     let report = (!local).then(|| format!("/api/v1/snapshots/{}/report.html", meta.id));
     let name = meta.name.clone();

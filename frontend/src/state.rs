@@ -8,14 +8,14 @@ use leptos::prelude::*;
 use leptos::task::spawn_local;
 use web_sys::MouseEvent;
 
-use crate::api;
-use crate::canvas;
 use crate::core::blocks::{self, Rect};
 use crate::core::format;
 use crate::core::model::{AllocatorState, Axis, BlockKind, Frame, Instant};
 use crate::core::palette;
-use crate::draws;
 use crate::explorer::Shared;
+use crate::infra::api;
+use crate::infra::canvas;
+use crate::infra::draws;
 
 /// What the mouse (or a click) points at: a segment and a block.
 type Pointed = (usize, usize);

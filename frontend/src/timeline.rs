@@ -27,8 +27,6 @@ use plotters_canvas::CanvasBackend;
 use wasm_bindgen::JsCast;
 use web_sys::{KeyboardEvent, MouseEvent, WheelEvent};
 
-use crate::api::{self, TimelineQuery};
-use crate::canvas;
 use crate::core::format;
 use crate::core::frames::{self, FrameRun};
 use crate::core::hidpi::Scaled;
@@ -37,9 +35,12 @@ use crate::core::model::{Axis, EntryAnswer, Frame, Instant, TimelineWindow, Visi
 use crate::core::permalink::Selected;
 use crate::core::plot::{self, Scene};
 use crate::core::viewport::{ByteRange, Window};
-use crate::draws;
 use crate::explorer::Shared;
-use crate::frame;
+use crate::infra::api::{self, TimelineQuery};
+use crate::infra::canvas;
+use crate::infra::draws;
+use crate::infra::latest::latest;
+use crate::infra::redraw;
 use crate::minimap::Minimap;
 use crate::track::Track;
 
@@ -109,7 +110,7 @@ pub(crate) fn Timeline(shared: Shared) -> impl IntoView {
     let pinned = RwSignal::new(false);
     let loading = RwSignal::new(false);
     let error = RwSignal::new(None::<String>);
-    let generation = StoredValue::new(0u64);
+    let windows = latest();
     let timer = StoredValue::new(None::<TimeoutHandle>);
     let drag = StoredValue::new(None::<Drag>);
     let last_drag_moved = StoredValue::new(false);
@@ -124,8 +125,6 @@ pub(crate) fn Timeline(shared: Shared) -> impl IntoView {
     // Ask for a window: `None` for the whole trace on the current axis,
     // which also sets the extent and resets the view.
     let fetch = move |window: Option<Window>| {
-        generation.update_value(|g| *g += 1);
-        let this = generation.get_value();
         let px = geometry
             .get_value()
             .map_or_else(|| width.get_untracked().saturating_sub(PLOT_MARGIN_PX), |g| g.width.round() as u32)
@@ -138,11 +137,8 @@ pub(crate) fn Timeline(shared: Shared) -> impl IntoView {
         let max_allocations = if y_span.is_some() || narrow { SERVER_MAX_ALLOCATIONS } else { MAX_ALLOCATIONS };
         let query = TimelineQuery { device, axis: axis.get_untracked(), window, px, max_allocations, y_span };
         loading.set(true);
-        spawn_local(async move {
-            let answer = api::timeline(&id.get_value(), query).await;
-            if generation.try_get_value() != Some(this) {
-                return;
-            }
+        let snapshot = id.get_value();
+        windows.run(async move { api::timeline(&snapshot, query).await }, move |answer| {
             loading.set(false);
             match answer {
                 Ok(w) => {
@@ -293,7 +289,7 @@ pub(crate) fn Timeline(shared: Shared) -> impl IntoView {
 
     // Draw whenever the data, the view, the size or the highlight change,
     // once per animation frame however many changes come before it.
-    let redraw = frame::Redraw::new(move || {
+    let redraw = redraw::Redraw::new(move || {
         let (Some(canvas), Some(v)) = (canvas_ref.get(), view.get()) else { return };
         let w = width.get();
         let hover = hovered.get();

@@ -7,14 +7,14 @@ use leptos::prelude::*;
 use leptos::task::spawn_local;
 use web_sys::MouseEvent;
 
-use crate::api;
-use crate::canvas;
 use crate::core::format;
 use crate::core::model::{AnnotationsAnswer, Axis, CommentMark};
 use crate::core::palette;
 use crate::core::viewport::Window;
-use crate::draws;
 use crate::explorer::Shared;
+use crate::infra::api;
+use crate::infra::canvas;
+use crate::infra::draws;
 
 /// Height of a lane.
 const LANE: f64 = 16.0;

@@ -64,11 +64,12 @@ mod ui {
     use vramscope_shared::views::analysis::{Align, DiffAnswer};
 
     use super::super::oom::StackDetails;
-    use super::super::{api, paint, signed_bytes, width_of};
+    use super::super::signed_bytes;
     use super::{change_label, compare_path, side_chart};
-    use crate::api as core_api;
     use crate::core::format;
     use crate::core::model::SnapshotMeta;
+    use crate::infra::api;
+    use crate::infra::canvas::{chart_width, paint_chart};
 
     /// Pick another snapshot from the library to compare this one with.
     #[component]
@@ -77,7 +78,7 @@ mod ui {
         let chosen = RwSignal::new(String::new());
         let this = id.clone();
         spawn_local(async move {
-            if let Ok(page) = core_api::list(&core_api::ListQuery::default(), None).await {
+            if let Ok(page) = api::list(&api::ListQuery::default(), None).await {
                 let list: Vec<SnapshotMeta> = page.items.into_iter().filter(|m| m.id != this).collect();
                 chosen.try_set(list.first().map(|m| m.id.clone()).unwrap_or_default());
                 others.try_set(list);
@@ -149,8 +150,8 @@ mod ui {
         {
             let (a, b) = (a.clone(), b.clone());
             spawn_local(async move {
-                let na = core_api::snapshot(&a).await.map(|m| m.name).unwrap_or(a);
-                let nb = core_api::snapshot(&b).await.map(|m| m.name).unwrap_or(b);
+                let na = api::snapshot(&a).await.map(|m| m.name).unwrap_or(a);
+                let nb = api::snapshot(&b).await.map(|m| m.name).unwrap_or(b);
                 names.try_set((na, nb));
             });
         }
@@ -161,7 +162,7 @@ mod ui {
                 Align::Step => "step",
             };
             // Each timeline takes half the width.
-            let px = (width_of(wrap_ref.get_untracked()) / 2).saturating_sub(96).max(100);
+            let px = (chart_width(wrap_ref.get_untracked()) / 2).saturating_sub(96).max(100);
             spawn_local(async move {
                 let result = api::compare(&a, &b, mode, px).await.map_err(|e| e.to_string());
                 answer.try_set(Some(result));
@@ -179,13 +180,13 @@ mod ui {
             answer.with(|ans| {
                 let Some(Ok(d)) = ans else { return };
                 let Some(t) = &d.timelines else { return };
-                let width = (width_of(wrap_ref.get_untracked()) / 2).saturating_sub(8).max(200);
+                let width = (chart_width(wrap_ref.get_untracked()) / 2).saturating_sub(8).max(200);
                 let step = t.align == Align::Step;
                 let label = move |x: f64| {
                     if step { format!("step {}", x.round() as i64) } else { format::compact(x.round() as i64) }
                 };
                 for (canvas, side) in [(&ca, &t.a), (&cb, &t.b)] {
-                    if let Err(e) = paint(canvas, width, 260, &side_chart(t, side), &label) {
+                    if let Err(e) = paint_chart(canvas, width, 260, &side_chart(t, side), &label) {
                         error.set(Some(e));
                     }
                 }

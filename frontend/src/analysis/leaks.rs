@@ -71,9 +71,10 @@ mod ui {
     use vramscope_shared::views::analysis::{DeviceLeaksAnswer, LeaksAnswer};
 
     use super::super::oom::StackDetails;
-    use super::super::{api, paint, width_of};
     use super::{CHARTED, COLOURS, growth_chart, pattern_label};
     use crate::core::format;
+    use crate::infra::api;
+    use crate::infra::canvas::{chart_width, paint_chart};
 
     /// Stacks asked for.
     const TOP: u32 = 15;
@@ -116,7 +117,7 @@ mod ui {
             let Some(canvas) = canvas_ref.get() else { return };
             let names = step_names.clone();
             let label = move |x: f64| names.get(x.max(0.0) as usize).cloned().unwrap_or_default();
-            if let Err(e) = paint(&canvas, width_of(wrap_ref.get_untracked()), 220, &chart, &label) {
+            if let Err(e) = paint_chart(&canvas, chart_width(wrap_ref.get_untracked()), 220, &chart, &label) {
                 error.set(Some(e));
             }
         });

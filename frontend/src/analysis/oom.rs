@@ -118,9 +118,9 @@ mod ui {
     use vramscope_shared::analysis::{FrameText, readable_frames, stack_label};
     use vramscope_shared::views::analysis::ExplainAnswer;
 
-    use super::super::api;
     use super::{avoided_by, cards, cause, verdict};
     use crate::core::format;
+    use crate::infra::api;
 
     /// The post-mortem of each OOM of a device; nothing when it had none.
     #[component]

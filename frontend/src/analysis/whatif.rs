@@ -127,9 +127,10 @@ mod ui {
     use leptos::task::spawn_local;
     use vramscope_shared::views::analysis::{TuneAnswer, WhatIfAnswer};
 
-    use super::super::{api, paint, width_of};
     use super::{SUGGESTED, figures, settings_label, tune_cells, whatif_chart};
     use crate::core::format;
+    use crate::infra::api;
+    use crate::infra::canvas::{chart_width, paint_chart};
 
     const HEIGHT: u32 = 300;
     /// Canvas pixels outside the plot area (y labels, margins).
@@ -150,7 +151,7 @@ mod ui {
         let wrap_ref = NodeRef::<leptos::html::Div>::new();
 
         let run = move || {
-            let px = width_of(wrap_ref.get_untracked()).saturating_sub(MARGIN_PX);
+            let px = chart_width(wrap_ref.get_untracked()).saturating_sub(MARGIN_PX);
             let c = conf.get_untracked();
             let cap = capacity.get_untracked().trim().to_owned();
             loading.set(true);
@@ -182,9 +183,9 @@ mod ui {
             let Some(canvas) = canvas_ref.get() else { return };
             answer.with(|w| {
                 let Some(w) = w else { return };
-                let width = width_of(wrap_ref.get_untracked());
+                let width = chart_width(wrap_ref.get_untracked());
                 let label = |x: f64| format::compact(x.round() as i64);
-                if let Err(e) = paint(&canvas, width, HEIGHT, &whatif_chart(w), &label) {
+                if let Err(e) = paint_chart(&canvas, width, HEIGHT, &whatif_chart(w), &label) {
                     error.set(Some(e));
                 }
             });

@@ -1,4 +1,4 @@
-//! Redraws coalesced into animation frames: a view asks for a redraw when
+//! Redraws coalesced into animation frames (`requestAnimationFrame`): a view asks for a redraw when
 //! what it shows changes, and draws once in the next `requestAnimationFrame`
 //! however many changes came before it. A pan or a zoom then costs each
 //! view at most one draw per frame, and a view whose inputs did not change
@@ -50,32 +50,6 @@ impl Redraw {
             request_animation_frame(run_frame);
         }
     }
-}
-
-/// The two triggers of a view that keeps its last real draw as an image
-/// (`canvas::Kept`): a real draw whenever a signal
-/// that `track_fresh` reads changes (new data, plot area or canvas); the
-/// kept image moved whenever the shared window or cursor moves.
-pub(crate) fn on_fresh_or_moved(
-    shared: crate::explorer::Shared,
-    redraw: &Redraw,
-    kept: Rc<crate::canvas::Kept>,
-    track_fresh: impl Fn() + 'static,
-) {
-    Effect::new({
-        let redraw = redraw.clone();
-        move |_| {
-            track_fresh();
-            kept.invalidate();
-            redraw.request();
-        }
-    });
-    let redraw = redraw.clone();
-    Effect::new(move |_| {
-        shared.view.track();
-        shared.cursor_x();
-        redraw.request();
-    });
 }
 
 /// Every redraw asked for, each once.

@@ -4,7 +4,7 @@
 //! loads this same WebAssembly module, reads the file there with the
 //! `shared` reader, builds the indexes and keeps them; the page stays
 //! responsive meanwhile. The snapshot then opens as the ordinary snapshot
-//! page at `/snapshots/local-<n>`: [`crate::api`]'s one request helper hands
+//! page at `/snapshots/local-<n>`: [`super::api`]'s one request helper hands
 //! every request for a `local-` id to [`respond`], which asks the worker,
 //! and the worker answers with `shared::views::route::answer`, the code
 //! behind the server's own URLs. Nothing else in the page knows.
@@ -23,6 +23,9 @@ use vramscope_shared::snapshot::Action;
 use vramscope_shared::views::route;
 use vramscope_shared::views::{Analyzed, ViewError};
 use vramscope_shared::{ReadOptions, Snapshot, read_snapshot};
+
+/// Memory budget for files read in the browser: a tab has a few GB at most.
+pub(crate) const BROWSER_MEMORY_BUDGET: u64 = 2 << 30;
 
 /// Ids of local snapshots start with this; the server's are UUIDs.
 pub(crate) const LOCAL_PREFIX: &str = "local-";
@@ -91,7 +94,7 @@ pub(crate) fn open_bytes(
     progress: impl FnMut(u64),
 ) -> Result<Opened, String> {
     let mut counted = Counted { rest: bytes, read: 0, next_report: PROGRESS_STEP, progress };
-    let options = ReadOptions::with_budget(crate::BROWSER_MEMORY_BUDGET);
+    let options = ReadOptions::with_budget(BROWSER_MEMORY_BUDGET);
     let snapshot = read_snapshot(&mut counted, &options).map_err(|e| e.to_string())?;
     // All read: what follows is building the indexes.
     (counted.progress)(bytes.len() as u64);
@@ -477,49 +480,6 @@ mod page {
             },
             Err(e) => error(500, js_text(&e)),
         }
-    }
-}
-
-#[cfg(target_arch = "wasm32")]
-pub(crate) use report::NotFound;
-
-/// A report file's page (`vramscope report`): the app runs from a `file:`
-/// URL that no route matches, with the snapshot inlined in the page as
-/// `window.__vramscope_report_file`; it opens in local mode.
-#[cfg(target_arch = "wasm32")]
-#[allow(unreachable_pub)]
-mod report {
-    use leptos::prelude::*;
-    use leptos::task::spawn_local;
-    use wasm_bindgen::JsCast;
-
-    use super::page::open;
-    use crate::snapshot::SnapshotView;
-
-    /// Where no route matches: the report's snapshot if the page holds one,
-    /// else "no such page".
-    #[component]
-    pub fn NotFound() -> impl IntoView {
-        let file = web_sys::window()
-            .and_then(|w| js_sys::Reflect::get(&w, &"__vramscope_report_file".into()).ok())
-            .and_then(|v| v.dyn_into::<web_sys::File>().ok());
-        let Some(file) = file else {
-            return view! { <p class="error">"There is no such page. " <a href="/">"Back to the library"</a></p> }
-                .into_any();
-        };
-        let opened = RwSignal::new(None::<Result<String, String>>);
-        spawn_local(async move {
-            let answer = open(&file, |_| {}).await;
-            opened.try_set(Some(answer));
-        });
-        view! {
-            {move || match opened.get() {
-                None => view! { <p class="hint" id="report-opening">"Reading the snapshot…"</p> }.into_any(),
-                Some(Ok(id)) => view! { <SnapshotView id=id/> }.into_any(),
-                Some(Err(e)) => view! { <p class="notice error">{e}</p> }.into_any(),
-            }}
-        }
-        .into_any()
     }
 }
 

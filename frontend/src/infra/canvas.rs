@@ -1,5 +1,5 @@
 //! Plain 2D-canvas drawing for the page's small canvases (segment timeline,
-//! allocator state, fragmentation, minimap, track): HiDPI backing stores,
+//! allocator state, fragmentation, minimap, track) and the analysis charts: HiDPI backing stores,
 //! the x mapping they share with the main timeline's plot area, and the
 //! last real draw kept off screen ([`Drawn`]), shown shifted and stretched
 //! while the window moves.
@@ -10,6 +10,10 @@ use std::rc::Rc;
 use wasm_bindgen::JsCast;
 use web_sys::{CanvasRenderingContext2d, Element, HtmlCanvasElement};
 
+use plotters::prelude::IntoDrawingArea;
+use plotters_canvas::CanvasBackend;
+
+use crate::core::chart::{self, Area, Chart};
 use crate::core::viewport::Window;
 
 /// `window.devicePixelRatio`, at least 1.
@@ -202,4 +206,24 @@ pub(crate) fn x_px(view: Window, left: f64, width: f64, x: f64) -> f64 {
 /// The x under a pixel of that plot area.
 pub(crate) fn x_at(view: Window, left: f64, width: f64, px: f64) -> i64 {
     (view.start as f64 + (px - left) / width.max(1.0) * view.width() as f64).floor() as i64
+}
+
+/// Draw an analysis chart on `canvas`, sized to `width` × `height` pixels.
+pub(crate) fn paint_chart(
+    canvas: &HtmlCanvasElement,
+    width: u32,
+    height: u32,
+    chart: &Chart,
+    x_label: &dyn Fn(f64) -> String,
+) -> Result<Area, String> {
+    canvas.set_width(width.max(200));
+    canvas.set_height(height);
+    let backend = CanvasBackend::with_canvas_object(canvas.clone())
+        .ok_or_else(|| "this browser gives no 2D drawing context for the canvas".to_owned())?;
+    chart::draw(&backend.into_drawing_area(), chart, x_label)
+}
+
+/// The width available to a chart inside `wrap`, at least 320 pixels.
+pub(crate) fn chart_width(wrap: Option<web_sys::HtmlDivElement>) -> u32 {
+    wrap.map_or(1000, |w| u32::try_from(w.client_width()).unwrap_or(0)).max(320)
 }
