@@ -35,28 +35,13 @@ mod analysis;
 mod app;
 #[cfg(target_arch = "wasm32")]
 #[allow(unreachable_pub)]
+mod components;
+#[cfg(target_arch = "wasm32")]
+#[allow(unreachable_pub)]
 mod explorer;
 #[cfg(target_arch = "wasm32")]
 #[allow(unreachable_pub)]
-mod fragmentation;
-#[cfg(target_arch = "wasm32")]
-#[allow(unreachable_pub)]
 mod library;
-#[cfg(target_arch = "wasm32")]
-#[allow(unreachable_pub)]
-mod minimap;
-#[cfg(target_arch = "wasm32")]
-#[allow(unreachable_pub)]
-mod search;
-#[cfg(target_arch = "wasm32")]
-#[allow(unreachable_pub)]
-mod segments;
-#[cfg(target_arch = "wasm32")]
-#[allow(unreachable_pub)]
-mod state;
-#[cfg(target_arch = "wasm32")]
-#[allow(unreachable_pub)]
-mod track;
 // The browser's services: HTTP, the local-file worker, canvas, frames.
 mod infra;
 #[cfg(target_arch = "wasm32")]
@@ -67,9 +52,6 @@ mod live;
 #[cfg(target_arch = "wasm32")]
 #[allow(unreachable_pub)]
 mod snapshot;
-#[cfg(target_arch = "wasm32")]
-#[allow(unreachable_pub)]
-mod timeline;
 
 use vramscope_shared::{ReadOptions, read_snapshot_bytes};
 use wasm_bindgen::prelude::*;

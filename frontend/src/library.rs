@@ -12,7 +12,7 @@ use leptos::task::spawn_local;
 use leptos_router::hooks::use_navigate;
 use web_sys::{DragEvent, File, FileList, HtmlInputElement};
 
-use crate::app::{Notice, NoticeBar};
+use crate::components::notice::{Notice, NoticeBar};
 use crate::core::format;
 use crate::core::model::SnapshotMeta;
 use crate::infra::api::{self, ListQuery};

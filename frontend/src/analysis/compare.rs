@@ -63,9 +63,9 @@ mod ui {
     use leptos_router::hooks::use_params_map;
     use vramscope_shared::views::analysis::{Align, DiffAnswer};
 
-    use super::super::oom::StackDetails;
     use super::super::signed_bytes;
     use super::{change_label, compare_path, side_chart};
+    use crate::components::stack::StackDetails;
     use crate::core::format;
     use crate::core::model::SnapshotMeta;
     use crate::infra::api;

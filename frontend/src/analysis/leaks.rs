@@ -70,8 +70,8 @@ mod ui {
     use leptos::task::spawn_local;
     use vramscope_shared::views::analysis::{DeviceLeaksAnswer, LeaksAnswer};
 
-    use super::super::oom::StackDetails;
     use super::{CHARTED, COLOURS, growth_chart, pattern_label};
+    use crate::components::stack::StackDetails;
     use crate::core::format;
     use crate::infra::api;
     use crate::infra::canvas::{chart_width, paint_chart};

@@ -115,10 +115,10 @@ mod ui {
     use leptos::prelude::*;
     use leptos::task::spawn_local;
     use vramscope_shared::analysis::oom::OomReport;
-    use vramscope_shared::analysis::{FrameText, readable_frames, stack_label};
     use vramscope_shared::views::analysis::ExplainAnswer;
 
     use super::{avoided_by, cards, cause, verdict};
+    use crate::components::stack::StackDetails;
     use crate::core::format;
     use crate::infra::api;
 
@@ -219,25 +219,7 @@ mod ui {
             </div>
         }
     }
-
-    /// A stack's one-line label, expanding to its readable frames.
-    #[component]
-    pub(crate) fn StackDetails(frames: Vec<FrameText>, #[prop(optional)] open: bool) -> impl IntoView {
-        let label = stack_label(&frames);
-        let lines: Vec<String> = readable_frames(&frames).into_iter().map(FrameText::display).collect();
-        view! {
-            <details class="stack" open=open>
-                <summary><code>{label}</code></summary>
-                <ol class="frames">
-                    {lines.into_iter().map(|l| view! { <li><code>{l}</code></li> }).collect_view()}
-                </ol>
-            </details>
-        }
-    }
 }
-
-#[cfg(target_arch = "wasm32")]
-pub(crate) use ui::StackDetails;
 
 #[cfg(test)]
 mod tests {

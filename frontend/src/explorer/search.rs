@@ -12,7 +12,7 @@ use crate::core::format;
 use crate::core::model::{Axis, Instant, SearchKind, SearchMatch};
 use crate::core::permalink::Selected;
 use crate::core::viewport::Window;
-use crate::explorer::Shared;
+use crate::explorer::DeviceContext;
 use crate::infra::api;
 use crate::infra::latest::latest;
 
@@ -21,65 +21,65 @@ const LISTED: usize = 12;
 /// Typing must pause this long before a search is sent.
 const DEBOUNCE: Duration = Duration::from_millis(350);
 
-/// The search box of the device of `shared`.
+/// The search box of the device of `ctx`.
 #[component]
-pub(crate) fn SearchBox(shared: Shared) -> impl IntoView {
+pub(crate) fn SearchBox(ctx: DeviceContext) -> impl IntoView {
     let error = RwSignal::new(None::<String>);
     let searches = latest();
     let timer = StoredValue::new(None::<TimeoutHandle>);
 
     let run = move || {
-        let q = shared.query.get_untracked();
+        let q = ctx.query.get_untracked();
         if q.trim().is_empty() {
             // An answer still coming for an older text is not shown.
             searches.supersede();
-            shared.matches.set(None);
+            ctx.matches.set(None);
             error.set(None);
             return;
         }
-        let id = shared.id.get_value();
-        searches.run(async move { api::search(&id, shared.device, q.trim()).await }, move |answer| match answer {
+        let id = ctx.id.get_value();
+        searches.run(async move { api::search(&id, ctx.device, q.trim()).await }, move |answer| match answer {
             Ok(a) => {
-                shared.matches.set(Some(a));
+                ctx.matches.set(Some(a));
                 error.set(None);
             }
             Err(e) => {
-                shared.matches.set(None);
+                ctx.matches.set(None);
                 error.set(Some(e.to_string()));
             }
         });
     };
     // A search from a link runs at once.
-    if !shared.query.get_untracked().trim().is_empty() {
+    if !ctx.query.get_untracked().trim().is_empty() {
         run();
     }
     let typed = move |value: String| {
-        shared.query.set(value);
+        ctx.query.set(value);
         if let Some(t) = timer.get_value() {
             t.clear();
         }
         timer.set_value(set_timeout_with_handle(run, DEBOUNCE).ok());
     };
     let go_to = move |m: SearchMatch| {
-        shared.selected.set(Some(Selected { addr: m.addr, alloc_row: m.alloc_row }));
+        ctx.selected.set(Some(Selected { addr: m.addr, alloc_row: m.alloc_row }));
         let Some(row) = m.alloc_row else { return };
-        shared.instant.set(Some(Instant::Row(row)));
+        ctx.instant.set(Some(Instant::Row(row)));
         // Bring its allocation into view, keeping the zoom.
-        let x = match shared.axis.get_untracked() {
+        let x = match ctx.axis.get_untracked() {
             Some(Axis::Event) => Some(i64::from(row)),
             Some(Axis::Time) => m.alloc_time_us,
             None => None,
         };
-        if let (Some(x), Some(v), Some(extent)) = (x, shared.view.get_untracked(), shared.extent.get_untracked())
+        if let (Some(x), Some(v), Some(extent)) = (x, ctx.view.get_untracked(), ctx.extent.get_untracked())
             && (x < v.start || x >= v.end)
         {
             let half = v.width() / 2;
-            shared.view.set(Some(Window::new(x - half, x - half + v.width()).clamp_into(extent)));
+            ctx.view.set(Some(Window::new(x - half, x - half + v.width()).clamp_into(extent)));
         }
     };
 
     let count = move || {
-        shared.matches.with(|m| {
+        ctx.matches.with(|m| {
             m.as_ref().map(|m| {
                 let how = match m.kind {
                     SearchKind::Address => "allocations holding that address",
@@ -99,7 +99,7 @@ pub(crate) fn SearchBox(shared: Shared) -> impl IntoView {
                     id="search"
                     type="search"
                     placeholder="address 0x7f…, size 2 MiB, or frame text"
-                    prop:value=move || shared.query.get()
+                    prop:value=move || ctx.query.get()
                     on:input=move |e| typed(event_target_value(&e))
                     on:keydown=move |e: KeyboardEvent| {
                         if e.key() == "Enter" {
@@ -114,7 +114,7 @@ pub(crate) fn SearchBox(shared: Shared) -> impl IntoView {
             {move || error.get().map(|e| view! { <span class="notice error">{e}</span> })}
             <ol class="matches" id="search-results">
                 {move || {
-                    shared
+                    ctx
                         .matches
                         .with(|m| m.as_ref().map(|m| m.matches.iter().take(LISTED).copied().collect::<Vec<_>>()))
                         .unwrap_or_default()
@@ -122,7 +122,7 @@ pub(crate) fn SearchBox(shared: Shared) -> impl IntoView {
                         .map(|m| {
                             let row = m.alloc_row.map_or("before the trace".to_owned(), |r| format!("row {}", format::grouped(u64::from(r))));
                             let selected = move || {
-                                shared.selected.get().is_some_and(|s| s.addr == m.addr && s.alloc_row == m.alloc_row)
+                                ctx.selected.get().is_some_and(|s| s.addr == m.addr && s.alloc_row == m.alloc_row)
                             };
                             view! {
                                 <li>

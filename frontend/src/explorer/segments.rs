@@ -16,7 +16,7 @@ use crate::core::format;
 use crate::core::model::{Instant, SegmentsAnswer};
 use crate::core::palette;
 use crate::core::viewport::Window;
-use crate::explorer::Shared;
+use crate::explorer::DeviceContext;
 use crate::infra::api;
 use crate::infra::canvas;
 use crate::infra::draws;
@@ -32,9 +32,9 @@ const PX_PER_COLUMN: f64 = 3.0;
 /// How long the window must settle before new columns are asked for.
 const DEBOUNCE: Duration = Duration::from_millis(200);
 
-/// The segment timeline of the device of `shared`.
+/// The segment timeline of the device of `ctx`.
 #[component]
-pub(crate) fn SegmentTimeline(shared: Shared) -> impl IntoView {
+pub(crate) fn SegmentTimeline(ctx: DeviceContext) -> impl IntoView {
     let canvas_ref = NodeRef::<leptos::html::Canvas>::new();
     let wrap_ref = NodeRef::<leptos::html::Div>::new();
     let data = RwSignal::new(None::<SegmentsAnswer>);
@@ -48,7 +48,7 @@ pub(crate) fn SegmentTimeline(shared: Shared) -> impl IntoView {
 
     // New columns for each settled window.
     Effect::new(move |_| {
-        let (Some(v), Some(axis), (_, width)) = (shared.view.get(), shared.axis.get(), shared.plot.get()) else {
+        let (Some(v), Some(axis), (_, width)) = (ctx.view.get(), ctx.axis.get(), ctx.plot.get()) else {
             return;
         };
         if width <= 0.0 {
@@ -58,10 +58,10 @@ pub(crate) fn SegmentTimeline(shared: Shared) -> impl IntoView {
             t.clear();
         }
         let columns = ((width / PX_PER_COLUMN) as u32).clamp(10, 600);
-        let query = api::window_query(shared.device, axis, Some(v));
+        let query = api::window_query(ctx.device, axis, Some(v));
         let handle = set_timeout_with_handle(
             move || {
-                let id = shared.id.get_value();
+                let id = ctx.id.get_value();
                 loading.set(true);
                 answers.run(async move { api::segments(&id, &query, columns).await }, move |answer| {
                     loading.set(false);
@@ -87,25 +87,25 @@ pub(crate) fn SegmentTimeline(shared: Shared) -> impl IntoView {
         let kept = Rc::clone(&kept);
         move || {
             let (Some(canvas), Some(wrap), Some(v)) =
-                (canvas_ref.get_untracked(), wrap_ref.get_untracked(), shared.view.get_untracked())
+                (canvas_ref.get_untracked(), wrap_ref.get_untracked(), ctx.view.get_untracked())
             else {
                 return;
             };
-            let plot = shared.plot.get_untracked();
+            let plot = ctx.plot.get_untracked();
             let (left, width) = plot;
             data.with_untracked(|d| {
                 let Some(d) = d else { return };
-                if width <= 0.0 || Some(d.axis) != shared.axis.get_untracked() {
+                if width <= 0.0 || Some(d.axis) != ctx.axis.get_untracked() {
                     return;
                 }
                 let started = draws::now();
                 let css_w = canvas::css_width(&wrap);
                 let draw = |ctx: &web_sys::CanvasRenderingContext2d| draw_columns(ctx, d, v, plot);
-                let Some((ctx, image_view)) = kept.paint(&canvas, v, plot, css_w, HEIGHT, draw) else { return };
+                let Some((canvas_ctx, image_view)) = kept.paint(&canvas, v, plot, css_w, HEIGHT, draw) else { return };
                 drawn_view.set_value(Some(image_view));
-                if let Some(x) = shared.cursor_x().filter(|&x| x >= v.start && x < v.end) {
+                if let Some(x) = ctx.cursor_x().filter(|&x| x >= v.start && x < v.end) {
                     canvas::vline(
-                        &ctx,
+                        &canvas_ctx,
                         palette::CURSOR.css(),
                         canvas::x_px(v, left, width, x as f64),
                         0.0,
@@ -113,25 +113,31 @@ pub(crate) fn SegmentTimeline(shared: Shared) -> impl IntoView {
                         1.0,
                     );
                 }
-                canvas::text(&ctx, palette::LABEL.css(), &format!("{} peak", format::bytes(d.max_reserved)), 4.0, 24.0);
-                canvas::text(&ctx, palette::LABEL.css(), &format!("{} segments", d.segments.len()), 4.0, 38.0);
+                canvas::text(
+                    &canvas_ctx,
+                    palette::LABEL.css(),
+                    &format!("{} peak", format::bytes(d.max_reserved)),
+                    4.0,
+                    24.0,
+                );
+                canvas::text(&canvas_ctx, palette::LABEL.css(), &format!("{} segments", d.segments.len()), 4.0, 38.0);
                 draws::record("segments", started);
             });
         }
     });
     // Fresh columns, a new plot area or size: a real draw; a moved window
     // or cursor: the image, moved.
-    crate::explorer::on_fresh_or_moved(shared, &redraw, kept, move || {
+    super::on_fresh_or_moved(ctx, &redraw, kept, move || {
         data.track();
-        shared.plot.track();
+        ctx.plot.track();
         canvas_ref.track();
     });
 
     let describe = move |e: &MouseEvent| -> Option<(String, Instant)> {
         let (px, py) = (f64::from(e.offset_x()), f64::from(e.offset_y()));
         // The rectangles are where the image was drawn: map the pointer there.
-        let (left, width) = shared.plot.get_untracked();
-        let px = match (drawn_view.get_value(), shared.view.get_untracked()) {
+        let (left, width) = ctx.plot.get_untracked();
+        let px = match (drawn_view.get_value(), ctx.view.get_untracked()) {
             (Some(then), Some(now)) if width > 0.0 => {
                 let x = now.start as f64 + (px - left) / width * now.width() as f64;
                 left + (x - then.start as f64) / then.width().max(1) as f64 * width
@@ -191,7 +197,7 @@ pub(crate) fn SegmentTimeline(shared: Shared) -> impl IntoView {
                     on:mouseleave=move |_| hover.set(None)
                     on:click=move |e| {
                         if let Some((_, at)) = describe(&e) {
-                            shared.instant.set(Some(at));
+                            ctx.instant.set(Some(at));
                         }
                     }
                 ></canvas>

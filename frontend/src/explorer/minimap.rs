@@ -11,7 +11,7 @@ use crate::core::brush;
 use crate::core::model::TimelineWindow;
 use crate::core::palette;
 use crate::core::viewport::Window;
-use crate::explorer::Shared;
+use crate::explorer::DeviceContext;
 use crate::infra::api::{self, TimelineQuery};
 use crate::infra::canvas;
 use crate::infra::draws;
@@ -26,9 +26,9 @@ struct Drag {
     view: Window,
 }
 
-/// The minimap of the device of `shared`.
+/// The minimap of the device of `ctx`.
 #[component]
-pub(crate) fn Minimap(shared: Shared) -> impl IntoView {
+pub(crate) fn Minimap(ctx: DeviceContext) -> impl IntoView {
     let canvas_ref = NodeRef::<leptos::html::Canvas>::new();
     let wrap_ref = NodeRef::<leptos::html::Div>::new();
     let whole = RwSignal::new(None::<TimelineWindow>);
@@ -36,14 +36,14 @@ pub(crate) fn Minimap(shared: Shared) -> impl IntoView {
 
     // The whole trace at one bucket per pixel, once per axis and width.
     Effect::new(move |_| {
-        let (Some(axis), Some(_), (_, width)) = (shared.axis.get(), shared.extent.get(), shared.plot.get()) else {
+        let (Some(axis), Some(_), (_, width)) = (ctx.axis.get(), ctx.extent.get(), ctx.plot.get()) else {
             return;
         };
         if width <= 0.0 {
             return;
         }
         let query = TimelineQuery {
-            device: shared.device,
+            device: ctx.device,
             axis: Some(axis),
             window: None,
             px: (width as u32).max(50),
@@ -51,8 +51,8 @@ pub(crate) fn Minimap(shared: Shared) -> impl IntoView {
             y_span: None,
         };
         spawn_local(async move {
-            if let Ok(w) = api::timeline(&shared.id.get_value(), query).await
-                && shared.axis.try_get_untracked().flatten() == Some(w.axis)
+            if let Ok(w) = api::timeline(&ctx.id.get_value(), query).await
+                && ctx.axis.try_get_untracked().flatten() == Some(w.axis)
             {
                 whole.set(Some(w));
             }
@@ -61,78 +61,85 @@ pub(crate) fn Minimap(shared: Shared) -> impl IntoView {
 
     Effect::new(move |_| {
         let (Some(canvas), Some(wrap), Some(v), Some(extent)) =
-            (canvas_ref.get(), wrap_ref.get(), shared.view.get(), shared.extent.get())
+            (canvas_ref.get(), wrap_ref.get(), ctx.view.get(), ctx.extent.get())
         else {
             return;
         };
-        let (left, width) = shared.plot.get();
+        let (left, width) = ctx.plot.get();
         if width <= 0.0 {
             return;
         }
         let started = draws::now();
         let css_w = f64::from(wrap.client_width()).max(320.0);
-        let Some(ctx) = canvas::context(&canvas, css_w, HEIGHT) else { return };
-        canvas::fill(&ctx, palette::MINIMAP_BACKGROUND.css(), left, 0.0, width, HEIGHT);
+        let Some(canvas_ctx) = canvas::context(&canvas, css_w, HEIGHT) else { return };
+        canvas::fill(&canvas_ctx, palette::MINIMAP_BACKGROUND.css(), left, 0.0, width, HEIGHT);
         whole.with(|w| {
             let Some(w) = w else { return };
             let top = w.buckets.iter().map(|b| b.reserved.max.max(b.active.max)).max().unwrap_or(1).max(1) as f64;
             let y = |b: u64| HEIGHT - 2.0 - b as f64 / top * (HEIGHT - 6.0);
             for (curve, col, fill) in [(0usize, palette::RESERVED.css(), true), (1, palette::ALLOCATED.css(), false)] {
-                ctx.begin_path();
-                ctx.move_to(left, HEIGHT);
+                canvas_ctx.begin_path();
+                canvas_ctx.move_to(left, HEIGHT);
                 for b in &w.buckets {
                     let value = if curve == 0 { b.reserved.max } else { b.allocated.max };
                     let x0 = canvas::x_px(extent, left, width, b.x0 as f64);
                     let x1 = canvas::x_px(extent, left, width, b.x1 as f64);
-                    ctx.line_to(x0, y(value));
-                    ctx.line_to(x1, y(value));
+                    canvas_ctx.line_to(x0, y(value));
+                    canvas_ctx.line_to(x1, y(value));
                 }
                 if fill {
-                    ctx.line_to(left + width, HEIGHT);
-                    ctx.close_path();
-                    ctx.set_fill_style_str("rgba(87,96,106,0.25)");
-                    ctx.fill();
+                    canvas_ctx.line_to(left + width, HEIGHT);
+                    canvas_ctx.close_path();
+                    canvas_ctx.set_fill_style_str("rgba(87,96,106,0.25)");
+                    canvas_ctx.fill();
                 } else {
-                    ctx.set_stroke_style_str(col);
-                    ctx.set_line_width(1.0);
-                    ctx.stroke();
+                    canvas_ctx.set_stroke_style_str(col);
+                    canvas_ctx.set_line_width(1.0);
+                    canvas_ctx.stroke();
                 }
             }
         });
         // Whole pixels, so the outline is crisp (and findable by colour).
         let (l, r) = brush::brush_px(v, extent, width);
         let (l, r) = ((left + l).round(), (left + r).round());
-        ctx.set_fill_style_str("rgba(9,105,218,0.15)");
-        ctx.fill_rect(l, 0.0, r - l, HEIGHT);
-        ctx.set_stroke_style_str(palette::BRUSH.css());
-        ctx.set_line_width(2.0);
-        ctx.stroke_rect(l + 1.0, 1.0, (r - l - 2.0).max(1.0), HEIGHT - 2.0);
-        if let Some(x) = shared.cursor_x() {
-            canvas::vline(&ctx, palette::CURSOR.css(), canvas::x_px(extent, left, width, x as f64), 0.0, HEIGHT, 1.0);
+        canvas_ctx.set_fill_style_str("rgba(9,105,218,0.15)");
+        canvas_ctx.fill_rect(l, 0.0, r - l, HEIGHT);
+        canvas_ctx.set_stroke_style_str(palette::BRUSH.css());
+        canvas_ctx.set_line_width(2.0);
+        canvas_ctx.stroke_rect(l + 1.0, 1.0, (r - l - 2.0).max(1.0), HEIGHT - 2.0);
+        if let Some(x) = ctx.cursor_x() {
+            canvas::vline(
+                &canvas_ctx,
+                palette::CURSOR.css(),
+                canvas::x_px(extent, left, width, x as f64),
+                0.0,
+                HEIGHT,
+                1.0,
+            );
         }
         draws::record("minimap", started);
     });
 
     let on_mousedown = move |e: MouseEvent| {
-        let (Some(v), Some(extent)) = (shared.view.get_untracked(), shared.extent.get_untracked()) else { return };
-        let (left, width) = shared.plot.get_untracked();
+        let (Some(v), Some(extent)) = (ctx.view.get_untracked(), ctx.extent.get_untracked()) else { return };
+        let (left, width) = ctx.plot.get_untracked();
         let x = f64::from(e.offset_x()) - left;
         e.prevent_default();
         let v = if brush::on_brush(v, extent, width, x) {
             v
         } else {
             let centred = brush::centred_at(v, extent, width, x);
-            shared.view.set(Some(centred));
+            ctx.view.set(Some(centred));
             centred
         };
         drag.set_value(Some(Drag { client_x: f64::from(e.client_x()), view: v }));
     };
     let moving = window_event_listener(ev::mousemove, move |e: MouseEvent| {
-        let (Some(d), Some(extent)) = (drag.get_value(), shared.extent.get_untracked()) else { return };
-        let (_, width) = shared.plot.get_untracked();
+        let (Some(d), Some(extent)) = (drag.get_value(), ctx.extent.get_untracked()) else { return };
+        let (_, width) = ctx.plot.get_untracked();
         let next = brush::dragged(d.view, extent, width, f64::from(e.client_x()) - d.client_x);
-        if shared.view.get_untracked() != Some(next) {
-            shared.view.set(Some(next));
+        if ctx.view.get_untracked() != Some(next) {
+            ctx.view.set(Some(next));
         }
     });
     let released = window_event_listener(ev::mouseup, move |_| drag.set_value(None));

@@ -12,7 +12,7 @@ use crate::core::blocks::{self, Rect};
 use crate::core::format;
 use crate::core::model::{AllocatorState, Axis, BlockKind, Frame, Instant};
 use crate::core::palette;
-use crate::explorer::Shared;
+use crate::explorer::DeviceContext;
 use crate::infra::api;
 use crate::infra::canvas;
 use crate::infra::draws;
@@ -20,9 +20,9 @@ use crate::infra::draws;
 /// What the mouse (or a click) points at: a segment and a block.
 type Pointed = (usize, usize);
 
-/// The allocator-state panel of the device of `shared`.
+/// The allocator-state panel of the device of `ctx`.
 #[component]
-pub(crate) fn StatePanel(shared: Shared) -> impl IntoView {
+pub(crate) fn StatePanel(ctx: DeviceContext) -> impl IntoView {
     let canvas_ref = NodeRef::<leptos::html::Canvas>::new();
     let wrap_ref = NodeRef::<leptos::html::Div>::new();
     let rects = StoredValue::new(Vec::<Rect>::new());
@@ -33,14 +33,14 @@ pub(crate) fn StatePanel(shared: Shared) -> impl IntoView {
     Effect::new(move |_| {
         let (Some(canvas), Some(wrap)) = (canvas_ref.get(), wrap_ref.get()) else { return };
         let shown = pointed.get().or(clicked.get());
-        shared.state.with(|s| {
+        ctx.state.with(|s| {
             let Some(s) = s else { return };
             let started = draws::now();
             let css_w = f64::from(wrap.client_width()).max(480.0);
             let (placed, height) = blocks::state_rects(s, css_w);
-            let Some(ctx) = canvas::context(&canvas, css_w, height) else { return };
+            let Some(canvas_ctx) = canvas::context(&canvas, css_w, height) else { return };
             for r in &placed {
-                canvas::fill(&ctx, palette::fill(r.fill).css(), r.x, r.y, r.w.max(0.5), r.h);
+                canvas::fill(&canvas_ctx, palette::fill(r.fill).css(), r.x, r.y, r.w.max(0.5), r.h);
             }
             for (i, seg) in s.segments.iter().enumerate() {
                 let y = i as f64 * (blocks::ROW_HEIGHT + blocks::ROW_GAP) + 11.0;
@@ -50,14 +50,14 @@ pub(crate) fn StatePanel(shared: Shared) -> impl IntoView {
                     format::bytes(seg.size),
                     if seg.expandable { " exp" } else { "" }
                 );
-                canvas::text(&ctx, palette::LABEL.css(), &label, 2.0, y);
+                canvas::text(&canvas_ctx, palette::LABEL.css(), &label, 2.0, y);
             }
             if let Some((si, bi)) = shown
                 && let Some(r) = placed.iter().find(|r| r.segment == si && r.item == bi)
             {
-                ctx.set_stroke_style_str(palette::CURSOR.css());
-                ctx.set_line_width(2.0);
-                ctx.stroke_rect(r.x - 1.0, r.y - 1.0, r.w.max(1.0) + 2.0, r.h + 2.0);
+                canvas_ctx.set_stroke_style_str(palette::CURSOR.css());
+                canvas_ctx.set_line_width(2.0);
+                canvas_ctx.stroke_rect(r.x - 1.0, r.y - 1.0, r.w.max(1.0) + 2.0, r.h + 2.0);
             }
             rects.set_value(placed);
             draws::record("state", started);
@@ -67,20 +67,19 @@ pub(crate) fn StatePanel(shared: Shared) -> impl IntoView {
     // The stack of the clicked block.
     Effect::new(move |_| {
         let Some((si, bi)) = clicked.get() else { return };
-        let Some(stack) =
-            shared.state.with_untracked(|s| s.as_ref()?.segments.get(si)?.blocks.get(bi).map(|b| b.stack))
+        let Some(stack) = ctx.state.with_untracked(|s| s.as_ref()?.segments.get(si)?.blocks.get(bi).map(|b| b.stack))
         else {
             return;
         };
         frames.set(None);
         spawn_local(async move {
-            let answer = api::stack(&shared.id.get_value(), stack).await.map_err(|e| e.to_string());
+            let answer = api::stack(&ctx.id.get_value(), stack).await.map_err(|e| e.to_string());
             frames.try_set(Some(answer));
         });
     });
     // A new instant: the old pointers mean other blocks.
     Effect::new(move |_| {
-        shared.state.track();
+        ctx.state.track();
         pointed.set(None);
         clicked.set(None);
         frames.set(None);
@@ -90,7 +89,7 @@ pub(crate) fn StatePanel(shared: Shared) -> impl IntoView {
         rects.with_value(|r| blocks::state_hit(r, f64::from(e.offset_x()), f64::from(e.offset_y())))
     };
     let block_text = move |(si, bi): Pointed| {
-        shared.state.with(|s| {
+        ctx.state.with(|s| {
             let s = s.as_ref()?;
             let seg = s.segments.get(si)?;
             let b = seg.blocks.get(bi)?;
@@ -120,7 +119,7 @@ pub(crate) fn StatePanel(shared: Shared) -> impl IntoView {
     };
 
     let heading = move || {
-        shared.state.with(|s| {
+        ctx.state.with(|s| {
             s.as_ref().map(|s| {
                 let at = match (s.row, s.time_us) {
                     (None, _) => "before the trace's first event".to_owned(),
@@ -142,22 +141,22 @@ pub(crate) fn StatePanel(shared: Shared) -> impl IntoView {
         <section class="state-panel" id="state-panel">
             <div class="toolbar">
                 <h2 id="state-heading">{move || heading().unwrap_or_else(|| "Allocator state".to_owned())}</h2>
-                <button id="state-prev" title="One event back (←)" on:click=move |_| { shared.step(-1); }>"◀"</button>
-                <button id="state-next" title="One event on (→)" on:click=move |_| { shared.step(1); }>"▶"</button>
+                <button id="state-prev" title="One event back (←)" on:click=move |_| { ctx.step(-1); }>"◀"</button>
+                <button id="state-next" title="One event on (→)" on:click=move |_| { ctx.step(1); }>"▶"</button>
                 <button
                     id="state-end"
                     title="The state the snapshot recorded"
-                    on:click=move |_| shared.instant.set(Some(Instant::X(Axis::Event, i64::MAX - 1)))
+                    on:click=move |_| ctx.instant.set(Some(Instant::X(Axis::Event, i64::MAX - 1)))
                 >
                     "At the end"
                 </button>
             </div>
             {move || {
-                shared.state.with(|s| s.is_none()).then(|| view! {
+                ctx.state.with(|s| s.is_none()).then(|| view! {
                     <p class="hint">"Click a timeline to see every segment and block at that instant; ← and → then step event by event."</p>
                 })
             }}
-            {move || shared.state.with(|s| s.as_ref().map(figures_view))}
+            {move || ctx.state.with(|s| s.as_ref().map(figures_view))}
             <div class="canvas-wrap state-wrap" node_ref=wrap_ref>
                 <canvas
                     id="state-canvas"
@@ -176,7 +175,7 @@ pub(crate) fn StatePanel(shared: Shared) -> impl IntoView {
                     None => view! { <p class="hint">"Loading the stack…"</p> }.into_any(),
                     Some(Err(e)) => view! { <p class="notice error">{e}</p> }.into_any(),
                     Some(Ok(f)) if f.is_empty() => view! { <p class="hint">"No frames recorded for this block."</p> }.into_any(),
-                    Some(Ok(f)) => crate::timeline::stack_list(f, "state-stack").into_any(),
+                    Some(Ok(f)) => crate::components::stack::stack_list(f, "state-stack").into_any(),
                 })
             }}
         </section>

@@ -2,12 +2,12 @@
 //! active memory timeline with its minimap and track (annotations, comment
 //! markers, search matches), the segment timeline, and below them the
 //! allocator state at the cursor or the fragmentation panel, with search.
-//! The state they share lives in [`Shared`]; the URL mirrors it
+//! The state they share lives in [`DeviceContext`]; the URL mirrors it
 //! ([`crate::core::permalink`]) so a link opens the same view.
 
-use leptos::prelude::*;
-
 use std::rc::Rc;
+
+use leptos::prelude::*;
 
 use crate::core::model::{AllocatorState, Axis, Instant, SearchAnswer};
 use crate::core::permalink::{self, PageState, Selected, Tab};
@@ -17,9 +17,19 @@ use crate::infra::canvas::Kept;
 use crate::infra::latest::latest;
 use crate::infra::redraw::Redraw;
 
-/// What the views of a device share.
+mod fragmentation;
+mod minimap;
+mod search;
+mod segments;
+mod state;
+mod timeline;
+mod track;
+
+/// What the views of a device share: the snapshot and device, the axis and
+/// window, the cursor and its allocator state, the selection, the panel
+/// shown and the search. Every view of the device takes it as `ctx`.
 #[derive(Clone, Copy)]
-pub(crate) struct Shared {
+pub(crate) struct DeviceContext {
     /// Snapshot id.
     pub(crate) id: StoredValue<String>,
     /// CUDA device.
@@ -52,7 +62,7 @@ pub(crate) struct Shared {
     pub(crate) initial_window: StoredValue<Option<Window>>,
 }
 
-impl Shared {
+impl DeviceContext {
     /// x of the cursor on the current axis, once its state is loaded.
     pub(crate) fn cursor_x(&self) -> Option<i64> {
         let axis = self.axis.get()?;
@@ -82,7 +92,7 @@ impl Shared {
 /// The views of device `device`, restored from `initial` (the link's state).
 #[component]
 pub(crate) fn DeviceViews(id: String, device: u32, initial: PageState) -> impl IntoView {
-    let shared = Shared {
+    let ctx = DeviceContext {
         id: StoredValue::new(id),
         device,
         axis: RwSignal::new(Some(initial.axis.unwrap_or(Axis::Event))),
@@ -103,10 +113,10 @@ pub(crate) fn DeviceViews(id: String, device: u32, initial: PageState) -> impl I
     // instants are dropped.
     let states = latest();
     Effect::new(move |_| {
-        let Some(at) = shared.instant.get() else { return };
-        let id = shared.id.get_value();
+        let Some(at) = ctx.instant.get() else { return };
+        let id = ctx.id.get_value();
         states.run(async move { api::state(&id, device, at).await }, move |answer| match answer {
-            Ok(s) => shared.state.set(Some(s)),
+            Ok(s) => ctx.state.set(Some(s)),
             Err(e) => leptos::logging::warn!("{e}"),
         });
     });
@@ -115,16 +125,16 @@ pub(crate) fn DeviceViews(id: String, device: u32, initial: PageState) -> impl I
     Effect::new(move |_| {
         let page = PageState {
             device: Some(device),
-            axis: shared.axis.get(),
-            window: shared.view.get().filter(|v| shared.extent.get() != Some(*v)),
-            memory: shared.memory.get(),
-            cursor: shared.state.with(|s| s.as_ref().and_then(|s| s.row)),
-            selected: shared.selected.get(),
-            tab: shared.tab.get(),
-            search: Some(shared.query.get()),
+            axis: ctx.axis.get(),
+            window: ctx.view.get().filter(|v| ctx.extent.get() != Some(*v)),
+            memory: ctx.memory.get(),
+            cursor: ctx.state.with(|s| s.as_ref().and_then(|s| s.row)),
+            selected: ctx.selected.get(),
+            tab: ctx.tab.get(),
+            search: Some(ctx.query.get()),
         };
         // Before the timeline has loaded, keep the link's own state.
-        if shared.extent.get_untracked().is_none() {
+        if ctx.extent.get_untracked().is_none() {
             return;
         }
         let Some(w) = web_sys::window() else { return };
@@ -136,28 +146,28 @@ pub(crate) fn DeviceViews(id: String, device: u32, initial: PageState) -> impl I
     });
 
     view! {
-        <crate::timeline::Timeline shared=shared/>
-        <crate::segments::SegmentTimeline shared=shared/>
-        <crate::search::SearchBox shared=shared/>
+        <timeline::Timeline ctx=ctx/>
+        <segments::SegmentTimeline ctx=ctx/>
+        <search::SearchBox ctx=ctx/>
         <div class="tabs" role="tablist">
             <button
                 id="tab-state"
-                class:active=move || shared.tab.get() == Tab::State
-                on:click=move |_| shared.tab.set(Tab::State)
+                class:active=move || ctx.tab.get() == Tab::State
+                on:click=move |_| ctx.tab.set(Tab::State)
             >
                 "Allocator state"
             </button>
             <button
                 id="tab-fragmentation"
-                class:active=move || shared.tab.get() == Tab::Fragmentation
-                on:click=move |_| shared.tab.set(Tab::Fragmentation)
+                class:active=move || ctx.tab.get() == Tab::Fragmentation
+                on:click=move |_| ctx.tab.set(Tab::Fragmentation)
             >
                 "Fragmentation"
             </button>
         </div>
-        {move || match shared.tab.get() {
-            Tab::State => view! { <crate::state::StatePanel shared=shared/> }.into_any(),
-            Tab::Fragmentation => view! { <crate::fragmentation::FragmentationPanel shared=shared/> }.into_any(),
+        {move || match ctx.tab.get() {
+            Tab::State => view! { <state::StatePanel ctx=ctx/> }.into_any(),
+            Tab::Fragmentation => view! { <fragmentation::FragmentationPanel ctx=ctx/> }.into_any(),
         }}
     }
 }
@@ -166,7 +176,7 @@ pub(crate) fn DeviceViews(id: String, device: u32, initial: PageState) -> impl I
 /// (`canvas::Kept`): a real draw whenever a signal
 /// that `track_fresh` reads changes (new data, plot area or canvas); the
 /// kept image moved whenever the shared window or cursor moves.
-pub(crate) fn on_fresh_or_moved(shared: Shared, redraw: &Redraw, kept: Rc<Kept>, track_fresh: impl Fn() + 'static) {
+pub(crate) fn on_fresh_or_moved(ctx: DeviceContext, redraw: &Redraw, kept: Rc<Kept>, track_fresh: impl Fn() + 'static) {
     Effect::new({
         let redraw = redraw.clone();
         move |_| {
@@ -177,8 +187,8 @@ pub(crate) fn on_fresh_or_moved(shared: Shared, redraw: &Redraw, kept: Rc<Kept>,
     });
     let redraw = redraw.clone();
     Effect::new(move |_| {
-        shared.view.track();
-        shared.cursor_x();
+        ctx.view.track();
+        ctx.cursor_x();
         redraw.request();
     });
 }

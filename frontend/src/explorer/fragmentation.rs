@@ -13,7 +13,7 @@ use crate::core::format;
 use crate::core::model::{FragmentationAnswer, Instant, SettingsView};
 use crate::core::palette;
 use crate::core::viewport::Window;
-use crate::explorer::Shared;
+use crate::explorer::DeviceContext;
 use crate::infra::api;
 use crate::infra::canvas;
 use crate::infra::draws;
@@ -28,9 +28,9 @@ const HEIGHT: f64 = 190.0;
 /// How long the window must settle before new figures are asked for.
 const DEBOUNCE: Duration = Duration::from_millis(200);
 
-/// The fragmentation panel of the device of `shared`.
+/// The fragmentation panel of the device of `ctx`.
 #[component]
-pub(crate) fn FragmentationPanel(shared: Shared) -> impl IntoView {
+pub(crate) fn FragmentationPanel(ctx: DeviceContext) -> impl IntoView {
     let canvas_ref = NodeRef::<leptos::html::Canvas>::new();
     let wrap_ref = NodeRef::<leptos::html::Div>::new();
     let data = RwSignal::new(None::<FragmentationAnswer>);
@@ -39,17 +39,17 @@ pub(crate) fn FragmentationPanel(shared: Shared) -> impl IntoView {
     let timer = StoredValue::new(None::<TimeoutHandle>);
 
     Effect::new(move |_| {
-        let (Some(v), Some(axis), (_, width)) = (shared.view.get(), shared.axis.get(), shared.plot.get()) else {
+        let (Some(v), Some(axis), (_, width)) = (ctx.view.get(), ctx.axis.get(), ctx.plot.get()) else {
             return;
         };
         if let Some(t) = timer.get_value() {
             t.clear();
         }
         let columns = ((width / 4.0) as u32).clamp(10, 400);
-        let query = api::window_query(shared.device, axis, Some(v));
+        let query = api::window_query(ctx.device, axis, Some(v));
         let handle = set_timeout_with_handle(
             move || {
-                let id = shared.id.get_value();
+                let id = ctx.id.get_value();
                 answers.run(
                     async move { api::fragmentation(&id, &query, columns).await },
                     move |answer| match answer {
@@ -74,11 +74,11 @@ pub(crate) fn FragmentationPanel(shared: Shared) -> impl IntoView {
         let kept = Rc::clone(&kept);
         move || {
             let (Some(canvas), Some(wrap), Some(v)) =
-                (canvas_ref.get_untracked(), wrap_ref.get_untracked(), shared.view.get_untracked())
+                (canvas_ref.get_untracked(), wrap_ref.get_untracked(), ctx.view.get_untracked())
             else {
                 return;
             };
-            let plot = shared.plot.get_untracked();
+            let plot = ctx.plot.get_untracked();
             let (left, width) = plot;
             data.with_untracked(|d| {
                 let Some(d) = d else { return };
@@ -88,14 +88,14 @@ pub(crate) fn FragmentationPanel(shared: Shared) -> impl IntoView {
                 let started = draws::now();
                 let css_w = canvas::css_width(&wrap);
                 let top = d.columns.iter().map(|c| c.figures.reserved).max().unwrap_or(1).max(1) as f64;
-                let Some((ctx, _)) =
-                    kept.paint(&canvas, v, plot, css_w, HEIGHT, |ctx| draw_curves(ctx, d, v, plot, top))
+                let Some((canvas_ctx, _)) =
+                    kept.paint(&canvas, v, plot, css_w, HEIGHT, |canvas_ctx| draw_curves(canvas_ctx, d, v, plot, top))
                 else {
                     return;
                 };
-                if let Some(x) = shared.cursor_x().filter(|&x| x >= v.start && x < v.end) {
+                if let Some(x) = ctx.cursor_x().filter(|&x| x >= v.start && x < v.end) {
                     canvas::vline(
-                        &ctx,
+                        &canvas_ctx,
                         palette::CURSOR.css(),
                         canvas::x_px(v, left, width, x as f64),
                         0.0,
@@ -103,17 +103,17 @@ pub(crate) fn FragmentationPanel(shared: Shared) -> impl IntoView {
                         1.0,
                     );
                 }
-                canvas::text(&ctx, palette::LABEL.css(), &format::bytes(top as u64), 4.0, 24.0);
-                canvas::text(&ctx, palette::LABEL.css(), "0", 4.0, HEIGHT - 4.0);
+                canvas::text(&canvas_ctx, palette::LABEL.css(), &format::bytes(top as u64), 4.0, 24.0);
+                canvas::text(&canvas_ctx, palette::LABEL.css(), "0", 4.0, HEIGHT - 4.0);
                 draws::record("fragmentation", started);
             });
         }
     });
     // Fresh figures, a new plot area or size: a real draw; a moved window
     // or cursor: the image, moved.
-    crate::explorer::on_fresh_or_moved(shared, &redraw, kept, move || {
+    super::on_fresh_or_moved(ctx, &redraw, kept, move || {
         data.track();
-        shared.plot.track();
+        ctx.plot.track();
         canvas_ref.track();
     });
 
@@ -154,7 +154,7 @@ pub(crate) fn FragmentationPanel(shared: Shared) -> impl IntoView {
                                 )}
                                 <button on:click=move |_| {
                                     if let Some(r) = row {
-                                        shared.instant.set(Some(Instant::Row(r)));
+                                        ctx.instant.set(Some(Instant::Row(r)));
                                     }
                                 }>"Show that instant"</button>
                             }
