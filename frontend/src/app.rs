@@ -7,8 +7,8 @@ use leptos_router::components::{Route, Router, Routes};
 use leptos_router::path;
 
 use crate::infra::api;
-use crate::library::Library;
-use crate::snapshot::SnapshotPage;
+use crate::pages::library::Library;
+use crate::pages::snapshot::SnapshotPage;
 
 /// The whole app.
 #[component]
@@ -23,14 +23,14 @@ pub(crate) fn App() -> impl IntoView {
             </header>
             <main>
                 // Unknown paths, and the page of a report file (a `file:` URL).
-                <Routes fallback=crate::report::NotFound>
+                <Routes fallback=crate::pages::report::NotFound>
                     <Route path=path!("/") view=Library/>
                     <Route path=path!("/snapshots/:id") view=SnapshotPage/>
-                    <Route path=path!("/live") view=crate::live::LiveListPage/>
-                    <Route path=path!("/live/:source") view=crate::live::LiveSourcePage/>
-                    <Route path=path!("/compare/:a/:b") view=crate::analysis::ComparePage/>
-                    <Route path=path!("/jobs") view=crate::job::JobsPage/>
-                    <Route path=path!("/jobs/:job") view=crate::job::JobPage/>
+                    <Route path=path!("/live") view=crate::pages::live::LiveListPage/>
+                    <Route path=path!("/live/:source") view=crate::pages::live::LiveSourcePage/>
+                    <Route path=path!("/compare/:a/:b") view=crate::pages::compare::ComparePage/>
+                    <Route path=path!("/jobs") view=crate::pages::jobs::JobsPage/>
+                    <Route path=path!("/jobs/:job") view=crate::pages::jobs::JobPage/>
                 </Routes>
             </main>
         </Router>

@@ -18,18 +18,15 @@
 //! without uploading it).
 
 pub mod core;
-pub mod job;
-pub mod review;
 
 // The report command (`server/src/cli/report.rs`) draws its chart with the
 // dashboard's own plotting code, under these paths.
 pub use crate::core::{layout, plot, viewport};
 
+// The browser's services: HTTP, the local-file worker, canvas, frames.
+mod infra;
 // leptos's `#[component]` gives each component a `pub` props struct, which
 // `unreachable_pub` flags in these crate-private modules.
-// The analysis panels (what-if, OOM, leaks, compare): pure parts natively.
-#[allow(unreachable_pub)]
-mod analysis;
 #[cfg(target_arch = "wasm32")]
 #[allow(unreachable_pub)]
 mod app;
@@ -39,19 +36,8 @@ mod components;
 #[cfg(target_arch = "wasm32")]
 #[allow(unreachable_pub)]
 mod explorer;
-#[cfg(target_arch = "wasm32")]
 #[allow(unreachable_pub)]
-mod library;
-// The browser's services: HTTP, the local-file worker, canvas, frames.
-mod infra;
-#[cfg(target_arch = "wasm32")]
-#[allow(unreachable_pub)]
-mod report;
-// The live page: its model and charts compile natively, its components on wasm32.
-mod live;
-#[cfg(target_arch = "wasm32")]
-#[allow(unreachable_pub)]
-mod snapshot;
+mod pages;
 
 use vramscope_shared::{ReadOptions, read_snapshot_bytes};
 use wasm_bindgen::prelude::*;

@@ -145,6 +145,15 @@ pub fn percent(part: f64) -> String {
     if part.is_finite() { format!("{:.1}%", part * 100.0) } else { "—".to_owned() }
 }
 
+/// Signed bytes for people: `+1.5 MiB`, `-20 KiB`, `0 B`.
+pub fn signed_bytes(delta: i64) -> String {
+    match delta {
+        0 => "0 B".to_owned(),
+        d if d > 0 => format!("+{}", bytes(d.unsigned_abs())),
+        d => format!("-{}", bytes(d.unsigned_abs())),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -207,5 +216,12 @@ mod tests {
         assert_eq!(clock_us(0), "00:00:00.000 UTC");
         assert_eq!(percent(0.1234), "12.3%");
         assert_eq!(percent(f64::NAN), "—");
+    }
+
+    #[test]
+    fn signed_bytes_say_which_way() {
+        assert_eq!(signed_bytes(2048), "+2.00 KiB");
+        assert_eq!(signed_bytes(-1), "-1 B");
+        assert_eq!(signed_bytes(0), "0 B");
     }
 }

@@ -141,7 +141,7 @@ pub(crate) fn SnapshotView(id: String) -> impl IntoView {
                             }
                                 .into_any()
                         } else {
-                            view! { <DeviceViews id=timeline_id.get_value() device=d.device initial=initial.get_value().filter(|p| p.device.is_none_or(|x| x == d.device)).unwrap_or_default()/> <crate::analysis::AnalysisPanels id=timeline_id.get_value() device=d.device/> }.into_any()
+                            view! { <DeviceViews id=timeline_id.get_value() device=d.device initial=initial.get_value().filter(|p| p.device.is_none_or(|x| x == d.device)).unwrap_or_default()/> <crate::pages::analysis::AnalysisPanels id=timeline_id.get_value() device=d.device/> }.into_any()
                         }
                     })
             }}
@@ -157,7 +157,7 @@ pub(crate) fn SnapshotView(id: String) -> impl IntoView {
                     }
                         .into_any()
                 } else {
-                    view! { <crate::review::ReviewThread id=id/> }.into_any()
+                    view! { <crate::pages::review::ReviewThread id=id/> }.into_any()
                 }
             }
         </section>

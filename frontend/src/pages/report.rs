@@ -8,7 +8,7 @@ use leptos::task::spawn_local;
 use wasm_bindgen::JsCast;
 
 use crate::infra::local::open;
-use crate::snapshot::SnapshotView;
+use crate::pages::snapshot::SnapshotView;
 
 /// Where no route matches: the report's snapshot if the page holds one,
 /// else "no such page".

@@ -63,7 +63,6 @@ mod ui {
     use leptos_router::hooks::use_params_map;
     use vramscope_shared::views::analysis::{Align, DiffAnswer};
 
-    use super::super::signed_bytes;
     use super::{change_label, compare_path, side_chart};
     use crate::components::stack::StackDetails;
     use crate::core::format;
@@ -291,7 +290,7 @@ mod ui {
                         dev.appeared,
                         dev.vanished,
                         dev.unchanged_stacks,
-                        signed_bytes(dev.total_delta)
+                        format::signed_bytes(dev.total_delta)
                     );
                     view! {
                         <div class="panel compare-device">
@@ -306,7 +305,7 @@ mod ui {
                                         .map(|(label, x, y)| {
                                             let cell = |v: Option<u64>| v.map_or("-".to_owned(), format::bytes);
                                             let delta = match (x, y) {
-                                                (Some(x), Some(y)) => signed_bytes(y as i64 - x as i64),
+                                                (Some(x), Some(y)) => format::signed_bytes(y as i64 - x as i64),
                                                 _ => String::new(),
                                             };
                                             view! {
@@ -339,7 +338,7 @@ mod ui {
                                             let word = change_label(s.change);
                                             view! {
                                                 <tr>
-                                                    <td class="num">{signed_bytes(s.delta)}</td>
+                                                    <td class="num">{format::signed_bytes(s.delta)}</td>
                                                     <td class="num">{format::bytes(s.bytes_a)}</td>
                                                     <td class="num">{format::bytes(s.bytes_b)}</td>
                                                     <td><span class=format!("change {word}")>{word}</span></td>
