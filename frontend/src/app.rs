@@ -1,6 +1,7 @@
-//! The dashboard's shell: the top bar and the two routes, `/` (the library)
-//! and `/snapshots/{id}` (one snapshot). The server answers both paths with
-//! the same page, so links and reloads land on the right view.
+//! The dashboard's shell, above every layer: the top bar (with the API
+//! token) and the routes, each to its page in [`crate::pages`]. The server
+//! answers every route's path with the same page, so links and reloads land
+//! on the right view.
 
 use leptos::prelude::*;
 use leptos_router::components::{Route, Router, Routes};

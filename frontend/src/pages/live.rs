@@ -52,9 +52,12 @@ pub(crate) enum Chart {
     Fragmentation,
 }
 
+/// A chart's line: its name, its colour, its points.
+pub(crate) type Line = (&'static str, RGBColor, Vec<(f64, f64)>);
+
 /// The lines of `chart`: (name, colour, points as (seconds before the
 /// newest sample, value)).
-pub(crate) fn lines(chart: Chart, samples: &[Sample]) -> Vec<(&'static str, RGBColor, Vec<(f64, f64)>)> {
+pub(crate) fn lines(chart: Chart, samples: &[Sample]) -> Vec<Line> {
     let Some(newest) = samples.last().map(|s| s.t_ms) else { return Vec::new() };
     let x = |s: &Sample| (s.t_ms - newest) as f64 / 1000.0;
     let line = |f: &dyn Fn(&Sample) -> Option<f64>| -> Vec<(f64, f64)> {
