@@ -30,6 +30,12 @@ impl Colour {
         self.css
     }
 
+    /// The CSS form with an opacity, `rgba(r,g,b,alpha)`, for translucent fills.
+    pub fn css_with_alpha(self, alpha: f64) -> String {
+        let [r, g, b] = self.bytes;
+        format!("rgba({r},{g},{b},{alpha})")
+    }
+
     /// Red, green and blue.
     pub const fn bytes(self) -> [u8; 3] {
         self.bytes
@@ -171,5 +177,6 @@ mod tests {
         assert_eq!(BARS[9].bytes(), [175, 185, 200]);
         assert_eq!(Colour::hex("#ABCDEF").bytes(), [0xab, 0xcd, 0xef]);
         assert_eq!(fill(Fill::LargestFree), GREEN);
+        assert_eq!(RESERVED.css_with_alpha(0.25), "rgba(87,96,106,0.25)");
     }
 }

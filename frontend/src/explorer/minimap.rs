@@ -90,7 +90,7 @@ pub(crate) fn Minimap(ctx: DeviceContext) -> impl IntoView {
                 if fill {
                     canvas_ctx.line_to(left + width, HEIGHT);
                     canvas_ctx.close_path();
-                    canvas_ctx.set_fill_style_str("rgba(87,96,106,0.25)");
+                    canvas_ctx.set_fill_style_str(&palette::RESERVED.css_with_alpha(0.25));
                     canvas_ctx.fill();
                 } else {
                     canvas_ctx.set_stroke_style_str(col);
@@ -102,7 +102,7 @@ pub(crate) fn Minimap(ctx: DeviceContext) -> impl IntoView {
         // Whole pixels, so the outline is crisp (and findable by colour).
         let (l, r) = brush::brush_px(v, extent, width);
         let (l, r) = ((left + l).round(), (left + r).round());
-        canvas_ctx.set_fill_style_str("rgba(9,105,218,0.15)");
+        canvas_ctx.set_fill_style_str(&palette::ALLOCATED.css_with_alpha(0.15));
         canvas_ctx.fill_rect(l, 0.0, r - l, HEIGHT);
         canvas_ctx.set_stroke_style_str(palette::BRUSH.css());
         canvas_ctx.set_line_width(2.0);

@@ -4,7 +4,7 @@
 //! loads this same WebAssembly module, reads the file there with the
 //! `shared` reader, builds the indexes and keeps them; the page stays
 //! responsive meanwhile. The snapshot then opens as the ordinary snapshot
-//! page at `/snapshots/local-<n>`: [`super::api`]'s one request helper hands
+//! page at `/snapshots/local-<n>`: `infra::api`'s one request helper hands
 //! every request for a `local-` id to [`respond`], which asks the worker,
 //! and the worker answers with `shared::views::route::answer`, the code
 //! behind the server's own URLs. Nothing else in the page knows.
