@@ -1,14 +1,15 @@
-//! The dashboard's shell: the top bar and the two routes, `/` (the library)
-//! and `/snapshots/{id}` (one snapshot). The server answers both paths with
-//! the same page, so links and reloads land on the right view.
+//! The dashboard's shell, above every layer: the top bar (with the API
+//! token) and the routes, each to its page in [`crate::pages`]. The server
+//! answers every route's path with the same page, so links and reloads land
+//! on the right view.
 
 use leptos::prelude::*;
 use leptos_router::components::{Route, Router, Routes};
 use leptos_router::path;
 
-use crate::api;
-use crate::library::Library;
-use crate::snapshot::SnapshotPage;
+use crate::infra::api;
+use crate::pages::library::Library;
+use crate::pages::snapshot::SnapshotPage;
 
 /// The whole app.
 #[component]
@@ -23,14 +24,14 @@ pub(crate) fn App() -> impl IntoView {
             </header>
             <main>
                 // Unknown paths, and the page of a report file (a `file:` URL).
-                <Routes fallback=crate::local::NotFound>
+                <Routes fallback=crate::pages::report::NotFound>
                     <Route path=path!("/") view=Library/>
                     <Route path=path!("/snapshots/:id") view=SnapshotPage/>
-                    <Route path=path!("/live") view=crate::live::LiveListPage/>
-                    <Route path=path!("/live/:source") view=crate::live::LiveSourcePage/>
-                    <Route path=path!("/compare/:a/:b") view=crate::analysis::ComparePage/>
-                    <Route path=path!("/jobs") view=crate::job::JobsPage/>
-                    <Route path=path!("/jobs/:job") view=crate::job::JobPage/>
+                    <Route path=path!("/live") view=crate::pages::live::LiveListPage/>
+                    <Route path=path!("/live/:source") view=crate::pages::live::LiveSourcePage/>
+                    <Route path=path!("/compare/:a/:b") view=crate::pages::compare::ComparePage/>
+                    <Route path=path!("/jobs") view=crate::pages::jobs::JobsPage/>
+                    <Route path=path!("/jobs/:job") view=crate::pages::jobs::JobPage/>
                 </Routes>
             </main>
         </Router>
@@ -71,41 +72,5 @@ fn TokenControl() -> impl IntoView {
                 <p class="hint">"Needed when the server is not on loopback. Leave empty to send none."</p>
             </div>
         </details>
-    }
-}
-
-/// A message at the top of a view: what just happened, or what went wrong.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Notice {
-    /// Whether it reports a failure.
-    pub(crate) error: bool,
-    /// The sentence.
-    pub(crate) text: String,
-}
-
-impl Notice {
-    /// Good news.
-    pub(crate) fn info(text: impl Into<String>) -> Notice {
-        Notice { error: false, text: text.into() }
-    }
-
-    /// A failure.
-    pub(crate) fn error(text: impl ToString) -> Notice {
-        Notice { error: true, text: text.to_string() }
-    }
-}
-
-/// Shows a notice, if any, with a button to dismiss it.
-#[component]
-pub(crate) fn NoticeBar(notice: RwSignal<Option<Notice>>) -> impl IntoView {
-    move || {
-        notice.get().map(|n| {
-            view! {
-                <div class="notice" class:error=n.error role="status">
-                    <span>{n.text}</span>
-                    <button class="link" on:click=move |_| notice.set(None) aria-label="dismiss">"×"</button>
-                </div>
-            }
-        })
     }
 }

@@ -3,91 +3,58 @@
 //! exposed to JavaScript, so a page can summarise a local file without
 //! uploading it.
 //!
-//! The crate is split so that most of it is tested natively by
-//! `cargo test --workspace`: the API's JSON shapes ([`model`]), the figures
-//! shown ([`format`]), the visible window and its zoom and pan
-//! ([`viewport`]), where allocations sit on the plot and which one the mouse
-//! is over ([`layout`]), stack frames grouped for display ([`frames`]) and
-//! the drawing itself, which is generic over plotters' backends ([`plot`]).
-//! Only the components, the HTTP calls and the canvas need a browser; they
-//! live in the `wasm32`-only modules: the pages (`app`, `library`,
-//! `snapshot`, `job`, `live`, `review`, the `analysis/` panels), the
-//! explorer of one device (`explorer` with `timeline`, `segments`, `state`,
-//! `fragmentation`, `search`, `track`, `minimap`), and the transports
-//! (`api`, the server's; `local`, the worker that answers for a file opened
-//! without uploading it).
+//! The dashboard is in layers; a module imports only from the layers below
+//! its own (a test below checks it):
+//!
+//! - [`core`]: pure, built and unit-tested natively (`cargo test -p
+//!   vramscope-frontend`): the API's JSON (`model/`, shared types
+//!   re-exported), the figures shown (`format`), the visible window and its
+//!   zoom (`viewport`), where allocations sit on the plot (`layout`) and the
+//!   drawing itself (`plot`, `chart`, generic over plotters' backends, with
+//!   `hidpi` scaling), the segment and state geometry (`blocks`), the
+//!   minimap's brush (`brush`), stack frames grouped (`frames`), the view in
+//!   the URL (`permalink`), query strings (`url`) and the one `palette`.
+//! - `infra`: the browser's services: the one HTTP client (`api`, with the
+//!   token, handing `local-` ids to the worker), "latest request wins"
+//!   (`latest`), the Web Worker that answers for a file opened without
+//!   uploading it (`local`, whose pure half is built natively too), 2D
+//!   canvases (`canvas`), redraws coalesced into animation frames
+//!   (`redraw`), draw timings (`draws`), timers and dates (`clock`).
+//! - `components`: reusable leptos components (the notice bar, stacks).
+//! - `explorer`: the views of one device sharing one `DeviceContext`: the
+//!   timeline (`timeline/`: fetch, input, details), its minimap and track,
+//!   the segment timeline, the allocator state, fragmentation and search.
+//! - `pages`: one per route: the library, a snapshot (with the analysis
+//!   panels and the review thread), compare, jobs, live, and a report
+//!   file's page; their pure parts are built natively, for their tests.
+//! - `app`: the shell (top bar, routes).
+//!
+//! Only `core`, `pages`' pure parts and `infra::local`'s are built natively;
+//! everything that needs a browser is `wasm32`-only.
 
-pub mod blocks;
-pub mod brush;
-pub mod format;
-pub mod frames;
-pub mod hidpi;
-pub mod job;
-pub mod layout;
-pub mod model;
-pub mod permalink;
-pub mod plot;
-#[cfg(test)]
-mod recorder;
-pub mod review;
-pub mod viewport;
+pub mod core;
 
+// The report command (`server/src/cli/report.rs`) draws its chart with the
+// dashboard's own plotting code, under these paths.
+pub use crate::core::{layout, plot, viewport};
+
+mod infra;
 // leptos's `#[component]` gives each component a `pub` props struct, which
 // `unreachable_pub` flags in these crate-private modules.
-// The analysis panels (what-if, OOM, leaks, compare): pure parts natively.
-#[allow(unreachable_pub)]
-mod analysis;
-#[cfg(target_arch = "wasm32")]
-mod api;
 #[cfg(target_arch = "wasm32")]
 #[allow(unreachable_pub)]
 mod app;
 #[cfg(target_arch = "wasm32")]
-mod canvas;
-#[cfg(target_arch = "wasm32")]
-mod draws;
+#[allow(unreachable_pub)]
+mod components;
 #[cfg(target_arch = "wasm32")]
 #[allow(unreachable_pub)]
 mod explorer;
-#[cfg(target_arch = "wasm32")]
 #[allow(unreachable_pub)]
-mod fragmentation;
-#[cfg(target_arch = "wasm32")]
-mod frame;
-#[cfg(target_arch = "wasm32")]
-#[allow(unreachable_pub)]
-mod minimap;
-#[cfg(target_arch = "wasm32")]
-#[allow(unreachable_pub)]
-mod search;
-#[cfg(target_arch = "wasm32")]
-#[allow(unreachable_pub)]
-mod segments;
-#[cfg(target_arch = "wasm32")]
-#[allow(unreachable_pub)]
-mod state;
-#[cfg(target_arch = "wasm32")]
-#[allow(unreachable_pub)]
-mod track;
-// Files opened without uploading: parsed and answered in a Web Worker.
-#[cfg(target_arch = "wasm32")]
-#[allow(unreachable_pub)]
-mod library;
-mod local;
-// The live page: its model and charts compile natively, its components on wasm32.
-mod live;
-#[cfg(target_arch = "wasm32")]
-#[allow(unreachable_pub)]
-mod snapshot;
-#[cfg(target_arch = "wasm32")]
-#[allow(unreachable_pub)]
-mod timeline;
+mod pages;
 
 use vramscope_shared::{ReadOptions, read_snapshot_bytes};
 use wasm_bindgen::prelude::*;
-
-/// Memory budget for files opened in the browser: a tab has a few GB at most.
-const BROWSER_MEMORY_BUDGET: u64 = 2 << 30;
 
 /// Read a snapshot (plain, gzip or zstd pickle) and return the same JSON
 /// object as `vramscope stats --json`, without the `file` field.
@@ -98,8 +65,8 @@ pub fn snapshot_stats_json(bytes: &[u8]) -> Result<String, JsError> {
 
 /// The platform-independent part of [`snapshot_stats_json`], testable natively.
 pub fn stats_json(bytes: &[u8]) -> Result<String, String> {
-    let snapshot =
-        read_snapshot_bytes(bytes, &ReadOptions::with_budget(BROWSER_MEMORY_BUDGET)).map_err(|e| e.to_string())?;
+    let snapshot = read_snapshot_bytes(bytes, &ReadOptions::with_budget(infra::local::BROWSER_MEMORY_BUDGET))
+        .map_err(|e| e.to_string())?;
     serde_json::to_string(&snapshot.stats()).map_err(|e| e.to_string())
 }
 
@@ -124,5 +91,47 @@ mod tests {
         assert_eq!(json["devices"][0]["trace_entries"], 1727);
         let err = stats_json(b"\x80\x04K*.").expect_err("an int is no snapshot");
         assert!(err.contains("not a PyTorch memory snapshot"), "{err}");
+    }
+
+    /// The layers, bottom up, and the `crate::` paths each may not use:
+    /// those of the layers above it.
+    const LAYERS: [&str; 5] = ["core", "infra", "components", "explorer", "pages"];
+
+    /// Every `.rs` file under `dir`, recursively.
+    fn sources(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+        for entry in std::fs::read_dir(dir).expect("a source folder") {
+            let path = entry.expect("a folder entry").path();
+            if path.is_dir() {
+                sources(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path);
+            }
+        }
+    }
+
+    #[test]
+    fn imports_point_down_the_layers_only() {
+        let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut wrong = Vec::new();
+        let mut scanned = 0;
+        for (level, layer) in LAYERS.iter().enumerate() {
+            let mut files = Vec::new();
+            sources(&src.join(layer), &mut files);
+            assert!(!files.is_empty(), "no sources in src/{layer}");
+            for file in files {
+                let text = std::fs::read_to_string(&file).expect("a source file");
+                scanned += 1;
+                for above in &LAYERS[level + 1..] {
+                    let path = format!("crate::{above}");
+                    for (n, line) in text.lines().enumerate() {
+                        if line.contains(&path) {
+                            wrong.push(format!("{}:{}: {path}", file.display(), n + 1));
+                        }
+                    }
+                }
+            }
+        }
+        assert!(scanned > 40, "only {scanned} files scanned");
+        assert!(wrong.is_empty(), "imports pointing up the layers:\n{}", wrong.join("\n"));
     }
 }

@@ -1,0 +1,385 @@
+//! Drawing the active memory timeline with plotters.
+//!
+//! The drawing is generic over plotters' [`DrawingBackend`]: in the browser
+//! it goes to a `<canvas>` (plotters-canvas), in the unit tests to a
+//! recording backend, so what is drawn where is tested without a browser.
+//! plotters draws the frame, the axes and their labels; the data is drawn
+//! in canvas pixels through [`Geometry`], the same mapping the mouse uses,
+//! so a bar is hit exactly where it is seen, and everything is clipped to
+//! the plot area by hand (plotters does not clip elements).
+//!
+//! Layers, back to front: the min–max band of each curve per bucket (the
+//! range the curve swept inside that pixel column), the allocation bars,
+//! each curve's `last` line (its value at the end of each bucket), then the
+//! markers (OOMs, and the first event of a wrapped trace).
+
+use plotters::coord::Shift;
+use plotters::coord::combinators::BindKeyPoints;
+use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
+use vramscope_shared::timeline::{Axis, Bucket, MarkerKind, Range3, TimelineWindow};
+
+use crate::core::layout::{Bar, Geometry};
+use crate::core::viewport::{ByteRange, Window};
+use crate::core::{format, palette};
+
+// The palette's colours in plotters' form (`palette` defines them).
+const BACKGROUND: RGBColor = palette::BACKGROUND.rgb();
+const RESERVED: RGBColor = palette::RESERVED.rgb();
+const ACTIVE: RGBColor = palette::ACTIVE.rgb();
+const ALLOCATED: RGBColor = palette::ALLOCATED.rgb();
+const OOM: RGBColor = palette::OOM.rgb();
+const WINDOW_START: RGBColor = palette::WINDOW_START.rgb();
+const MATCH: RGBColor = palette::MATCH.rgb();
+const CURSOR: RGBColor = palette::CURSOR.rgb();
+const AXIS: RGBColor = palette::AXIS.rgb();
+const GRID: RGBColor = palette::GRID.rgb();
+const LABEL: RGBColor = palette::LABEL.rgb();
+
+/// What to draw: a window from the API, its stacked bars, and the view,
+/// which may differ from the window's own range while a new one loads (the
+/// old data is then shown at the new position, clipped).
+#[derive(Clone, Copy, Debug)]
+pub struct Scene<'a> {
+    /// The data.
+    pub data: &'a TimelineWindow,
+    /// The allocations of `data`, stacked ([`crate::core::layout::stack`]).
+    pub bars: &'a [Bar],
+    /// The x window to show.
+    pub view: Window,
+    /// x of the trace's first event: the origin of time labels.
+    pub origin: i64,
+    /// Index into `bars` of the bar under the mouse, drawn outlined.
+    pub highlight: Option<usize>,
+    /// Indexes into `bars` of search matches, outlined in [`palette::MATCH`].
+    pub marked: &'a [usize],
+    /// x of the instant the allocator-state panel shows: a vertical line.
+    pub cursor: Option<i64>,
+    /// The byte band shown when zoomed on memory; `None`: from 0 to
+    /// [`Scene::y_max`].
+    pub y_range: Option<ByteRange>,
+}
+
+impl Scene<'_> {
+    /// The top of the y axis: the highest curve or bar in the data, plus a
+    /// little headroom, at least 1.
+    pub fn y_max(&self) -> u64 {
+        let curves = self.data.buckets.iter().map(|b| b.reserved.max.max(b.active.max).max(b.allocated.max)).max();
+        let bars = self.bars.iter().map(|b| b.y1).max();
+        let top = curves.unwrap_or(0).max(bars.unwrap_or(0));
+        top.saturating_add(top / 20).max(1)
+    }
+}
+
+/// Space above the plot area, in pixels.
+const MARGIN_TOP: u32 = 18;
+/// Space below the x labels, in pixels.
+const MARGIN_BOTTOM: u32 = 4;
+/// Height of the x labels' row, in pixels.
+const X_LABELS: u32 = 28;
+
+/// Height of the plot area on a canvas `canvas_height` pixels tall, as
+/// [`draw`] lays it out: known before the first draw, so the first query of
+/// a linked memory zoom asks for the same threshold as later ones.
+pub const fn plot_height(canvas_height: u32) -> u32 {
+    canvas_height.saturating_sub(MARGIN_TOP + MARGIN_BOTTOM + X_LABELS)
+}
+
+/// Draw `scene` on `root` and return where the plot area went.
+pub fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, scene: &Scene<'_>) -> Result<Geometry, String> {
+    let err = |e: DrawingAreaErrorKind<DB::ErrorType>| format!("drawing the timeline failed: {e}");
+    root.fill(&BACKGROUND).map_err(err)?;
+    let view = scene.view;
+    let y = scene.y_range.unwrap_or(ByteRange { lo: 0, hi: scene.y_max() });
+    let (y_min, y_max) = (y.lo, y.hi.max(y.lo + 1));
+    // Our own ticks: round steps from the trace's start (plotters counts
+    // from zero, which on microseconds since the epoch gives odd labels),
+    // and powers of two for bytes.
+    let (x_ticks, x_step) = format::x_ticks(view.start, view.end, scene.origin, 8);
+    let y_ticks = if y_min == 0 { format::byte_ticks(y_max, 6) } else { y.ticks(6) };
+    let mut chart = ChartBuilder::on(root)
+        .margin_top(MARGIN_TOP)
+        .margin_right(16)
+        .margin_left(8)
+        .margin_bottom(MARGIN_BOTTOM)
+        .x_label_area_size(X_LABELS)
+        .y_label_area_size(72)
+        .build_cartesian_2d((view.start..view.end).with_key_points(x_ticks), (y_min..y_max).with_key_points(y_ticks))
+        .map_err(err)?;
+    let axis = scene.data.axis;
+    let x_label = |x: &i64| format::x_label(axis, *x, scene.origin, x_step);
+    // Zoomed on memory far from 0, rounded labels would all read alike
+    // ("50.0 MiB") and exact ones do not fit: bytes above the bottom then
+    // (the status line gives the bottom).
+    let relative = y_max.saturating_sub(y_min).saturating_mul(100) < y_max;
+    let y_label =
+        |y: &u64| if relative { format!("+{}", format::bytes(y.saturating_sub(y_min))) } else { format::bytes(*y) };
+    chart
+        .configure_mesh()
+        .bold_line_style(GRID)
+        .light_line_style(TRANSPARENT)
+        .axis_style(AXIS)
+        .label_style(("sans-serif", 12).into_font().color(&LABEL))
+        .x_label_formatter(&x_label)
+        .y_label_formatter(&y_label)
+        .draw()
+        .map_err(err)?;
+    let (xs, ys) = chart.plotting_area().get_pixel_range();
+    let geometry = Geometry {
+        left: f64::from(xs.start),
+        top: f64::from(ys.start),
+        width: f64::from((xs.end - xs.start).max(1)),
+        height: f64::from((ys.end - ys.start).max(1)),
+        window: view,
+        y_min,
+        y_max,
+    };
+
+    let curves: [(Curve, RGBColor); 3] =
+        [(|b| b.reserved, RESERVED), (|b| b.active, ACTIVE), (|b| b.allocated, ALLOCATED)];
+    let columns = columns(scene.data, &geometry);
+    for (curve, colour) in curves {
+        if let Some(band) = band(&columns, &geometry, curve) {
+            root.draw(&Polygon::new(band, colour.mix(0.18).filled())).map_err(err)?;
+        }
+    }
+    for (i, bar) in scene.bars.iter().enumerate() {
+        let Some(rect) = bar_rect(&geometry, bar) else { continue };
+        let stack = scene.data.allocations.get(bar.index).map_or(0, |a| a.stack);
+        let colour = palette::BARS[stack as usize % palette::BARS.len()].rgb();
+        let alpha = if scene.highlight == Some(i) { 0.95 } else { 0.6 };
+        root.draw(&Rectangle::new(rect, colour.mix(alpha).filled())).map_err(err)?;
+    }
+    for (curve, colour) in curves {
+        let line = last_line(&columns, &geometry, curve);
+        if line.len() > 1 {
+            root.draw(&PathElement::new(line, colour.stroke_width(2))).map_err(err)?;
+        }
+    }
+    if let Some(rect) = scene.highlight.and_then(|i| scene.bars.get(i)).and_then(|bar| bar_rect(&geometry, bar)) {
+        root.draw(&Rectangle::new(rect, BLACK.stroke_width(2))).map_err(err)?;
+    }
+    for rect in scene.marked.iter().filter_map(|&i| scene.bars.get(i)).filter_map(|bar| bar_rect(&geometry, bar)) {
+        root.draw(&Rectangle::new(rect, MATCH.stroke_width(2))).map_err(err)?;
+    }
+    draw_markers(root, scene, &geometry).map_err(err)?;
+    if let Some(x) = scene.cursor.filter(|&x| x >= view.start && x < view.end) {
+        let x = geometry.x_px(x as f64).round() as i32;
+        let (top, bottom) = (geometry.top.round() as i32, (geometry.top + geometry.height).round() as i32);
+        root.draw(&PathElement::new(vec![(x, top), (x, bottom)], CURSOR.stroke_width(1))).map_err(err)?;
+    }
+    Ok(geometry)
+}
+
+/// Picks one curve out of a bucket.
+type Curve = fn(&Bucket) -> Range3;
+
+/// A bucket in pixels: its left and right edges on the canvas, clipped.
+struct Column {
+    x0: i32,
+    x1: i32,
+    bucket: Bucket,
+}
+
+fn columns(data: &TimelineWindow, g: &Geometry) -> Vec<Column> {
+    let (lo, hi) = (g.left, g.left + g.width);
+    data.buckets
+        .iter()
+        .filter(|b| b.x1 > g.window.start && b.x0 < g.window.end)
+        .map(|b| Column {
+            x0: g.x_px(b.x0 as f64).clamp(lo, hi).round() as i32,
+            x1: g.x_px(b.x1 as f64).clamp(lo, hi).round() as i32,
+            bucket: *b,
+        })
+        .collect()
+}
+
+fn y_px(g: &Geometry, y: u64) -> i32 {
+    g.y_px(y.clamp(g.y_min, g.y_max)).round() as i32
+}
+
+/// The outline of a curve's min–max band: the maxima left to right, then
+/// the minima back.
+fn band(columns: &[Column], g: &Geometry, curve: Curve) -> Option<Vec<(i32, i32)>> {
+    if columns.is_empty() {
+        return None;
+    }
+    let mut points = Vec::with_capacity(columns.len() * 4);
+    for c in columns {
+        let top = y_px(g, curve(&c.bucket).max);
+        points.push((c.x0, top));
+        points.push((c.x1, top));
+    }
+    for c in columns.iter().rev() {
+        let bottom = y_px(g, curve(&c.bucket).min);
+        points.push((c.x1, bottom));
+        points.push((c.x0, bottom));
+    }
+    Some(points)
+}
+
+/// A curve's value at the end of each bucket, as steps.
+fn last_line(columns: &[Column], g: &Geometry, curve: Curve) -> Vec<(i32, i32)> {
+    let mut points = Vec::with_capacity(columns.len() * 2);
+    for c in columns {
+        let y = y_px(g, curve(&c.bucket).last);
+        points.push((c.x0, y));
+        points.push((c.x1, y));
+    }
+    points
+}
+
+fn bar_rect(g: &Geometry, bar: &Bar) -> Option<[(i32, i32); 2]> {
+    let (x0, y0, x1, y1) = g.bar_px(bar, 1.0)?;
+    Some([(x0.round() as i32, y0.round() as i32), (x1.round() as i32, y1.round() as i32)])
+}
+
+fn draw_markers<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    scene: &Scene<'_>,
+    g: &Geometry,
+) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
+    let (top, bottom) = (g.top.round() as i32, (g.top + g.height).round() as i32);
+    for m in &scene.data.markers {
+        if m.x < g.window.start || m.x >= g.window.end {
+            continue;
+        }
+        let x = g.x_px(m.x as f64).round() as i32;
+        let (colour, label) = match m.kind {
+            MarkerKind::Oom if m.count > 1 => (OOM, format!("OOM ×{}", m.count)),
+            MarkerKind::Oom => (OOM, "OOM".to_owned()),
+            MarkerKind::WindowStart => (WINDOW_START, "trace starts: earlier history lost".to_owned()),
+        };
+        root.draw(&PathElement::new(vec![(x, top), (x, bottom)], colour.stroke_width(2)))?;
+        // Labels sit above the plot area, beside their line: on its right,
+        // or on its left in the right half, so they stay on the canvas.
+        let (anchor, dx) = if f64::from(x) > g.left + g.width / 2.0 { (HPos::Right, -4) } else { (HPos::Left, 4) };
+        let font = ("sans-serif", 12).into_font().color(&colour).pos(Pos::new(anchor, VPos::Top));
+        root.draw(&Text::new(label, (x + dx, top - 15), font))?;
+    }
+    Ok(())
+}
+
+/// A caption of the x axis, for the page around the canvas.
+pub fn x_axis_caption(axis: Axis) -> &'static str {
+    match axis {
+        Axis::Time => "time since the trace's first event",
+        Axis::Event => "trace events, in order",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use plotters_backend::BackendCoord;
+    use vramscope_shared::index::SnapshotIndex;
+    use vramscope_shared::timeline::TimelineIndex;
+    use vramscope_shared::{ReadOptions, read_snapshot_bytes};
+
+    use super::*;
+    use crate::core::layout::{hit, stack};
+    use crate::core::recorder::{Log, Recorder};
+
+    const RECORDER_HEIGHT: u32 = 400;
+
+    fn oom_leak_window(axis: Axis, px: u32) -> TimelineWindow {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/corpus/oom_leak.pickle");
+        let bytes = std::fs::read(path).expect("fixture");
+        let snapshot = read_snapshot_bytes(&bytes, &ReadOptions::default()).expect("reads");
+        let index = SnapshotIndex::build(&snapshot);
+        let timeline = TimelineIndex::build(&snapshot, &index);
+        let (lo, hi) = timeline.extent(0, axis).expect("extent");
+        timeline.query(0, axis, lo, hi, px, 2000).expect("window")
+    }
+
+    #[test]
+    fn draws_curves_bars_and_the_oom_marker_where_the_mouse_finds_them() {
+        let data = oom_leak_window(Axis::Event, 900);
+        let bars = stack(&data.allocations);
+        assert!(!bars.is_empty());
+        let view = Window::new(data.start, data.end);
+        let scene = Scene {
+            data: &data,
+            bars: &bars,
+            view,
+            origin: data.start,
+            highlight: Some(0),
+            marked: &[1],
+            cursor: Some(data.start + 100),
+            y_range: None,
+        };
+        let (geometry, recorder) = record(&scene);
+        assert!(geometry.width > 800.0 && geometry.height > 300.0, "{geometry:?}");
+        // The height a query uses before the first draw is the one drawn.
+        assert_eq!(geometry.height, f64::from(plot_height(RECORDER_HEIGHT)), "{geometry:?}");
+
+        // A band and a line per curve, in the curve's colour.
+        for colour in [RESERVED, ACTIVE, ALLOCATED] {
+            assert!(recorder.polygons.iter().any(|(c, p)| *c == colour && p.len() > 100), "{colour:?} band");
+            assert!(recorder.paths.iter().any(|(c, p, _)| *c == colour && p.len() > 100), "{colour:?} line");
+        }
+        // Everything stays inside the canvas's plot area.
+        let inside = |&(x, y): &BackendCoord| {
+            f64::from(x) >= geometry.left - 1.0
+                && f64::from(x) <= geometry.left + geometry.width + 1.0
+                && f64::from(y) >= geometry.top - 1.0
+                && f64::from(y) <= geometry.top + geometry.height + 1.0
+        };
+        assert!(recorder.polygons.iter().all(|(_, p)| p.iter().all(inside)));
+        // The OOM marker: a red vertical line at its row, and its label.
+        let oom = data.markers.iter().find(|m| m.kind == MarkerKind::Oom).expect("oom_leak has an OOM");
+        let x = geometry.x_px(oom.x as f64).round() as i32;
+        assert!(recorder.paths.iter().any(|(c, p, _)| *c == OOM && p.iter().all(|pt| pt.0 == x)));
+        assert!(recorder.texts.iter().any(|(t, _, _)| t.starts_with("OOM")));
+        // Axis labels are byte sizes and row numbers.
+        assert!(
+            recorder.texts.iter().any(|(t, _, _)| t.ends_with("MiB") || t.ends_with("KiB")),
+            "{:?}",
+            recorder.texts
+        );
+        // Each bar is drawn once (plus the outline of the highlighted one),
+        // and the mouse at a bar's centre finds that bar.
+        let filled: Vec<_> = recorder.rects.iter().filter(|r| r.1 && !(r.2.0 == 0 && r.2.1 == 0)).collect();
+        assert!(filled.len() >= bars.len() / 2, "{} of {}", filled.len(), bars.len());
+        let biggest = (0..bars.len()).max_by_key(|&i| bars[i].y1 - bars[i].y0).expect("a bar");
+        let (x0, y0, x1, y1) = geometry.bar_px(&bars[biggest], 1.0).expect("visible");
+        assert_eq!(hit(&bars, &geometry, (x0 + x1) / 2.0, (y0 + y1) / 2.0), Some(biggest));
+        assert!(recorder.rects.iter().any(|r| r.0 == BLACK && !r.1), "the highlight's outline");
+        assert!(recorder.rects.iter().any(|r| r.0 == MATCH && !r.1), "a search match's outline");
+        let cursor = geometry.x_px((data.start + 100) as f64).round() as i32;
+        assert!(recorder.paths.iter().any(|(c, p, _)| *c == CURSOR && p.iter().all(|pt| pt.0 == cursor)), "the cursor");
+    }
+
+    #[test]
+    fn an_old_window_is_drawn_clipped_at_a_new_view() {
+        let data = oom_leak_window(Axis::Time, 500);
+        let bars = stack(&data.allocations);
+        // Panned right by half a window: only the old data's right half shows.
+        let half = (data.end - data.start) / 2;
+        let view = Window::new(data.start + half, data.end + half);
+        let scene = Scene {
+            data: &data,
+            bars: &bars,
+            view,
+            origin: data.start,
+            highlight: None,
+            marked: &[],
+            cursor: None,
+            y_range: None,
+        };
+        let (geometry, recorder) = record(&scene);
+        let right = (geometry.left + geometry.width).round() as i32;
+        let middle = geometry.x_px((data.end) as f64).round() as i32;
+        for (colour, points) in &recorder.polygons {
+            if [RESERVED, ACTIVE, ALLOCATED].contains(colour) {
+                assert!(points.iter().all(|p| p.0 <= middle + 1 && p.0 <= right), "clipped at the data's end");
+            }
+        }
+        assert!(recorder.texts.iter().any(|(t, _, _)| t.ends_with(" s") || t.ends_with(" ms")), "{:?}", recorder.texts);
+    }
+
+    fn record(scene: &Scene<'_>) -> (Geometry, Log) {
+        let (recorder, log) = Recorder::new((1000, RECORDER_HEIGHT));
+        let geometry = draw(&recorder.into_drawing_area(), scene).expect("draws");
+        (geometry, log.take())
+    }
+}

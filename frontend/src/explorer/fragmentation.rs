@@ -1,0 +1,246 @@
+//! The fragmentation panel: over the visible window, reserved against
+//! allocated bytes, free bytes stuck in split segments (inactive split)
+//! and rounding waste; the instant where the most bytes were stuck; and the
+//! allocator settings the snapshot recorded (`PYTORCH_CUDA_ALLOC_CONF`).
+
+use std::rc::Rc;
+use std::time::Duration;
+
+use leptos::prelude::*;
+use web_sys::CanvasRenderingContext2d;
+
+use crate::core::format;
+use crate::core::model::{FragmentationAnswer, Instant, SettingsView};
+use crate::core::palette;
+use crate::core::viewport::Window;
+use crate::explorer::DeviceContext;
+use crate::infra::api;
+use crate::infra::canvas;
+use crate::infra::draws;
+use crate::infra::latest::latest;
+use crate::infra::redraw;
+
+/// Picks one figure of a column.
+type Pick = fn(&crate::core::model::Figures) -> u64;
+
+/// Height of the chart.
+const HEIGHT: f64 = 190.0;
+/// How long the window must settle before new figures are asked for.
+const DEBOUNCE: Duration = Duration::from_millis(200);
+
+/// The fragmentation panel of the device of `ctx`.
+#[component]
+pub(crate) fn FragmentationPanel(ctx: DeviceContext) -> impl IntoView {
+    let canvas_ref = NodeRef::<leptos::html::Canvas>::new();
+    let wrap_ref = NodeRef::<leptos::html::Div>::new();
+    let data = RwSignal::new(None::<FragmentationAnswer>);
+    let error = RwSignal::new(None::<String>);
+    let answers = latest();
+    let timer = StoredValue::new(None::<TimeoutHandle>);
+
+    Effect::new(move |_| {
+        let (Some(v), Some(axis), (_, width)) = (ctx.view.get(), ctx.axis.get(), ctx.plot.get()) else {
+            return;
+        };
+        if let Some(t) = timer.get_value() {
+            t.clear();
+        }
+        let columns = ((width / 4.0) as u32).clamp(10, 400);
+        let query = api::window_query(ctx.device, axis, Some(v));
+        let handle = set_timeout_with_handle(
+            move || {
+                let id = ctx.id.get_value();
+                answers.run(
+                    async move { api::fragmentation(&id, &query, columns).await },
+                    move |answer| match answer {
+                        Ok(a) => {
+                            data.set(Some(a));
+                            error.set(None);
+                        }
+                        Err(e) => error.set(Some(e.to_string())),
+                    },
+                );
+            },
+            DEBOUNCE,
+        );
+        timer.set_value(handle.ok());
+    });
+
+    // Once per frame at most: fresh figures drawn for real into an
+    // off-screen image, which a moved window (or cursor) shows shifted and
+    // stretched until the figures for it arrive.
+    let kept = canvas::Kept::new();
+    let redraw = redraw::Redraw::new({
+        let kept = Rc::clone(&kept);
+        move || {
+            let (Some(canvas), Some(wrap), Some(v)) =
+                (canvas_ref.get_untracked(), wrap_ref.get_untracked(), ctx.view.get_untracked())
+            else {
+                return;
+            };
+            let plot = ctx.plot.get_untracked();
+            let (left, width) = plot;
+            data.with_untracked(|d| {
+                let Some(d) = d else { return };
+                if width <= 0.0 {
+                    return;
+                }
+                let started = draws::now();
+                let css_w = canvas::css_width(&wrap);
+                let top = d.columns.iter().map(|c| c.figures.reserved).max().unwrap_or(1).max(1) as f64;
+                let Some((canvas_ctx, _)) =
+                    kept.paint(&canvas, v, plot, css_w, HEIGHT, |canvas_ctx| draw_curves(canvas_ctx, d, v, plot, top))
+                else {
+                    return;
+                };
+                if let Some(x) = ctx.cursor_x().filter(|&x| x >= v.start && x < v.end) {
+                    canvas::vline(
+                        &canvas_ctx,
+                        palette::CURSOR.css(),
+                        canvas::x_px(v, left, width, x as f64),
+                        0.0,
+                        HEIGHT,
+                        1.0,
+                    );
+                }
+                canvas::text(&canvas_ctx, palette::LABEL.css(), &format::bytes(top as u64), 4.0, 24.0);
+                canvas::text(&canvas_ctx, palette::LABEL.css(), "0", 4.0, HEIGHT - 4.0);
+                draws::record("fragmentation", started);
+            });
+        }
+    });
+    // Fresh figures, a new plot area or size: a real draw; a moved window
+    // or cursor: the image, moved.
+    super::on_fresh_or_moved(ctx, &redraw, kept, move || {
+        data.track();
+        ctx.plot.track();
+        canvas_ref.track();
+    });
+
+    let worst = move || {
+        data.with(|d| {
+            let w = d.as_ref()?.worst?;
+            (w.figures.inactive_split > 0).then_some(w)
+        })
+    };
+    view! {
+        <section class="fragmentation-panel" id="fragmentation-panel">
+            <div class="toolbar">
+                <h2>"Fragmentation over the window"</h2>
+                <span class="legend">
+                    <span class="key"><span class="swatch reserved"></span>"reserved"</span>
+                    <span class="key"><span class="swatch allocated"></span>"allocated (rounded)"</span>
+                    <span class="key"><span class="swatch seg-pending"></span>"inactive split (free bytes in split segments)"</span>
+                    <span class="key"><span class="swatch seg-waste"></span>"rounding waste"</span>
+                </span>
+            </div>
+            {move || error.get().map(|e| view! { <p class="notice error">{e}</p> })}
+            <div class="canvas-wrap" node_ref=wrap_ref>
+                <canvas id="fragmentation" node_ref=canvas_ref></canvas>
+            </div>
+            <p class="hint" id="fragmentation-worst">
+                {move || {
+                    worst()
+                        .map(|w| {
+                            let f = w.figures;
+                            let row = w.column.row;
+                            view! {
+                                {format!(
+                                    "Most free bytes stuck in split segments: {} of {} reserved ({} free in all, largest free block {}). ",
+                                    format::bytes(f.inactive_split),
+                                    format::bytes(f.reserved),
+                                    format::bytes(f.inactive),
+                                    format::bytes(f.largest_free),
+                                )}
+                                <button on:click=move |_| {
+                                    if let Some(r) = row {
+                                        ctx.instant.set(Some(Instant::Row(r)));
+                                    }
+                                }>"Show that instant"</button>
+                            }
+                        })
+                }}
+            </p>
+            {move || data.with(|d| d.as_ref().map(|d| settings_view(&d.settings)))}
+        </section>
+    }
+}
+
+/// The allocator settings, as recorded.
+fn settings_view(s: &SettingsView) -> impl IntoView + use<> {
+    if !s.recorded {
+        return view! {
+            <p class="hint" id="alloc-settings">
+                "This snapshot does not record its allocator settings (PyTorch before 2.1): PyTorch's defaults are assumed."
+            </p>
+        }
+        .into_any();
+    }
+    let conf = s.alloc_conf.clone().unwrap_or_else(|| "not set (defaults)".to_owned());
+    let split = s.max_split_size.map_or("unlimited".to_owned(), format::bytes);
+    let gc = if s.garbage_collection_threshold > 0.0 {
+        format!("{}", s.garbage_collection_threshold)
+    } else {
+        "off".to_owned()
+    };
+    let raw = s.raw.clone();
+    view! {
+        <div class="settings">
+            <h3>"Allocator settings"</h3>
+            <dl id="alloc-settings">
+                <dt>"PYTORCH_CUDA_ALLOC_CONF"</dt>
+                <dd><code>{conf}</code></dd>
+                <dt>"expandable_segments"</dt>
+                <dd>{if s.expandable_segments { "on" } else { "off" }}</dd>
+                <dt>"max_split_size"</dt>
+                <dd>{split}</dd>
+                <dt>"garbage_collection_threshold"</dt>
+                <dd>{gc}</dd>
+            </dl>
+            <details>
+                <summary>{format!("All {} recorded keys", raw.len())}</summary>
+                <dl class="raw-settings">
+                    {raw.into_iter().map(|(k, v)| view! { <dt>{k}</dt><dd><code>{v}</code></dd> }).collect_view()}
+                </dl>
+            </details>
+        </div>
+    }
+    .into_any()
+}
+
+/// The four curves of `d` placed at `view` in the plot area `(left, width)`
+/// of `ctx`, scaled so that `top` bytes reach the top.
+fn draw_curves(
+    ctx: &CanvasRenderingContext2d,
+    d: &FragmentationAnswer,
+    view: Window,
+    (left, width): (f64, f64),
+    top: f64,
+) {
+    let y = |b: u64| HEIGHT - 4.0 - b as f64 / top * (HEIGHT - 24.0);
+    canvas::clip_plot(ctx, left, width, HEIGHT);
+    let series: [(&str, Pick); 4] = [
+        (palette::RESERVED.css(), |f| f.reserved),
+        (palette::ALLOCATED.css(), |f| f.allocated),
+        (palette::PENDING.css(), |f| f.inactive_split),
+        (palette::WASTE.css(), |f| f.waste),
+    ];
+    for (col, value) in series {
+        ctx.begin_path();
+        for (i, c) in d.columns.iter().enumerate() {
+            let x0 = canvas::x_px(view, left, width, c.column.x0 as f64);
+            let x1 = canvas::x_px(view, left, width, c.column.x1 as f64);
+            let yy = y(value(&c.figures));
+            if i == 0 {
+                ctx.move_to(x0, yy);
+            } else {
+                ctx.line_to(x0, yy);
+            }
+            ctx.line_to(x1, yy);
+        }
+        ctx.set_stroke_style_str(col);
+        ctx.set_line_width(2.0);
+        ctx.stroke();
+    }
+    ctx.restore();
+}

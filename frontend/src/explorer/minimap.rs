@@ -1,0 +1,156 @@
+//! The minimap: the whole trace's reserved and allocated curves drawn
+//! small, with the visible window as a brush. Drag the brush to pan; click
+//! elsewhere to centre the window there.
+
+use leptos::ev;
+use leptos::prelude::*;
+use leptos::task::spawn_local;
+use web_sys::MouseEvent;
+
+use crate::core::brush;
+use crate::core::model::TimelineWindow;
+use crate::core::palette;
+use crate::core::viewport::Window;
+use crate::explorer::DeviceContext;
+use crate::infra::api::{self, TimelineQuery};
+use crate::infra::canvas;
+use crate::infra::draws;
+
+/// Height of the minimap.
+const HEIGHT: f64 = 44.0;
+
+/// A brush drag in progress.
+#[derive(Clone, Copy)]
+struct Drag {
+    client_x: f64,
+    view: Window,
+}
+
+/// The minimap of the device of `ctx`.
+#[component]
+pub(crate) fn Minimap(ctx: DeviceContext) -> impl IntoView {
+    let canvas_ref = NodeRef::<leptos::html::Canvas>::new();
+    let wrap_ref = NodeRef::<leptos::html::Div>::new();
+    let whole = RwSignal::new(None::<TimelineWindow>);
+    let drag = StoredValue::new(None::<Drag>);
+
+    // The whole trace at one bucket per pixel, once per axis and width.
+    Effect::new(move |_| {
+        let (Some(axis), Some(_), (_, width)) = (ctx.axis.get(), ctx.extent.get(), ctx.plot.get()) else {
+            return;
+        };
+        if width <= 0.0 {
+            return;
+        }
+        let query = TimelineQuery {
+            device: ctx.device,
+            axis: Some(axis),
+            window: None,
+            px: (width as u32).max(50),
+            max_allocations: 0,
+            y_span: None,
+        };
+        spawn_local(async move {
+            if let Ok(w) = api::timeline(&ctx.id.get_value(), query).await
+                && ctx.axis.try_get_untracked().flatten() == Some(w.axis)
+            {
+                whole.set(Some(w));
+            }
+        });
+    });
+
+    Effect::new(move |_| {
+        let (Some(canvas), Some(wrap), Some(v), Some(extent)) =
+            (canvas_ref.get(), wrap_ref.get(), ctx.view.get(), ctx.extent.get())
+        else {
+            return;
+        };
+        let (left, width) = ctx.plot.get();
+        if width <= 0.0 {
+            return;
+        }
+        let started = draws::now();
+        let css_w = f64::from(wrap.client_width()).max(320.0);
+        let Some(canvas_ctx) = canvas::context(&canvas, css_w, HEIGHT) else { return };
+        canvas::fill(&canvas_ctx, palette::MINIMAP_BACKGROUND.css(), left, 0.0, width, HEIGHT);
+        whole.with(|w| {
+            let Some(w) = w else { return };
+            let top = w.buckets.iter().map(|b| b.reserved.max.max(b.active.max)).max().unwrap_or(1).max(1) as f64;
+            let y = |b: u64| HEIGHT - 2.0 - b as f64 / top * (HEIGHT - 6.0);
+            for (curve, col, fill) in [(0usize, palette::RESERVED.css(), true), (1, palette::ALLOCATED.css(), false)] {
+                canvas_ctx.begin_path();
+                canvas_ctx.move_to(left, HEIGHT);
+                for b in &w.buckets {
+                    let value = if curve == 0 { b.reserved.max } else { b.allocated.max };
+                    let x0 = canvas::x_px(extent, left, width, b.x0 as f64);
+                    let x1 = canvas::x_px(extent, left, width, b.x1 as f64);
+                    canvas_ctx.line_to(x0, y(value));
+                    canvas_ctx.line_to(x1, y(value));
+                }
+                if fill {
+                    canvas_ctx.line_to(left + width, HEIGHT);
+                    canvas_ctx.close_path();
+                    canvas_ctx.set_fill_style_str(&palette::RESERVED.css_with_alpha(0.25));
+                    canvas_ctx.fill();
+                } else {
+                    canvas_ctx.set_stroke_style_str(col);
+                    canvas_ctx.set_line_width(1.0);
+                    canvas_ctx.stroke();
+                }
+            }
+        });
+        // Whole pixels, so the outline is crisp (and findable by colour).
+        let (l, r) = brush::brush_px(v, extent, width);
+        let (l, r) = ((left + l).round(), (left + r).round());
+        canvas_ctx.set_fill_style_str(&palette::ALLOCATED.css_with_alpha(0.15));
+        canvas_ctx.fill_rect(l, 0.0, r - l, HEIGHT);
+        canvas_ctx.set_stroke_style_str(palette::BRUSH.css());
+        canvas_ctx.set_line_width(2.0);
+        canvas_ctx.stroke_rect(l + 1.0, 1.0, (r - l - 2.0).max(1.0), HEIGHT - 2.0);
+        if let Some(x) = ctx.cursor_x() {
+            canvas::vline(
+                &canvas_ctx,
+                palette::CURSOR.css(),
+                canvas::x_px(extent, left, width, x as f64),
+                0.0,
+                HEIGHT,
+                1.0,
+            );
+        }
+        draws::record("minimap", started);
+    });
+
+    let on_mousedown = move |e: MouseEvent| {
+        let (Some(v), Some(extent)) = (ctx.view.get_untracked(), ctx.extent.get_untracked()) else { return };
+        let (left, width) = ctx.plot.get_untracked();
+        let x = f64::from(e.offset_x()) - left;
+        e.prevent_default();
+        let v = if brush::on_brush(v, extent, width, x) {
+            v
+        } else {
+            let centred = brush::centred_at(v, extent, width, x);
+            ctx.view.set(Some(centred));
+            centred
+        };
+        drag.set_value(Some(Drag { client_x: f64::from(e.client_x()), view: v }));
+    };
+    let moving = window_event_listener(ev::mousemove, move |e: MouseEvent| {
+        let (Some(d), Some(extent)) = (drag.get_value(), ctx.extent.get_untracked()) else { return };
+        let (_, width) = ctx.plot.get_untracked();
+        let next = brush::dragged(d.view, extent, width, f64::from(e.client_x()) - d.client_x);
+        if ctx.view.get_untracked() != Some(next) {
+            ctx.view.set(Some(next));
+        }
+    });
+    let released = window_event_listener(ev::mouseup, move |_| drag.set_value(None));
+    on_cleanup(move || {
+        moving.remove();
+        released.remove();
+    });
+
+    view! {
+        <div class="minimap-wrap" node_ref=wrap_ref title="The whole trace: drag the box to pan, click to centre">
+            <canvas id="minimap" node_ref=canvas_ref on:mousedown=on_mousedown></canvas>
+        </div>
+    }
+}

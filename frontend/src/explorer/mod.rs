@@ -1,0 +1,194 @@
+//! The views of one device, sharing ONE time cursor and ONE selection: the
+//! active memory timeline with its minimap and track (annotations, comment
+//! markers, search matches), the segment timeline, and below them the
+//! allocator state at the cursor or the fragmentation panel, with search.
+//! The state they share lives in [`DeviceContext`]; the URL mirrors it
+//! ([`crate::core::permalink`]) so a link opens the same view.
+
+use std::rc::Rc;
+
+use leptos::prelude::*;
+
+use crate::core::model::{AllocatorState, Axis, Instant, SearchAnswer};
+use crate::core::permalink::{self, PageState, Selected, Tab};
+use crate::core::viewport::{ByteRange, Window};
+use crate::infra::api;
+use crate::infra::canvas::Kept;
+use crate::infra::latest::latest;
+use crate::infra::redraw::Redraw;
+
+mod fragmentation;
+mod minimap;
+mod search;
+mod segments;
+mod state;
+mod timeline;
+mod track;
+
+/// What the views of a device share: the snapshot and device, the axis and
+/// window, the cursor and its allocator state, the selection, the panel
+/// shown and the search. Every view of the device takes it as `ctx`.
+#[derive(Clone, Copy)]
+pub(crate) struct DeviceContext {
+    /// Snapshot id.
+    pub(crate) id: StoredValue<String>,
+    /// CUDA device.
+    pub(crate) device: u32,
+    /// x axis (set once the timeline knows it).
+    pub(crate) axis: RwSignal<Option<Axis>>,
+    /// The whole trace on that axis.
+    pub(crate) extent: RwSignal<Option<Window>>,
+    /// The visible window.
+    pub(crate) view: RwSignal<Option<Window>>,
+    /// The timeline's memory zoom: the byte band its y axis shows (`None`:
+    /// 0 to the data's top).
+    pub(crate) memory: RwSignal<Option<ByteRange>>,
+    /// The timeline's plot area: left and width in CSS pixels, which the
+    /// other canvases line up with.
+    pub(crate) plot: RwSignal<(f64, f64)>,
+    /// The instant asked for (a click, an arrow key, a link).
+    pub(crate) instant: RwSignal<Option<Instant>>,
+    /// The allocator's state at that instant, once loaded.
+    pub(crate) state: RwSignal<Option<AllocatorState>>,
+    /// The selected (pinned) allocation.
+    pub(crate) selected: RwSignal<Option<Selected>>,
+    /// The panel below the timelines.
+    pub(crate) tab: RwSignal<Tab>,
+    /// The search's text, and its answer.
+    pub(crate) query: RwSignal<String>,
+    /// The search's answer.
+    pub(crate) matches: RwSignal<Option<SearchAnswer>>,
+    /// A window from the link, for the timeline's first load.
+    pub(crate) initial_window: StoredValue<Option<Window>>,
+}
+
+impl DeviceContext {
+    /// x of the cursor on the current axis, once its state is loaded.
+    pub(crate) fn cursor_x(&self) -> Option<i64> {
+        let axis = self.axis.get()?;
+        self.state.with(|s| {
+            let s = s.as_ref()?;
+            match axis {
+                Axis::Event => Some(s.row.map_or(-1, i64::from)),
+                Axis::Time => s.time_us.or_else(|| self.extent.get().map(|e| e.start - 1)),
+            }
+        })
+    }
+
+    /// Move the cursor one row back (`-1`) or on (`1`); false when there is
+    /// no cursor to move.
+    pub(crate) fn step(&self, by: i64) -> bool {
+        let Some((row, rows)) = self.state.with_untracked(|s| s.as_ref().map(|s| (s.row, s.rows))) else {
+            return false;
+        };
+        let next = row.map_or(-1, i64::from) + by;
+        if next >= 0 && next < i64::from(rows) {
+            self.instant.set(Some(Instant::Row(next as u32)));
+        }
+        true
+    }
+}
+
+/// The views of device `device`, restored from `initial` (the link's state).
+#[component]
+pub(crate) fn DeviceViews(id: String, device: u32, initial: PageState) -> impl IntoView {
+    let ctx = DeviceContext {
+        id: StoredValue::new(id),
+        device,
+        axis: RwSignal::new(Some(initial.axis.unwrap_or(Axis::Event))),
+        extent: RwSignal::new(None),
+        view: RwSignal::new(None),
+        memory: RwSignal::new(initial.memory),
+        plot: RwSignal::new((0.0, 0.0)),
+        instant: RwSignal::new(initial.cursor.map(Instant::Row)),
+        state: RwSignal::new(None),
+        selected: RwSignal::new(initial.selected),
+        tab: RwSignal::new(initial.tab),
+        query: RwSignal::new(initial.search.clone().unwrap_or_default()),
+        matches: RwSignal::new(None),
+        initial_window: StoredValue::new(initial.window),
+    };
+
+    // The allocator state follows the instant; answers to superseded
+    // instants are dropped.
+    let states = latest();
+    Effect::new(move |_| {
+        let Some(at) = ctx.instant.get() else { return };
+        let id = ctx.id.get_value();
+        states.run(async move { api::state(&id, device, at).await }, move |answer| match answer {
+            Ok(s) => ctx.state.set(Some(s)),
+            Err(e) => leptos::logging::warn!("{e}"),
+        });
+    });
+
+    // The URL mirrors the view (replaceState: no history entry per frame).
+    Effect::new(move |_| {
+        let page = PageState {
+            device: Some(device),
+            axis: ctx.axis.get(),
+            window: ctx.view.get().filter(|v| ctx.extent.get() != Some(*v)),
+            memory: ctx.memory.get(),
+            cursor: ctx.state.with(|s| s.as_ref().and_then(|s| s.row)),
+            selected: ctx.selected.get(),
+            tab: ctx.tab.get(),
+            search: Some(ctx.query.get()),
+        };
+        // Before the timeline has loaded, keep the link's own state.
+        if ctx.extent.get_untracked().is_none() {
+            return;
+        }
+        let Some(w) = web_sys::window() else { return };
+        let path = w.location().pathname().unwrap_or_default();
+        let url = format!("{path}{}", permalink::query(&page));
+        if let Ok(history) = w.history() {
+            let _ = history.replace_state_with_url(&wasm_bindgen::JsValue::NULL, "", Some(&url));
+        }
+    });
+
+    view! {
+        <timeline::Timeline ctx=ctx/>
+        <segments::SegmentTimeline ctx=ctx/>
+        <search::SearchBox ctx=ctx/>
+        <div class="tabs" role="tablist">
+            <button
+                id="tab-state"
+                class:active=move || ctx.tab.get() == Tab::State
+                on:click=move |_| ctx.tab.set(Tab::State)
+            >
+                "Allocator state"
+            </button>
+            <button
+                id="tab-fragmentation"
+                class:active=move || ctx.tab.get() == Tab::Fragmentation
+                on:click=move |_| ctx.tab.set(Tab::Fragmentation)
+            >
+                "Fragmentation"
+            </button>
+        </div>
+        {move || match ctx.tab.get() {
+            Tab::State => view! { <state::StatePanel ctx=ctx/> }.into_any(),
+            Tab::Fragmentation => view! { <fragmentation::FragmentationPanel ctx=ctx/> }.into_any(),
+        }}
+    }
+}
+
+/// The two triggers of a view that keeps its last real draw as an image
+/// (`canvas::Kept`): a real draw whenever a signal
+/// that `track_fresh` reads changes (new data, plot area or canvas); the
+/// kept image moved whenever the shared window or cursor moves.
+pub(crate) fn on_fresh_or_moved(ctx: DeviceContext, redraw: &Redraw, kept: Rc<Kept>, track_fresh: impl Fn() + 'static) {
+    Effect::new({
+        let redraw = redraw.clone();
+        move |_| {
+            track_fresh();
+            kept.invalidate();
+            redraw.request();
+        }
+    });
+    let redraw = redraw.clone();
+    Effect::new(move |_| {
+        ctx.view.track();
+        ctx.cursor_x();
+        redraw.request();
+    });
+}

@@ -1,0 +1,250 @@
+//! The segment timeline ("segment split") under the active memory
+//! timeline, on the same x axis: per column, the segments alive then,
+//! stacked by address and each as tall as its bytes, split into requested
+//! bytes of allocated blocks, rounding waste, pending frees and free
+//! blocks; expandable segments outlined as mapped ranges. Hover names the
+//! segment; a click moves the cursor there.
+
+use std::rc::Rc;
+use std::time::Duration;
+
+use leptos::prelude::*;
+use web_sys::{CanvasRenderingContext2d, MouseEvent};
+
+use crate::core::blocks;
+use crate::core::format;
+use crate::core::model::{Instant, SegmentsAnswer};
+use crate::core::palette;
+use crate::core::viewport::Window;
+use crate::explorer::DeviceContext;
+use crate::infra::api;
+use crate::infra::canvas;
+use crate::infra::draws;
+use crate::infra::latest::latest;
+use crate::infra::redraw;
+
+/// Height of the canvas.
+const HEIGHT: f64 = 170.0;
+/// Top of the plot: the labels' band is above it.
+const PLOT_TOP: f64 = 14.0;
+/// Columns per pixel asked for: one column every few pixels.
+const PX_PER_COLUMN: f64 = 3.0;
+/// How long the window must settle before new columns are asked for.
+const DEBOUNCE: Duration = Duration::from_millis(200);
+
+/// The segment timeline of the device of `ctx`.
+#[component]
+pub(crate) fn SegmentTimeline(ctx: DeviceContext) -> impl IntoView {
+    let canvas_ref = NodeRef::<leptos::html::Canvas>::new();
+    let wrap_ref = NodeRef::<leptos::html::Div>::new();
+    let data = RwSignal::new(None::<SegmentsAnswer>);
+    let hover = RwSignal::new(None::<String>);
+    let loading = RwSignal::new(false);
+    let error = RwSignal::new(None::<String>);
+    let answers = latest();
+    let timer = StoredValue::new(None::<TimeoutHandle>);
+    // The window the shown image was drawn for (the rectangles' window).
+    let drawn_view = StoredValue::new(None::<Window>);
+
+    // New columns for each settled window.
+    Effect::new(move |_| {
+        let (Some(v), Some(axis), (_, width)) = (ctx.view.get(), ctx.axis.get(), ctx.plot.get()) else {
+            return;
+        };
+        if width <= 0.0 {
+            return;
+        }
+        if let Some(t) = timer.get_value() {
+            t.clear();
+        }
+        let columns = ((width / PX_PER_COLUMN) as u32).clamp(10, 600);
+        let query = api::window_query(ctx.device, axis, Some(v));
+        let handle = set_timeout_with_handle(
+            move || {
+                let id = ctx.id.get_value();
+                loading.set(true);
+                answers.run(async move { api::segments(&id, &query, columns).await }, move |answer| {
+                    loading.set(false);
+                    match answer {
+                        Ok(a) => {
+                            data.set(Some(a));
+                            error.set(None);
+                        }
+                        Err(e) => error.set(Some(e.to_string())),
+                    }
+                });
+            },
+            DEBOUNCE,
+        );
+        timer.set_value(handle.ok());
+    });
+
+    // Draw: once per frame at most. Fresh columns are drawn for real into
+    // an off-screen image; a moved window (or cursor) shows that image
+    // shifted and stretched until the columns for it arrive.
+    let kept = canvas::Kept::new();
+    let redraw = redraw::Redraw::new({
+        let kept = Rc::clone(&kept);
+        move || {
+            let (Some(canvas), Some(wrap), Some(v)) =
+                (canvas_ref.get_untracked(), wrap_ref.get_untracked(), ctx.view.get_untracked())
+            else {
+                return;
+            };
+            let plot = ctx.plot.get_untracked();
+            let (left, width) = plot;
+            data.with_untracked(|d| {
+                let Some(d) = d else { return };
+                if width <= 0.0 || Some(d.axis) != ctx.axis.get_untracked() {
+                    return;
+                }
+                let started = draws::now();
+                let css_w = canvas::css_width(&wrap);
+                let draw = |ctx: &web_sys::CanvasRenderingContext2d| draw_columns(ctx, d, v, plot);
+                let Some((canvas_ctx, image_view)) = kept.paint(&canvas, v, plot, css_w, HEIGHT, draw) else { return };
+                drawn_view.set_value(Some(image_view));
+                if let Some(x) = ctx.cursor_x().filter(|&x| x >= v.start && x < v.end) {
+                    canvas::vline(
+                        &canvas_ctx,
+                        palette::CURSOR.css(),
+                        canvas::x_px(v, left, width, x as f64),
+                        0.0,
+                        HEIGHT,
+                        1.0,
+                    );
+                }
+                canvas::text(
+                    &canvas_ctx,
+                    palette::LABEL.css(),
+                    &format!("{} peak", format::bytes(d.max_reserved)),
+                    4.0,
+                    24.0,
+                );
+                canvas::text(&canvas_ctx, palette::LABEL.css(), &format!("{} segments", d.segments.len()), 4.0, 38.0);
+                draws::record("segments", started);
+            });
+        }
+    });
+    // Fresh columns, a new plot area or size: a real draw; a moved window
+    // or cursor: the image, moved.
+    super::on_fresh_or_moved(ctx, &redraw, kept, move || {
+        data.track();
+        ctx.plot.track();
+        canvas_ref.track();
+    });
+
+    let describe = move |e: &MouseEvent| -> Option<(String, Instant)> {
+        let (px, py) = (f64::from(e.offset_x()), f64::from(e.offset_y()));
+        // The rectangles are where the image was drawn: map the pointer there.
+        let (left, width) = ctx.plot.get_untracked();
+        let px = match (drawn_view.get_value(), ctx.view.get_untracked()) {
+            (Some(then), Some(now)) if width > 0.0 => {
+                let x = now.start as f64 + (px - left) / width * now.width() as f64;
+                left + (x - then.start as f64) / then.width().max(1) as f64 * width
+            }
+            _ => px,
+        };
+        data.with_untracked(|d| {
+            let d = d.as_ref()?;
+            let (x, w, h) = placement(d, drawn_view.get_value()?, (left, width));
+            let (column, cell) = blocks::segment_hit(d, x, w, h, px, py - PLOT_TOP)?;
+            let lane = d.segments.get(cell.segment as usize)?;
+            let col = d.columns.get(column)?;
+            let row = col.row.map_or("before the trace".to_owned(), |r| format!("after row {}", format::grouped(u64::from(r))));
+            let text = format!(
+                "segment {} ({}{}, stream {}) {row}: {} reserved · {} allocated ({} rounding waste) · {} pending free · {} free · {} blocks",
+                format::hex(lane.addr),
+                if lane.small { "small pool" } else { "large pool" },
+                if lane.expandable { ", expandable: mapped range" } else { "" },
+                format::hex(lane.stream),
+                format::bytes(cell.size),
+                format::bytes(cell.allocated),
+                format::bytes(cell.waste),
+                format::bytes(cell.pending_free),
+                format::bytes(cell.inactive),
+                cell.blocks,
+            );
+            let at = match col.row {
+                Some(r) => Instant::Row(r),
+                None => Instant::X(d.axis, col.x0 - 1),
+            };
+            Some((text, at))
+        })
+    };
+
+    view! {
+        <section class="segments-panel">
+            <div class="toolbar">
+                <h2>"Segment timeline"</h2>
+                <span class="legend">
+                    <span class="key"><span class="swatch seg-allocated"></span>"allocated (requested)"</span>
+                    <span class="key"><span class="swatch seg-waste"></span>"rounding waste"</span>
+                    <span class="key"><span class="swatch seg-pending"></span>"pending free"</span>
+                    <span class="key"><span class="swatch seg-inactive"></span>"free (inactive)"</span>
+                    <span class="key"><span class="swatch seg-expandable"></span>"expandable: mapped"</span>
+                </span>
+                <Show when=move || loading.get()>
+                    <span class="loading" id="segments-loading">"loading…"</span>
+                </Show>
+            </div>
+            {move || error.get().map(|e| view! { <p class="notice error">{e}</p> })}
+            <div class="canvas-wrap" node_ref=wrap_ref>
+                <canvas
+                    id="segments"
+                    node_ref=canvas_ref
+                    aria-label="Segment timeline: each segment's bytes split into allocated, waste, pending free and free; click to move the cursor"
+                    on:mousemove=move |e| hover.set(describe(&e).map(|(t, _)| t))
+                    on:mouseleave=move |_| hover.set(None)
+                    on:click=move |e| {
+                        if let Some((_, at)) = describe(&e) {
+                            ctx.instant.set(Some(at));
+                        }
+                    }
+                ></canvas>
+            </div>
+            <p class="hint" id="segments-hover">
+                {move || hover.get().unwrap_or_else(|| "Point at a segment for its figures; click to see the allocator's state there.".to_owned())}
+            </p>
+        </section>
+    }
+}
+
+/// Where the columns of `d` go when placed at `view` in the plot area
+/// `(left, width)`: the plot's left, width and height for
+/// [`blocks::segment_shapes`], under the labels' band.
+fn placement(d: &SegmentsAnswer, view: Window, (left, width): (f64, f64)) -> (f64, f64, f64) {
+    let x0 = canvas::x_px(view, left, width, d.start as f64);
+    let x1 = canvas::x_px(view, left, width, d.end as f64);
+    (x0, x1 - x0, HEIGHT - PLOT_TOP - 4.0)
+}
+
+/// Draw the columns of `d` placed at `view` into the plot area `(left,
+/// width)` of `ctx`: as pixels ([`blocks::segment_raster`]), then the
+/// outlines of expandable segments' mapped ranges.
+fn draw_columns(ctx: &CanvasRenderingContext2d, d: &SegmentsAnswer, view: Window, (left, width): (f64, f64)) {
+    let placed = placement(d, view, (left, width));
+    let dpr = canvas::ratio();
+    let raster = blocks::segment_raster(d, placed, (left, width), dpr, |fill| palette::fill(fill).bytes());
+    if let Ok(image) = web_sys::ImageData::new_with_u8_clamped_array_and_sh(
+        wasm_bindgen::Clamped(&raster.rgba),
+        raster.width as u32,
+        raster.height as u32,
+    ) {
+        // In device pixels: putImageData ignores the context's scaling.
+        let _ = ctx.put_image_data(&image, (left * dpr).round(), (PLOT_TOP * dpr).round());
+    }
+    if !d.segments.iter().any(|s| s.expandable) {
+        return;
+    }
+    let (x, w, h) = placed;
+    let shapes = blocks::segment_shapes(d, x, w, h);
+    canvas::clip_plot(ctx, left, width, HEIGHT);
+    ctx.set_stroke_style_str(palette::COMMENT.css());
+    ctx.set_line_width(1.0);
+    ctx.begin_path();
+    for r in shapes.iter().filter(|r| d.segments.get(r.segment).is_some_and(|s| s.expandable)) {
+        ctx.rect(r.x + 0.5, r.y + PLOT_TOP + 0.5, r.w, r.h);
+    }
+    ctx.stroke();
+    ctx.restore();
+}

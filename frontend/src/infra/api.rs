@@ -1,0 +1,496 @@
+//! The dashboard's one HTTP client: every call to the server's API, from
+//! every page, goes through here. Every failure becomes an [`ApiError`]
+//! with a sentence for the page (the server's own `error` text when it sent
+//! one); nothing here panics on an unexpected answer. Requests carry the
+//! stored API token, and a request for a file opened without uploading it
+//! (a `local-` id) is answered by its worker ([`super::local`]) with the
+//! JSON the server would send, so no page can tell the difference.
+//!
+//! Uploads go through `XMLHttpRequest` rather than `fetch`, because only it
+//! reports upload progress.
+
+use std::fmt;
+
+use gloo_net::http::{Request, RequestBuilder, Response};
+use serde::de::DeserializeOwned;
+use wasm_bindgen::JsCast;
+use wasm_bindgen::prelude::*;
+use wasm_bindgen_futures::JsFuture;
+
+use vramscope_shared::views::analysis::{DiffAnswer, ExplainAnswer, LeaksAnswer, TuneAnswer, WhatIfAnswer};
+
+use super::{draws, local};
+use crate::core::model::jobs::{JobReport, JobSummary};
+use crate::core::model::live::{LiveList, LiveRead};
+use crate::core::model::review::Comment;
+use crate::core::model::{
+    AllocatorState, AnnotationsAnswer, Axis, CommentMark, EntryAnswer, ErrorBody, FragmentationAnswer, Frame, Instant,
+    Page, SearchAnswer, SegmentsAnswer, SnapshotMeta, StatsReport, TimelineWindow, UploadAnswer,
+};
+use crate::core::url::query;
+use crate::core::viewport::Window;
+
+/// Where the API token is kept in the browser (`localStorage`), for servers
+/// that require one (any server not on loopback).
+const TOKEN_KEY: &str = "vramscope.api_token";
+
+/// A failed API call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct ApiError {
+    /// HTTP status, or 0 when no answer came.
+    pub(crate) status: u16,
+    /// What went wrong, for the page.
+    pub(crate) message: String,
+}
+
+impl ApiError {
+    fn network(what: &str, e: impl fmt::Display) -> ApiError {
+        ApiError { status: 0, message: format!("{what}: the server did not answer ({e})") }
+    }
+}
+
+impl fmt::Display for ApiError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)?;
+        if self.status == 401 {
+            f.write_str(" — set an API token at the top right")?;
+        }
+        Ok(())
+    }
+}
+
+/// The stored API token, if any.
+pub(crate) fn token() -> Option<String> {
+    let storage = web_sys::window()?.local_storage().ok()??;
+    storage.get_item(TOKEN_KEY).ok()?.filter(|t| !t.trim().is_empty())
+}
+
+/// Store (or, when blank, forget) the API token.
+pub(crate) fn set_token(value: &str) {
+    let Some(Ok(Some(storage))) = web_sys::window().map(|w| w.local_storage()) else { return };
+    let value = value.trim();
+    // Storage can be full or disabled; the token then lasts only for this call.
+    let _ = if value.is_empty() { storage.remove_item(TOKEN_KEY) } else { storage.set_item(TOKEN_KEY, value) };
+}
+
+fn authorized(request: RequestBuilder) -> RequestBuilder {
+    match token() {
+        Some(t) => request.header("Authorization", &format!("Bearer {}", t.trim())),
+        None => request,
+    }
+}
+
+/// `value` escaped for a query string.
+pub(crate) fn encode(value: &str) -> String {
+    String::from(js_sys::encode_uri_component(value))
+}
+
+async fn error_of(what: &str, response: Response) -> ApiError {
+    let status = response.status();
+    let text = response.text().await.unwrap_or_default();
+    let message = match serde_json::from_str::<ErrorBody>(&text) {
+        Ok(body) => format!("{what}: {}", body.error),
+        Err(_) if text.trim().is_empty() => format!("{what}: HTTP {status} {}", response.status_text()),
+        Err(_) => format!("{what}: HTTP {status}: {}", text.chars().take(200).collect::<String>()),
+    };
+    ApiError { status, message }
+}
+
+/// Send `request` (with `body` as JSON, if any) and the stored token; an
+/// answer that is not a success is the error.
+async fn send(what: &str, request: RequestBuilder, body: Option<&serde_json::Value>) -> Result<Response, ApiError> {
+    let request = authorized(request);
+    let request = match body {
+        Some(json) => request.json(json),
+        None => request.build(),
+    }
+    .map_err(|e| ApiError::network(what, e))?;
+    // A file opened without uploading (`local-` ids) is answered by its
+    // worker in this tab, with the JSON the server would send.
+    let response = match local::local_request(&request.url()) {
+        Some(local) => {
+            let (status, body) = local::respond(&local, request.method().as_str()).await;
+            Response::builder()
+                .status(status)
+                .header("Content-Type", "application/json")
+                .body(Some(body.as_str()))
+                .map_err(|e| ApiError::network(what, e))?
+        }
+        None => request.send().await.map_err(|e| ApiError::network(what, e))?,
+    };
+    if response.ok() { Ok(response) } else { Err(error_of(what, response).await) }
+}
+
+async fn json<T: DeserializeOwned>(what: &str, response: Response) -> Result<T, ApiError> {
+    let status = response.status();
+    let text = response.text().await.map_err(|e| ApiError::network(what, e))?;
+    let started = draws::now();
+    let decoded = serde_json::from_str(&text).map_err(|e| ApiError {
+        status,
+        message: format!("{what}: the server's answer is not what this page expects ({e})"),
+    });
+    draws::record_detail("decode", &format!("{what} ({} kB)", text.len() / 1000), started);
+    decoded
+}
+
+/// GET `url` as JSON.
+pub(crate) async fn get<T: DeserializeOwned>(what: &str, url: &str) -> Result<T, ApiError> {
+    json(what, send(what, Request::get(url), None).await?).await
+}
+
+/// Filters of the snapshot list; empty fields do not filter.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct ListQuery {
+    /// Free-text search (name, job, host, tags).
+    pub(crate) q: String,
+    /// Exact job.
+    pub(crate) job: String,
+    /// Exact host.
+    pub(crate) host: String,
+    /// One tag.
+    pub(crate) tag: String,
+}
+
+/// One page of the snapshot list.
+pub(crate) async fn list(query: &ListQuery, cursor: Option<&str>) -> Result<Page, ApiError> {
+    let mut url = "/api/v1/snapshots?limit=100".to_owned();
+    for (key, value) in [("q", &query.q), ("job", &query.job), ("host", &query.host), ("tag", &query.tag)] {
+        if !value.trim().is_empty() {
+            url.push_str(&format!("&{key}={}", encode(value.trim())));
+        }
+    }
+    if let Some(c) = cursor {
+        url.push_str(&format!("&cursor={}", encode(c)));
+    }
+    get("listing snapshots", &url).await
+}
+
+/// One snapshot's record.
+pub(crate) async fn snapshot(id: &str) -> Result<SnapshotMeta, ApiError> {
+    get("loading the snapshot", &format!("/api/v1/snapshots/{}", encode(id))).await
+}
+
+/// A snapshot's statistics; `None` while the server is still parsing it.
+pub(crate) async fn stats(id: &str) -> Result<Option<StatsReport>, ApiError> {
+    let what = "loading the statistics";
+    let response = send(what, Request::get(&format!("/api/v1/snapshots/{}/stats", encode(id))), None).await?;
+    if response.status() == 202 {
+        return Ok(None);
+    }
+    json(what, response).await.map(Some)
+}
+
+/// Where a timeline window is asked for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct TimelineQuery {
+    /// CUDA device.
+    pub(crate) device: u32,
+    /// x axis; `None` lets the server choose (time when the trace has times).
+    pub(crate) axis: Option<Axis>,
+    /// `[start, end)`; `None` for the whole trace.
+    pub(crate) window: Option<Window>,
+    /// Buckets: the plot's width in pixels.
+    pub(crate) px: u32,
+    /// Most allocations to list.
+    pub(crate) max_allocations: u32,
+    /// When zoomed on memory: the bytes the y axis shows and the plot's
+    /// height in pixels, so the server lists allocations down to half a
+    /// pixel row of that span (`y_span`, `py`).
+    pub(crate) y_span: Option<(u64, u32)>,
+}
+
+/// A window of a device's timeline.
+pub(crate) async fn timeline(id: &str, q: TimelineQuery) -> Result<TimelineWindow, ApiError> {
+    let mut url = format!(
+        "/api/v1/snapshots/{}/timeline?device={}&px={}&max_allocations={}",
+        encode(id),
+        q.device,
+        q.px.max(1),
+        q.max_allocations
+    );
+    if let Some(axis) = q.axis {
+        url.push_str(match axis {
+            Axis::Time => "&axis=time",
+            Axis::Event => "&axis=event",
+        });
+    }
+    if let Some(w) = q.window {
+        url.push_str(&format!("&start={}&end={}", w.start, w.end));
+    }
+    if let Some((bytes, py)) = q.y_span {
+        url.push_str(&format!("&y_span={bytes}&py={py}"));
+    }
+    get("loading the timeline", &url).await
+}
+
+/// A view of a snapshot (`/api/v1/snapshots/{id}/{route}?{query}`): every
+/// view of the snapshot page goes through here, and so through [`get`]
+/// (which hands `local-` ids to the browser's worker).
+pub(crate) async fn view<T: DeserializeOwned>(what: &str, id: &str, route: &str, query: &str) -> Result<T, ApiError> {
+    get(what, &format!("/api/v1/snapshots/{}/{route}?{query}", encode(id))).await
+}
+
+/// `device=…&axis=…&start=…&end=…` for the views over a window.
+pub(crate) fn window_query(device: u32, axis: Axis, window: Option<Window>) -> String {
+    let axis = match axis {
+        Axis::Time => "time",
+        Axis::Event => "event",
+    };
+    let mut q = format!("device={device}&axis={axis}");
+    if let Some(w) = window {
+        q.push_str(&format!("&start={}&end={}", w.start, w.end));
+    }
+    q
+}
+
+/// The allocator's state after a row, or at an x of an axis.
+pub(crate) async fn state(id: &str, device: u32, at: Instant) -> Result<AllocatorState, ApiError> {
+    let query = match at {
+        Instant::Row(r) => format!("device={device}&at={r}"),
+        Instant::X(axis, x) => format!("{}&x={x}", window_query(device, axis, None)),
+    };
+    view("loading the allocator state", id, "state", &query).await
+}
+
+/// The segment timeline of a window.
+pub(crate) async fn segments(id: &str, window_query: &str, columns: u32) -> Result<SegmentsAnswer, ApiError> {
+    view("loading the segment timeline", id, "segments", &format!("{window_query}&columns={columns}")).await
+}
+
+/// Fragmentation over a window, and the allocator settings.
+pub(crate) async fn fragmentation(id: &str, window_query: &str, columns: u32) -> Result<FragmentationAnswer, ApiError> {
+    view("loading the fragmentation figures", id, "fragmentation", &format!("{window_query}&columns={columns}")).await
+}
+
+/// The `record_function` ranges overlapping a window.
+pub(crate) async fn annotations(id: &str, window_query: &str) -> Result<AnnotationsAnswer, ApiError> {
+    view("loading the annotations", id, "annotations", window_query).await
+}
+
+/// Allocations matching an address, a size or frame text.
+pub(crate) async fn search(id: &str, device: u32, q: &str) -> Result<SearchAnswer, ApiError> {
+    view("searching", id, "search", &format!("device={device}&q={}&limit=500", encode(q))).await
+}
+
+/// One trace entry's fields.
+pub(crate) async fn entry(id: &str, device: u32, row: u32) -> Result<EntryAnswer, ApiError> {
+    view("loading the trace entry", id, "entry", &format!("device={device}&row={row}")).await
+}
+
+/// The review comments of a snapshot, for their markers; none where the
+/// server has no comments (an older server answers 404).
+pub(crate) async fn comment_marks(id: &str) -> Vec<CommentMark> {
+    view::<Vec<CommentMark>>("loading the comments", id, "comments", "").await.unwrap_or_default()
+}
+
+/// The frames of a stack, innermost first.
+pub(crate) async fn stack(id: &str, stack: u32) -> Result<Vec<Frame>, ApiError> {
+    get("loading the stack", &format!("/api/v1/snapshots/{}/stacks/{stack}", encode(id))).await
+}
+
+/// Rename and/or retag a snapshot; answers the new record.
+pub(crate) async fn update(id: &str, name: Option<&str>, tags: Option<&[String]>) -> Result<SnapshotMeta, ApiError> {
+    let mut body = serde_json::Map::new();
+    if let Some(name) = name {
+        body.insert("name".to_owned(), name.into());
+    }
+    if let Some(tags) = tags {
+        body.insert("tags".to_owned(), tags.into());
+    }
+    let what = "saving the change";
+    let body = serde_json::Value::Object(body);
+    let response = send(what, Request::patch(&format!("/api/v1/snapshots/{}", encode(id))), Some(&body)).await?;
+    json(what, response).await
+}
+
+/// Links to a snapshot's file and exports that work without a token for a
+/// few minutes (`POST /api/v1/snapshots/{id}/links`).
+#[derive(Clone, Debug, serde::Deserialize)]
+pub(crate) struct SignedLinks {
+    /// The original file.
+    pub(crate) file: String,
+    /// The self-contained report page.
+    pub(crate) report: String,
+}
+
+/// Ask for signed links: a navigation (a download link) sends no
+/// `Authorization` header, so in token mode a plain link answers 401.
+pub(crate) async fn signed_links(id: &str) -> Result<SignedLinks, ApiError> {
+    let what = "preparing the download";
+    json(what, send(what, Request::post(&format!("/api/v1/snapshots/{}/links", encode(id))), None).await?).await
+}
+
+/// Delete a snapshot.
+pub(crate) async fn delete(id: &str) -> Result<(), ApiError> {
+    send("deleting the snapshot", Request::delete(&format!("/api/v1/snapshots/{}", encode(id))), None).await.map(|_| ())
+}
+
+/// Upload a file, calling `progress(sent, total)` as bytes go out.
+pub(crate) async fn upload(
+    file: &web_sys::File,
+    progress: impl Fn(f64, f64) + 'static,
+) -> Result<UploadAnswer, ApiError> {
+    let what = format!("uploading {}", file.name());
+    let js = |e: JsValue| ApiError { status: 0, message: format!("{what}: {}", js_message(&e)) };
+    let xhr = web_sys::XmlHttpRequest::new().map_err(js)?;
+    xhr.open("POST", &format!("/api/v1/snapshots?name={}", encode(&file.name()))).map_err(js)?;
+    xhr.set_request_header("Content-Type", "application/octet-stream").map_err(js)?;
+    if let Some(t) = token() {
+        xhr.set_request_header("Authorization", &format!("Bearer {}", t.trim())).map_err(js)?;
+    }
+    let on_progress = Closure::<dyn FnMut(web_sys::ProgressEvent)>::new(move |e: web_sys::ProgressEvent| {
+        if e.length_computable() {
+            progress(e.loaded(), e.total());
+        }
+    });
+    xhr.upload().map_err(js)?.set_onprogress(Some(on_progress.as_ref().unchecked_ref()));
+    // The request's own events settle a promise: load on any HTTP answer,
+    // error or abort when none came.
+    let settled = js_sys::Promise::new(&mut |resolve, reject| {
+        xhr.set_onload(Some(&resolve));
+        xhr.set_onerror(Some(&reject));
+        xhr.set_onabort(Some(&reject));
+    });
+    xhr.send_with_opt_blob(Some(file)).map_err(js)?;
+    let outcome = JsFuture::from(settled).await;
+    drop(on_progress);
+    if outcome.is_err() {
+        return Err(ApiError::network(&what, "the connection failed"));
+    }
+    let status = xhr.status().unwrap_or(0);
+    let text = xhr.response_text().ok().flatten().unwrap_or_default();
+    if !(200..300).contains(&status) {
+        let message = match serde_json::from_str::<ErrorBody>(&text) {
+            Ok(body) => format!("{what}: {}", body.error),
+            Err(_) => format!("{what}: HTTP {status}"),
+        };
+        return Err(ApiError { status, message });
+    }
+    serde_json::from_str(&text).map_err(|e| ApiError {
+        status,
+        message: format!("{what}: the server's answer is not what this page expects ({e})"),
+    })
+}
+
+fn analysis_url(id: &str, view: &str, pairs: &[(&str, Option<String>)]) -> String {
+    format!("/api/v1/snapshots/{}/{view}?{}", encode(id), query(pairs))
+}
+
+/// A what-if replay: `alloc_conf` (`None`: the recorded settings) under
+/// `capacity` (`None`: unlimited), `px` buckets on the event axis.
+pub(crate) async fn whatif(
+    id: &str,
+    device: u32,
+    alloc_conf: Option<String>,
+    capacity: Option<String>,
+    px: u32,
+) -> Result<WhatIfAnswer, ApiError> {
+    let pairs = [
+        ("device", Some(device.to_string())),
+        ("alloc_conf", alloc_conf),
+        ("capacity", capacity),
+        ("axis", Some("event".to_owned())),
+        ("px", Some(px.max(1).to_string())),
+    ];
+    get("replaying the trace", &analysis_url(id, "whatif", &pairs)).await
+}
+
+/// Every candidate setting replayed and ranked.
+pub(crate) async fn tune(id: &str, capacity: Option<String>) -> Result<TuneAnswer, ApiError> {
+    get("ranking allocator settings", &analysis_url(id, "tune", &[("capacity", capacity)])).await
+}
+
+/// The OOM post-mortems of a device.
+pub(crate) async fn explain(id: &str, device: u32) -> Result<ExplainAnswer, ApiError> {
+    get("explaining the OOMs", &analysis_url(id, "explain", &[("device", Some(device.to_string()))])).await
+}
+
+/// The leak ranking of a device.
+pub(crate) async fn leaks(id: &str, device: u32, top: u32) -> Result<LeaksAnswer, ApiError> {
+    let pairs = [("device", Some(device.to_string())), ("top", Some(top.to_string()))];
+    get("ranking the leaks", &analysis_url(id, "leaks", &pairs)).await
+}
+
+/// The comparison of snapshot `a` with `b`, timelines at `px` buckets.
+pub(crate) async fn compare(a: &str, b: &str, align: &str, px: u32) -> Result<DiffAnswer, ApiError> {
+    let pairs = [
+        ("a", Some(a.to_owned())),
+        ("b", Some(b.to_owned())),
+        ("align", Some(align.to_owned())),
+        ("px", Some(px.max(1).to_string())),
+    ];
+    get("comparing the snapshots", &format!("/api/v1/compare?{}", query(&pairs))).await
+}
+
+fn snapshot_url(id: &str) -> String {
+    format!("/api/v1/snapshots/{}", encode(id))
+}
+
+/// A snapshot's review comments, oldest first.
+pub(crate) async fn comments(id: &str) -> Result<Vec<Comment>, ApiError> {
+    get("loading the comments", &format!("{}/comments", snapshot_url(id))).await
+}
+
+/// Whether a snapshot is pinned (kept from retention); `None` when its
+/// record does not say.
+pub(crate) async fn pinned(id: &str) -> Result<Option<bool>, ApiError> {
+    let record: serde_json::Value = get("loading the snapshot", &snapshot_url(id)).await?;
+    Ok(record["pinned"].as_bool())
+}
+
+/// Post a comment; `body` is `{"body": …, "row"?: …, "addr"?: …}`.
+pub(crate) async fn post_comment(id: &str, body: &serde_json::Value) -> Result<(), ApiError> {
+    let url = format!("{}/comments", snapshot_url(id));
+    send("posting the comment", Request::post(&url), Some(body)).await.map(|_| ())
+}
+
+/// Delete a comment (one's own, or any as an admin).
+pub(crate) async fn delete_comment(id: &str, comment_id: &str) -> Result<(), ApiError> {
+    let url = format!("{}/comments/{}", snapshot_url(id), encode(comment_id));
+    send("deleting the comment", Request::delete(&url), None).await.map(|_| ())
+}
+
+/// Pin or unpin a snapshot.
+pub(crate) async fn set_pinned(id: &str, pinned: bool) -> Result<(), ApiError> {
+    let body = serde_json::json!({ "pinned": pinned });
+    send("pinning the snapshot", Request::patch(&snapshot_url(id)), Some(&body)).await.map(|_| ())
+}
+
+/// Every job, most recent first.
+pub(crate) async fn jobs() -> Result<Vec<JobSummary>, ApiError> {
+    get("listing jobs", "/api/v1/jobs").await
+}
+
+/// One job's ranks side by side.
+pub(crate) async fn job(name: &str) -> Result<JobReport, ApiError> {
+    get("loading the job", &format!("/api/v1/jobs/{}", encode(name))).await
+}
+
+/// The processes that streamed telemetry, and their hosts.
+pub(crate) async fn live_sources() -> Result<LiveList, ApiError> {
+    get("live sources", "/api/v1/live").await
+}
+
+/// A source's samples after `since_ms` (every kept one when `None`).
+pub(crate) async fn live_samples(source: &str, since_ms: Option<i64>) -> Result<LiveRead, ApiError> {
+    let mut url = format!("/api/v1/live/{}", encode(source));
+    if let Some(since) = since_ms {
+        url.push_str(&format!("?since_ms={since}"));
+    }
+    get("live samples", &url).await
+}
+
+/// Ask the agent of a source for a snapshot of that process (`all`: of
+/// every process it serves).
+pub(crate) async fn capture(source: &str, all: bool) -> Result<(), ApiError> {
+    let url = format!("/api/v1/live/{}/capture?all={all}", encode(source));
+    send("asking for a snapshot", Request::post(&url), None).await.map(|_| ())
+}
+
+/// The message of a JavaScript exception.
+fn js_message(e: &JsValue) -> String {
+    e.dyn_ref::<js_sys::Error>()
+        .map(|e| String::from(e.message()))
+        .or_else(|| e.as_string())
+        .unwrap_or_else(|| format!("{e:?}"))
+}

@@ -1,0 +1,219 @@
+//! The leaks panel: allocations alive at the end grouped by stack, ranked
+//! by how steadily they grew over the trace's steps (bytes per step where
+//! the trace has step annotations), with a chart of the top stacks'
+//! retained memory step by step.
+
+use vramscope_shared::analysis::leaks::{DeviceLeaks, Pattern};
+use vramscope_shared::timeline::Range3;
+
+use crate::core::chart::{Chart, Column, Curve, y_top};
+use crate::core::palette::{self, Colour};
+
+/// Stacks drawn in the growth chart.
+pub(crate) const CHARTED: usize = 5;
+
+/// Line colours of the charted stacks, in rank order.
+pub(crate) const COLOURS: [Colour; CHARTED] = palette::SERIES;
+
+/// Running sums: the memory a stack retains after each step.
+pub(crate) fn cumulative(by_step: &[u64]) -> Vec<u64> {
+    let mut total = 0u64;
+    by_step
+        .iter()
+        .map(|&b| {
+            total = total.saturating_add(b);
+            total
+        })
+        .collect()
+}
+
+/// A pattern for people.
+pub(crate) fn pattern_label(p: Pattern) -> &'static str {
+    match p {
+        Pattern::Growing => "growing",
+        Pattern::Sporadic => "sporadic",
+        Pattern::Setup => "setup",
+        Pattern::LastStep => "last step",
+    }
+}
+
+/// The growth chart: for each of the top stacks, the bytes it retains
+/// after each step (x in steps: step `k` spans `[k, k + 1)`).
+pub(crate) fn growth_chart(d: &DeviceLeaks) -> Chart {
+    let steps = d.steps.steps.len().max(1);
+    let curves: Vec<Curve> = d
+        .candidates
+        .iter()
+        .take(CHARTED)
+        .zip(COLOURS)
+        .map(|(c, colour)| Curve {
+            columns: cumulative(&c.retained_by_step)
+                .into_iter()
+                .enumerate()
+                .map(|(k, v)| Column { x0: k as f64, x1: k as f64 + 1.0, range: Range3 { min: v, max: v, last: v } })
+                .collect(),
+            colour: colour.rgb(),
+            band: false,
+            width: 2,
+        })
+        .collect();
+    let top = curves.iter().flat_map(|c| c.columns.iter().map(|k| k.range.max)).max().unwrap_or(0);
+    Chart { x_range: (0.0, steps as f64), y_max: y_top(top), curves, markers: Vec::new() }
+}
+
+#[cfg(target_arch = "wasm32")]
+pub(crate) use ui::LeaksPanel;
+
+#[cfg(target_arch = "wasm32")]
+mod ui {
+    use leptos::prelude::*;
+    use leptos::task::spawn_local;
+    use vramscope_shared::views::analysis::{DeviceLeaksAnswer, LeaksAnswer};
+
+    use super::{CHARTED, COLOURS, growth_chart, pattern_label};
+    use crate::components::stack::StackDetails;
+    use crate::core::format;
+    use crate::infra::api;
+    use crate::infra::canvas::{chart_width, paint_chart};
+
+    /// Stacks asked for.
+    const TOP: u32 = 15;
+
+    /// The leak ranking of a device.
+    #[component]
+    pub(crate) fn LeaksPanel(id: String, device: u32) -> impl IntoView {
+        let answer = RwSignal::new(None::<Result<LeaksAnswer, String>>);
+        spawn_local(async move {
+            let result = api::leaks(&id, device, TOP).await.map_err(|e| e.to_string());
+            answer.try_set(Some(result));
+        });
+        view! {
+            <div class="panel leaks" id="leaks-panel">
+                <h2>"Leaks: memory alive at the end, by stack"</h2>
+                {move || {
+                    answer.get().map(|a| match a {
+                        Err(e) => view! { <p class="notice error">{e}</p> }.into_any(),
+                        Ok(a) => a
+                            .devices
+                            .into_iter()
+                            .map(|d| view! { <DeviceLeaksView d=d/> })
+                            .collect_view()
+                            .into_any(),
+                    })
+                }}
+            </div>
+        }
+    }
+
+    #[component]
+    fn DeviceLeaksView(d: DeviceLeaksAnswer) -> impl IntoView {
+        let canvas_ref = NodeRef::<leptos::html::Canvas>::new();
+        let wrap_ref = NodeRef::<leptos::html::Div>::new();
+        let error = RwSignal::new(None::<String>);
+        let l = d.leaks;
+        let chart = growth_chart(&l);
+        let step_names: Vec<String> = l.steps.steps.iter().map(|s| s.name.clone()).collect();
+        Effect::new(move |_| {
+            let Some(canvas) = canvas_ref.get() else { return };
+            let names = step_names.clone();
+            let label = move |x: f64| names.get(x.max(0.0) as usize).cloned().unwrap_or_default();
+            if let Err(e) = paint_chart(&canvas, chart_width(wrap_ref.get_untracked()), 220, &chart, &label) {
+                error.set(Some(e));
+            }
+        });
+        let summary = if l.no_trace {
+            "No trace: nothing is known about when these were allocated.".to_owned()
+        } else {
+            format!(
+                "{} allocations alive at the end ({}) from {} stacks. {} steps ({}); the {} completed steps in between retained {} per step. {}",
+                format::grouped(l.live_count),
+                format::bytes(l.live_bytes),
+                l.stacks,
+                l.steps.steps.len(),
+                d.step_source,
+                l.completed_steps,
+                format::bytes(l.growth_bytes_per_step),
+                match l.growing_stacks {
+                    0 => "No stack keeps memory step after step.".to_owned(),
+                    1 => "1 stack keeps memory step after step: a likely leak.".to_owned(),
+                    n => format!("{n} stacks keep memory step after step: likely leaks."),
+                }
+            )
+        };
+        let completed = l.completed_steps;
+        view! {
+            <p class="hint">{summary}</p>
+            {move || error.get().map(|e| view! { <p class="notice error">{e}</p> })}
+            <div class="canvas-wrap" node_ref=wrap_ref>
+                <canvas id="leaks-canvas" node_ref=canvas_ref></canvas>
+            </div>
+            <p class="hint">{format!("Bytes each of the top {CHARTED} stacks retains, step after step (its allocations still alive at the end, by the step that made them).")}</p>
+            <table class="stacks" id="leaks-table">
+                <thead>
+                    <tr>
+                        <th>"#"</th>
+                        <th class="num">"growth / step"</th>
+                        <th class="num">"steps"</th>
+                        <th class="num">"live"</th>
+                        <th class="num">"allocations"</th>
+                        <th>"pattern"</th>
+                        <th>"stack"</th>
+                    </tr>
+                </thead>
+                <tbody>
+                    {l.candidates
+                        .into_iter()
+                        .enumerate()
+                        .map(|(k, c)| {
+                            let swatch = COLOURS.get(k).map(|c| {
+                                let [r, g, b] = c.bytes();
+                                format!("background: rgb({r} {g} {b})")
+                            });
+                            view! {
+                                <tr class:growing=c.pattern == vramscope_shared::analysis::leaks::Pattern::Growing>
+                                    <td>
+                                        {swatch.map(|s| view! { <span class="dot" style=s></span> })}
+                                        {c.rank}
+                                    </td>
+                                    <td class="num">{format::bytes(c.growth_bytes_per_step)}</td>
+                                    <td class="num">{format!("{}/{}", c.steps_with_growth, completed)}</td>
+                                    <td class="num">{format::bytes(c.live_bytes)}</td>
+                                    <td class="num">{format::grouped(c.live_count)}</td>
+                                    <td>{pattern_label(c.pattern)}</td>
+                                    <td><StackDetails frames=c.frames open=k == 0/></td>
+                                </tr>
+                            }
+                        })
+                        .collect_view()}
+                </tbody>
+            </table>
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use vramscope_shared::views::Analyzed;
+    use vramscope_shared::views::analysis::{LeaksParams, leaks};
+    use vramscope_shared::{ReadOptions, read_snapshot_bytes};
+
+    use super::*;
+
+    #[test]
+    fn growth_is_charted_cumulatively_per_step_for_the_top_stacks() {
+        assert_eq!(cumulative(&[1, 0, 2, 3]), vec![1, 1, 3, 6]);
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/corpus/oom_leak.pickle");
+        let bytes = std::fs::read(path).expect("fixture");
+        let a = Analyzed::build(read_snapshot_bytes(&bytes, &ReadOptions::default()).expect("reads"));
+        let l = leaks(&a, &LeaksParams { top: Some(8), ..Default::default() }).expect("leaks");
+        let d = &l.devices[0].leaks;
+        let chart = growth_chart(d);
+        assert_eq!(chart.curves.len(), CHARTED);
+        assert_eq!(chart.x_range, (0.0, 12.0), "12 steps");
+        let kept = &chart.curves[0].columns;
+        assert_eq!(kept.len(), 12);
+        assert!(kept.windows(2).all(|w| w[0].range.last < w[1].range.last), "the kept outputs grow every step");
+        assert_eq!(kept[11].range.last, d.candidates[0].live_bytes);
+        assert_eq!(pattern_label(d.candidates[0].pattern), "growing");
+    }
+}

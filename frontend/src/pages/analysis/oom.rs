@@ -1,0 +1,252 @@
+//! The OOM post-mortem panel: at each `oom` entry of the trace, the
+//! request, free memory on the device, reserved-but-unallocated bytes, the
+//! largest free block, whether it was fragmentation or true exhaustion, the
+//! top live allocations by stack (frames expandable), and which allocator
+//! settings the simulator says would have avoided it.
+
+use vramscope_shared::analysis::oom::{Avoidance, Limit, OomCause, OomReport, SettingVerdict};
+
+use crate::core::format;
+
+/// The figures of a report as cards: (label, value, note).
+pub(crate) fn cards(r: &OomReport) -> Vec<(&'static str, String, String)> {
+    let pool = if r.small_pool { "small pool" } else { "large pool" };
+    let device_free = match (r.device_free_bytes, r.limit) {
+        (Some(f), Limit::ProcessCap) => (format::bytes(f), "more than asked: a per-process cap stopped it".to_owned()),
+        (Some(f), _) => (format::bytes(f), "less than asked: the GPU was full".to_owned()),
+        (None, _) => ("unknown".to_owned(), "not recorded".to_owned()),
+    };
+    let share = if r.reserved_bytes > 0 {
+        format!("{:.1}% of reserved", r.reserved_unallocated_bytes as f64 * 100.0 / r.reserved_bytes as f64)
+    } else {
+        String::new()
+    };
+    let largest = r.largest_usable_free_block.map_or(0, |b| b.size);
+    vec![
+        (
+            "request",
+            format::bytes(r.request_bytes),
+            format!("{pool}; tried to allocate {}", format::bytes(r.segment_request_bytes)),
+        ),
+        ("device free", device_free.0, device_free.1),
+        ("reserved", format::bytes(r.reserved_bytes), format!("peak {}", format::bytes(r.reserved_peak_bytes))),
+        (
+            "allocated",
+            format::bytes(r.allocated_bytes),
+            format!("{} pending free", format::bytes(r.pending_free_bytes)),
+        ),
+        ("reserved, unallocated", format::bytes(r.reserved_unallocated_bytes), share),
+        (
+            "largest free block",
+            format::bytes(largest),
+            format!("usable; {} free in {} blocks", format::bytes(r.free_bytes), format::grouped(r.free_blocks)),
+        ),
+    ]
+}
+
+/// The cause in a word and a sentence.
+pub(crate) fn cause(r: &OomReport) -> (&'static str, String) {
+    let largest = r.largest_usable_free_block.map_or(0, |b| b.size);
+    match r.cause {
+        OomCause::Fragmentation => (
+            "fragmentation",
+            format!(
+                "The pool held {} free, more than the {} asked for, but in {} pieces, the largest {}.",
+                format::bytes(r.usable_free_bytes),
+                format::bytes(r.request_bytes),
+                format::grouped(r.usable_free_blocks),
+                format::bytes(largest)
+            ),
+        ),
+        OomCause::Exhaustion => (
+            "exhaustion",
+            format!(
+                "Even all {} free in the pool together were less than the {} asked for: the program needed more memory than it could get.",
+                format::bytes(r.usable_free_bytes),
+                format::bytes(r.request_bytes)
+            ),
+        ),
+        OomCause::Unexplained => (
+            "unexplained",
+            "A free block large enough existed: a rule the analysis does not model (max_split_size, a private pool) excluded it."
+                .to_owned(),
+        ),
+    }
+}
+
+/// What the simulator says of one setting.
+pub(crate) fn verdict(v: &SettingVerdict) -> (bool, String) {
+    let peak = format::bytes(v.reserved_peak_bytes);
+    match v.avoids {
+        Avoidance::Yes => (true, format!("{}: avoids it (reserves at most {peak})", v.setting)),
+        Avoidance::IfCapacityAtLeast { bytes } => {
+            (true, format!("{}: avoids it if the process could reserve {}", v.setting, format::bytes(bytes)))
+        }
+        Avoidance::No => (false, format!("{}: does not avoid it (reserves {peak})", v.setting)),
+    }
+}
+
+/// The sentence about which settings help, or that none would.
+pub(crate) fn avoided_by(r: &OomReport) -> String {
+    match (&r.avoided_by, r.cause) {
+        (None, OomCause::Exhaustion) => {
+            "No allocator setting helps: the program needs less memory, or more of it.".to_owned()
+        }
+        (None, _) => "Not simulated.".to_owned(),
+        (Some(v), _) if v.is_empty() => {
+            "No allocator setting helps: the program needs less memory, or more of it.".to_owned()
+        }
+        (Some(v), _) => {
+            let good: Vec<&str> = v.iter().filter(|x| x.avoids != Avoidance::No).map(|x| x.setting.as_str()).collect();
+            if good.is_empty() {
+                "No simulated setting avoids it.".to_owned()
+            } else {
+                format!("Would have been avoided by: {}", good.join(", "))
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "wasm32")]
+pub(crate) use ui::OomPanel;
+
+#[cfg(target_arch = "wasm32")]
+mod ui {
+    use leptos::prelude::*;
+    use leptos::task::spawn_local;
+    use vramscope_shared::analysis::oom::OomReport;
+    use vramscope_shared::views::analysis::ExplainAnswer;
+
+    use super::{avoided_by, cards, cause, verdict};
+    use crate::components::stack::StackDetails;
+    use crate::core::format;
+    use crate::infra::api;
+
+    /// The post-mortem of each OOM of a device; nothing when it had none.
+    #[component]
+    pub(crate) fn OomPanel(id: String, device: u32) -> impl IntoView {
+        let answer = RwSignal::new(None::<Result<ExplainAnswer, String>>);
+        spawn_local(async move {
+            let result = api::explain(&id, device).await.map_err(|e| e.to_string());
+            answer.try_set(Some(result));
+        });
+        move || {
+            answer.get().map(|a| match a {
+                Err(e) => view! { <p class="notice error">{e}</p> }.into_any(),
+                Ok(a) if a.ooms.is_empty() => ().into_any(),
+                Ok(a) => view! {
+                    <div class="panel oom" id="oom-panel">
+                        <h2>"Out of memory: post-mortem"</h2>
+                        {a.ooms.into_iter().map(|r| view! { <OomReportView report=r/> }).collect_view()}
+                    </div>
+                }
+                .into_any(),
+            })
+        }
+    }
+
+    #[component]
+    fn OomReportView(report: OomReport) -> impl IntoView {
+        let r = report;
+        let when = r
+            .since_trace_start_us
+            .map(|us| format!(", {} into the trace", format::duration_us(us)))
+            .unwrap_or_default();
+        let (word, sentence) = cause(&r);
+        let verdicts: Vec<(bool, String)> = r.avoided_by.iter().flatten().map(verdict).collect();
+        view! {
+            <div class="oom-report">
+                <p class="oom-title">
+                    {format!(
+                        "Device {}: out of memory at trace event {} of {}{when}.",
+                        r.device,
+                        format::grouped(u64::from(r.row)),
+                        format::grouped(u64::from(r.trace_entries)),
+                    )}
+                </p>
+                <div class="summary">
+                    {cards(&r)
+                        .into_iter()
+                        .map(|(label, value, note)| {
+                            view! {
+                                <div class="card">
+                                    <div class="label">{label}</div>
+                                    <div class="value">{value}</div>
+                                    <div class="note">{note}</div>
+                                </div>
+                            }
+                        })
+                        .collect_view()}
+                    <div class="card alarm" id="oom-cause">
+                        <div class="label">"cause"</div>
+                        <div class="value">{word}</div>
+                        <div class="note">{if r.exact { "layout exact" } else { "layout estimated" }}</div>
+                    </div>
+                </div>
+                <p class="cause">{sentence}</p>
+                <p class="avoided" id="oom-avoided">{avoided_by(&r)}</p>
+                <ul class="verdicts">
+                    {verdicts
+                        .into_iter()
+                        .map(|(good, text)| view! { <li class:good=good class:bad=!good>{text}</li> })
+                        .collect_view()}
+                </ul>
+                <h3>{format!("Live allocations by stack at the OOM (top {} of {})", r.top_stacks.len(), r.live_stacks)}</h3>
+                <table class="stacks" id="oom-stacks">
+                    <thead>
+                        <tr>
+                            <th class="num">"bytes"</th>
+                            <th class="num">"allocations"</th>
+                            <th>"stack"</th>
+                        </tr>
+                    </thead>
+                    <tbody>
+                        {r.top_stacks
+                            .into_iter()
+                            .enumerate()
+                            .map(|(k, s)| {
+                                view! {
+                                    <tr>
+                                        <td class="num">{format::bytes(s.bytes)}</td>
+                                        <td class="num">{format::grouped(s.count)}</td>
+                                        <td><StackDetails frames=s.frames open=k == 0/></td>
+                                    </tr>
+                                }
+                            })
+                            .collect_view()}
+                    </tbody>
+                </table>
+            </div>
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use vramscope_shared::views::Analyzed;
+    use vramscope_shared::views::analysis::{ExplainParams, explain};
+    use vramscope_shared::{ReadOptions, read_snapshot_bytes};
+
+    use super::*;
+
+    #[test]
+    fn oom_leak_reads_as_fragmentation_with_its_figures() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/corpus/oom_leak.pickle");
+        let bytes = std::fs::read(path).expect("fixture");
+        let a = Analyzed::build(read_snapshot_bytes(&bytes, &ReadOptions::default()).expect("reads"));
+        let e = explain(&a, &ExplainParams::default()).expect("explain");
+        let r = &e.ooms[0];
+        let c = cards(r);
+        assert_eq!(c[0], ("request", "292 MiB".to_owned(), "large pool; tried to allocate 292 MiB".to_owned()));
+        assert_eq!(c[4].1, "349 MiB", "PyTorch's 348.89 MiB reserved but unallocated");
+        assert_eq!(c[5].1, "70.2 MiB");
+        assert!(c[1].2.contains("cap"), "{:?}", c[1]);
+        let (word, sentence) = cause(r);
+        assert_eq!(word, "fragmentation");
+        assert!(sentence.contains("70.2 MiB"), "{sentence}");
+        let said = avoided_by(r);
+        assert!(said.starts_with("Would have been avoided by") || said.starts_with("No simulated"), "{said}");
+        let lines: Vec<(bool, String)> = r.avoided_by.iter().flatten().map(verdict).collect();
+        assert!(lines.iter().any(|(_, t)| t.starts_with("expandable_segments:True: ")), "{lines:?}");
+    }
+}

@@ -1,0 +1,413 @@
+//! The what-if panel: the trace replayed through the allocator model with
+//! other settings (`expandable_segments:True`, `max_split_size_mb:512`, …)
+//! under a capacity, the simulated reserved and allocated curves drawn over
+//! the recorded ones, the peaks side by side and where the replay would run
+//! out of memory; and the ranking of candidate settings, a click on a row
+//! replaying it.
+
+use vramscope_shared::timeline::{Bucket, MarkerKind, Range3};
+use vramscope_shared::views::analysis::{SimulatedBucket, TuneCandidate, WhatIfAnswer};
+
+use super::change;
+use crate::core::chart::{Chart, Column, Curve, Marker, y_top};
+use crate::core::format;
+use crate::core::palette;
+
+/// Settings offered in the input's suggestions.
+pub(crate) const SUGGESTED: [&str; 6] = [
+    "expandable_segments:True",
+    "max_split_size_mb:512",
+    "max_split_size_mb:128",
+    "roundup_power2_divisions:4",
+    "garbage_collection_threshold:0.8",
+    "",
+];
+
+/// The chart of an answer: recorded reserved (band) and allocated, then the
+/// simulated reserved and allocated over them, the recorded OOMs and the
+/// simulated one as markers. x in trace rows.
+pub(crate) fn whatif_chart(w: &WhatIfAnswer) -> Chart {
+    let recorded = |pick: fn(&Bucket) -> Range3| -> Vec<Column> {
+        w.recorded.buckets.iter().map(|b| Column { x0: b.x0 as f64, x1: b.x1 as f64, range: pick(b) }).collect()
+    };
+    // Buckets the replay never reached are left out: nothing is known there.
+    let simulated = |pick: fn(&SimulatedBucket) -> Range3| -> Vec<Column> {
+        w.recorded
+            .buckets
+            .iter()
+            .zip(&w.simulated)
+            .filter(|(_, s)| s.replayed)
+            .map(|(b, s)| Column { x0: b.x0 as f64, x1: b.x1 as f64, range: pick(s) })
+            .collect()
+    };
+    let curves = vec![
+        Curve { columns: recorded(|b| b.reserved), colour: palette::RESERVED.rgb(), band: true, width: 2 },
+        Curve { columns: recorded(|b| b.allocated), colour: palette::ALLOCATED.rgb(), band: false, width: 2 },
+        Curve { columns: simulated(|s| s.reserved), colour: palette::SIM_RESERVED.rgb(), band: true, width: 2 },
+        Curve { columns: simulated(|s| s.allocated), colour: palette::SIM_ALLOCATED.rgb(), band: false, width: 2 },
+    ];
+    let top = curves.iter().flat_map(|c| c.columns.iter().map(|k| k.range.max)).max().unwrap_or(0);
+    let mut markers: Vec<Marker> = w
+        .recorded
+        .markers
+        .iter()
+        .filter(|m| m.kind == MarkerKind::Oom)
+        .map(|m| Marker { x: m.x as f64, colour: palette::OOM.rgb(), label: "recorded OOM".to_owned() })
+        .collect();
+    if let Some(o) = &w.oom {
+        let label = if o.recorded { "simulated OOM (recorded too)" } else { "simulated OOM" };
+        markers.push(Marker { x: o.x as f64, colour: palette::SIM_OOM.rgb(), label: label.to_owned() });
+    }
+    Chart { x_range: (w.recorded.start as f64, w.recorded.end as f64), y_max: y_top(top), curves, markers }
+}
+
+/// The answer's figures as (label, simulated, recorded or note) rows.
+pub(crate) fn figures(w: &WhatIfAnswer) -> Vec<(&'static str, String, String)> {
+    let f = &w.figures;
+    let recorded_peak = w.recorded_reserved_peak_bytes.unwrap_or(0);
+    let oom = match &w.oom {
+        None => ("no".to_owned(), "fits".to_owned()),
+        Some(o) => (
+            format!("at event {}", format::grouped(u64::from(o.row))),
+            format!(
+                "a {} request, {} segment, with {} reserved",
+                format::bytes(o.requested_bytes),
+                format::bytes(o.allocation_bytes),
+                format::bytes(o.reserved_bytes)
+            ),
+        ),
+    };
+    vec![
+        (
+            "reserved peak",
+            format::bytes(f.reserved_peak_bytes),
+            format!("recorded {} ({})", format::bytes(recorded_peak), change(f.reserved_peak_bytes, recorded_peak)),
+        ),
+        (
+            "allocated peak",
+            format::bytes(f.allocated_peak_bytes),
+            format!("requested peak {}", format::bytes(f.requested_peak_bytes)),
+        ),
+        ("inactive split peak", format::bytes(f.inactive_split_peak_bytes), String::new()),
+        (
+            "device calls",
+            format::grouped(f.device_allocs + f.device_frees),
+            format!("{} retries", format::grouped(f.alloc_retries)),
+        ),
+        ("out of memory", oom.0, oom.1),
+    ]
+}
+
+/// A tune row's settings for people.
+pub(crate) fn settings_label(conf: &str) -> String {
+    if conf.is_empty() { "(PyTorch defaults)".to_owned() } else { conf.to_owned() }
+}
+
+/// A tune row's cells: rank, settings, reserved peak, vs recorded,
+/// allocated peak, device calls, OOM.
+pub(crate) fn tune_cells(candidate: &TuneCandidate, recorded_peak: u64) -> [String; 7] {
+    let row = &candidate.outcome;
+    [
+        candidate.rank.to_string(),
+        settings_label(&row.alloc_conf) + if row.recorded { " (recorded)" } else { "" },
+        format::bytes(row.reserved_peak_bytes),
+        change(row.reserved_peak_bytes, recorded_peak),
+        format::bytes(row.allocated_peak_bytes),
+        format::grouped(row.device_allocs + row.device_frees),
+        if row.oom.is_some() { "yes".to_owned() } else { "no".to_owned() },
+    ]
+}
+
+#[cfg(target_arch = "wasm32")]
+pub(crate) use ui::WhatIfPanel;
+
+#[cfg(target_arch = "wasm32")]
+mod ui {
+    use leptos::prelude::*;
+    use leptos::task::spawn_local;
+    use vramscope_shared::views::analysis::{TuneAnswer, WhatIfAnswer};
+
+    use super::{SUGGESTED, figures, settings_label, tune_cells, whatif_chart};
+    use crate::core::format;
+    use crate::infra::api;
+    use crate::infra::canvas::{chart_width, paint_chart};
+
+    const HEIGHT: u32 = 300;
+    /// Canvas pixels outside the plot area (y labels, margins).
+    const MARGIN_PX: u32 = 96;
+
+    /// What-if replays and the ranking of settings for one device.
+    #[component]
+    pub(crate) fn WhatIfPanel(id: String, device: u32) -> impl IntoView {
+        let id = StoredValue::new(id);
+        let conf = RwSignal::new("expandable_segments:True".to_owned());
+        let capacity = RwSignal::new(String::new());
+        let answer = RwSignal::new(None::<WhatIfAnswer>);
+        let error = RwSignal::new(None::<String>);
+        let loading = RwSignal::new(false);
+        let ranking = RwSignal::new(None::<Result<TuneAnswer, String>>);
+        let ranking_loading = RwSignal::new(false);
+        let canvas_ref = NodeRef::<leptos::html::Canvas>::new();
+        let wrap_ref = NodeRef::<leptos::html::Div>::new();
+
+        let run = move || {
+            let px = chart_width(wrap_ref.get_untracked()).saturating_sub(MARGIN_PX);
+            let c = conf.get_untracked();
+            let cap = capacity.get_untracked().trim().to_owned();
+            loading.set(true);
+            error.set(None);
+            spawn_local(async move {
+                let result = api::whatif(&id.get_value(), device, Some(c), (!cap.is_empty()).then_some(cap), px).await;
+                loading.try_set(false);
+                match result {
+                    Ok(w) => {
+                        answer.try_set(Some(w));
+                    }
+                    Err(e) => {
+                        error.try_set(Some(e.to_string()));
+                    }
+                }
+            });
+        };
+        let rank = move || {
+            let cap = capacity.get_untracked().trim().to_owned();
+            ranking_loading.set(true);
+            spawn_local(async move {
+                let result = api::tune(&id.get_value(), (!cap.is_empty()).then_some(cap)).await;
+                ranking_loading.try_set(false);
+                ranking.try_set(Some(result.map_err(|e| e.to_string())));
+            });
+        };
+
+        Effect::new(move |_| {
+            let Some(canvas) = canvas_ref.get() else { return };
+            answer.with(|w| {
+                let Some(w) = w else { return };
+                let width = chart_width(wrap_ref.get_untracked());
+                let label = |x: f64| format::compact(x.round() as i64);
+                if let Err(e) = paint_chart(&canvas, width, HEIGHT, &whatif_chart(w), &label) {
+                    error.set(Some(e));
+                }
+            });
+        });
+
+        view! {
+            <div class="panel whatif" id="whatif">
+                <h2>"What if: other allocator settings"</h2>
+                <p class="hint">
+                    "Replays this trace through a model of PyTorch's caching allocator with the settings below (PYTORCH_CUDA_ALLOC_CONF) and draws the simulated curves over the recorded ones. Leave the capacity empty for unlimited memory."
+                </p>
+                <div class="toolbar">
+                    <label class="field">
+                        "alloc_conf "
+                        <input
+                            id="whatif-conf"
+                            list="whatif-suggestions"
+                            size="40"
+                            prop:value=conf
+                            on:input=move |ev| conf.set(event_target_value(&ev))
+                            on:keydown=move |ev| {
+                                if ev.key() == "Enter" {
+                                    run();
+                                }
+                            }
+                        />
+                        <datalist id="whatif-suggestions">
+                            {SUGGESTED.iter().map(|s| view! { <option value=*s></option> }).collect_view()}
+                        </datalist>
+                    </label>
+                    <label class="field">
+                        "capacity "
+                        <input
+                            id="whatif-capacity"
+                            placeholder="e.g. 40GiB"
+                            size="10"
+                            prop:value=capacity
+                            on:input=move |ev| capacity.set(event_target_value(&ev))
+                        />
+                    </label>
+                    <button id="whatif-run" class="active" on:click=move |_| run() disabled=move || loading.get()>
+                        {move || if loading.get() { "Replaying…" } else { "Simulate" }}
+                    </button>
+                    <button id="tune-run" on:click=move |_| rank() disabled=move || ranking_loading.get()>
+                        {move || if ranking_loading.get() { "Ranking…" } else { "Rank settings" }}
+                    </button>
+                </div>
+                {move || error.get().map(|e| view! { <p class="notice error">{e}</p> })}
+                <div class="canvas-wrap" node_ref=wrap_ref class:hidden=move || answer.with(Option::is_none)>
+                    <canvas id="whatif-canvas" node_ref=canvas_ref></canvas>
+                </div>
+                {move || {
+                    answer
+                        .get()
+                        .map(|w| {
+                            let rows = figures(&w);
+                            view! {
+                                <div class="legend">
+                                    <span class="key"><span class="swatch reserved"></span>"recorded reserved"</span>
+                                    <span class="key"><span class="swatch allocated"></span>"recorded allocated (requested bytes)"</span>
+                                    <span class="key"><span class="swatch sim-reserved"></span>"simulated reserved"</span>
+                                    <span class="key"><span class="swatch sim-allocated"></span>"simulated allocated (block bytes)"</span>
+                                </div>
+                                <p class="hint" id="whatif-settings">
+                                    {format!(
+                                        "Replayed with {} ({} settings){}.",
+                                        settings_label(&w.alloc_conf),
+                                        w.settings,
+                                        w.capacity_bytes.map(|c| format!(", capacity {}", format::bytes(c))).unwrap_or_default(),
+                                    )}
+                                </p>
+                                <table class="figures" id="whatif-figures">
+                                    <tbody>
+                                        {rows
+                                            .into_iter()
+                                            .map(|(label, value, note)| {
+                                                view! {
+                                                    <tr>
+                                                        <th>{label}</th>
+                                                        <td class="num">{value}</td>
+                                                        <td class="hint">{note}</td>
+                                                    </tr>
+                                                }
+                                            })
+                                            .collect_view()}
+                                    </tbody>
+                                </table>
+                            }
+                        })
+                }}
+                {move || {
+                    ranking
+                        .get()
+                        .map(|r| match r {
+                            Err(e) => view! { <p class="notice error">{e}</p> }.into_any(),
+                            Ok(t) => {
+                                let base = t.recorded_reserved_peak_bytes;
+                                view! {
+                                    <table class="ranking" id="tune-table">
+                                        <thead>
+                                            <tr>
+                                                <th>"#"</th>
+                                                <th>"settings"</th>
+                                                <th class="num">"reserved peak"</th>
+                                                <th class="num">"vs recorded"</th>
+                                                <th class="num">"allocated peak"</th>
+                                                <th class="num">"device calls"</th>
+                                                <th>"OOM"</th>
+                                                <th></th>
+                                            </tr>
+                                        </thead>
+                                        <tbody>
+                                            {t
+                                                .rows
+                                                .into_iter()
+                                                .map(|row| {
+                                                    let cells = tune_cells(&row, base);
+                                                    let try_conf = row.outcome.alloc_conf.clone();
+                                                    let tip = row.outcome.trade_offs.join("\n");
+                                                    let recorded = row.outcome.recorded;
+                                                    let oom = row.outcome.oom.is_some();
+                                                    view! {
+                                                        <tr class:recorded=recorded class:oom=oom title=tip>
+                                                            <td>{cells[0].clone()}</td>
+                                                            <td><code>{cells[1].clone()}</code></td>
+                                                            <td class="num">{cells[2].clone()}</td>
+                                                            <td class="num">{cells[3].clone()}</td>
+                                                            <td class="num">{cells[4].clone()}</td>
+                                                            <td class="num">{cells[5].clone()}</td>
+                                                            <td>{cells[6].clone()}</td>
+                                                            <td>
+                                                                <button
+                                                                    class="link try"
+                                                                    on:click=move |_| {
+                                                                        conf.set(try_conf.clone());
+                                                                        run();
+                                                                    }
+                                                                >
+                                                                    "try"
+                                                                </button>
+                                                            </td>
+                                                        </tr>
+                                                    }
+                                                })
+                                                .collect_view()}
+                                        </tbody>
+                                    </table>
+                                }
+                                    .into_any()
+                            }
+                        })
+                }}
+            </div>
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use vramscope_shared::timeline::Axis;
+    use vramscope_shared::views::Analyzed;
+    use vramscope_shared::views::analysis::{WhatIfParams, whatif};
+    use vramscope_shared::{ReadOptions, read_snapshot_bytes};
+
+    use vramscope_shared::simulate::tune::TuneRow;
+
+    use super::*;
+
+    fn oom_leak() -> Analyzed {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/corpus/oom_leak.pickle");
+        let bytes = std::fs::read(path).expect("fixture");
+        Analyzed::build(read_snapshot_bytes(&bytes, &ReadOptions::default()).expect("reads"))
+    }
+
+    #[test]
+    fn the_chart_draws_both_runs_and_marks_the_simulated_oom() {
+        let a = oom_leak();
+        let p = WhatIfParams {
+            alloc_conf: Some("expandable_segments:True".into()),
+            capacity: Some("1GiB".into()),
+            axis: Some(Axis::Event),
+            px: Some(300),
+            ..Default::default()
+        };
+        let w = whatif(&a, &p).expect("what-if");
+        let chart = whatif_chart(&w);
+        assert_eq!(chart.curves.len(), 4);
+        assert_eq!(chart.curves[0].columns.len(), w.recorded.buckets.len());
+        assert!(chart.curves[0].columns.len() <= 300, "bounded by the pixels");
+        let oom = w.oom.expect("1 GiB is too little for oom_leak");
+        assert!(chart.curves[2].columns.iter().all(|c| c.x0 <= oom.x as f64), "nothing drawn past the replay's end");
+        assert!(chart.markers.iter().any(|m| m.colour == palette::SIM_OOM.rgb() && m.x == oom.x as f64));
+        assert!(chart.markers.iter().any(|m| m.colour == palette::OOM.rgb()), "the recorded OOM");
+        assert!(chart.y_max >= w.recorded.buckets.iter().map(|b| b.reserved.max).max().unwrap_or(0));
+        let rows = figures(&w);
+        assert_eq!(rows[0].0, "reserved peak");
+        assert!(rows[4].1.starts_with("at event"), "{:?}", rows[4]);
+    }
+
+    #[test]
+    fn tune_cells_read_like_the_cli() {
+        let row = TuneCandidate {
+            rank: 2,
+            outcome: TuneRow {
+                alloc_conf: String::new(),
+                recorded: true,
+                reserved_peak_bytes: 3 << 30,
+                allocated_peak_bytes: 2 << 30,
+                requested_peak_bytes: 2 << 30,
+                inactive_split_peak_bytes: 0,
+                device_allocs: 1200,
+                device_frees: 34,
+                alloc_retries: 0,
+                oom: None,
+                trade_offs: Vec::new(),
+            },
+        };
+        let cells = tune_cells(&row, 4 << 30);
+        assert_eq!(cells[1], "(PyTorch defaults) (recorded)");
+        assert_eq!(cells[2], "3.00 GiB");
+        assert_eq!(cells[3], "-25.0%");
+        assert_eq!(cells[5], "1,234");
+        assert_eq!(cells[6], "no");
+    }
+}

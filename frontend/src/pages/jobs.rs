@@ -1,0 +1,288 @@
+//! `/jobs` and `/jobs/{job}`: a training job's ranks side by side. Each row
+//! is a rank (and host) with its latest snapshot's peaks, fragmentation and
+//! OOMs; the rank whose peak diverges from the others' is highlighted, with
+//! a link comparing it to the rank nearest the median. The server decides
+//! what diverges (its rule comes with the answer and is shown).
+//!
+//! The JSON shapes and the figures' wording are tested natively; the
+//! components exist on wasm32 only.
+
+use crate::core::format;
+use crate::core::model::jobs::{JobReport, Member};
+
+/// A rank's name for people: `rank 3`, `node-1`, `rank 3 on node-1`.
+pub fn member_label(member: &Member) -> String {
+    match (member.rank, &member.host) {
+        (Some(r), Some(h)) => format!("rank {r} on {h}"),
+        (Some(r), None) => format!("rank {r}"),
+        (None, Some(h)) => h.clone(),
+        (None, None) => "(no rank or host)".to_owned(),
+    }
+}
+
+/// A figure or a dash while unknown.
+pub fn bytes_or_dash(n: Option<u64>) -> String {
+    n.map_or("—".to_owned(), format::bytes)
+}
+
+/// A share as a percentage with one decimal, or a dash.
+pub fn percent_or_dash(share: Option<f64>) -> String {
+    share.map_or("—".to_owned(), |s| format!("{:.1}%", s * 100.0))
+}
+
+/// The sentence under the table: which rank diverges, and by how much.
+pub fn verdict(report: &JobReport) -> String {
+    let flagged: Vec<String> = report
+        .members
+        .iter()
+        .filter(|m| m.diverges)
+        .map(|m| format!("{} (+{})", member_label(m), bytes_or_dash(m.excess_bytes)))
+        .collect();
+    let known = report.members.iter().filter(|m| m.peak_requested_bytes.is_some()).count();
+    match flagged.len() {
+        _ if known < 2 => "Fewer than two ranks have figures yet: nothing to compare.".to_owned(),
+        0 => "No rank diverges from the others.".to_owned(),
+        _ => format!("Diverging: {}.", flagged.join(", ")),
+    }
+}
+
+#[cfg(target_arch = "wasm32")]
+pub(crate) use component::{JobPage, JobsPage};
+
+#[cfg(target_arch = "wasm32")]
+// leptos's `#[component]` gives each component a `pub` props struct.
+#[allow(unreachable_pub)]
+mod component {
+    use leptos::prelude::*;
+    use leptos::task::spawn_local;
+    use leptos_router::hooks::use_params_map;
+
+    use super::{bytes_or_dash, member_label, percent_or_dash, verdict};
+    use crate::core::format;
+    use crate::core::model::jobs::{JobReport, JobSummary};
+    use crate::infra::api;
+    use crate::infra::clock;
+
+    /// `/jobs`: every job, most recent first.
+    #[component]
+    pub(crate) fn JobsPage() -> impl IntoView {
+        let jobs = RwSignal::new(None::<Result<Vec<JobSummary>, String>>);
+        spawn_local(async move {
+            jobs.try_set(Some(api::jobs().await.map_err(|e| e.to_string())));
+        });
+        view! {
+            <section class="jobs">
+                <p class="crumbs"><a href="/">"Library"</a> " / "</p>
+                <h1>"Jobs"</h1>
+                {move || match jobs.get() {
+                    None => view! { <p class="hint">"Loading…"</p> }.into_any(),
+                    Some(Err(e)) => view! { <p class="notice error">{e}</p> }.into_any(),
+                    Some(Ok(list)) if list.is_empty() => {
+                        view! { <p class="empty">"No job yet: upload with ?job=…&rank=… (or vramscope upload --job --rank)."</p> }
+                            .into_any()
+                    }
+                    Some(Ok(list)) => {
+                        view! {
+                            <table class="snapshots">
+                                <thead>
+                                    <tr>
+                                        <th>"Job"</th>
+                                        <th class="num">"Snapshots"</th>
+                                        <th class="num">"Ranks"</th>
+                                        <th class="num">"Hosts"</th>
+                                        <th class="num">"OOM uploads"</th>
+                                        <th>"Last upload"</th>
+                                    </tr>
+                                </thead>
+                                <tbody>
+                                    {list
+                                        .into_iter()
+                                        .map(|j| {
+                                            let href = format!("/jobs/{}", api::encode(&j.job));
+                                            view! {
+                                                <tr>
+                                                    <td class="name"><a href=href>{j.job.clone()}</a></td>
+                                                    <td class="num">{j.snapshots}</td>
+                                                    <td class="num">{j.ranks}</td>
+                                                    <td class="num">{j.hosts}</td>
+                                                    <td class="num">{j.oom_snapshots}</td>
+                                                    <td>{clock::date_time(j.last_upload_ms, "en-GB")}</td>
+                                                </tr>
+                                            }
+                                        })
+                                        .collect_view()}
+                                </tbody>
+                            </table>
+                        }
+                            .into_any()
+                    }
+                }}
+            </section>
+        }
+    }
+
+    /// `/jobs/{job}`: the ranks side by side.
+    #[component]
+    pub(crate) fn JobPage() -> impl IntoView {
+        let params = use_params_map();
+        let job = Memo::new(move |_| params.read().get("job").unwrap_or_default());
+        let report = RwSignal::new(None::<Result<JobReport, String>>);
+        Effect::new(move |_| {
+            let name = job.get();
+            report.set(None);
+            spawn_local(async move {
+                let answer = api::job(&name).await.map_err(|e| e.to_string());
+                report.try_set(Some(answer));
+            });
+        });
+        view! {
+            <section class="job">
+                <p class="crumbs"><a href="/">"Library"</a> " / " <a href="/jobs">"Jobs"</a> " / "</p>
+                <h1>{move || format!("Job {}", job.get())}</h1>
+                {move || match report.get() {
+                    None => view! { <p class="hint">"Loading…"</p> }.into_any(),
+                    Some(Err(e)) => view! { <p class="notice error">{e}</p> }.into_any(),
+                    Some(Ok(r)) => view! { <JobTable report=r/> }.into_any(),
+                }}
+            </section>
+        }
+    }
+
+    #[component]
+    fn JobTable(report: JobReport) -> impl IntoView {
+        let verdict_text = verdict(&report);
+        let alarm = report.members.iter().any(|m| m.diverges);
+        let median = bytes_or_dash(report.median_peak_requested_bytes);
+        view! {
+            <p class="facts">
+                {format!("{} snapshots · {} ranks · median peak {median}", report.snapshots, report.members.len())}
+            </p>
+            <p id="verdict" class="notice" class:error=alarm>{verdict_text}</p>
+            <table class="snapshots ranks">
+                <thead>
+                    <tr>
+                        <th>"Rank"</th>
+                        <th>"Latest snapshot"</th>
+                        <th class="num">"Snapshots"</th>
+                        <th class="num">"Peak allocated (requested)"</th>
+                        <th class="num">"Peak reserved"</th>
+                        <th class="num">"Fragmentation"</th>
+                        <th class="num">"OOMs"</th>
+                        <th>"Trigger"</th>
+                        <th></th>
+                    </tr>
+                </thead>
+                <tbody>
+                    {report
+                        .members
+                        .iter()
+                        .map(|m| {
+                            let href = format!("/snapshots/{}", api::encode(&m.snapshot_id));
+                            let compare = m
+                                .compare_with
+                                .as_ref()
+                                .filter(|_| m.diverges)
+                                .map(|other| {
+                                    let href = format!("/compare/{}/{}", api::encode(&m.snapshot_id), api::encode(other));
+                                    view! { <a class="compare" href=href>"compare with the median rank"</a> }
+                                });
+                            let badge = m.diverges.then(|| {
+                                view! {
+                                    <span class="badge diverges" title="Peak far above the other ranks' median">
+                                        {format!("diverges +{}", bytes_or_dash(m.excess_bytes))}
+                                    </span>
+                                }
+                            });
+                            let ooms = m.ooms.map_or("—".to_owned(), format::grouped);
+                            view! {
+                                <tr class="member" class:diverging=m.diverges>
+                                    <td>{member_label(m)} " " {badge}</td>
+                                    <td class="name">
+                                        <a href=href>{m.name.clone()}</a>
+                                        {(m.status != "ready").then(|| format!(" ({})", m.status))}
+                                    </td>
+                                    <td class="num">{m.snapshots}</td>
+                                    <td class="num peak">{bytes_or_dash(m.peak_requested_bytes)}</td>
+                                    <td class="num">{bytes_or_dash(m.peak_reserved_bytes)}</td>
+                                    <td class="num">{percent_or_dash(m.fragmentation)}</td>
+                                    <td class="num">{ooms}</td>
+                                    <td>{m.trigger.clone()}</td>
+                                    <td>{compare}</td>
+                                </tr>
+                            }
+                        })
+                        .collect_view()}
+                </tbody>
+            </table>
+            <p class="hint">{format!("Rule: {}.", report.rule)}</p>
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::model::jobs::JobSummary;
+
+    fn member(rank: i64, peak: Option<u64>, diverges: bool) -> Member {
+        Member {
+            rank: Some(rank),
+            host: None,
+            snapshots: 1,
+            snapshot_id: format!("s{rank}"),
+            name: format!("rank{rank}.pickle"),
+            status: "ready".into(),
+            trigger: "manual".into(),
+            peak_requested_bytes: peak,
+            peak_reserved_bytes: peak,
+            fragmentation: Some(0.0123),
+            ooms: Some(0),
+            diverges,
+            excess_bytes: diverges.then_some(2 << 30),
+            compare_with: diverges.then(|| "s0".to_owned()),
+        }
+    }
+
+    fn report(members: Vec<Member>) -> JobReport {
+        JobReport {
+            job: "j".into(),
+            snapshots: members.len() as u64,
+            members,
+            median_peak_requested_bytes: None,
+            rule: "r".into(),
+        }
+    }
+
+    #[test]
+    fn reads_the_server_shape() {
+        let json = r#"{"job":"llama","snapshots":3,"median_peak_requested_bytes":237080580,"rule":"a rank diverges…",
+            "members":[{"rank":2,"host":"node-1","snapshots":1,"snapshot_id":"x","name":"r2","uploaded_at_ms":5,
+            "status":"ready","trigger":"oom","peak_requested_bytes":2534204568,"peak_reserved_bytes":2915041280,
+            "reserved_bytes":1,"fragmentation":0.25,"ooms":1,"diverges":true,"excess_bytes":2297123988,
+            "compare_with":"y"}]}"#;
+        let r: JobReport = serde_json::from_str(json).expect("parses");
+        assert_eq!(member_label(&r.members[0]), "rank 2 on node-1");
+        assert_eq!(r.members[0].compare_with.as_deref(), Some("y"));
+        let list: Vec<JobSummary> = serde_json::from_str(
+            r#"[{"job":"a","snapshots":2,"ranks":2,"hosts":1,"last_upload_ms":9,"oom_snapshots":0}]"#,
+        )
+        .expect("parses");
+        assert_eq!(list[0].ranks, 2);
+    }
+
+    #[test]
+    fn figures_and_verdicts() {
+        assert_eq!(bytes_or_dash(None), "—");
+        assert_eq!(percent_or_dash(Some(0.0123)), "1.2%");
+        assert_eq!(
+            verdict(&report(vec![member(0, Some(1), false)])),
+            "Fewer than two ranks have figures yet: nothing to compare."
+        );
+        assert_eq!(
+            verdict(&report(vec![member(0, Some(1), false), member(1, Some(1), false)])),
+            "No rank diverges from the others."
+        );
+        let v = verdict(&report(vec![member(0, Some(1), false), member(1, Some(1), false), member(2, Some(9), true)]));
+        assert!(v.starts_with("Diverging: rank 2 (+2"), "{v}");
+    }
+}

@@ -1,0 +1,333 @@
+//! `/snapshots/{id}`: one snapshot. Its record and statistics at the top
+//! (waiting while the server parses it), a device picker, and the views of
+//! the chosen device ([`crate::explorer`]), restored from the URL's query
+//! when the page opens from a link ([`crate::core::permalink`]).
+
+use std::time::Duration;
+
+use leptos::prelude::*;
+use leptos::task::spawn_local;
+use leptos_router::hooks::use_params_map;
+use vramscope_shared::DeviceStats;
+
+use crate::core::format;
+use crate::core::model::{SnapshotMeta, StatsReport};
+use crate::core::permalink;
+use crate::explorer::DeviceViews;
+use crate::infra::{api, clock};
+
+/// How often the statistics are asked for again while the server parses.
+const PARSING_POLL: Duration = Duration::from_millis(1500);
+
+/// The route's component: one view per id, rebuilt when the id changes.
+#[component]
+pub(crate) fn SnapshotPage() -> impl IntoView {
+    let params = use_params_map();
+    let id = Memo::new(move |_| params.read().get("id").unwrap_or_default());
+    move || {
+        let id = id.get();
+        view! { <SnapshotView id=id/> }
+    }
+}
+
+/// What is known of the statistics so far.
+#[derive(Clone, Debug, PartialEq)]
+enum StatsState {
+    Loading,
+    Parsing,
+    Ready(StatsReport),
+    Failed(String),
+}
+
+#[component]
+pub(crate) fn SnapshotView(id: String) -> impl IntoView {
+    let meta = RwSignal::new(None::<Result<SnapshotMeta, String>>);
+    let stats = RwSignal::new(StatsState::Loading);
+    let device = RwSignal::new(None::<u32>);
+    // The view a link describes (`?device=…&axis=…&start=…`), for the first
+    // device shown; a device picked afterwards starts fresh.
+    let linked = permalink::parse(&window().location().search().unwrap_or_default());
+    let initial = StoredValue::new(Some(linked.clone()));
+    Effect::new(move |previous: Option<Option<u32>>| {
+        let now = device.get();
+        if let Some(Some(before)) = previous
+            && now != Some(before)
+        {
+            initial.set_value(None);
+        }
+        now
+    });
+
+    let meta_id = id.clone();
+    spawn_local(async move {
+        let answer = api::snapshot(&meta_id).await.map_err(|e| e.to_string());
+        meta.try_set(Some(answer));
+    });
+    let stats_id = id.clone();
+    spawn_local(async move {
+        loop {
+            let state = match api::stats(&stats_id).await {
+                Ok(Some(report)) => StatsState::Ready(report),
+                Ok(None) => StatsState::Parsing,
+                Err(e) => StatsState::Failed(e.to_string()),
+            };
+            let parsing = state == StatsState::Parsing;
+            if let StatsState::Ready(report) = &state {
+                // The link's device, or, as PyTorch's viewer, the device
+                // with the longest trace.
+                let first = report.devices.iter().max_by_key(|d| (d.trace_entries, std::cmp::Reverse(d.device)));
+                let linked = linked.device.filter(|l| report.devices.iter().any(|d| d.device == *l));
+                device.try_set(linked.or(first.map(|d| d.device)));
+            }
+            // The page was left: stop asking.
+            if stats.try_set(state).is_some() || !parsing {
+                break;
+            }
+            clock::sleep(PARSING_POLL).await;
+        }
+    });
+
+    let selected = move || {
+        let d = device.get()?;
+        stats.with(|s| match s {
+            StatsState::Ready(r) => r.devices.iter().find(|x| x.device == d).cloned(),
+            _ => None,
+        })
+    };
+    let timeline_id = StoredValue::new(id.clone());
+    view! {
+        <section class="snapshot">
+            <p class="crumbs">
+                <a href="/">"Library"</a>
+                " / "
+            </p>
+            {move || match meta.get() {
+                None => view! { <h1>"Loading…"</h1> }.into_any(),
+                Some(Err(e)) => view! { <p class="notice error">{e}</p> }.into_any(),
+                Some(Ok(m)) => view! { <Header meta=m/> }.into_any(),
+            }}
+            {move || match stats.get() {
+                StatsState::Loading => view! { <p class="hint">"Loading the statistics…"</p> }.into_any(),
+                StatsState::Parsing => {
+                    view! { <p class="notice">"The server is still parsing this snapshot; this page updates when it is done."</p> }
+                        .into_any()
+                }
+                // An unknown id fails both calls: say it once.
+                StatsState::Failed(_) if meta.with(|m| matches!(m, Some(Err(_)))) => ().into_any(),
+                StatsState::Failed(e) => view! { <p class="notice error">{e}</p> }.into_any(),
+                StatsState::Ready(report) if report.devices.is_empty() => {
+                    view! { <p class="notice">"This snapshot holds no device with segments or a trace: nothing was allocated while it was recorded."</p> }
+                        .into_any()
+                }
+                StatsState::Ready(report) => {
+                    view! {
+                        <DevicePicker report=report.clone() device=device/>
+                        {move || selected().map(|d| view! { <Summary stats=d format=report.format_version.clone()/> })}
+                    }
+                        .into_any()
+                }
+            }}
+            {move || {
+                selected()
+                    .map(|d| {
+                        if d.trace_entries == 0 {
+                            view! {
+                                <p class="notice">
+                                    {format!(
+                                        "GPU {} has no trace: the snapshot holds only the allocator's state at the end. Record one with torch.cuda.memory._record_memory_history() before the code you want to see.",
+                                        d.device,
+                                    )}
+                                </p>
+                            }
+                                .into_any()
+                        } else {
+                            view! { <DeviceViews id=timeline_id.get_value() device=d.device initial=initial.get_value().filter(|p| p.device.is_none_or(|x| x == d.device)).unwrap_or_default()/> <crate::pages::analysis::AnalysisPanels id=timeline_id.get_value() device=d.device/> }.into_any()
+                        }
+                    })
+            }}
+            {
+                // Comments and pins live on the server: a file opened in this
+                // tab has none, and asking the server about its id is a 404.
+                let id = timeline_id.get_value();
+                if crate::infra::local::is_local(&id) {
+                    view! {
+                        <p class="notice" id="review-local">
+                            "Comments and pins are kept by the server: upload this file to discuss it with others."
+                        </p>
+                    }
+                        .into_any()
+                } else {
+                    view! { <crate::pages::review::ReviewThread id=id/> }.into_any()
+                }
+            }
+        </section>
+    }
+}
+
+/// A download link in token mode: a navigation carries no token, so ask
+/// the server for a signed link (valid for minutes) and follow that; the
+/// file's `Content-Disposition` keeps the page where it is. The signed
+/// link is left on the anchor (`data-signed`) for the browser test. Local
+/// files and servers without tokens use the plain link.
+fn follow_signed(ev: web_sys::MouseEvent, id: String, report: bool) {
+    use wasm_bindgen::JsCast;
+    if id.starts_with(crate::infra::local::LOCAL_PREFIX) || api::token().is_none() {
+        return;
+    }
+    ev.prevent_default();
+    let anchor = ev.target().and_then(|t| t.dyn_into::<web_sys::Element>().ok());
+    spawn_local(async move {
+        match api::signed_links(&id).await {
+            Ok(links) => {
+                let url = if report { links.report } else { links.file };
+                if let Some(anchor) = &anchor {
+                    let _ = anchor.set_attribute("data-signed", &url);
+                }
+                if let Some(window) = web_sys::window() {
+                    let _ = window.location().set_href(&url);
+                }
+            }
+            Err(e) => {
+                if let Some(anchor) = &anchor {
+                    let _ = anchor.set_attribute("title", &e.to_string());
+                }
+            }
+        }
+    });
+}
+
+#[component]
+fn Header(meta: SnapshotMeta) -> impl IntoView {
+    let facts: Vec<String> = [
+        meta.job.as_ref().map(|j| format!("job {j}")),
+        meta.host.as_ref().map(|h| format!("host {h}")),
+        meta.rank.map(|r| format!("rank {r}")),
+        Some(format!("trigger {}", meta.trigger)),
+        Some(format::bytes(meta.size_bytes)),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    // A local file's page offers the file itself: the server never saw it.
+    let local = meta.id.starts_with(crate::infra::local::LOCAL_PREFIX);
+    let download = if local {
+        crate::infra::local::file_url(&meta.id)
+    } else {
+        Some(format!("/api/v1/snapshots/{}/file", meta.id))
+    };
+    // The same self-contained page as `vramscope report` (server only).
+    let report = (!local).then(|| format!("/api/v1/snapshots/{}/report.html", meta.id));
+    let name = meta.name.clone();
+    let (file_id, report_id) = (meta.id.clone(), meta.id.clone());
+    view! {
+        <h1>{meta.name.clone()}</h1>
+        <p class="facts">
+            {facts.join(" · ")}
+            {download.map(|href| view! {
+                " · "
+                <a href=href rel="external" download=name id="download"
+                    on:click=move |ev| follow_signed(ev, file_id.clone(), false)>
+                    "download"
+                </a>
+            })}
+            {report.map(|href| view! {
+                " · "
+                <a href=href rel="external" download id="export-report"
+                    on:click=move |ev| follow_signed(ev, report_id.clone(), true)>
+                    "export report"
+                </a>
+            })}
+            {meta.tags.iter().cloned().map(|t| view! { <span class="tag">{t}</span> }).collect_view()}
+        </p>
+    }
+}
+
+/// The GPUs with a trace or segments, as PyTorch's viewer lists them (the
+/// statistics hold only those). Shown with one GPU too: it says which.
+#[component]
+fn DevicePicker(report: StatsReport, device: RwSignal<Option<u32>>) -> impl IntoView {
+    let devices: Vec<(u32, String)> = report
+        .devices
+        .iter()
+        .map(|d| (d.device, format!("GPU {} — {} trace events", d.device, format::grouped(d.trace_entries as u64))))
+        .collect();
+    if devices.is_empty() {
+        return None;
+    }
+    Some(view! {
+        <label class="device">
+            "Device "
+            <select
+                id="device"
+                on:change=move |ev| {
+                    if let Ok(d) = event_target_value(&ev).parse() {
+                        device.set(Some(d));
+                    }
+                }
+            >
+                {devices
+                    .into_iter()
+                    .map(|(d, label)| {
+                        view! {
+                            <option value=d.to_string() selected=move || device.get() == Some(d)>
+                                {label}
+                            </option>
+                        }
+                    })
+                    .collect_view()}
+            </select>
+        </label>
+    })
+}
+
+/// The device's figures, as `vramscope stats` prints them.
+#[component]
+fn Summary(stats: DeviceStats, format: String) -> impl IntoView {
+    let s = stats;
+    let peak = |p: Option<u64>| p.map(|p| format!("peak {}", format::bytes(p))).unwrap_or_default();
+    let share = if s.reserved_bytes > 0 {
+        format!("{:.1}% of reserved", s.reserved_unallocated_bytes as f64 * 100.0 / s.reserved_bytes as f64)
+    } else {
+        String::new()
+    };
+    let cards: Vec<(&str, String, String)> = vec![
+        ("reserved", format::bytes(s.reserved_bytes), peak(s.reserved_peak_bytes)),
+        ("allocated", format::bytes(s.allocated_bytes), String::new()),
+        ("active", format::bytes(s.active_bytes), String::new()),
+        ("requested", format::bytes(s.requested_bytes), peak(s.requested_peak_bytes)),
+        ("cached, not in use", format::bytes(s.reserved_unallocated_bytes), share),
+        ("inactive split", format::bytes(s.inactive_split_bytes), String::new()),
+        (
+            "largest free block",
+            format::bytes(s.largest_free_block_bytes),
+            format!("of {} free", format::bytes(s.free_bytes)),
+        ),
+        ("rounding waste", format::bytes(s.internal_waste_bytes), String::new()),
+        ("OOMs", s.ooms.to_string(), String::new()),
+        ("trace events", format::grouped(s.trace_entries as u64), format!("{} segments", s.segments)),
+    ];
+    let ooms = s.ooms;
+    view! {
+        <div class="summary" id="stats-summary">
+            {cards
+                .into_iter()
+                .map(|(label, value, note)| {
+                    let alarm = label == "OOMs" && ooms > 0;
+                    view! {
+                        <div class="card" class:alarm=alarm>
+                            <div class="label">{label}</div>
+                            <div class="value">{value}</div>
+                            <div class="note">{note}</div>
+                        </div>
+                    }
+                })
+                .collect_view()}
+        </div>
+        <p class="hint">
+            {format!("Snapshot format {format}. ")}
+            {s.trace_wrapped.then_some(
+                "The trace does not reach back to an empty allocator (the ring buffer wrapped, or recording started late): its peaks are the window's.",
+            )}
+        </p>
+    }
+}
