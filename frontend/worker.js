@@ -1,5 +1,5 @@
 // vramscope's Web Worker for files opened without uploading (see
-// frontend/src/local.rs). It loads the same WebAssembly module as the page,
+// frontend/src/infra/local.rs). It loads the same WebAssembly module as the page,
 // reads the file with the same reader the server uses, keeps the snapshot
 // and its indexes, and answers the page's view requests with the JSON the
 // server would send. The file's bytes never leave this worker.

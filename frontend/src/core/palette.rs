@@ -124,6 +124,9 @@ pub const SIM_ALLOCATED: Colour = GREEN;
 pub const SIM_OOM: Colour = RED;
 /// NVML's figure for a process (live charts).
 pub const NVML: Colour = GREEN;
+/// Memory of a process outside PyTorch's caching allocator: the band
+/// between reserved and NVML's figure (live charts).
+pub const OUTSIDE_ALLOCATOR: Colour = Colour::hex("#f0b37e");
 /// What a process may use (live charts).
 pub const CAPACITY: Colour = RED;
 /// The share of reserved memory not allocated (live charts).

@@ -59,6 +59,7 @@ mod component {
 
     use super::{bytes_or_dash, member_label, percent_or_dash, verdict};
     use crate::core::format;
+    use crate::core::model::SnapshotStatus;
     use crate::core::model::jobs::{JobReport, JobSummary};
     use crate::infra::api;
     use crate::infra::clock;
@@ -199,14 +200,14 @@ mod component {
                                     <td>{member_label(m)} " " {badge}</td>
                                     <td class="name">
                                         <a href=href>{m.name.clone()}</a>
-                                        {(m.status != "ready").then(|| format!(" ({})", m.status))}
+                                        {(m.status != SnapshotStatus::Ready).then(|| format!(" ({})", m.status))}
                                     </td>
                                     <td class="num">{m.snapshots}</td>
                                     <td class="num peak">{bytes_or_dash(m.peak_requested_bytes)}</td>
                                     <td class="num">{bytes_or_dash(m.peak_reserved_bytes)}</td>
                                     <td class="num">{percent_or_dash(m.fragmentation)}</td>
                                     <td class="num">{ooms}</td>
-                                    <td>{m.trigger.clone()}</td>
+                                    <td>{m.trigger.as_str()}</td>
                                     <td>{compare}</td>
                                 </tr>
                             }
@@ -223,6 +224,7 @@ mod component {
 mod tests {
     use super::*;
     use crate::core::model::jobs::JobSummary;
+    use crate::core::model::{SnapshotStatus, Trigger};
 
     fn member(rank: i64, peak: Option<u64>, diverges: bool) -> Member {
         Member {
@@ -231,10 +233,12 @@ mod tests {
             snapshots: 1,
             snapshot_id: format!("s{rank}"),
             name: format!("rank{rank}.pickle"),
-            status: "ready".into(),
-            trigger: "manual".into(),
+            uploaded_at_ms: 0,
+            status: SnapshotStatus::Ready,
+            trigger: Trigger::Manual,
             peak_requested_bytes: peak,
             peak_reserved_bytes: peak,
+            reserved_bytes: peak,
             fragmentation: Some(0.0123),
             ooms: Some(0),
             diverges,

@@ -14,7 +14,7 @@ use web_sys::{DragEvent, File, FileList, HtmlInputElement};
 
 use crate::components::notice::{Notice, NoticeBar};
 use crate::core::format;
-use crate::core::model::SnapshotMeta;
+use crate::core::model::{SnapshotMeta, SnapshotStatus};
 use crate::infra::api::{self, ListQuery};
 use crate::infra::clock;
 use crate::infra::latest::latest;
@@ -102,7 +102,7 @@ pub(crate) fn Library() -> impl IntoView {
     });
     // While the server parses an upload, look again now and then.
     Effect::new(move |_| {
-        if items.with(|v| v.iter().any(|s| s.status == "parsing")) {
+        if items.with(|v| v.iter().any(|s| s.status == SnapshotStatus::Parsing)) {
             // Unless another list was asked for meanwhile.
             let asked = lists.current();
             let _ = set_timeout_with_handle(
@@ -133,7 +133,7 @@ pub(crate) fn Library() -> impl IntoView {
                 progress.set(None);
                 notice.set(Some(match answer {
                     Ok(a) if a.deduplicated => Notice::info(format!("{name}: the same file was uploaded before")),
-                    Ok(a) if a.status == "parsing" => {
+                    Ok(a) if a.status == SnapshotStatus::Parsing => {
                         Notice::info(format!("uploaded {name}; the server is parsing it"))
                     }
                     Ok(_) => Notice::info(format!("uploaded {name}")),
@@ -321,7 +321,7 @@ pub(crate) fn Library() -> impl IntoView {
                 <tbody>
                     <For
                         each=move || items.get()
-                        key=|s| (s.id.clone(), s.name.clone(), s.tags.clone(), s.status.clone(), s.parsed_bytes)
+                        key=|s| (s.id.clone(), s.name.clone(), s.tags.clone(), s.status, s.parsed_bytes)
                         children=move |s| view! { <Row item=s items=items notice=notice/> }
                     />
                 </tbody>
@@ -454,7 +454,7 @@ fn Row(item: SnapshotMeta, items: RwSignal<Vec<SnapshotMeta>>, notice: RwSignal<
             <td>{item.job.clone().map(|j| view! { <a class="job" href=format!("/jobs/{}", api::encode(&j))>{j.clone()}</a> })}</td>
             <td>{item.host.clone().unwrap_or_default()}</td>
             <td class="num">{item.rank.map(|r| r.to_string()).unwrap_or_default()}</td>
-            <td>{item.trigger.clone()}</td>
+            <td>{item.trigger.as_str()}</td>
             <td>
                 <span class=status_class title=status_title>
                     {status_text(&item)}
@@ -503,9 +503,9 @@ fn Row(item: SnapshotMeta, items: RwSignal<Vec<SnapshotMeta>>, notice: RwSignal<
 /// The status cell: a parse under way says how far it is, by bytes read.
 fn status_text(item: &SnapshotMeta) -> String {
     match item.parsed_bytes {
-        Some(read) if item.status == "parsing" && item.size_bytes > 0 => {
+        Some(read) if item.status == SnapshotStatus::Parsing && item.size_bytes > 0 => {
             format!("parsing {}%", (read.min(item.size_bytes) * 100) / item.size_bytes)
         }
-        _ => item.status.clone(),
+        _ => item.status.to_string(),
     }
 }

@@ -4,7 +4,9 @@
 //! NVML's view of each connected host. `/live/{source}` polls the server
 //! every two seconds for the samples after the last one it has and draws
 //! two charts with plotters: memory (allocated, reserved, NVML's figure for
-//! the process, the capacity) and fragmentation (the share of reserved
+//! the process, the capacity, and the band between reserved and NVML's
+//! figure: the process's memory outside PyTorch's caching allocator) and
+//! fragmentation (the share of reserved
 //! memory not allocated), with a marker where each snapshot of the process
 //! was uploaded; the snapshots are listed below as links. "Capture now" asks
 //! the agent for a snapshot of this process, or of every process it serves.
@@ -42,6 +44,21 @@ const NVML: RGBColor = palette::NVML.rgb();
 const CAPACITY: RGBColor = palette::CAPACITY.rgb();
 const FRAGMENTATION: RGBColor = palette::FRAGMENTATION.rgb();
 const MARKER: RGBColor = palette::SNAPSHOT_MARKER.rgb();
+const OUTSIDE: RGBColor = palette::OUTSIDE_ALLOCATOR.rgb();
+
+/// The band of memory outside the caching allocator: for each sample with
+/// both figures, (seconds before the newest, reserved GiB, NVML GiB).
+pub(crate) fn outside_band(samples: &[Sample]) -> Vec<(f64, f64, f64)> {
+    let Some(newest) = samples.last().map(|s| s.t_ms) else { return Vec::new() };
+    let gib = |b: i64| b as f64 / (1u64 << 30) as f64;
+    samples
+        .iter()
+        .filter_map(|s| {
+            let (reserved, used) = (s.reserved?, s.nvml_process_used?);
+            Some(((s.t_ms - newest) as f64 / 1000.0, gib(reserved), gib(used.max(reserved))))
+        })
+        .collect()
+}
 
 /// Which chart to draw.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -119,6 +136,16 @@ pub(crate) fn draw<DB: DrawingBackend>(
                 .map_err(err)?;
         }
     }
+    let band = if chart == Chart::Memory { outside_band(samples) } else { Vec::new() };
+    if band.len() >= 2 {
+        // Upper edge forward, lower edge back: one polygon.
+        let outline: Vec<(f64, f64)> =
+            band.iter().map(|(x, _, up)| (*x, *up)).chain(band.iter().rev().map(|(x, low, _)| (*x, *low))).collect();
+        ctx.draw_series(std::iter::once(Polygon::new(outline, OUTSIDE.mix(0.6).filled())))
+            .map_err(err)?
+            .label("outside the caching allocator")
+            .legend(|(x, y)| Rectangle::new([(x, y - 5), (x + 16, y + 5)], OUTSIDE.mix(0.6).filled()));
+    }
     for (name, colour, points) in series {
         ctx.draw_series(LineSeries::new(points, colour.stroke_width(2)))
             .map_err(err)?
@@ -137,6 +164,7 @@ pub(crate) fn summary(sample: &Sample) -> Vec<(&'static str, String)> {
         ("reserved", bytes(sample.reserved)),
         ("fragmentation", sample.fragmentation_pct().map_or_else(|| "–".to_owned(), |p| format!("{p:.1}%"))),
         ("NVML (process)", bytes(sample.nvml_process_used)),
+        ("outside the caching allocator", bytes(sample.outside_allocator())),
         ("capacity", bytes(sample.capacity)),
         ("device", format!("cuda:{}", sample.device)),
     ]
@@ -325,7 +353,7 @@ mod page {
                 <ul class="live-snapshots">
                     {move || markers.get().into_iter().rev().map(|m: Marker| {
                         let href = format!("/snapshots/{}", m.id);
-                        view! { <li><a href=href>{m.name}</a> " · " {m.trigger} " · " {clock::time_of_day(m.uploaded_at_ms)}</li> }
+                        view! { <li><a href=href>{m.name}</a> " · " {m.trigger.as_str()} " · " {clock::time_of_day(m.uploaded_at_ms)}</li> }
                     }).collect_view()}
                 </ul>
                 {move || latest.get().filter(|l| !l.devices.is_empty()).map(|l| view! {
@@ -409,8 +437,12 @@ mod tests {
     #[test]
     fn charts_draw_each_line_and_the_snapshot_markers() {
         let samples: Vec<Sample> = (0..50).map(|i| sample(i * 1000, i << 20, 64 << 20)).collect();
-        let marker =
-            |t| Marker { id: "x".to_owned(), name: "n".to_owned(), trigger: "threshold".to_owned(), uploaded_at_ms: t };
+        let marker = |t| Marker {
+            id: "x".to_owned(),
+            name: "n".to_owned(),
+            trigger: crate::core::model::Trigger::Threshold,
+            uploaded_at_ms: t,
+        };
         let (recorder, log) = Recorder::new((800, 260));
         draw(&recorder.into_drawing_area(), Chart::Memory, &samples, &[marker(25_000), marker(99_000)])
             .expect("memory chart");
@@ -422,5 +454,24 @@ mod tests {
             assert!(drawn.iter().any(|(c, n)| *c == colour && *n == 50), "{colour:?} line of 50 points");
         }
         assert!(!drawn.iter().any(|(c, n)| *c == NVML && *n == 50), "no NVML figures, no NVML line");
+        assert!(log.borrow().polygons.is_empty(), "no NVML figures, no band");
+    }
+
+    #[test]
+    fn memory_outside_the_allocator_is_a_band_between_reserved_and_nvml() {
+        // 64 MiB reserved, NVML sees 600 MiB for the process: 536 MiB outside.
+        let samples: Vec<Sample> = (0..10)
+            .map(|i| Sample { nvml_process_used: Some(600 << 20), ..sample(i * 1000, 32 << 20, 64 << 20) })
+            .collect();
+        assert_eq!(samples[0].outside_allocator(), Some(536 << 20));
+        assert!(summary(&samples[9]).contains(&("outside the caching allocator", "536 MiB".to_owned())));
+        let band = outside_band(&samples);
+        assert_eq!(band.len(), 10);
+        assert_eq!(band[9], (0.0, 0.0625, 600.0 / 1024.0));
+        let (recorder, log) = Recorder::new((800, 260));
+        draw(&recorder.into_drawing_area(), Chart::Memory, &samples, &[]).expect("memory chart");
+        let polygons = &log.borrow().polygons;
+        // The band, and its swatch in the legend.
+        assert!(polygons.iter().any(|(_, points)| points.len() == 20), "one polygon over the 10 samples, both edges");
     }
 }

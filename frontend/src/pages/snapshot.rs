@@ -290,7 +290,7 @@ fn Summary(stats: DeviceStats, format: String) -> impl IntoView {
     } else {
         String::new()
     };
-    let cards: Vec<(&str, String, String)> = vec![
+    let mut cards: Vec<(&str, String, String)> = vec![
         ("reserved", format::bytes(s.reserved_bytes), peak(s.reserved_peak_bytes)),
         ("allocated", format::bytes(s.allocated_bytes), String::new()),
         ("active", format::bytes(s.active_bytes), String::new()),
@@ -306,6 +306,14 @@ fn Summary(stats: DeviceStats, format: String) -> impl IntoView {
         ("OOMs", s.ooms.to_string(), String::new()),
         ("trace events", format::grouped(s.trace_entries as u64), format!("{} segments", s.segments)),
     ];
+    // NVML's figure at capture time, when the vramscope agent took it.
+    if let (Some(outside), Some(used)) = (s.outside_allocator_bytes, s.process_used_bytes) {
+        cards.push((
+            "outside the caching allocator",
+            format::bytes(outside),
+            format!("NVML: the process used {} (CUDA context, NCCL, cuBLAS, other libraries)", format::bytes(used)),
+        ));
+    }
     let ooms = s.ooms;
     view! {
         <div class="summary" id="stats-summary">

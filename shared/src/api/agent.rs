@@ -47,7 +47,7 @@ pub fn url_safe(text: &str) -> String {
 }
 
 /// One telemetry point of one process on one device.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Sample {
     /// [`SourceLabels::key`] of the process.
     pub source: String,
@@ -71,6 +71,23 @@ pub struct Sample {
     pub nvml_used: Option<i64>,
     /// NVML: memory used by this process (allocator, CUDA context, NCCL, ...).
     pub nvml_process_used: Option<i64>,
+}
+
+impl Sample {
+    /// Share of reserved memory not allocated, in percent.
+    pub fn fragmentation_pct(&self) -> Option<f64> {
+        match (self.allocated, self.reserved) {
+            (Some(a), Some(r)) if r > 0 => Some(100.0 * (r - a).max(0) as f64 / r as f64),
+            _ => None,
+        }
+    }
+
+    /// Memory of the process outside PyTorch's caching allocator: what NVML
+    /// says the process uses minus what the allocator reserved (the CUDA
+    /// context, NCCL buffers, cuBLAS workspaces, other libraries).
+    pub fn outside_allocator(&self) -> Option<i64> {
+        Some((self.nvml_process_used? - self.reserved?).max(0))
+    }
 }
 
 /// A line from the job to the agent.

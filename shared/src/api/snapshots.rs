@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 /// What made a client upload a snapshot.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Trigger {
     /// A person or script asked for it.
@@ -35,8 +35,14 @@ impl Trigger {
     }
 }
 
+impl std::fmt::Display for Trigger {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// Where a snapshot is in its life: stored, then parsed (or not).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum SnapshotStatus {
     /// Stored; its summary is being computed.
@@ -65,6 +71,12 @@ impl SnapshotStatus {
             "failed" => Some(SnapshotStatus::Failed),
             _ => None,
         }
+    }
+}
+
+impl std::fmt::Display for SnapshotStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 

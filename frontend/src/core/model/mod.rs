@@ -1,18 +1,16 @@
 //! The JSON the dashboard reads from the server's API (`/api/v1`), all in
-//! this folder. Timeline windows, statistics and the views' answers are the
-//! shared crate's own types, re-exported here, so both sides agree by
-//! construction; the records below and in the submodules ([`live`],
-//! [`review`], [`jobs`]) mirror the server's answers field by field (the
-//! server keeps its types private to its crate), and are what a shared API
-//! crate would replace.
-
-use serde::Deserialize;
+//! this folder, and all of it the shared crate's own types, re-exported: the
+//! API's records (`vramscope_shared::api`), timeline windows, statistics and
+//! the views' answers. The server serialises the same types, so both sides
+//! agree by construction.
 
 pub mod jobs;
 pub mod live;
 pub mod review;
 
 pub use vramscope_shared::StatsReport;
+pub use vramscope_shared::api::review::Comment as CommentMark;
+pub use vramscope_shared::api::{ErrorBody, SnapshotMeta, SnapshotStatus, Trigger, UploadAnswer};
 pub use vramscope_shared::timeline::{Axis, Marker, MarkerKind, TimelineWindow, VisibleAllocation};
 pub use vramscope_shared::views::annotations::{AnnotationRange, AnnotationsAnswer};
 pub use vramscope_shared::views::entry::EntryAnswer;
@@ -32,108 +30,11 @@ pub enum Instant {
     X(Axis, i64),
 }
 
-/// A review comment, as far as the timeline's markers need it
-/// (`GET /api/v1/snapshots/{id}/comments`).
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
-pub struct CommentMark {
-    /// Comment id.
-    pub id: serde_json::Value,
-    /// Who wrote it.
-    #[serde(default)]
-    pub author: String,
-    /// The text.
-    #[serde(default)]
-    pub body: String,
-    /// The trace row it is about, if any.
-    #[serde(default)]
-    pub row: Option<u32>,
-    /// The time it is about, if any.
-    #[serde(default)]
-    pub time_us: Option<i64>,
-    /// The address it is about, if any.
-    #[serde(default)]
-    pub addr: Option<u64>,
-}
-
-/// A stored snapshot, as `GET /api/v1/snapshots` lists it.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
-pub struct SnapshotMeta {
-    /// Public id (a UUID v7).
-    pub id: String,
-    /// SHA-256 of the file, lowercase hex.
-    pub sha256: String,
-    /// Display name.
-    pub name: String,
-    /// Training job, if known.
-    #[serde(default)]
-    pub job: Option<String>,
-    /// Host, if known.
-    #[serde(default)]
-    pub host: Option<String>,
-    /// Distributed rank, if known.
-    #[serde(default)]
-    pub rank: Option<i64>,
-    /// Tags, in the order given.
-    #[serde(default)]
-    pub tags: Vec<String>,
-    /// `manual`, `threshold` or `oom`.
-    pub trigger: String,
-    /// Size of the file as uploaded.
-    pub size_bytes: u64,
-    /// Upload time, milliseconds since the Unix epoch.
-    pub uploaded_at_ms: i64,
-    /// `parsing`, `ready` or `failed`.
-    pub status: String,
-    /// Why parsing failed.
-    #[serde(default)]
-    pub error: Option<String>,
-    /// While parsing: bytes of the file read so far.
-    #[serde(default)]
-    pub parsed_bytes: Option<u64>,
-}
-
 /// One page of the snapshot list, newest first.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
-pub struct Page {
-    /// The snapshots.
-    pub items: Vec<SnapshotMeta>,
-    /// Pass as `cursor` for the next page; `None` on the last one.
-    #[serde(default)]
-    pub next_cursor: Option<String>,
-}
-
-/// The answer to an upload.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
-pub struct UploadAnswer {
-    /// The snapshot's id (an earlier one's when deduplicated).
-    pub id: String,
-    /// `ready`, or `parsing` for a large file.
-    pub status: String,
-    /// The same bytes were uploaded before.
-    #[serde(default)]
-    pub deduplicated: bool,
-}
+pub type Page = vramscope_shared::api::Page<SnapshotMeta>;
 
 /// One frame of an allocation's stack, innermost first.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
-pub struct Frame {
-    /// Source file.
-    pub filename: String,
-    /// Line number.
-    pub line: i64,
-    /// Function name.
-    pub name: String,
-}
-
-/// The body of an API error: `{"error": "...", "kind": "..."}`.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
-pub struct ErrorBody {
-    /// What went wrong, for people.
-    pub error: String,
-    /// A stable name for programs.
-    #[serde(default)]
-    pub kind: String,
-}
+pub type Frame = vramscope_shared::views::FrameJson;
 
 #[cfg(test)]
 mod tests {
@@ -160,7 +61,7 @@ mod tests {
             serde_json::from_str(r#"{"id":"x","sha256":"y","status":"ready","deduplicated":true}"#).expect("upload");
         assert!(up.deduplicated);
         let marks: Vec<CommentMark> = serde_json::from_str(
-            r#"[{"id":7,"author":"ana","body":"leak here","created_ms":1,"row":120,"time_us":null,"addr":null},
+            r#"[{"id":"7","author":"ana","body":"leak here","created_ms":1,"row":120,"time_us":null,"addr":null},
             {"id":"8","author":"bo","body":"general","created_ms":2,"row":null,"time_us":null,"addr":null}]"#,
         )
         .expect("comments");
