@@ -115,6 +115,7 @@ impl Build {
                 has_trace: true,
             }],
             allocator_settings: None,
+            capture: None,
             annotations: self.annotations,
             warnings: Vec::new(),
         }
