@@ -11,7 +11,8 @@ What it does, and what it never does:
   queues its start with `torch.cuda._lazy_call`, so it runs when the job
   initialises CUDA and a process that never touches the GPU (torchrun's
   launcher, a data loader) gets no CUDA context and records nothing.
-* Once started: `_record_memory_history(max_entries=...)` (a bounded ring),
+* Once started: `_record_memory_history(max_entries=..., context=...)` (a
+  bounded ring; none under cudaMallocAsync, which keeps no history),
   an OOM observer that dumps a snapshot at the failed allocation, and a
   watcher thread that samples the allocator once per interval and dumps a
   pre-OOM snapshot when reserved memory crosses the threshold of capacity
@@ -49,6 +50,10 @@ ENV_MAX_ENTRIES = "VRAMSCOPE_MAX_ENTRIES"
 ENV_INTERVAL = "VRAMSCOPE_INTERVAL_S"
 ENV_MAX_DUMPS = "VRAMSCOPE_MAX_DUMPS_PER_HOUR"
 ENV_JOB = "VRAMSCOPE_JOB"
+#: What the history records of each event: `all` (stacks of allocations and
+#: frees), `alloc` (allocations only) or `state` (stacks of live blocks only).
+ENV_CONTEXT = "VRAMSCOPE_CONTEXT"
+CONTEXTS = ("all", "alloc", "state")
 #: Set to 1 for a line on stderr at each decision (start, threshold, dump).
 ENV_DEBUG = "VRAMSCOPE_DEBUG"
 
@@ -265,8 +270,12 @@ class Capture:
     allocator; tests on machines without a GPU pass their own.
     """
 
-    def __init__(self, socket_path, spool_dir, threshold, interval_s, max_dumps_per_hour, sampler, snapshotter):
+    def __init__(self, socket_path, spool_dir, threshold, interval_s, max_dumps_per_hour, sampler, snapshotter,
+                 backend=None, history=True):
         self.labels = labels()
+        # Said in the hello: a backend without history streams telemetry only.
+        self.hello = dict(self.labels, backend=backend, history=bool(history))
+        self.history = bool(history)
         self.spool_dir = spool_dir
         self.threshold = threshold
         self.interval_s = interval_s
@@ -284,7 +293,7 @@ class Capture:
         self.requests = queue.Queue(maxsize=16)
         self.stopped = threading.Event()
         os.makedirs(spool_dir, exist_ok=True)
-        self.link = Link(socket_path, self.labels, self._on_command) if socket_path else None
+        self.link = Link(socket_path, self.hello, self._on_command) if socket_path else None
         threading.Thread(target=self._dump_loop, name="vramscope-dumper", daemon=True).start()
         self.watcher = threading.Thread(target=self._watch_loop, name="vramscope-watcher", daemon=True)
         self.watcher.start()
@@ -303,6 +312,9 @@ class Capture:
         """Takes a snapshot now, on this thread, and spools it. Returns the
         manifest file's name, or None when it failed."""
         _debug("dump %s requested: %s" % (trigger, reason))
+        if not self.history:
+            _debug("no allocator history under this backend: no snapshot")
+            return None
         with self.dump_lock:
             try:
                 started = time.monotonic()
@@ -486,6 +498,174 @@ def torch_sampler(torch):
     return sample
 
 
+# -- memory outside the allocator ------------------------------------------
+
+
+class _Nvml:
+    """NVML through ctypes, loaded once, for the figures a snapshot carries:
+    this process's memory on each device (the allocator's reserved memory
+    plus the CUDA context, NCCL, cuBLAS and other libraries), the device's
+    used and total memory, and the other processes. No pynvml needed: the
+    driver installs libnvidia-ml.so.1 wherever there is a GPU. Any failure
+    leaves the figures out; a snapshot never depends on them."""
+
+    def __init__(self):
+        import ctypes
+
+        self.ctypes = ctypes
+        self.lib = ctypes.CDLL("libnvidia-ml.so.1")
+        if self.lib.nvmlInit_v2() != 0:
+            raise OSError("nvmlInit failed")
+
+        class Memory(ctypes.Structure):
+            _fields_ = [("total", ctypes.c_ulonglong), ("free", ctypes.c_ulonglong), ("used", ctypes.c_ulonglong)]
+
+        class Process(ctypes.Structure):
+            # nvmlProcessInfo_t (v2 and v3 share this layout).
+            _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong),
+                        ("gpuInstanceId", ctypes.c_uint), ("computeInstanceId", ctypes.c_uint)]
+
+        self.Memory = Memory
+        self.Process = Process
+        self.running = None
+        for name in ("nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2"):
+            if hasattr(self.lib, name):
+                self.running = getattr(self.lib, name)
+                break
+
+    def handle(self, bus_id):
+        handle = self.ctypes.c_void_p()
+        if self.lib.nvmlDeviceGetHandleByPciBusId_v2(bus_id.encode(), self.ctypes.byref(handle)) != 0:
+            return None
+        return handle
+
+    def device(self, handle):
+        memory = self.Memory()
+        out = {}
+        if self.lib.nvmlDeviceGetMemoryInfo(handle, self.ctypes.byref(memory)) == 0:
+            out["device_used_bytes"] = int(memory.used)
+            out["device_total_bytes"] = int(memory.total)
+        processes = []
+        if self.running is not None:
+            count = self.ctypes.c_uint(64)
+            infos = (self.Process * 64)()
+            if self.running(handle, self.ctypes.byref(count), infos) == 0:
+                for i in range(min(count.value, 64)):
+                    used = int(infos[i].usedGpuMemory)
+                    # NVML_VALUE_NOT_AVAILABLE is all ones.
+                    processes.append({"pid": int(infos[i].pid), "used_bytes": None if used >= 2**63 else used})
+        me = os.getpid()
+        mine = [p for p in processes if p["pid"] == me]
+        out["process_used_bytes"] = mine[0]["used_bytes"] if mine else None
+        out["other_processes"] = [p for p in processes if p["pid"] != me]
+        return out
+
+
+_nvml = None
+_nvml_failed = False
+
+
+def _nvml_instance():
+    global _nvml, _nvml_failed
+    if _nvml is None and not _nvml_failed:
+        try:
+            _nvml = _Nvml()
+        except Exception as e:
+            _nvml_failed = True
+            _debug("no NVML: %s" % e)
+    return _nvml
+
+
+def _bus_id(torch, device):
+    props = torch.cuda.get_device_properties(device)
+    domain = getattr(props, "pci_domain_id", 0) or 0
+    return "%08x:%02x:%02x.0" % (domain, props.pci_bus_id, props.pci_device_id)
+
+
+def alloc_conf():
+    """(variable, value) of the allocator settings the job runs with:
+    PYTORCH_ALLOC_CONF, the current name, before PYTORCH_CUDA_ALLOC_CONF."""
+    for name in ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF"):
+        value = os.environ.get(name)
+        if value is not None:
+            return name, value
+    return None, None
+
+
+def allocator_backend(torch):
+    getter = getattr(torch.cuda, "get_allocator_backend", None)
+    try:
+        return getter() if getter is not None else "native"
+    except Exception:
+        return None
+
+
+def capture_context(torch):
+    """What a snapshot carries beside PyTorch's own keys (`vramscope_capture`):
+    NVML's view of this process on each device it uses, and the job's
+    settings. Read by vramscope's reader; PyTorch's viewer ignores it."""
+    var, conf = alloc_conf()
+    context = {
+        "torch_version": str(getattr(torch, "__version__", "")),
+        "backend": allocator_backend(torch),
+        "alloc_conf": conf,
+        "alloc_conf_var": var,
+        "pid": os.getpid(),
+        "devices": [],
+    }
+    nvml = _nvml_instance()
+    for device in range(torch.cuda.device_count()):
+        try:
+            if torch.cuda.memory_reserved(device) <= 0:
+                continue
+            entry = {"device": device}
+            handle = nvml.handle(_bus_id(torch, device)) if nvml is not None else None
+            if handle is not None:
+                entry.update(nvml.device(handle))
+            context["devices"].append(entry)
+        except Exception as e:
+            _debug("no NVML figures for device %d: %s" % (device, e))
+    return context
+
+
+def _snapshot_without_inductor_import(torch):
+    """`torch.cuda.memory._snapshot()` without its first call's import of
+    `torch._inductor`.
+
+    To symbolize Python frames, PyTorch asks `hasattr(torch, "_inductor")`
+    (for frames of code inductor generated), and torch's lazy `__getattr__`
+    imports the package: some 900 modules, 4 to 7 s on an H200 host, all
+    under the GIL, so the job's own threads stall too (measured by
+    `server/benches/agent_overhead/first_snapshot.py`). Code that inductor
+    generated exists only if the job imported it; otherwise a placeholder
+    answers the `hasattr` for the length of the call and the frames come
+    out the same."""
+    if "torch._inductor" in sys.modules:
+        return torch.cuda.memory._snapshot()
+    placeholder = object()
+    torch._inductor = placeholder
+    try:
+        return torch.cuda.memory._snapshot()
+    finally:
+        if torch.__dict__.get("_inductor") is placeholder:
+            del torch._inductor
+
+
+def torch_snapshotter(torch):
+    """`_snapshot()` with the capture context added under `vramscope_capture`."""
+
+    def snapshot():
+        taken = _snapshot_without_inductor_import(torch)
+        if isinstance(taken, dict):
+            try:
+                taken["vramscope_capture"] = capture_context(torch)
+            except Exception as e:
+                _debug("no capture context: %s" % e)
+        return taken
+
+    return snapshot
+
+
 def _patch_fraction(torch):
     """Remembers set_per_process_memory_fraction for torch versions without a getter."""
     original = getattr(torch.cuda, "set_per_process_memory_fraction", None)
@@ -506,18 +686,43 @@ def _patch_fraction(torch):
     torch.cuda.memory.set_per_process_memory_fraction = set_per_process_memory_fraction
 
 
+def _history_options(torch, context):
+    """The keyword arguments of `_record_memory_history` for `context`, with
+    the newer options this torch has: annotations in the trace (`annotate`
+    entries) and pinned host memory (PyTorch 2.14). Detected from the
+    signature; an older torch gets none of them."""
+    options = {"context": context, "stacks": "python"}
+    try:
+        import inspect
+
+        accepted = inspect.signature(torch.cuda.memory._record_memory_history).parameters
+    except (TypeError, ValueError):
+        accepted = {}
+    for name in ("global_record_annotations", "record_pinned_host_memory"):
+        if name in accepted:
+            options[name] = True
+    return options
+
+
 def _start_torch(torch, options):
     global _installed
     with _lock:
         if _installed is not None:
             return _installed
-        try:
-            torch.cuda.memory._record_memory_history(
-                context="all", stacks="python", max_entries=options["max_entries"]
-            )
-            _debug("recording (max_entries %d, threshold %s)" % (options["max_entries"], options["threshold"]))
-        except Exception as e:
-            _warn("cannot record the allocator history: %s" % e)
+        backend = allocator_backend(torch)
+        # cudaMallocAsync keeps no history: telemetry (memory_stats, NVML)
+        # still streams, and the live page says why there are no snapshots.
+        history = backend != "cudaMallocAsync"
+        if history:
+            try:
+                kwargs = _history_options(torch, options["context"])
+                torch.cuda.memory._record_memory_history(max_entries=options["max_entries"], **kwargs)
+                _debug("recording (max_entries %d, %s, threshold %s)" % (options["max_entries"], kwargs, options["threshold"]))
+            except Exception as e:
+                history = False
+                _warn("cannot record the allocator history: %s" % e)
+        else:
+            _warn("no allocator history under the %s backend: telemetry only, no snapshots" % backend)
         capture = Capture(
             options["socket"],
             options["spool_dir"],
@@ -525,12 +730,17 @@ def _start_torch(torch, options):
             options["interval_s"],
             options["max_dumps_per_hour"],
             torch_sampler(torch),
-            torch.cuda.memory._snapshot,
+            torch_snapshotter(torch),
+            backend=backend,
+            history=history,
         )
         attach = getattr(torch._C, "_cuda_attach_out_of_memory_observer", None)
-        if attach is not None:
-            attach(capture.on_oom)
-        else:
+        if history and attach is not None:
+            try:
+                attach(capture.on_oom)
+            except Exception as e:
+                _warn("no OOM observer (%s); OOM snapshots are off" % e)
+        elif history:
             _warn("this torch has no OOM observer; OOM snapshots are off")
         if threading.current_thread() is threading.main_thread():
             _install_signal(capture)
@@ -591,6 +801,7 @@ def _options(**overrides):
         "max_entries": _env_int(ENV_MAX_ENTRIES, 100000),
         "interval_s": _env_float(ENV_INTERVAL, 1.0),
         "max_dumps_per_hour": _env_int(ENV_MAX_DUMPS, 4),
+        "context": os.environ.get(ENV_CONTEXT) if os.environ.get(ENV_CONTEXT) in CONTEXTS else "all",
     }
     for key, value in overrides.items():
         if value is not None:

@@ -156,6 +156,18 @@ pub(crate) fn draw<DB: DrawingBackend>(
     Ok(())
 }
 
+/// What the page says of a source whose allocator history is not recorded
+/// (cudaMallocAsync has none): its charts come from `memory_stats()` and
+/// NVML, and no snapshot can be taken.
+pub(crate) fn history_note(source: &crate::core::model::live::Source) -> Option<String> {
+    (source.history == Some(false)).then(|| {
+        format!(
+            "No allocator history under this backend ({}): memory figures and NVML only; no snapshots are taken.",
+            source.backend.as_deref().unwrap_or("unknown")
+        )
+    })
+}
+
 /// The latest figures of a source, for the cards above the charts.
 pub(crate) fn summary(sample: &Sample) -> Vec<(&'static str, String)> {
     let bytes = |v: Option<i64>| v.map_or_else(|| "–".to_owned(), |b| format::bytes(b.max(0) as u64));
@@ -184,7 +196,7 @@ mod page {
     use plotters::prelude::IntoDrawingArea;
     use plotters_canvas::CanvasBackend;
 
-    use super::{Chart, draw, merge, summary};
+    use super::{Chart, draw, history_note, merge, summary};
     use crate::core::format;
     use crate::core::model::live::{LiveList, LiveRead, Marker, NvmlDevice, Sample};
     use crate::infra::{api, clock};
@@ -342,6 +354,9 @@ mod page {
                         <span class="hint">{if l.source.connected { "agent connected" } else { "agent not connected" }}</span>
                     })}
                 </div>
+                {move || latest.get().and_then(|l| history_note(&l.source)).map(|note| view! {
+                    <p class="notice no-history" id="no-history">{note}</p>
+                })}
                 <div class="cards live-cards">
                     {move || samples.with(|s| s.last().map(summary)).unwrap_or_default().into_iter().map(|(k, v)| view! {
                         <div class="card"><div class="card-label">{k}</div><div class="card-value">{v}</div></div>

@@ -199,6 +199,8 @@ mod tests {
                 local_rank: Some(rank),
                 world_size: Some(3),
                 pid: 10 + rank as u32,
+                backend: None,
+                history: None,
             };
             hub.identify(id, labels);
             receivers.push(rx);

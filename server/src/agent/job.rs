@@ -70,8 +70,8 @@ fn handle(
     message: JobMessage,
 ) {
     match message {
-        JobMessage::Hello { host, pid, rank, local_rank, world_size } => {
-            let who = SourceLabels { job: job.to_owned(), host, rank, local_rank, world_size, pid };
+        JobMessage::Hello { host, pid, rank, local_rank, world_size, backend, history } => {
+            let who = SourceLabels { job: job.to_owned(), host, rank, local_rank, world_size, pid, backend, history };
             hub.identify(id, who.clone());
             *labels = Some(who);
         }

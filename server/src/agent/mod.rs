@@ -45,6 +45,8 @@ pub(crate) struct AgentConfig {
     pub(crate) threshold: f64,
     /// Allocator history ring size.
     pub(crate) max_entries: u64,
+    /// PyTorch's `context` of the history: `all`, `alloc` or `state`.
+    pub(crate) context: &'static str,
     /// Sampling interval.
     pub(crate) interval: Duration,
     /// Threshold snapshots per process per hour, at most.
@@ -111,6 +113,7 @@ pub(crate) async fn run(config: AgentConfig) -> Result<u8> {
         .env("VRAMSCOPE_SPOOL_DIR", &config.spool_dir)
         .env("VRAMSCOPE_THRESHOLD", config.threshold.to_string())
         .env("VRAMSCOPE_MAX_ENTRIES", config.max_entries.to_string())
+        .env("VRAMSCOPE_CONTEXT", config.context)
         .env("VRAMSCOPE_INTERVAL_S", config.interval.as_secs_f64().to_string())
         .env("VRAMSCOPE_MAX_DUMPS_PER_HOUR", config.max_dumps_per_hour.to_string())
         .env("VRAMSCOPE_JOB", &config.job);

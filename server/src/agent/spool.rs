@@ -366,6 +366,8 @@ mod tests {
             local_rank: None,
             world_size: None,
             pid: 1,
+            backend: None,
+            history: None,
         };
         save_telemetry(&dir, std::slice::from_ref(&labels), &[sample.clone(), sample.clone()]).expect("save");
         assert_eq!(take_saved_telemetry(&dir), (vec![labels], vec![sample.clone(), sample]));

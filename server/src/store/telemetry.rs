@@ -11,7 +11,8 @@ use super::Db;
 use vramscope_shared::api::agent::{Sample, SourceLabels};
 use vramscope_shared::api::live::Source;
 
-const SOURCE_COLUMNS: &str = "source, job, host, rank, local_rank, world_size, pid, first_ms, last_ms, owner_token";
+const SOURCE_COLUMNS: &str =
+    "source, job, host, rank, local_rank, world_size, pid, first_ms, last_ms, owner_token, backend, history";
 const SAMPLE_COLUMNS: &str = "source, device, t_ms, allocated, reserved, active, device_total, device_free, \
      capacity, nvml_used, nvml_process_used";
 
@@ -67,8 +68,10 @@ impl Db {
             // another token's, nothing changes and the batch's samples of it
             // are refused.
             let upserted = sqlx::query(&format!(
-                "INSERT INTO telemetry_sources ({SOURCE_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) \
-                 ON CONFLICT (source) DO UPDATE SET pid = excluded.pid, \
+                "INSERT INTO telemetry_sources ({SOURCE_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, \
+                 $12) ON CONFLICT (source) DO UPDATE SET pid = excluded.pid, \
+                 backend = COALESCE(excluded.backend, telemetry_sources.backend), \
+                 history = COALESCE(excluded.history, telemetry_sources.history), \
                  first_ms = CASE WHEN excluded.first_ms < telemetry_sources.first_ms \
                      THEN excluded.first_ms ELSE telemetry_sources.first_ms END, \
                  last_ms = CASE WHEN excluded.last_ms > telemetry_sources.last_ms \
@@ -85,6 +88,8 @@ impl Db {
             .bind(first)
             .bind(last)
             .bind(owner)
+            .bind(labels.backend.as_deref())
+            .bind(labels.history.map(i64::from))
             .execute(&mut *tx)
             .await
             .with_context(|| format!("telemetry_sources upsert {key}"))?;
@@ -235,6 +240,8 @@ fn source_from_row(row: &AnyRow) -> Result<SourceRecord> {
             first_ms: row.try_get("first_ms").with_context(|| column("first_ms"))?,
             last_ms: row.try_get("last_ms").with_context(|| column("last_ms"))?,
             connected: false,
+            backend: row.try_get("backend").with_context(|| column("backend"))?,
+            history: row.try_get::<Option<i64>, _>("history").with_context(|| column("history"))?.map(|h| h != 0),
             source,
         },
         owner_token,
@@ -278,6 +285,8 @@ mod tests {
             local_rank: Some(rank),
             world_size: Some(2),
             pid: 100,
+            backend: None,
+            history: None,
         }
     }
 

@@ -24,6 +24,13 @@ pub struct SourceLabels {
     pub world_size: Option<i64>,
     /// Process id on the host.
     pub pid: u32,
+    /// The process's CUDA allocator (`native`, `cudaMallocAsync`), when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend: Option<String>,
+    /// Whether its allocator history is recorded (never under
+    /// `cudaMallocAsync`): without it the source streams telemetry only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub history: Option<bool>,
 }
 
 impl SourceLabels {
@@ -106,6 +113,12 @@ pub enum JobMessage {
         local_rank: Option<i64>,
         /// `WORLD_SIZE`.
         world_size: Option<i64>,
+        /// The CUDA allocator (`native`, `cudaMallocAsync`).
+        #[serde(default)]
+        backend: Option<String>,
+        /// Whether the allocator history is recorded.
+        #[serde(default)]
+        history: Option<bool>,
     },
     /// One device's allocator figures.
     Sample(JobSample),
@@ -259,6 +272,8 @@ mod tests {
             local_rank: Some(0),
             world_size: Some(4),
             pid: 77,
+            backend: None,
+            history: None,
         };
         assert_eq!(labels.key(), "my_job_1--gpu-3.local--rank2");
         labels.rank = None;

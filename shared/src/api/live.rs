@@ -31,6 +31,14 @@ pub struct Source {
     /// An agent serving it is connected now (so "capture now" can reach it).
     #[serde(default)]
     pub connected: bool,
+    /// The process's CUDA allocator (`native`, `cudaMallocAsync`), when known.
+    #[serde(default)]
+    pub backend: Option<String>,
+    /// Whether its allocator history is recorded: `false` under a backend
+    /// without one (cudaMallocAsync), which streams telemetry but takes no
+    /// snapshots.
+    #[serde(default)]
+    pub history: Option<bool>,
 }
 
 /// A connected agent's host and its NVML view.
