@@ -74,6 +74,56 @@ async fn live_page_streams_charts_and_captures_now() {
     .await;
     screenshot(&client, "live-source").await;
     eprintln!("memory chart {blue} blue px, fragmentation {orange} orange px, snapshot {link}");
+
+    // A process on cudaMallocAsync: telemetry, and the page says why no
+    // snapshot can be taken.
+    let _async_agent = Process(
+        Command::new(env!("CARGO_BIN_EXE_vramscope"))
+            .args(["agent", "--server", &url, "--job", "asyncjob", "--interval", "200ms", "--spool-dir"])
+            .arg(dir.join("spool-async"))
+            .args(["--", "python3"])
+            .arg(&job)
+            .args(["--seconds", "60", "--peak", "0.4", "--backend", "cudaMallocAsync", "--snapshot"])
+            .arg(&snapshot)
+            .env_remove("PYTHONPATH")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("agent"),
+    );
+    client.goto(&format!("{url}/live")).await.expect("open /live");
+    let href = until(&client, 30, "the cudaMallocAsync source", || async {
+        let links = client.find_all(Locator::Css("tr.live-source a")).await.ok()?;
+        for link in links {
+            let href = link.attr("href").await.ok()??;
+            if href.contains("asyncjob") {
+                return Some(href);
+            }
+        }
+        None
+    })
+    .await;
+    client.goto(&format!("{url}{href}")).await.expect("open the source");
+    let note = until(&client, 30, "the no-history note", || async { text_of(&client, "#no-history").await }).await;
+    assert!(note.contains("No allocator history under this backend (cudaMallocAsync)"), "{note}");
+    until(&client, 30, "its memory chart", || async {
+        pixels(&client, "live-memory", [9, 105, 218]).await.filter(|n| *n > 50)
+    })
+    .await;
+    screenshot(&client, "live-no-history").await;
+
+    // A snapshot the agent captured carries NVML's figures: the snapshot
+    // page shows the memory outside the caching allocator.
+    let captured = crate::common::synthetic_dir().join("captured.p4.pickle");
+    let id = upload(&url, &captured).await;
+    client.goto(&format!("{url}/snapshots/{id}")).await.expect("open the snapshot");
+    let cards = until(&client, 30, "the summary cards", || async {
+        // The labels are upper case by CSS, and the driver reads rendered text.
+        text_of(&client, "#stats-summary").await.filter(|t| t.to_lowercase().contains("outside the caching allocator"))
+    })
+    .await;
+    assert!(cards.contains("537 MiB"), "537 MiB outside on device 0: {cards}");
+    screenshot(&client, "snapshot-outside-allocator").await;
     client.close().await.expect("close");
     tokio::time::sleep(Duration::from_millis(100)).await;
 }

@@ -845,9 +845,10 @@ def install_from_env():
         install()
 
 
-def install_custom(sampler, snapshotter, **overrides):
+def install_custom(sampler, snapshotter, backend=None, history=True, **overrides):
     """Starts a capture with a caller's sampler and snapshotter (no torch):
-    for tests and for allocators other than PyTorch's."""
+    for tests and for allocators other than PyTorch's. `history=False` says
+    the allocator keeps no history: telemetry only, no snapshots."""
     global _installed
     options = _options(**overrides)
     with _lock:
@@ -860,6 +861,8 @@ def install_custom(sampler, snapshotter, **overrides):
                 options["max_dumps_per_hour"],
                 sampler,
                 snapshotter,
+                backend=backend,
+                history=history,
             )
         return _installed
 
