@@ -418,7 +418,7 @@ async fn two_instances_share_postgres_and_s3() {
     let created = client().put(format!("{s3}/{bucket}")).send().await.expect("create bucket");
     assert!(created.status().is_success(), "bucket: {}", created.status());
 
-    let env = vec![
+    let env = [
         ("VRAMSCOPE_S3__ENDPOINT", s3.clone()),
         ("VRAMSCOPE_S3__REGION", "us-east-1".to_owned()),
         ("VRAMSCOPE_S3__ACCESS_KEY_ID", "test".to_owned()),

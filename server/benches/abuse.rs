@@ -47,6 +47,9 @@ struct Counts {
     bombs_refused: AtomicU64,
 }
 
+/// An upload that landed: its id and the bytes sent.
+type Landed = (String, Vec<u8>);
+
 fn repeat(unit: &[u8], times: usize) -> Vec<u8> {
     let mut out = vec![0x80, 4];
     for _ in 0..times {
@@ -75,7 +78,7 @@ fn bombs() -> Vec<(&'static str, Vec<u8>)> {
         .unwrap_or_default();
     let mut dict = vec![0x80, 4, b'}'];
     for i in 0..130_000u32 {
-        dict.extend_from_slice(&[b'(', b'J']);
+        dict.extend_from_slice(b"(J");
         dict.extend_from_slice(&i.to_le_bytes());
         dict.extend_from_slice(&[b'K', 1, b'u']);
     }
@@ -151,7 +154,7 @@ async fn main() {
     let client = reqwest::Client::builder().timeout(Duration::from_secs(300)).build().expect("client");
     let counts = Arc::new(Counts::default());
     let stop = Arc::new(AtomicBool::new(false));
-    let landed: Arc<std::sync::Mutex<Vec<(String, Vec<u8>)>>> = Arc::default();
+    let landed: Arc<std::sync::Mutex<Vec<Landed>>> = Arc::default();
     let deadline = Instant::now() + Duration::from_secs(secs);
     let mut tasks = Vec::new();
 

@@ -315,11 +315,12 @@ mod tests {
         let refused = db.insert_telemetry(Some("alice"), &[labels(0)], &[sample(&key, 1, 10)]).await.expect("insert");
         assert!(refused.is_empty());
         let refused = db.insert_telemetry(Some("mallory"), &[labels(0)], &[sample(&key, 2, 20)]).await.expect("insert");
-        assert_eq!(refused, [key.clone()]);
+        assert_eq!(refused, std::slice::from_ref(&key));
         let undeclared = db.insert_telemetry(Some("mallory"), &[], &[sample(&key, 3, 30)]).await.expect("insert");
-        assert_eq!(undeclared, [key.clone()], "a sample must name a source of its own batch");
+        assert_eq!(undeclared, std::slice::from_ref(&key), "a sample must name a source of its own batch");
         let huge = SourceLabels { job: "j".repeat(1000), ..labels(0) };
-        let refused = db.insert_telemetry(None, &[huge.clone()], &[sample(&huge.key(), 1, 1)]).await.expect("insert");
+        let refused =
+            db.insert_telemetry(None, std::slice::from_ref(&huge), &[sample(&huge.key(), 1, 1)]).await.expect("insert");
         assert_eq!(refused, [huge.key()], "a key past any real job name");
         assert_eq!(db.get_source(&huge.key()).await.expect("get"), None);
         let kept: Vec<i64> = db.samples(&key, -1, 100).await.expect("samples").iter().map(|s| s.t_ms).collect();
