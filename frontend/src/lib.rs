@@ -85,8 +85,7 @@ mod tests {
 
     #[test]
     fn summarises_a_real_snapshot_and_reports_bad_input() {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/corpus/streams.pickle");
-        let bytes = std::fs::read(path).expect("fixture");
+        let bytes = vramscope_shared::testing::corpus_bytes("streams.pickle");
         let json: serde_json::Value = serde_json::from_str(&stats_json(&bytes).expect("reads")).expect("json");
         assert_eq!(json["devices"][0]["trace_entries"], 1727);
         let err = stats_json(b"\x80\x04K*.").expect_err("an int is no snapshot");

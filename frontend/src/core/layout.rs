@@ -166,7 +166,6 @@ pub fn hit(bars: &[Bar], geometry: &Geometry, px: f64, py: f64) -> Option<usize>
 mod tests {
     use vramscope_shared::index::SnapshotIndex;
     use vramscope_shared::timeline::{Axis, TimelineIndex};
-    use vramscope_shared::{ReadOptions, read_snapshot_bytes};
 
     use super::*;
 
@@ -212,9 +211,7 @@ mod tests {
         // corpus it stays within a third of it on average (greedy by size,
         // tried instead, overshot by 2.5x on oom_leak).
         for name in ["oom_leak", "mlp_train_all", "ring_overflow", "streams", "compiled"] {
-            let path = format!("{}/../tests/fixtures/corpus/{name}.pickle", env!("CARGO_MANIFEST_DIR"));
-            let bytes = std::fs::read(path).expect("fixture");
-            let snapshot = read_snapshot_bytes(&bytes, &ReadOptions::default()).expect("reads");
+            let snapshot = vramscope_shared::testing::snapshot(name);
             let index = SnapshotIndex::build(&snapshot);
             let timeline = TimelineIndex::build(&snapshot, &index);
             let (lo, hi) = timeline.extent(0, Axis::Event).expect("a trace");

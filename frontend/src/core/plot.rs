@@ -273,7 +273,6 @@ mod tests {
     use plotters_backend::BackendCoord;
     use vramscope_shared::index::SnapshotIndex;
     use vramscope_shared::timeline::TimelineIndex;
-    use vramscope_shared::{ReadOptions, read_snapshot_bytes};
 
     use super::*;
     use crate::core::layout::{hit, stack};
@@ -282,9 +281,7 @@ mod tests {
     const RECORDER_HEIGHT: u32 = 400;
 
     fn oom_leak_window(axis: Axis, px: u32) -> TimelineWindow {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/corpus/oom_leak.pickle");
-        let bytes = std::fs::read(path).expect("fixture");
-        let snapshot = read_snapshot_bytes(&bytes, &ReadOptions::default()).expect("reads");
+        let snapshot = vramscope_shared::testing::snapshot("oom_leak");
         let index = SnapshotIndex::build(&snapshot);
         let timeline = TimelineIndex::build(&snapshot, &index);
         let (lo, hi) = timeline.extent(0, axis).expect("extent");

@@ -502,8 +502,7 @@ mod tests {
 
     #[test]
     fn a_local_file_answers_like_the_server() {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/corpus/oom_leak.pickle");
-        let bytes = std::fs::read(path).expect("fixture");
+        let bytes = vramscope_shared::testing::corpus_bytes("oom_leak.pickle");
         let mut reports = Vec::new();
         let opened =
             open_bytes(&bytes, "local-1", "oom_leak.pickle", 1.7e12, |read| reports.push(read)).expect("reads");

@@ -359,17 +359,12 @@ mod ui {
 
 #[cfg(test)]
 mod tests {
-    use vramscope_shared::views::Analyzed;
+
     use vramscope_shared::views::analysis::{Align, DiffParams, diff};
-    use vramscope_shared::{ReadOptions, read_snapshot_bytes};
 
     use super::*;
 
-    fn fixture(name: &str) -> Analyzed {
-        let path = format!("{}/../tests/fixtures/corpus/{name}.pickle", env!("CARGO_MANIFEST_DIR"));
-        let bytes = std::fs::read(path).expect("fixture");
-        Analyzed::build(read_snapshot_bytes(&bytes, &ReadOptions::default()).expect("reads"))
-    }
+    use vramscope_shared::testing::corpus as fixture;
 
     #[test]
     fn both_sides_share_the_x_range_and_y_scale() {

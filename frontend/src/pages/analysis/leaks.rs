@@ -193,18 +193,15 @@ mod ui {
 
 #[cfg(test)]
 mod tests {
-    use vramscope_shared::views::Analyzed;
+
     use vramscope_shared::views::analysis::{LeaksParams, leaks};
-    use vramscope_shared::{ReadOptions, read_snapshot_bytes};
 
     use super::*;
 
     #[test]
     fn growth_is_charted_cumulatively_per_step_for_the_top_stacks() {
         assert_eq!(cumulative(&[1, 0, 2, 3]), vec![1, 1, 3, 6]);
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/corpus/oom_leak.pickle");
-        let bytes = std::fs::read(path).expect("fixture");
-        let a = Analyzed::build(read_snapshot_bytes(&bytes, &ReadOptions::default()).expect("reads"));
+        let a = vramscope_shared::testing::corpus("oom_leak");
         let l = leaks(&a, &LeaksParams { top: Some(8), ..Default::default() }).expect("leaks");
         let d = &l.devices[0].leaks;
         let chart = growth_chart(d);

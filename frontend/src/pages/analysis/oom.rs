@@ -223,17 +223,14 @@ mod ui {
 
 #[cfg(test)]
 mod tests {
-    use vramscope_shared::views::Analyzed;
+
     use vramscope_shared::views::analysis::{ExplainParams, explain};
-    use vramscope_shared::{ReadOptions, read_snapshot_bytes};
 
     use super::*;
 
     #[test]
     fn oom_leak_reads_as_fragmentation_with_its_figures() {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/corpus/oom_leak.pickle");
-        let bytes = std::fs::read(path).expect("fixture");
-        let a = Analyzed::build(read_snapshot_bytes(&bytes, &ReadOptions::default()).expect("reads"));
+        let a = vramscope_shared::testing::corpus("oom_leak");
         let e = explain(&a, &ExplainParams::default()).expect("explain");
         let r = &e.ooms[0];
         let c = cards(r);

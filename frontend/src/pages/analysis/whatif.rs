@@ -348,16 +348,13 @@ mod tests {
     use vramscope_shared::timeline::Axis;
     use vramscope_shared::views::Analyzed;
     use vramscope_shared::views::analysis::{WhatIfParams, whatif};
-    use vramscope_shared::{ReadOptions, read_snapshot_bytes};
 
     use vramscope_shared::simulate::tune::TuneRow;
 
     use super::*;
 
     fn oom_leak() -> Analyzed {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/corpus/oom_leak.pickle");
-        let bytes = std::fs::read(path).expect("fixture");
-        Analyzed::build(read_snapshot_bytes(&bytes, &ReadOptions::default()).expect("reads"))
+        vramscope_shared::testing::corpus("oom_leak")
     }
 
     #[test]
