@@ -123,6 +123,12 @@ async fn live_page_streams_charts_and_captures_now() {
     })
     .await;
     assert!(cards.contains("537 MiB"), "537 MiB outside on device 0: {cards}");
+    // And the job's settings as the capture module recorded them.
+    let page = text_of(&client, "section").await.unwrap_or_default();
+    assert!(
+        page.contains("Captured by vramscope agent: torch 2.11.0+cu128, allocator backend native, PYTORCH_ALLOC_CONF=expandable_segments:True"),
+        "{page}"
+    );
     screenshot(&client, "snapshot-outside-allocator").await;
     client.close().await.expect("close");
     tokio::time::sleep(Duration::from_millis(100)).await;

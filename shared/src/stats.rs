@@ -15,7 +15,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::snapshot::{Action, BlockState, DeviceSnapshot, Snapshot};
+use crate::snapshot::{Action, BlockState, CaptureContext, DeviceSnapshot, Snapshot};
 
 /// The figures `vramscope stats --json` prints for a file.
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
@@ -24,6 +24,9 @@ pub struct SnapshotStats {
     pub format_version: &'static str,
     /// One entry per device with segments or a trace.
     pub devices: Vec<DeviceStats>,
+    /// What vramscope's capture module recorded with the snapshot.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub capture: Option<CaptureContext>,
 }
 
 /// The JSON object of `vramscope stats --json` and of the server's
@@ -37,12 +40,22 @@ pub struct StatsReport {
     pub format_version: String,
     /// One entry per device with segments or a trace.
     pub devices: Vec<DeviceStats>,
+    /// What vramscope's capture module recorded with the snapshot (the
+    /// job's torch, allocator backend and settings, NVML's figures);
+    /// absent for snapshots taken otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capture: Option<CaptureContext>,
 }
 
 impl SnapshotStats {
     /// The report for a file name.
     pub fn report(&self, file: impl Into<String>) -> StatsReport {
-        StatsReport { file: file.into(), format_version: self.format_version.to_owned(), devices: self.devices.clone() }
+        StatsReport {
+            file: file.into(),
+            format_version: self.format_version.to_owned(),
+            devices: self.devices.clone(),
+            capture: self.capture.clone(),
+        }
     }
 }
 
@@ -114,6 +127,7 @@ impl Snapshot {
                     stats
                 })
                 .collect(),
+            capture: self.capture.clone(),
         }
     }
 }

@@ -9,6 +9,7 @@ use leptos::prelude::*;
 use leptos::task::spawn_local;
 use leptos_router::hooks::use_params_map;
 use vramscope_shared::DeviceStats;
+use vramscope_shared::snapshot::CaptureContext;
 
 use crate::core::format;
 use crate::core::model::{SnapshotMeta, StatsReport};
@@ -122,7 +123,7 @@ pub(crate) fn SnapshotView(id: String) -> impl IntoView {
                 StatsState::Ready(report) => {
                     view! {
                         <DevicePicker report=report.clone() device=device/>
-                        {move || selected().map(|d| view! { <Summary stats=d format=report.format_version.clone()/> })}
+                        {move || selected().map(|d| view! { <Summary stats=d format=report.format_version.clone() capture=report.capture.clone()/> })}
                     }
                         .into_any()
                 }
@@ -280,9 +281,26 @@ fn DevicePicker(report: StatsReport, device: RwSignal<Option<u32>>) -> impl Into
     })
 }
 
+/// "Captured by vramscope agent: torch …, backend …, PYTORCH_ALLOC_CONF=…":
+/// the job's settings, as the capture module recorded them.
+fn captured_by(capture: &CaptureContext) -> String {
+    let mut parts = Vec::new();
+    if let Some(v) = &capture.torch_version {
+        parts.push(format!("torch {v}"));
+    }
+    if let Some(b) = &capture.backend {
+        parts.push(format!("allocator backend {b}"));
+    }
+    match (&capture.alloc_conf_var, &capture.alloc_conf) {
+        (Some(var), Some(conf)) => parts.push(format!("{var}={conf}")),
+        _ => parts.push("no PYTORCH_ALLOC_CONF".to_owned()),
+    }
+    format!("Captured by vramscope agent: {}. ", parts.join(", "))
+}
+
 /// The device's figures, as `vramscope stats` prints them.
 #[component]
-fn Summary(stats: DeviceStats, format: String) -> impl IntoView {
+fn Summary(stats: DeviceStats, format: String, capture: Option<CaptureContext>) -> impl IntoView {
     let s = stats;
     let peak = |p: Option<u64>| p.map(|p| format!("peak {}", format::bytes(p))).unwrap_or_default();
     let share = if s.reserved_bytes > 0 {
@@ -333,6 +351,7 @@ fn Summary(stats: DeviceStats, format: String) -> impl IntoView {
         </div>
         <p class="hint">
             {format!("Snapshot format {format}. ")}
+            {capture.as_ref().map(captured_by)}
             {s.trace_wrapped.then_some(
                 "The trace does not reach back to an empty allocator (the ring buffer wrapped, or recording started late): its peaks are the window's.",
             )}
