@@ -54,8 +54,11 @@ fn check(dir: &Path, name: &str, capacity: Option<u64>) {
     let snapshot = common::read(&dir.join(format!("{name}.pickle")));
     let oracle = common::json(&dir.join(format!("{name}.stats.json")));
     let stat = |key: &str| oracle["memory_stats"][key].as_u64().unwrap_or_else(|| panic!("{name}: oracle lacks {key}"));
-    let sim = simulate(&snapshot, &SimulateOptions { alloc_conf: None, capacity, record_series: false })
-        .unwrap_or_else(|e| panic!("{name}: {e}"));
+    let sim = simulate(
+        &snapshot,
+        &SimulateOptions { alloc_conf: None, capacity, record_series: false, grant_recorded_ooms: false },
+    )
+    .unwrap_or_else(|e| panic!("{name}: {e}"));
     assert!(sim.recorded_settings);
     assert_eq!(sim.devices.len(), 1, "{name}: one device");
     let d = &sim.devices[0];
@@ -105,6 +108,7 @@ fn expandable_segments_what_if_predicts_the_real_run() {
         alloc_conf: Some("expandable_segments:True".to_owned()),
         capacity: None,
         record_series: false,
+        grant_recorded_ooms: false,
     };
     let sim = simulate(&default_run, &options).expect("simulate");
     assert!(!sim.recorded_settings);
@@ -126,7 +130,12 @@ fn oom_leak_runs_out_where_pytorch_did() {
     let recorded_row = recorded_row.expect("oom_leak has an oom entry") as u32;
 
     let capacity = oom_leak_capacity(&oracle);
-    let options = SimulateOptions { alloc_conf: None, capacity: Some(capacity), record_series: false };
+    let options = SimulateOptions {
+        alloc_conf: None,
+        capacity: Some(capacity),
+        record_series: false,
+        grant_recorded_ooms: false,
+    };
     let sim = simulate(&snapshot, &options).expect("simulate");
     let d = &sim.devices[0];
     let oom = d.oom.expect("runs out of memory");
@@ -145,24 +154,46 @@ fn oom_leak_runs_out_where_pytorch_did() {
 
     // A tighter limit fails earlier, on a request the recorded run got: the
     // replay stops there.
-    let tight = SimulateOptions { alloc_conf: None, capacity: Some(2 << 30), record_series: false };
+    let tight =
+        SimulateOptions { alloc_conf: None, capacity: Some(2 << 30), record_series: false, grant_recorded_ooms: false };
     let sim = simulate(&snapshot, &tight).expect("simulate");
     let oom = sim.devices[0].oom.expect("runs out of memory");
     assert!(oom.row < recorded_row && !oom.recorded);
     assert_eq!(sim.devices[0].rows_replayed, oom.row as usize + 1);
     assert!(sim.devices[0].stats.reserved_bytes.peak <= 2 << 30);
 
-    // Without a limit the 292 MiB request fits, after the recorded release
-    // of the six cached small segments (12 MiB) that preceded it.
-    let unlimited = simulate(&snapshot, &SimulateOptions::default()).expect("simulate");
-    assert_eq!(unlimited.devices[0].oom, None);
-    assert_eq!(unlimited.devices[0].stats.reserved_bytes.peak, 2902458368 + (292 << 20));
+    // Granted ("what if there had been more memory"), the 292 MiB request
+    // fits, after the recorded release of the six cached small segments
+    // (12 MiB) that preceded it.
+    let granted = SimulateOptions { grant_recorded_ooms: true, ..SimulateOptions::default() };
+    let granted = simulate(&snapshot, &granted).expect("simulate");
+    assert_eq!(granted.devices[0].oom, None);
+    assert_eq!(granted.devices[0].stats.reserved_bytes.peak, 2902458368 + (292 << 20));
+}
+
+/// Regression: with no capacity, the replay of a trace that ran out of
+/// memory allocated the request that failed, and reported a reserved peak
+/// of 3,208,642,560 bytes against the recorded 2,915,041,280.
+#[test]
+fn regression_a_replay_without_a_capacity_honours_the_recorded_oom() {
+    let dir = common::fixture_corpus();
+    let snapshot = common::read(&dir.join("oom_leak.pickle"));
+    let oracle = common::json(&dir.join("oom_leak.stats.json"));
+    let sim = simulate(&snapshot, &SimulateOptions::default()).expect("simulate");
+    let d = &sim.devices[0];
+    let stat = |key: &str| oracle["memory_stats"][key].as_u64().expect(key);
+    assert_eq!(d.stats.reserved_bytes.peak, stat("reserved_bytes.all.peak"), "2,915,041,280 as recorded");
+    assert_eq!(d.stats.allocated_bytes.peak, stat("allocated_bytes.all.peak"), "2,536,617,472 as recorded");
+    let oom = d.oom.expect("it says where the run ran out");
+    assert!(oom.recorded);
+    assert_eq!(oom.requested_bytes, 305920000);
+    assert_eq!(d.rows_replayed, snapshot.devices[0].trace.len(), "and goes on, as the program did");
 }
 
 #[test]
 fn series_follow_the_replay() {
     let snapshot = common::read(&common::fixture_corpus().join("mlp_train_all.pickle"));
-    let options = SimulateOptions { alloc_conf: None, capacity: None, record_series: true };
+    let options = SimulateOptions { alloc_conf: None, capacity: None, record_series: true, grant_recorded_ooms: false };
     let sim = simulate(&snapshot, &options).expect("simulate");
     let d = &sim.devices[0];
     let series = d.series.as_ref().expect("series");
@@ -195,7 +226,12 @@ fn bad_alloc_conf_is_refused_with_the_reason() {
         ("no_such_option:1", "unknown option \"no_such_option\""),
         ("backend:cudaMallocAsync", "native"),
     ] {
-        let options = SimulateOptions { alloc_conf: Some(conf.to_owned()), capacity: None, record_series: false };
+        let options = SimulateOptions {
+            alloc_conf: Some(conf.to_owned()),
+            capacity: None,
+            record_series: false,
+            grant_recorded_ooms: false,
+        };
         let err = simulate(&snapshot, &options).expect_err(conf).to_string();
         assert!(err.contains(says) && err.contains(conf), "{conf}: {err}");
     }
@@ -206,6 +242,7 @@ fn bad_alloc_conf_is_refused_with_the_reason() {
         ),
         capacity: None,
         record_series: false,
+        grant_recorded_ooms: false,
     };
     simulate(&snapshot, &options).expect("valid settings");
 }

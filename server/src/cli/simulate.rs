@@ -30,6 +30,12 @@ pub(crate) struct SimulateArgs {
     /// Memory each GPU may reserve, e.g. 80GiB or 500MB (default: unlimited).
     #[arg(long, value_name = "SIZE", value_parser = capacity)]
     capacity: Option<u64>,
+    /// Serve the requests that ran out of memory in the recorded run, as if
+    /// there had been memory for them (what if there had been more memory).
+    /// By default, without --capacity, they fail in the replay too, so that
+    /// it reproduces the recorded run.
+    #[arg(long)]
+    grant_recorded_ooms: bool,
     /// Print one JSON object instead of the human summary.
     #[arg(long)]
     json: bool,
@@ -75,8 +81,12 @@ pub(crate) fn run(args: &SimulateArgs) -> Result<(), Failure> {
         AllocatorConfig::parse(conf).map_err(|e| Failure::BadInput(anyhow!(e)))?;
     }
     let snapshot = load(&args.file, args.budget)?;
-    let options =
-        SimulateOptions { alloc_conf: args.alloc_conf.clone(), capacity: args.capacity, record_series: false };
+    let options = SimulateOptions {
+        alloc_conf: args.alloc_conf.clone(),
+        capacity: args.capacity,
+        record_series: false,
+        grant_recorded_ooms: args.grant_recorded_ooms,
+    };
     let sim = simulate(&snapshot, &options).map_err(|e| bad_input(e, &args.file))?;
     let mut out = std::io::stdout().lock();
     let written = if args.json {
@@ -166,7 +176,12 @@ fn write_simulation(out: &mut impl Write, path: &Path, snap: &Snapshot, sim: &Si
                 bytes(o.requested_bytes),
                 bytes(o.allocation_bytes),
                 bytes(o.reserved_bytes),
-                if o.recorded { " (the recorded run failed there too)" } else { "; the replay stops there" }
+                match (o.recorded, sim.capacity) {
+                    (true, None) =>
+                        " (the recorded run failed there; so does the replay: --grant-recorded-ooms serves it)",
+                    (true, Some(_)) => " (the recorded run failed there too)",
+                    (false, _) => "; the replay stops there",
+                }
             )?,
         }
         if d.unmatched_frees > 0 {

@@ -85,6 +85,11 @@ pub struct SimulateOptions {
     pub capacity: Option<u64>,
     /// Keep the allocated/reserved series over time.
     pub record_series: bool,
+    /// Serve the requests that failed in the recorded run (its `oom`
+    /// entries) as if there had been memory for them. Without it and
+    /// without a capacity, a replay honours them as failures and reproduces
+    /// the recorded run.
+    pub grant_recorded_ooms: bool,
 }
 
 /// A whole snapshot, simulated.
@@ -126,7 +131,8 @@ pub fn simulate(snapshot: &Snapshot, options: &SimulateOptions) -> Result<Simula
             continue;
         }
         let replayer = Replayer::new(device, config.clone(), options.capacity, options.record_series)?;
-        devices.push(replayer.recorded_settings(same_settings).finish());
+        devices
+            .push(replayer.recorded_settings(same_settings).grant_recorded_ooms(options.grant_recorded_ooms).finish());
     }
     if devices.is_empty() {
         return Err(SimError::NoDevices);

@@ -15,10 +15,14 @@
 //!   otherwise, and always with other settings, once per run of such
 //!   entries it releases every cached segment and whole free page it has at
 //!   that moment, as `empty_cache()` does;
-//! - an `oom` entry is a request that failed in the recorded run: the model
-//!   attempts it (its size is the rounded request); if it fits, the block is
-//!   returned at once, since the program never received it; if it fails, the
-//!   replay goes on, as the recorded program did.
+//! - an `oom` entry is a request that failed in the recorded run. Without a
+//!   capacity the model cannot know the memory the recorded run had, so it
+//!   honours the failure: nothing is allocated, the replay notes where the
+//!   run ran out and goes on, as the recorded program did (and reproduces
+//!   its peaks). Under a capacity, or when asked to grant the recorded
+//!   failures ("what if there had been more memory"), the model attempts it
+//!   (its size is the rounded request); if it fits, the block is returned at
+//!   once, since the program never received it.
 //!
 //! A request that fails in the model but succeeded in the recorded run ends
 //! the replay there: the program would have raised `OutOfMemoryError`, and
@@ -33,7 +37,9 @@ use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 
 use super::SimError;
-use super::allocator::{Allocation, AllocatorStats, CachingAllocator, OutOfMemory, SimSegment};
+use super::allocator::{
+    Allocation, AllocatorStats, CachingAllocator, OutOfMemory, SimSegment, allocation_size, round_size,
+};
 use super::config::AllocatorConfig;
 use crate::snapshot::{Action, DeviceSnapshot};
 use crate::stats::DeviceStats;
@@ -113,6 +119,10 @@ pub struct Replayer<'a> {
     stopped_at: Option<SimOom>,
     /// The first request both the model and the recorded run failed.
     recorded_oom: Option<SimOom>,
+    /// Attempt the recorded run's failed requests even without a capacity.
+    grant_recorded_ooms: bool,
+    /// The capacity replayed under.
+    capacity: Option<u64>,
     series: Option<Series>,
 }
 
@@ -134,6 +144,8 @@ impl<'a> Replayer<'a> {
         Ok(Replayer {
             device,
             allocator: CachingAllocator::new(config, capacity),
+            grant_recorded_ooms: false,
+            capacity,
             live: FxHashMap::default(),
             hints: Vec::new(),
             released_all: false,
@@ -151,6 +163,14 @@ impl<'a> Replayer<'a> {
     /// every run of recorded releases is taken as an `empty_cache()`.
     pub fn recorded_settings(mut self, same: bool) -> Replayer<'a> {
         self.same_settings = same;
+        self
+    }
+
+    /// Attempt the requests that failed in the recorded run even without a
+    /// capacity ("what if there had been more memory"); by default, without
+    /// one they are honoured as failures.
+    pub fn grant_recorded_ooms(mut self, grant: bool) -> Replayer<'a> {
+        self.grant_recorded_ooms = grant;
         self
     }
 
@@ -224,6 +244,17 @@ impl<'a> Replayer<'a> {
                 if !self.released_all {
                     self.allocator.release_cached_blocks();
                     self.released_all = true;
+                }
+            }
+            Action::Oom if self.capacity.is_none() && !self.grant_recorded_ooms => {
+                if self.recorded_oom.is_none() {
+                    let rounded = round_size(size, self.allocator.config());
+                    let e = OutOfMemory {
+                        requested_bytes: size,
+                        rounded_bytes: rounded,
+                        allocation_bytes: allocation_size(rounded),
+                    };
+                    self.recorded_oom = Some(self.failure(i, e, true));
                 }
             }
             Action::Oom => {
@@ -402,10 +433,18 @@ mod tests {
         let limited = Replayer::new(&d, AllocatorConfig::default(), Some(40 * MIB), false).expect("ok").finish();
         assert_eq!(limited.oom.map(|o| (o.row, o.recorded)), Some((1, true)));
         assert_eq!(limited.rows_replayed, 4);
-        let unlimited = Replayer::new(&d, AllocatorConfig::default(), None, false).expect("ok").finish();
-        assert_eq!(unlimited.oom, None);
-        assert_eq!(unlimited.stats.reserved_bytes.peak, 60 * MIB, "the request fits, then is given back");
-        assert_eq!(unlimited.stats.allocated_bytes.peak, 60 * MIB);
+        // Without a capacity the recorded failure is honoured: nothing is
+        // allocated, and the replay says where the run ran out.
+        let honoured = Replayer::new(&d, AllocatorConfig::default(), None, false).expect("ok").finish();
+        assert_eq!(honoured.oom.map(|o| (o.row, o.recorded, o.requested_bytes)), Some((1, true, 30 * MIB)));
+        assert_eq!(honoured.stats.reserved_bytes.peak, 30 * MIB);
+        assert_eq!(honoured.rows_replayed, 4);
+        // Granted ("more memory"), the request fits, then is given back.
+        let granted =
+            Replayer::new(&d, AllocatorConfig::default(), None, false).expect("ok").grant_recorded_ooms(true).finish();
+        assert_eq!(granted.oom, None);
+        assert_eq!(granted.stats.reserved_bytes.peak, 60 * MIB, "the request fits, then is given back");
+        assert_eq!(granted.stats.allocated_bytes.peak, 60 * MIB);
     }
 
     #[test]

@@ -68,10 +68,18 @@ pub struct TuneReport {
 /// Replay the snapshot with its recorded settings and with each of `grid`,
 /// and rank them.
 pub fn tune(snapshot: &Snapshot, capacity: Option<u64>, grid: &[&str]) -> Result<TuneReport, SimError> {
-    let recorded = simulate(snapshot, &SimulateOptions { alloc_conf: None, capacity, record_series: false })?;
+    let recorded = simulate(
+        snapshot,
+        &SimulateOptions { alloc_conf: None, capacity, record_series: false, grant_recorded_ooms: false },
+    )?;
     let mut rows = vec![row(&recorded, true)];
     for conf in grid {
-        let options = SimulateOptions { alloc_conf: Some((*conf).to_owned()), capacity, record_series: false };
+        let options = SimulateOptions {
+            alloc_conf: Some((*conf).to_owned()),
+            capacity,
+            record_series: false,
+            grant_recorded_ooms: false,
+        };
         let sim = simulate(snapshot, &options)?;
         if sim.config == recorded.config {
             continue;

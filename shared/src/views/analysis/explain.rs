@@ -62,7 +62,13 @@ pub fn avoided_by(snapshot: &Snapshot, report: &OomReport) -> Option<Vec<Setting
         let capacity = needs_cap.then(|| failed.saturating_sub(1));
         let (config, _) = settings_for(snapshot, Some(&setting)).ok()?;
         let same = config == recorded;
-        let sim = Replayer::new(device, config, capacity, false).ok()?.recorded_settings(same).finish();
+        // The question is whether the setting serves the request that
+        // failed, so the replay grants it.
+        let sim = Replayer::new(device, config, capacity, false)
+            .ok()?
+            .recorded_settings(same)
+            .grant_recorded_ooms(true)
+            .finish();
         let mut verdict = SettingVerdict::judge(report, setting, sim.stats.reserved_bytes.peak);
         if let Some(cap) = capacity {
             verdict.avoids =
