@@ -132,6 +132,12 @@ fn write_simulation(out: &mut impl Write, path: &Path, snap: &Snapshot, sim: &Si
         Some(c) => writeln!(out, ", capacity {} per device", bytes(c))?,
         None => writeln!(out, ", unlimited memory")?,
     }
+    for option in &sim.config.not_modelled {
+        writeln!(
+            out,
+            "note: the recorded setting {option:?} is not modelled; the replay uses PyTorch's default for it"
+        )?;
+    }
     let recorded = snap.stats();
     for d in &sim.devices {
         let s = &d.stats;

@@ -71,12 +71,19 @@ fn roundup_power2_next_division(size: u64, divisions: u64) -> u64 {
 }
 
 /// `get_allocation_size`: the segment a rounded request needs when no cached
-/// block fits.
+/// block fits, with the default large segment size.
 pub fn allocation_size(size: u64) -> u64 {
+    allocation_size_with(size, LARGE_BUFFER)
+}
+
+/// `get_allocation_size` under `large_segment_size_mb`: requests of the
+/// large pool under [`MIN_LARGE_ALLOC`] get a segment of `large_segment`
+/// bytes (20 MiB by default).
+pub(super) fn allocation_size_with(size: u64, large_segment: u64) -> u64 {
     if size <= SMALL_SIZE {
         SMALL_BUFFER
     } else if size < MIN_LARGE_ALLOC {
-        LARGE_BUFFER
+        large_segment
     } else {
         size.div_ceil(ROUND_LARGE).saturating_mul(ROUND_LARGE)
     }
@@ -351,7 +358,7 @@ impl CachingAllocator {
     pub fn malloc(&mut self, size: u64, stream: u64) -> Result<Allocation, OutOfMemory> {
         let rounded = round_size(size, &self.config);
         let pool = if rounded <= SMALL_SIZE { SMALL } else { LARGE };
-        let alloc_size = allocation_size(rounded);
+        let alloc_size = allocation_size_with(rounded, self.config.large_segment_size);
         if rounded > MAX_REQUEST {
             self.stats.num_ooms += 1;
             return Err(OutOfMemory { requested_bytes: size, rounded_bytes: rounded, allocation_bytes: alloc_size });

@@ -95,6 +95,14 @@ pub struct AllocatorConfig {
     pub garbage_collection_threshold: f64,
     /// `expandable_segments`.
     pub expandable_segments: bool,
+    /// The segment a large-pool request under 10 MiB gets when no cached
+    /// block fits (`large_segment_size_mb`, default 20 MiB; PyTorch 2.11
+    /// accepts it, checked on an H200).
+    pub large_segment_size: u64,
+    /// Options of the setting string accepted but not modelled, as written
+    /// (`key:value`): a recorded string's unknown keys land here instead of
+    /// being dropped, and every output names them.
+    pub not_modelled: Vec<String>,
 }
 
 impl Default for AllocatorConfig {
@@ -105,11 +113,13 @@ impl Default for AllocatorConfig {
             roundup_power2_divisions: [0; ROUNDUP_INTERVALS],
             garbage_collection_threshold: 0.0,
             expandable_segments: false,
+            large_segment_size: 20 * MIB,
+            not_modelled: Vec::new(),
         }
     }
 }
 
-const KNOWN_KEYS: &str = "max_split_size_mb, max_non_split_rounding_mb, roundup_power2_divisions, \
+const KNOWN_KEYS: &str = "max_split_size_mb, max_non_split_rounding_mb, large_segment_size_mb, roundup_power2_divisions, \
                           garbage_collection_threshold, expandable_segments, backend, release_lock_on_cudamalloc, \
                           pinned_use_cuda_host_register, pinned_num_register_threads, pinned_use_background_threads, \
                           graph_capture_record_stream_reuse";
@@ -226,6 +236,18 @@ impl AllocatorConfig {
     /// defaults. Accepts what PyTorch accepts (including options that do not
     /// change placement, which are ignored) and refuses unknown keys.
     pub fn parse(conf: &str) -> Result<AllocatorConfig, ConfigError> {
+        AllocatorConfig::parse_with(conf, false)
+    }
+
+    /// Parse a setting string a snapshot recorded: PyTorch ran with it, so
+    /// an option this model does not know (or cannot model) does not make
+    /// the whole string unusable; it goes to [`Self::not_modelled`], and the
+    /// rest is modelled.
+    pub fn parse_recorded(conf: &str) -> Result<AllocatorConfig, ConfigError> {
+        AllocatorConfig::parse_with(conf, true)
+    }
+
+    fn parse_with(conf: &str, lenient: bool) -> Result<AllocatorConfig, ConfigError> {
         let mut config = AllocatorConfig::default();
         let compact: String = conf.chars().filter(|c| !c.is_whitespace()).collect();
         let mut p = Parser { conf, tokens: lex(&compact), at: 0 };
@@ -236,7 +258,11 @@ impl AllocatorConfig {
                 config.roundup_power2_divisions = parse_divisions(&mut p)?;
             } else {
                 let value = p.word("a value", || format!("after \"{key}:\""))?;
-                config.apply(&p, key, value)?;
+                match config.apply(&p, key, value) {
+                    Ok(()) => {}
+                    Err(_) if lenient => config.not_modelled.push(format!("{key}:{value}")),
+                    Err(e) => return Err(e),
+                }
             }
             match p.peek() {
                 None => break,
@@ -259,6 +285,13 @@ impl AllocatorConfig {
                 self.garbage_collection_threshold = t;
             }
             "expandable_segments" => self.expandable_segments = p.boolean(key, value)?,
+            "large_segment_size_mb" => {
+                let mb = p.integer(key, value)?;
+                if mb == 0 {
+                    return Err(p.bad(key, value, "must be at least 1"));
+                }
+                self.large_segment_size = mb.min(u64::MAX / MIB) * MIB;
+            }
             "backend" => match value {
                 "native" => {}
                 "cudaMallocAsync" => {
@@ -305,8 +338,15 @@ impl AllocatorConfig {
     /// Typed fields win; `max_non_split_rounding_mb`, which is not recorded
     /// as a field, comes from the recorded `PYTORCH_CUDA_ALLOC_CONF` string.
     pub fn from_recorded(settings: &AllocatorSettings) -> AllocatorConfig {
-        let mut config =
-            settings.alloc_conf.as_deref().and_then(|c| AllocatorConfig::parse(c).ok()).unwrap_or_default();
+        let mut config = match settings.alloc_conf.as_deref().map(AllocatorConfig::parse_recorded) {
+            Some(Ok(config)) => config,
+            // Not even the syntax: nothing of it can be modelled, and it says so.
+            Some(Err(_)) => AllocatorConfig {
+                not_modelled: vec![settings.alloc_conf.clone().unwrap_or_default()],
+                ..AllocatorConfig::default()
+            },
+            None => AllocatorConfig::default(),
+        };
         config.max_split_size = settings.max_split_size.unwrap_or(u64::MAX);
         config.expandable_segments = settings.expandable_segments;
         config.garbage_collection_threshold = settings.garbage_collection_threshold.max(0.0);
@@ -345,6 +385,9 @@ impl AllocatorConfig {
         }
         if self.expandable_segments {
             parts.push("expandable_segments:True".to_owned());
+        }
+        if self.large_segment_size != defaults.large_segment_size {
+            parts.push(format!("large_segment_size_mb:{}", self.large_segment_size / MIB));
         }
         parts.join(",")
     }
@@ -459,6 +502,25 @@ pub fn parse_size(text: &str) -> Result<u64, ConfigError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn large_segment_size_is_parsed_and_written_back() {
+        let c = AllocatorConfig::parse("large_segment_size_mb:64").expect("parses");
+        assert_eq!(c.large_segment_size, 64 * MIB);
+        assert_eq!(c.to_conf_string(), "large_segment_size_mb:64");
+        assert!(AllocatorConfig::parse("large_segment_size_mb:0").is_err());
+    }
+
+    /// Regression: one option the model did not know made a recorded
+    /// string unusable, and the replay silently ran with the defaults.
+    #[test]
+    fn regression_a_recorded_option_that_is_not_modelled_is_named_not_dropped() {
+        let recorded = "max_split_size_mb:256,some_future_option:7,per_process_memory_fraction:0.5";
+        assert!(AllocatorConfig::parse(recorded).is_err(), "given by a user, an unknown key is refused");
+        let c = AllocatorConfig::parse_recorded(recorded).expect("recorded: parsed leniently");
+        assert_eq!(c.max_split_size, 256 * MIB, "the rest is modelled");
+        assert_eq!(c.not_modelled, ["some_future_option:7", "per_process_memory_fraction:0.5"]);
+    }
 
     #[test]
     fn defaults_are_pytorchs() {

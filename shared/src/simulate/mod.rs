@@ -158,6 +158,10 @@ pub struct SimulationReport {
     pub settings: &'static str,
     /// The capacity, if one was given.
     pub capacity_bytes: Option<u64>,
+    /// Options of the recorded setting string that are not modelled (the
+    /// replay uses PyTorch's defaults for them), as written; empty when
+    /// every option was.
+    pub not_modelled_settings: Vec<String>,
 }
 
 /// One device of a [`SimulationReport`].
@@ -218,6 +222,7 @@ impl Simulation {
             devices: self.devices.iter().map(DeviceSimulation::report).collect(),
             settings: if self.recorded_settings { "recorded" } else { "given" },
             capacity_bytes: self.capacity,
+            not_modelled_settings: self.config.not_modelled.clone(),
         }
     }
 }

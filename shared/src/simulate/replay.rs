@@ -38,7 +38,7 @@ use serde::{Deserialize, Serialize};
 
 use super::SimError;
 use super::allocator::{
-    Allocation, AllocatorStats, CachingAllocator, OutOfMemory, SimSegment, allocation_size, round_size,
+    Allocation, AllocatorStats, CachingAllocator, OutOfMemory, SimSegment, allocation_size_with, round_size,
 };
 use super::config::AllocatorConfig;
 use crate::snapshot::{Action, DeviceSnapshot};
@@ -252,7 +252,7 @@ impl<'a> Replayer<'a> {
                     let e = OutOfMemory {
                         requested_bytes: size,
                         rounded_bytes: rounded,
-                        allocation_bytes: allocation_size(rounded),
+                        allocation_bytes: allocation_size_with(rounded, self.allocator.config().large_segment_size),
                     };
                     self.recorded_oom = Some(self.failure(i, e, true));
                 }
