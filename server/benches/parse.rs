@@ -361,7 +361,7 @@ fn bench_library(path: &Path, runs: usize) -> Result<LibTimes, String> {
         t.index.push_wall(start.elapsed());
 
         let start = Instant::now();
-        let replayed = simulate(&snapshot, &SimulateOptions { alloc_conf: None, capacity: None, record_series: false });
+        let replayed = simulate(&snapshot, &SimulateOptions::default());
         // A wrapped trace cannot be replayed; its row stays empty.
         if std::hint::black_box(replayed).is_ok() {
             t.replay.push_wall(start.elapsed());
