@@ -202,19 +202,13 @@ def workload(torch, pairs):
 
 
 def snapshot_without_inductor_import(torch):
-    """`_snapshot()` with `torch._inductor` shadowed by an object that has no
-    `codecache` while torch._inductor is not imported: the symbolizer then
-    skips inductor's frame lookup (there can be no inductor-generated code
-    to look up) instead of importing it."""
-    if "torch._inductor" in sys.modules:
-        return torch.cuda.memory._snapshot()
-    placeholder = object()
-    torch._inductor = placeholder
-    try:
-        return torch.cuda.memory._snapshot()
-    finally:
-        if torch.__dict__.get("_inductor") is placeholder:
-            del torch._inductor
+    """The capture module's own `_snapshot()` wrapper (the placeholder at
+    `torch._inductor`), so this bench measures the code the agent runs."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    sys.path.insert(0, os.path.join(root, "assets", "capture"))
+    from vramscope_capture import _snapshot_without_inductor_import
+
+    return _snapshot_without_inductor_import(torch)
 
 
 def timed(fn):
