@@ -167,3 +167,48 @@ fn the_capture_modules_context_is_read_beside_the_snapshot() {
     assert!(plain.capture.is_none());
     assert!(plain.stats().devices.iter().all(|d| d.outside_allocator_bytes.is_none()));
 }
+
+/// Regression: the capture context is copied into the statistics every
+/// server stores and serves; a file with a million processes in it made
+/// them as large. (Past a million nodes the whole key is ignored: the
+/// reader's bound on free-form values.)
+#[test]
+fn regression_a_huge_capture_context_is_cut_to_its_limits() {
+    use serde_pickle::{HashableValue as K, SerOptions, Value as V};
+    let text = |t: &str| V::String(t.to_owned());
+    let process = |pid: i64| V::Dict([(K::String("pid".into()), V::I64(pid))].into_iter().collect());
+    let device = |d: i64| {
+        V::Dict(
+            [
+                (K::String("device".into()), V::I64(d)),
+                (K::String("other_processes".into()), V::List((0..300).map(process).collect())),
+            ]
+            .into_iter()
+            .collect(),
+        )
+    };
+    let capture = V::Dict(
+        [
+            (K::String("torch_version".into()), text(&"9".repeat(100_000))),
+            (K::String("devices".into()), V::List((0..200).map(device).collect())),
+        ]
+        .into_iter()
+        .collect(),
+    );
+    let root = V::Dict(
+        [
+            (K::String("segments".into()), V::List(Vec::new())),
+            (K::String("device_traces".into()), V::List(Vec::new())),
+            (K::String("vramscope_capture".into()), capture),
+        ]
+        .into_iter()
+        .collect(),
+    );
+    let bytes = serde_pickle::value_to_vec(&root, SerOptions::new()).expect("pickle");
+    let snapshot = vramscope_shared::read_snapshot_bytes(&bytes, &ReadOptions::default()).expect("reads");
+    let capture = snapshot.capture.as_ref().expect("capture read");
+    assert_eq!(capture.devices.len(), 64);
+    assert!(capture.devices.iter().all(|d| d.other_processes.len() == 256));
+    assert_eq!(capture.torch_version, None, "a text past any real version is left out");
+    assert!(snapshot.warnings.iter().any(|w| w.contains("kept the first 64 devices")), "{:?}", snapshot.warnings);
+}

@@ -560,3 +560,43 @@ async fn signed_links_open_one_snapshots_file_and_exports_without_a_token() {
     let (status, _) = server.get(&format!("/snapshots/{id}/file")).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED, "the plain link still needs a token");
 }
+
+/// Regression: a snapshot's `vramscope_capture` key is copied into the
+/// statistics the server stores per row and serves at `/stats`; a file
+/// listing thousands of devices and processes made them as large.
+#[tokio::test]
+async fn regression_a_huge_capture_context_does_not_inflate_the_stored_statistics() {
+    use serde_pickle::{HashableValue as K, SerOptions, Value as V};
+    let process = |pid: i64| V::Dict([(K::String("pid".into()), V::I64(pid))].into_iter().collect());
+    let device = |d: i64| {
+        let fields = [
+            (K::String("device".into()), V::I64(d)),
+            (K::String("other_processes".into()), V::List((0..300).map(process).collect())),
+        ];
+        V::Dict(fields.into_iter().collect())
+    };
+    let capture =
+        V::Dict([(K::String("devices".into()), V::List((0..1000).map(device).collect()))].into_iter().collect());
+    let root = V::Dict(
+        [
+            (K::String("segments".into()), V::List(Vec::new())),
+            (K::String("device_traces".into()), V::List(Vec::new())),
+            (K::String("vramscope_capture".into()), capture),
+        ]
+        .into_iter()
+        .collect(),
+    );
+    let bytes = serde_pickle::value_to_vec(&root, SerOptions::new()).expect("pickle");
+    let server = TestServer::start("capture-bomb", &[]);
+    let victim = victim(&server).await;
+    let (status, answer) = server.upload(bytes.clone(), "name=capture").await;
+    assert_eq!(status, StatusCode::CREATED, "{answer}");
+    let id = answer["id"].as_str().expect("id");
+    let response = client().get(server.api(&format!("/snapshots/{id}/stats"))).send().await.expect("stats");
+    assert_eq!(response.status(), StatusCode::OK);
+    let body = response.bytes().await.expect("body");
+    let stats: Value = serde_json::from_slice(&body).expect("json");
+    assert_eq!(stats["capture"]["devices"].as_array().map(Vec::len), Some(64));
+    assert!(body.len() < bytes.len() / 4, "{} bytes of statistics from a {}-byte file", body.len(), bytes.len());
+    still_serves(&server, &victim).await;
+}

@@ -28,6 +28,9 @@ pub(crate) const MAX_SAMPLES_PER_SOURCE: i64 = 100_000;
 /// Longest source key (`{job}--{host}--rank{N}`) stored, in bytes.
 const MAX_SOURCE_KEY_BYTES: usize = 600;
 
+/// Longest allocator backend name stored (`native`, `cudaMallocAsync`).
+const MAX_BACKEND_BYTES: usize = 64;
+
 /// One row of `telemetry_sources`: the process as the API shows it, and
 /// the token whose agent created it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,8 +57,9 @@ impl Db {
         let mut tx = self.pool.begin().await.context("telemetry insert: cannot begin")?;
         for labels in sources {
             let key = labels.key();
-            // A job or host name past any real one: not stored.
-            if key.len() > MAX_SOURCE_KEY_BYTES {
+            // A job, host or backend name past any real one: not stored.
+            if key.len() > MAX_SOURCE_KEY_BYTES || labels.backend.as_ref().is_some_and(|b| b.len() > MAX_BACKEND_BYTES)
+            {
                 refused.push(key);
                 continue;
             }
@@ -323,6 +327,11 @@ mod tests {
             db.insert_telemetry(None, std::slice::from_ref(&huge), &[sample(&huge.key(), 1, 1)]).await.expect("insert");
         assert_eq!(refused, [huge.key()], "a key past any real job name");
         assert_eq!(db.get_source(&huge.key()).await.expect("get"), None);
+        // Nor a backend name past any real one.
+        let odd = SourceLabels { backend: Some("b".repeat(65)), ..labels(1) };
+        let refused =
+            db.insert_telemetry(None, std::slice::from_ref(&odd), &[sample(&odd.key(), 1, 1)]).await.expect("insert");
+        assert_eq!(refused, [odd.key()], "a backend name past any real one");
         let kept: Vec<i64> = db.samples(&key, -1, 100).await.expect("samples").iter().map(|s| s.t_ms).collect();
         assert_eq!(kept, [1]);
         assert_eq!(db.get_source(&key).await.expect("get").and_then(|s| s.owner_token).as_deref(), Some("alice"));

@@ -753,9 +753,18 @@ fn allocator_settings(heap: &Heap, v: Value) -> Result<AllocatorSettings, ReadEr
     Ok(s)
 }
 
+/// Most devices and processes per device kept from `vramscope_capture`:
+/// far above any real host, and what bounds the statistics a file makes
+/// the server store and serve.
+const MAX_CAPTURE_DEVICES: usize = 64;
+const MAX_CAPTURE_PROCESSES: usize = 256;
+/// Longest text kept from it (versions, backend, settings).
+const MAX_CAPTURE_TEXT: usize = 4096;
+
 /// `vramscope_capture`, written by our capture module. Read leniently: a
 /// value of another shape is a warning, never a failed read (the snapshot
-/// itself is PyTorch's and stands without it).
+/// itself is PyTorch's and stands without it). Lists past their limits are
+/// cut, with a warning; a text past its limit is left out.
 fn capture_context(heap: &Heap, v: Value, warnings: &mut Vec<String>) -> Option<CaptureContext> {
     let value = match py_value(heap, v, "vramscope_capture") {
         Ok(value) => value,
@@ -768,8 +777,9 @@ fn capture_context(heap: &Heap, v: Value, warnings: &mut Vec<String>) -> Option<
         warnings.push("vramscope_capture ignored: not a dict".to_owned());
         return None;
     };
+    let mut cut = false;
     let text = |v: &PyValue| match v {
-        PyValue::Str(s) => Some(s.clone()),
+        PyValue::Str(s) if s.len() <= MAX_CAPTURE_TEXT => Some(s.clone()),
         _ => None,
     };
     let bytes = |v: &PyValue| match v {
@@ -786,22 +796,26 @@ fn capture_context(heap: &Heap, v: Value, warnings: &mut Vec<String>) -> Option<
         devices: Vec::new(),
     };
     if let Some(PyValue::List(devices)) = field(&fields, "devices") {
-        for d in devices {
+        cut |= devices.len() > MAX_CAPTURE_DEVICES;
+        for d in devices.into_iter().take(MAX_CAPTURE_DEVICES) {
             let PyValue::Dict(d) = d else { continue };
             let Some(device) = field(&d, "device").as_ref().and_then(bytes).and_then(|i| u32::try_from(i).ok()) else {
                 continue;
             };
             let other_processes = match field(&d, "other_processes") {
-                Some(PyValue::List(list)) => list
-                    .iter()
-                    .filter_map(|p| match p {
-                        PyValue::Dict(p) => Some(ProcessMemory {
-                            pid: field(p, "pid").as_ref().and_then(bytes).and_then(|i| u32::try_from(i).ok())?,
-                            used_bytes: field(p, "used_bytes").as_ref().and_then(bytes),
-                        }),
-                        _ => None,
-                    })
-                    .collect(),
+                Some(PyValue::List(list)) => {
+                    cut |= list.len() > MAX_CAPTURE_PROCESSES;
+                    list.iter()
+                        .take(MAX_CAPTURE_PROCESSES)
+                        .filter_map(|p| match p {
+                            PyValue::Dict(p) => Some(ProcessMemory {
+                                pid: field(p, "pid").as_ref().and_then(bytes).and_then(|i| u32::try_from(i).ok())?,
+                                used_bytes: field(p, "used_bytes").as_ref().and_then(bytes),
+                            }),
+                            _ => None,
+                        })
+                        .collect()
+                }
                 _ => Vec::new(),
             };
             capture.devices.push(CaptureDevice {
@@ -812,6 +826,12 @@ fn capture_context(heap: &Heap, v: Value, warnings: &mut Vec<String>) -> Option<
                 other_processes,
             });
         }
+    }
+    if cut {
+        warnings.push(format!(
+            "vramscope_capture: kept the first {MAX_CAPTURE_DEVICES} devices and {MAX_CAPTURE_PROCESSES} processes \
+             per device"
+        ));
     }
     Some(capture)
 }
