@@ -6,7 +6,7 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use serde_pickle::{HashableValue as K, SerOptions, Value};
+use serde_pickle::{SerOptions, Value};
 use vramscope_shared::analysis::diff::{Change, SnapshotDiff};
 use vramscope_shared::analysis::layout::{Rewinder, layout_after};
 use vramscope_shared::analysis::leaks::{LeakReport, Pattern};
@@ -15,6 +15,8 @@ use vramscope_shared::analysis::steps::StepSource;
 use vramscope_shared::analysis::{FrameText, stack_label};
 use vramscope_shared::snapshot::BlockState;
 use vramscope_shared::{ReadOptions, Snapshot, read_snapshot_bytes};
+
+use common::pickled::{dict, i, large_segment, s};
 
 const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;
@@ -309,16 +311,6 @@ fn a_snapshot_compared_with_itself_has_an_empty_diff() {
 
 // ---- snapshots written here ---------------------------------------------------
 
-fn s(text: &str) -> Value {
-    Value::String(text.to_owned())
-}
-fn i(v: u64) -> Value {
-    Value::I64(v as i64)
-}
-fn dict(pairs: Vec<(&str, Value)>) -> Value {
-    Value::Dict(pairs.into_iter().map(|(k, v)| (K::String(k.to_owned()), v)).collect::<BTreeMap<_, _>>())
-}
-
 /// A stack, innermost frame first: `(file, line, function)`.
 type Stack = &'static [(&'static str, u64, &'static str)];
 
@@ -414,20 +406,7 @@ impl Writer {
         if at < BASE + SEGMENT {
             block(at, BASE + SEGMENT - at, 0, "inactive", &[]);
         }
-        let segment = dict(vec![
-            ("device", i(0)),
-            ("address", i(BASE)),
-            ("total_size", i(SEGMENT)),
-            ("allocated_size", i(0)),
-            ("active_size", i(0)),
-            ("requested_size", i(0)),
-            ("stream", i(0)),
-            ("segment_type", s("large")),
-            ("segment_pool_id", Value::Tuple(vec![i(0), i(0)])),
-            ("is_expandable", Value::Bool(false)),
-            ("frames", Value::List(vec![])),
-            ("blocks", Value::List(blocks)),
-        ]);
+        let segment = large_segment(BASE, SEGMENT, blocks);
         let value = dict(vec![
             ("segments", Value::List(vec![segment])),
             ("device_traces", Value::List(vec![Value::List(self.trace)])),

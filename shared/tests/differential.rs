@@ -4,11 +4,11 @@
 
 mod common;
 
-use std::collections::BTreeMap;
-
 use serde_pickle::{DeOptions, HashableValue as K, SerOptions, Value};
 use vramscope_shared::snapshot::{Action, BlockState};
 use vramscope_shared::{ReadOptions, read_snapshot_bytes};
+
+use common::pickled::{dict, i, large_segment, s};
 
 /// A small deterministic PRNG (xorshift64*), so failures reproduce.
 struct Rng(u64);
@@ -24,15 +24,6 @@ impl Rng {
     }
 }
 
-fn s(text: &str) -> Value {
-    Value::String(text.to_owned())
-}
-fn i(v: u64) -> Value {
-    Value::I64(v as i64)
-}
-fn dict(pairs: Vec<(&str, Value)>) -> Value {
-    Value::Dict(pairs.into_iter().map(|(k, v)| (K::String(k.to_owned()), v)).collect::<BTreeMap<_, _>>())
-}
 fn frames(rng: &mut Rng) -> Value {
     let depth = rng.below(4) as usize;
     Value::List(
@@ -78,20 +69,7 @@ fn random_snapshot(rng: &mut Rng) -> (Value, ExpectedSegments, ExpectedTrace) {
             block_addr += size;
             total += size;
         }
-        segments.push(dict(vec![
-            ("device", i(0)),
-            ("address", i(addr)),
-            ("total_size", i(total)),
-            ("allocated_size", i(0)),
-            ("active_size", i(0)),
-            ("requested_size", i(0)),
-            ("stream", i(0)),
-            ("segment_type", s("large")),
-            ("segment_pool_id", Value::Tuple(vec![i(0), i(0)])),
-            ("is_expandable", Value::Bool(false)),
-            ("frames", Value::List(vec![])),
-            ("blocks", Value::List(blocks)),
-        ]));
+        segments.push(large_segment(addr, total, blocks));
         expected_segments.push((addr, total, expected_blocks));
         addr += total + 0x10_0000;
     }

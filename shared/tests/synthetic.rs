@@ -174,36 +174,17 @@ fn the_capture_modules_context_is_read_beside_the_snapshot() {
 /// reader's bound on free-form values.)
 #[test]
 fn regression_a_huge_capture_context_is_cut_to_its_limits() {
-    use serde_pickle::{HashableValue as K, SerOptions, Value as V};
-    let text = |t: &str| V::String(t.to_owned());
-    let process = |pid: i64| V::Dict([(K::String("pid".into()), V::I64(pid))].into_iter().collect());
-    let device = |d: i64| {
-        V::Dict(
-            [
-                (K::String("device".into()), V::I64(d)),
-                (K::String("other_processes".into()), V::List((0..300).map(process).collect())),
-            ]
-            .into_iter()
-            .collect(),
-        )
-    };
-    let capture = V::Dict(
-        [
-            (K::String("torch_version".into()), text(&"9".repeat(100_000))),
-            (K::String("devices".into()), V::List((0..200).map(device).collect())),
-        ]
-        .into_iter()
-        .collect(),
-    );
-    let root = V::Dict(
-        [
-            (K::String("segments".into()), V::List(Vec::new())),
-            (K::String("device_traces".into()), V::List(Vec::new())),
-            (K::String("vramscope_capture".into()), capture),
-        ]
-        .into_iter()
-        .collect(),
-    );
+    use common::pickled::{dict, i, s};
+    use serde_pickle::{SerOptions, Value as V};
+    let process = |pid: u64| dict(vec![("pid", i(pid))]);
+    let device = |d: u64| dict(vec![("device", i(d)), ("other_processes", V::List((0..300).map(process).collect()))]);
+    let capture =
+        dict(vec![("torch_version", s(&"9".repeat(100_000))), ("devices", V::List((0..200).map(device).collect()))]);
+    let root = dict(vec![
+        ("segments", V::List(Vec::new())),
+        ("device_traces", V::List(Vec::new())),
+        ("vramscope_capture", capture),
+    ]);
     let bytes = serde_pickle::value_to_vec(&root, SerOptions::new()).expect("pickle");
     let snapshot = vramscope_shared::read_snapshot_bytes(&bytes, &ReadOptions::default()).expect("reads");
     let capture = snapshot.capture.as_ref().expect("capture read");

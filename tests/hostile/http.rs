@@ -566,26 +566,16 @@ async fn signed_links_open_one_snapshots_file_and_exports_without_a_token() {
 /// listing thousands of devices and processes made them as large.
 #[tokio::test]
 async fn regression_a_huge_capture_context_does_not_inflate_the_stored_statistics() {
-    use serde_pickle::{HashableValue as K, SerOptions, Value as V};
-    let process = |pid: i64| V::Dict([(K::String("pid".into()), V::I64(pid))].into_iter().collect());
-    let device = |d: i64| {
-        let fields = [
-            (K::String("device".into()), V::I64(d)),
-            (K::String("other_processes".into()), V::List((0..300).map(process).collect())),
-        ];
-        V::Dict(fields.into_iter().collect())
-    };
-    let capture =
-        V::Dict([(K::String("devices".into()), V::List((0..1000).map(device).collect()))].into_iter().collect());
-    let root = V::Dict(
-        [
-            (K::String("segments".into()), V::List(Vec::new())),
-            (K::String("device_traces".into()), V::List(Vec::new())),
-            (K::String("vramscope_capture".into()), capture),
-        ]
-        .into_iter()
-        .collect(),
-    );
+    use crate::common::pickled::{dict, i};
+    use serde_pickle::{SerOptions, Value as V};
+    let process = |pid: u64| dict(vec![("pid", i(pid))]);
+    let device = |d: u64| dict(vec![("device", i(d)), ("other_processes", V::List((0..300).map(process).collect()))]);
+    let capture = dict(vec![("devices", V::List((0..1000).map(device).collect()))]);
+    let root = dict(vec![
+        ("segments", V::List(Vec::new())),
+        ("device_traces", V::List(Vec::new())),
+        ("vramscope_capture", capture),
+    ]);
     let bytes = serde_pickle::value_to_vec(&root, SerOptions::new()).expect("pickle");
     let server = TestServer::start("capture-bomb", &[]);
     let victim = victim(&server).await;

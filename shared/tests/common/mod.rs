@@ -40,3 +40,46 @@ pub fn synthetic_dir() -> PathBuf {
     })
     .clone()
 }
+
+/// Snapshot values written with `serde-pickle`, for suites that build their
+/// own files: a string, an integer, a dict with text keys, and a large
+/// segment of the current format holding `blocks`.
+pub mod pickled {
+    use std::collections::BTreeMap;
+
+    use serde_pickle::{HashableValue as K, Value};
+
+    /// A `str`.
+    pub fn s(text: &str) -> Value {
+        Value::String(text.to_owned())
+    }
+
+    /// An `int`.
+    pub fn i(v: u64) -> Value {
+        Value::I64(v as i64)
+    }
+
+    /// A `dict` with text keys.
+    pub fn dict(pairs: Vec<(&str, Value)>) -> Value {
+        Value::Dict(pairs.into_iter().map(|(k, v)| (K::String(k.to_owned()), v)).collect::<BTreeMap<_, _>>())
+    }
+
+    /// A large segment of device 0 at `address`, `total` bytes, on the
+    /// default stream and pool (the size fields PyTorch recomputes are 0).
+    pub fn large_segment(address: u64, total: u64, blocks: Vec<Value>) -> Value {
+        dict(vec![
+            ("device", i(0)),
+            ("address", i(address)),
+            ("total_size", i(total)),
+            ("allocated_size", i(0)),
+            ("active_size", i(0)),
+            ("requested_size", i(0)),
+            ("stream", i(0)),
+            ("segment_type", s("large")),
+            ("segment_pool_id", Value::Tuple(vec![i(0), i(0)])),
+            ("is_expandable", Value::Bool(false)),
+            ("frames", Value::List(vec![])),
+            ("blocks", Value::List(blocks)),
+        ])
+    }
+}
