@@ -32,6 +32,7 @@ pub fn answer(a: &Analyzed, route: &str, query: &str) -> Result<String, ViewErro
             "tune" => json(&analysis::tune(a, &params(route, query)?)?),
             "explain" => json(&analysis::explain(a, &params(route, query)?)?),
             "leaks" => json(&analysis::leaks(a, &params(route, query)?)?),
+            "breakdown" => json(&analysis::breakdown(a, &params(route, query)?)?),
             "state" => json(&super::state::state(a, &params(route, query)?)?),
             "segments" => json(&super::segments::segments(a, &params(route, query)?)?),
             "fragmentation" => json(&super::fragmentation::fragmentation(a, &params(route, query)?)?),

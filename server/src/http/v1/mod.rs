@@ -52,6 +52,7 @@ pub(super) fn routes(timeout: Duration) -> Router<AppState> {
         .route("/api/v1/snapshots/{id}/tune", get(analysis::tune))
         .route("/api/v1/snapshots/{id}/explain", get(analysis::explain))
         .route("/api/v1/snapshots/{id}/leaks", get(analysis::leaks))
+        .route("/api/v1/snapshots/{id}/breakdown", get(analysis::breakdown))
         .route("/api/v1/compare", get(analysis::compare))
         .layer(TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, timeout));
     let streaming = Router::new()
