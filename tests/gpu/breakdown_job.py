@@ -16,7 +16,11 @@ and the bytes of cuBLAS's workspaces (measured by clearing them after the
 snapshot); and `*.stats.json`, the
 allocator's `memory_stats()`.
 
-    python3 tests/gpu/breakdown_job.py OUT python|all
+    python3 tests/gpu/breakdown_job.py OUT python|all forward|after_step
+
+Each snapshot comes from a run of its own, which stops right after it:
+measuring the workspaces frees them, and the next matmul would make them
+again inside the step.
 """
 
 import json
@@ -88,22 +92,27 @@ def dump(stem, model, opt):
     torch.cuda.synchronize()
     t = truth(model, opt)
     torch.cuda.memory._dump_snapshot(stem + ".pickle")
+    stats = torch.cuda.memory_stats()
+    with open(stem + ".stats.json", "w") as f:
+        json.dump({"alloc_conf": os.environ.get("PYTORCH_ALLOC_CONF", ""), "memory_stats": stats}, f)
     # cuBLAS keeps its workspaces in the caching allocator: neither model
-    # nor optimizer state, and not activations. Clearing them (they are
-    # made again at the next matmul) says how many bytes they held.
-    t["memory_requested"] = torch.cuda.memory_stats()["requested_bytes.all.current"]
+    # nor optimizer state, and not activations. Clearing them says how many
+    # bytes they held; the run stops right after.
+    t["memory_requested"] = stats["requested_bytes.all.current"]
     held = torch.cuda.memory_allocated()
     torch._C._cuda_clearCublasWorkspaces()
     t["cublas_workspaces"] = held - torch.cuda.memory_allocated()
     with open(stem + ".truth.json", "w") as f:
         json.dump(t, f, indent=1)
-    with open(stem + ".stats.json", "w") as f:
-        json.dump({"alloc_conf": os.environ.get("PYTORCH_ALLOC_CONF", ""), "memory_stats": torch.cuda.memory_stats()}, f)
     print(os.path.basename(stem), json.dumps(t), flush=True)
 
 
+class Done(Exception):
+    """The snapshot is taken: the run stops."""
+
+
 def main():
-    out, stacks = sys.argv[1], sys.argv[2]
+    out, stacks, when = sys.argv[1], sys.argv[2], sys.argv[3]
     os.makedirs(out, exist_ok=True)
     torch.manual_seed(0)
     torch.cuda.init()
@@ -113,10 +122,18 @@ def main():
     state = {"step": 0}
 
     def inside_forward(module, args, output):
-        if state["step"] == 4:
+        if state["step"] == 4 and when == "forward":
             dump(os.path.join(out, f"{stacks}-forward"), model, opt)
+            raise Done()
 
     model.blocks[3].register_forward_hook(inside_forward)
+    try:
+        train(model, opt, state, out, stacks, when)
+    except Done:
+        pass
+
+
+def train(model, opt, state, out, stacks, when):
     for step in range(5):
         state["step"] = step
         idx = torch.randint(0, 8192, (16, 256), device="cuda")
@@ -127,8 +144,9 @@ def main():
             loss.backward()
         with torch.autograd.profiler.record_function("optimizer"):
             opt.step()
-        if step == 4:
+        if step == 4 and when == "after_step":
             dump(os.path.join(out, f"{stacks}-after_step"), model, opt)
+            return
         opt.zero_grad()
 
 

@@ -633,6 +633,16 @@ mod tests {
                 let want = t[cat].as_u64().expect("truth figure");
                 assert!(within(ours, want, 2.0), "{name}: {cat} {ours} against the true {want}: {b:#?}");
             }
+            // Activations: the rest of the requested bytes alive, less
+            // cuBLAS's workspaces (measured by clearing them), which are
+            // "other" here and not activations.
+            let figure = |k: &str| t[k].as_u64().expect("truth figure");
+            let rest = figure("memory_requested")
+                - figure("parameters")
+                - figure("gradients")
+                - figure("optimizer_state")
+                - figure("cublas_workspaces");
+            assert!(within(c.activations, rest, 5.0), "{name}: activations {} against {rest}: {b:#?}", c.activations);
         }
     }
 }
