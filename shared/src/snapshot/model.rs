@@ -219,8 +219,13 @@ pub struct CaptureDevice {
     pub process_used_bytes: Option<u64>,
     /// Memory used on the device by every process and the driver.
     pub device_used_bytes: Option<u64>,
-    /// The device's memory.
+    /// The device's memory, as NVML counts it.
     pub device_total_bytes: Option<u64>,
+    /// The device's memory as CUDA reports it to the process
+    /// (`torch.cuda.get_device_properties(d).total_memory`, a little under
+    /// NVML's): what `per_process_memory_fraction` is a fraction of.
+    #[serde(default)]
+    pub cuda_total_bytes: Option<u64>,
     /// The other processes on the device and their memory.
     pub other_processes: Vec<ProcessMemory>,
 }

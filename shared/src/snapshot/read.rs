@@ -823,6 +823,7 @@ fn capture_context(heap: &Heap, v: Value, warnings: &mut Vec<String>) -> Option<
                 process_used_bytes: field(&d, "process_used_bytes").as_ref().and_then(bytes),
                 device_used_bytes: field(&d, "device_used_bytes").as_ref().and_then(bytes),
                 device_total_bytes: field(&d, "device_total_bytes").as_ref().and_then(bytes),
+                cuda_total_bytes: field(&d, "cuda_total_bytes").as_ref().and_then(bytes),
                 other_processes,
             });
         }
