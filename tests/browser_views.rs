@@ -566,3 +566,40 @@ async fn breakdown(client: &Client, url: &str) {
     assert!(link.contains("tab=breakdown") && link.contains("row="), "{link}");
     screenshot(client, "views-8-breakdown-cursor").await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pinned_host_memory_has_its_own_section_in_chromium() {
+    let (_server, url) = start_server(&scratch("views-host"), &[]);
+    assert_dashboard_built(&url).await;
+    let (_driver, driver_url) = start_chromedriver();
+    let client = connect(&driver_url, "profile-views-host").await;
+    closing(&client, host_memory(&client, &url)).await;
+}
+
+/// The reserved grey and the allocated blue of the palette.
+const RESERVED: [u8; 3] = [87, 96, 106];
+const ALLOCATED: [u8; 3] = [9, 105, 218];
+
+async fn host_memory(client: &Client, url: &str) {
+    let file = crate::common::synthetic_dir().join("host_pinned.p4.pickle");
+    let id = upload(url, &file).await;
+    client.goto(&format!("{url}/snapshots/{id}")).await.expect("open the snapshot");
+    let cards = until(client, 30, "the pinned host memory cards", || async {
+        text_of(client, "#host-summary").await.filter(|t| t.contains("72.5 MiB"))
+    })
+    .await;
+    assert!(cards.contains("74.5 MiB") && cards.contains("243"), "pinned peak and host events: {cards}");
+    until(client, 30, "the host chart", || async {
+        let (_, c) = colours(client, "host-chart", &[RESERVED, ALLOCATED]).await?;
+        (c[0] > 100 && c[1] > 100).then_some(())
+    })
+    .await;
+    let (status, body) = (
+        reqwest::get(format!("{url}/api/v1/snapshots/{id}/host?px=10")).await.expect("GET").status(),
+        api(url, &format!("/api/v1/snapshots/{id}/host?px=10")).await,
+    );
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["rows"].as_array().map(Vec::len), Some(10), "{body}");
+    scroll_to(client, "host-memory").await;
+    screenshot(client, "views-9-host-memory").await;
+}

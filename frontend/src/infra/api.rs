@@ -25,7 +25,8 @@ use crate::core::model::live::{LiveList, LiveRead};
 use crate::core::model::review::Comment;
 use crate::core::model::{
     AllocatorState, AnnotationsAnswer, Axis, BreakdownAnswer, CommentMark, EntryAnswer, ErrorBody, FragmentationAnswer,
-    Frame, Instant, Page, SearchAnswer, SegmentsAnswer, SnapshotMeta, StatsReport, TimelineWindow, UploadAnswer,
+    Frame, HostAnswer, Instant, Page, SearchAnswer, SegmentsAnswer, SnapshotMeta, StatsReport, TimelineWindow,
+    UploadAnswer,
 };
 use crate::core::url::query;
 use crate::core::viewport::Window;
@@ -278,6 +279,11 @@ pub(crate) async fn breakdown(
         query.push_str(&format!("&px={px}"));
     }
     view("loading the memory breakdown", id, "breakdown", &query).await
+}
+
+/// Pinned host memory's figures and timeline (404 when none was recorded).
+pub(crate) async fn host(id: &str, points: u32) -> Result<HostAnswer, ApiError> {
+    view("loading the pinned host memory", id, "host", &format!("px={points}")).await
 }
 
 /// The `record_function` ranges overlapping a window.

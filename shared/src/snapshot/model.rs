@@ -29,6 +29,12 @@ pub struct Snapshot {
     /// (`vramscope_capture`): NVML's view of the process at capture time
     /// and the job's settings. `None` for snapshots taken otherwise.
     pub capture: Option<CaptureContext>,
+    /// Pinned host memory (`host_segments`, `host_traces`: PyTorch 2.14 with
+    /// `_record_memory_history(..., record_host=True)`), in the shape of a
+    /// device (its `device` is 0 and names nothing). `None` when the file
+    /// has neither key. Read after PyTorch's source; no real capture has
+    /// been checked yet.
+    pub host: Option<DeviceSnapshot>,
     /// Things the reader noticed but could not represent (unknown top-level
     /// keys, unknown trace-entry keys), each said once.
     pub warnings: Vec<String>,

@@ -12,6 +12,7 @@ pub mod analysis;
 pub mod annotations;
 pub mod entry;
 pub mod fragmentation;
+pub mod host;
 pub mod route;
 pub mod search;
 pub mod segments;

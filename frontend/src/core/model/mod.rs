@@ -17,6 +17,7 @@ pub use vramscope_shared::views::analysis::BreakdownAnswer;
 pub use vramscope_shared::views::annotations::{AnnotationRange, AnnotationsAnswer};
 pub use vramscope_shared::views::entry::EntryAnswer;
 pub use vramscope_shared::views::fragmentation::{FragmentationAnswer, SettingsView};
+pub use vramscope_shared::views::host::HostAnswer;
 pub use vramscope_shared::views::search::{SearchAnswer, SearchKind, SearchMatch};
 pub use vramscope_shared::views::segments::SegmentsAnswer;
 pub use vramscope_shared::views::state::{AllocatorState, BlockKind, Figures};
