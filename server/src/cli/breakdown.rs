@@ -94,7 +94,8 @@ fn write_device(
             Category::Activations => confidence(b.confidence.activations),
             Category::Other => "",
         };
-        writeln!(out, "  {:<16} {:>11} {:>5.1}%  {how}", c.label(), bytes(n), pct)?;
+        let line = format!("  {:<16} {:>11} {:>5.1}%  {how}", c.label(), bytes(n), pct);
+        writeln!(out, "{}", line.trim_end())?;
     }
     let o = &b.other_detail;
     writeln!(
