@@ -59,6 +59,22 @@ pub struct PoolMap {
     /// released before the snapshot, with no `pool_id` recorded, whose pool
     /// was inferred from the allocations beside them.
     pub inferred_segments: usize,
+    /// The lives of private segments (expandable: mapped ranges), by the
+    /// row that created them.
+    segments: Vec<PrivateSegment>,
+}
+
+/// One private segment's life in trace rows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct PrivateSegment {
+    start: u64,
+    end: u64,
+    /// The `segment_alloc` or `segment_map` row; `None` before the trace.
+    from: Option<u32>,
+    /// The row that released it (or the first of its range); `None`: alive
+    /// at the end.
+    to: Option<u32>,
+    pool: PoolId,
 }
 
 impl PoolMap {
@@ -71,15 +87,25 @@ impl PoolMap {
                 map.private_pools.push(s.pool_id);
             }
         }
-        let recorded = (0..trace.len() as u32).any(|r| trace.pool_id(r).is_some());
+        let recorded = !trace.pool_id.is_empty();
         if map.private_pools.is_empty() && !recorded {
             // The common case, decided without a pass over a long trace.
             return map;
         }
         let segment_pools = segment_pools(device);
         let from_final: Vec<PoolId> = std::mem::take(&mut map.private_pools);
-        // Recorded segments alive at each row: start → (end, attribution).
-        let mut live: BTreeMap<u64, (u64, Attr)> = BTreeMap::new();
+        // Recorded segments alive at each row: start → (end, (attribution,
+        // index in `lives`)). Final segments the trace never created (its
+        // ring buffer wrapped) were there from the start.
+        let mut live: BTreeMap<u64, (u64, (Attr, usize))> = BTreeMap::new();
+        let mut lives: Vec<(u64, u64, Option<u32>, Option<u32>, Attr)> = Vec::new();
+        let created: rustc_hash::FxHashSet<u64> =
+            (0..trace.len()).filter(|&i| trace.action(i) == Action::SegmentAlloc).map(|i| trace.addrs()[i]).collect();
+        for seg in device.segments.iter().filter(|s| !s.is_expandable && !created.contains(&s.address)) {
+            let end = seg.address.saturating_add(seg.total_size);
+            live.insert(seg.address, (end, (Attr::Read(seg.pool_id), lives.len())));
+            lives.push((seg.address, end, None, None, Attr::Read(seg.pool_id)));
+        }
         let mut guesses = 0u32;
         let mut attrs: Vec<(u32, Attr)> = Vec::new();
         let (addrs, sizes) = (trace.addrs(), trace.sizes());
@@ -95,12 +121,16 @@ impl PoolMap {
                             Attr::Unknown(guesses - 1)
                         }
                     };
-                    live.insert(addr, (addr.saturating_add(size), attr));
+                    let end = addr.saturating_add(size);
+                    live.insert(addr, (end, (attr, lives.len())));
+                    lives.push((addr, end, Some(row), None, attr));
                     attr
                 }
                 Action::SegmentFree | Action::SegmentUnmap => {
                     let attr = trace.pool_id(row).map(Attr::Read).unwrap_or_else(|| containing(&live, addr));
-                    remove_range(&mut live, addr, addr.saturating_add(size));
+                    for life in remove_range(&mut live, addr, addr.saturating_add(size)) {
+                        lives[life].3.get_or_insert(row);
+                    }
                     attr
                 }
                 Action::Alloc | Action::FreeRequested | Action::FreeCompleted => {
@@ -114,6 +144,15 @@ impl PoolMap {
         }
         let resolved = resolve_unknown(device, &attrs, guesses as usize);
         map.inferred_segments = guesses as usize;
+        let pool_of = |attr: Attr| match attr {
+            Attr::Read(p) => p,
+            Attr::Unknown(k) => resolved[k as usize],
+        };
+        map.segments = lives
+            .into_iter()
+            .map(|(start, end, from, to, attr)| PrivateSegment { start, end, from, to, pool: pool_of(attr) })
+            .filter(|s| s.pool != DEFAULT_POOL)
+            .collect();
         for (row, attr) in attrs {
             let pool = match attr {
                 Attr::Read(p) => p,
@@ -141,6 +180,22 @@ impl PoolMap {
             Ok(i) => self.rows[i].1,
             Err(_) => DEFAULT_POOL,
         }
+    }
+
+    /// The pool of the segment holding `addr` right after trace row `row`
+    /// (`None`: before the first row): [`DEFAULT_POOL`] unless a private
+    /// segment held it then.
+    pub fn segment_pool(&self, addr: u64, row: Option<u32>) -> PoolId {
+        let alive = |s: &PrivateSegment| {
+            let born = match (s.from, row) {
+                (None, _) => true,
+                (Some(_), None) => false,
+                (Some(f), Some(r)) => f <= r,
+            };
+            let dead = matches!((s.to, row), (Some(t), Some(r)) if t <= r);
+            born && !dead
+        };
+        self.segments.iter().find(|s| s.start <= addr && addr < s.end && alive(s)).map_or(DEFAULT_POOL, |s| s.pool)
     }
 
     /// No row belongs to a private pool.
@@ -251,19 +306,20 @@ fn later_frees(device: &DeviceSnapshot) -> Vec<bool> {
 }
 
 /// The pool of the live recorded segment holding `addr`.
-fn containing(live: &BTreeMap<u64, (u64, Attr)>, addr: u64) -> Attr {
+fn containing(live: &BTreeMap<u64, (u64, (Attr, usize))>, addr: u64) -> Attr {
     live.range(..=addr)
         .next_back()
         .filter(|(_, (end, _))| *end > addr)
-        .map(|(_, &(_, a))| a)
+        .map(|(_, &(_, (a, _)))| a)
         .unwrap_or(Attr::Read(DEFAULT_POOL))
 }
 
 /// Forget `[start, end)`: whole recorded segments, or the unmapped part of
-/// an expandable mapping.
-fn remove_range<T: Copy>(live: &mut BTreeMap<u64, (u64, T)>, start: u64, end: u64) {
-    let overlapping: Vec<(u64, (u64, T))> =
+/// an expandable mapping; returns the lives it touched.
+fn remove_range<T: Copy>(live: &mut BTreeMap<u64, (u64, (T, usize))>, start: u64, end: u64) -> Vec<usize> {
+    let overlapping: Vec<(u64, (u64, (T, usize)))> =
         live.range(..end).rev().take_while(|(_, (e, _))| *e > start).map(|(&s, &v)| (s, v)).collect();
+    let touched = overlapping.iter().map(|&(_, (_, (_, life)))| life).collect();
     for (s, (e, pool)) in overlapping {
         live.remove(&s);
         if s < start {
@@ -273,6 +329,7 @@ fn remove_range<T: Copy>(live: &mut BTreeMap<u64, (u64, T)>, start: u64, end: u6
             live.insert(end, (e, pool));
         }
     }
+    touched
 }
 
 #[cfg(test)]
@@ -363,6 +420,13 @@ mod tests {
             ]
         );
         assert_eq!(map.private_pools, vec![graph]);
+        // The segment at 0x1000_0000 was the default pool's until row 8,
+        // the graph's from row 9.
+        assert_eq!(map.segment_pool(0x1000_0100, Some(5)), DEFAULT_POOL);
+        assert_eq!(map.segment_pool(0x1000_0100, Some(9)), graph);
+        assert_eq!(map.segment_pool(0x2000_0000, Some(2)), graph);
+        assert_eq!(map.segment_pool(0x2000_0000, Some(1)), DEFAULT_POOL, "not yet there");
+        assert_eq!(map.segment_pool(0x2000_0000, None), DEFAULT_POOL);
         assert_eq!(map.inferred_segments, 1, "the default segment freed before the end is inferred");
     }
 
@@ -379,8 +443,8 @@ mod tests {
     #[test]
     fn unmapping_trims_expandable_ranges() {
         let mut live = BTreeMap::new();
-        live.insert(0u64, (100u64, (0, 1)));
-        remove_range(&mut live, 20, 40);
-        assert_eq!(live.into_iter().collect::<Vec<_>>(), vec![(0, (20, (0, 1))), (40, (100, (0, 1)))]);
+        live.insert(0u64, (100u64, ('a', 7)));
+        assert_eq!(remove_range(&mut live, 20, 40), vec![7]);
+        assert_eq!(live.into_iter().collect::<Vec<_>>(), vec![(0, (20, ('a', 7))), (40, (100, ('a', 7)))]);
     }
 }
