@@ -97,14 +97,14 @@ impl PoolMap {
         // Recorded segments alive at each row: start → (end, (attribution,
         // index in `lives`)). Final segments the trace never created (its
         // ring buffer wrapped) were there from the start.
-        let mut live: BTreeMap<u64, (u64, (Attr, usize))> = BTreeMap::new();
-        let mut lives: Vec<(u64, u64, Option<u32>, Option<u32>, Attr)> = Vec::new();
+        let mut live: Live<Attr> = BTreeMap::new();
+        let mut lives: Vec<Life> = Vec::new();
         let created: rustc_hash::FxHashSet<u64> =
             (0..trace.len()).filter(|&i| trace.action(i) == Action::SegmentAlloc).map(|i| trace.addrs()[i]).collect();
         for seg in device.segments.iter().filter(|s| !s.is_expandable && !created.contains(&s.address)) {
             let end = seg.address.saturating_add(seg.total_size);
             live.insert(seg.address, (end, (Attr::Read(seg.pool_id), lives.len())));
-            lives.push((seg.address, end, None, None, Attr::Read(seg.pool_id)));
+            lives.push(Life { start: seg.address, end, from: None, to: None, attr: Attr::Read(seg.pool_id) });
         }
         let mut guesses = 0u32;
         let mut attrs: Vec<(u32, Attr)> = Vec::new();
@@ -123,13 +123,13 @@ impl PoolMap {
                     };
                     let end = addr.saturating_add(size);
                     live.insert(addr, (end, (attr, lives.len())));
-                    lives.push((addr, end, Some(row), None, attr));
+                    lives.push(Life { start: addr, end, from: Some(row), to: None, attr });
                     attr
                 }
                 Action::SegmentFree | Action::SegmentUnmap => {
                     let attr = trace.pool_id(row).map(Attr::Read).unwrap_or_else(|| containing(&live, addr));
                     for life in remove_range(&mut live, addr, addr.saturating_add(size)) {
-                        lives[life].3.get_or_insert(row);
+                        lives[life].to.get_or_insert(row);
                     }
                     attr
                 }
@@ -150,7 +150,7 @@ impl PoolMap {
         };
         map.segments = lives
             .into_iter()
-            .map(|(start, end, from, to, attr)| PrivateSegment { start, end, from, to, pool: pool_of(attr) })
+            .map(|l| PrivateSegment { start: l.start, end: l.end, from: l.from, to: l.to, pool: pool_of(l.attr) })
             .filter(|s| s.pool != DEFAULT_POOL)
             .collect();
         for (row, attr) in attrs {
@@ -203,6 +203,18 @@ impl PoolMap {
         self.rows.is_empty()
     }
 }
+
+/// A recorded segment's life while attributing rows.
+struct Life {
+    start: u64,
+    end: u64,
+    from: Option<u32>,
+    to: Option<u32>,
+    attr: Attr,
+}
+
+/// Recorded segments alive: start → (end, (attribution, index of its life)).
+type Live<T> = BTreeMap<u64, (u64, (T, usize))>;
 
 /// Where a row's pool came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -306,7 +318,7 @@ fn later_frees(device: &DeviceSnapshot) -> Vec<bool> {
 }
 
 /// The pool of the live recorded segment holding `addr`.
-fn containing(live: &BTreeMap<u64, (u64, (Attr, usize))>, addr: u64) -> Attr {
+fn containing(live: &Live<Attr>, addr: u64) -> Attr {
     live.range(..=addr)
         .next_back()
         .filter(|(_, (end, _))| *end > addr)
@@ -316,8 +328,8 @@ fn containing(live: &BTreeMap<u64, (u64, (Attr, usize))>, addr: u64) -> Attr {
 
 /// Forget `[start, end)`: whole recorded segments, or the unmapped part of
 /// an expandable mapping; returns the lives it touched.
-fn remove_range<T: Copy>(live: &mut BTreeMap<u64, (u64, (T, usize))>, start: u64, end: u64) -> Vec<usize> {
-    let overlapping: Vec<(u64, (u64, (T, usize)))> =
+fn remove_range<T: Copy>(live: &mut Live<T>, start: u64, end: u64) -> Vec<usize> {
+    let overlapping: Vec<_> =
         live.range(..end).rev().take_while(|(_, (e, _))| *e > start).map(|(&s, &v)| (s, v)).collect();
     let touched = overlapping.iter().map(|&(_, (_, (_, life)))| life).collect();
     for (s, (e, pool)) in overlapping {

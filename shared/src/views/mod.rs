@@ -12,6 +12,7 @@ pub mod analysis;
 pub mod annotations;
 pub mod entry;
 pub mod fragmentation;
+pub mod pools;
 pub mod route;
 pub mod search;
 pub mod segments;
@@ -24,6 +25,7 @@ use thiserror::Error;
 
 use crate::Snapshot;
 use crate::analysis::layout::{Checkpoints, Rewinder};
+use crate::analysis::pools::PoolMap;
 use crate::index::{DeviceIndex, SnapshotIndex};
 use crate::timeline::{Axis, MAX_PX, TimelineIndex, TimelineWindow, YSpan};
 
@@ -42,6 +44,10 @@ pub struct Analyzed {
     /// Per device, layout checkpoints for the state and segment views,
     /// built by the first query that rewinds the device.
     checkpoints: Vec<(u32, OnceLock<Checkpoints>)>,
+    /// Per device, the memory pool of each trace row, built by the first
+    /// query that needs it (one pass over the trace, none for a run that
+    /// used no private pool).
+    pools: Vec<(u32, OnceLock<PoolMap>)>,
     /// Opened from a persisted index: the big columns view its file.
     from_index: bool,
 }
@@ -94,7 +100,8 @@ impl Analyzed {
         from_index: bool,
     ) -> Analyzed {
         let checkpoints = snapshot.devices.iter().map(|d| (d.device, OnceLock::new())).collect();
-        Analyzed { snapshot, index, timeline, checkpoints, from_index }
+        let pools = snapshot.devices.iter().map(|d| (d.device, OnceLock::new())).collect();
+        Analyzed { snapshot, index, timeline, checkpoints, pools, from_index }
     }
 
     /// The device asked for, or the first one when none was.
@@ -124,6 +131,19 @@ impl Analyzed {
             .ok_or_else(|| ViewError::NotFound(format!("device {device}")))?;
         let checkpoints = cell.get_or_init(|| Rewinder::new(&self.snapshot, d).checkpoints(CHECKPOINT_ROWS));
         Ok(Rewinder::from_checkpoints(&self.snapshot, d, checkpoints, row))
+    }
+
+    /// The memory pool of each trace row of `device` (CUDA graphs' private
+    /// pools), inferred once.
+    pub fn pool_map(&self, device: u32) -> Result<&PoolMap, ViewError> {
+        let d = self.snapshot.device(device).ok_or_else(|| ViewError::NotFound(format!("device {device}")))?;
+        let cell = self
+            .pools
+            .iter()
+            .find(|(id, _)| *id == device)
+            .map(|(_, c)| c)
+            .ok_or_else(|| ViewError::NotFound(format!("device {device}")))?;
+        Ok(cell.get_or_init(|| PoolMap::of(d)))
     }
 
     /// Build every device's layout checkpoints now (they are otherwise

@@ -38,6 +38,7 @@ pub fn answer(a: &Analyzed, route: &str, query: &str) -> Result<String, ViewErro
             "annotations" => json(&super::annotations::annotations(a, &params(route, query)?)?),
             "search" => json(&super::search::search(a, &params(route, query)?)?),
             "entry" => json(&super::entry::entry(a, &params(route, query)?)?),
+            "pools" => json(&super::pools::pools(a, &params(route, query)?)?),
             _ => Err(unknown(route)),
         },
         Some(("stacks", id)) => {
