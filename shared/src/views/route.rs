@@ -88,6 +88,14 @@ mod tests {
     }
 
     #[test]
+    fn the_pools_view_is_routed() {
+        let a = crate::testing::corpus("graph_shared_pool");
+        let p = crate::views::pools::PoolsParams { px: Some(10), ..Default::default() };
+        let direct = serde_json::to_string(&crate::views::pools::pools(&a, &p).expect("pools")).expect("json");
+        assert_eq!(answer(&a, "pools", "px=10").expect("routed"), direct);
+    }
+
+    #[test]
     fn bad_routes_and_queries_say_what_was_wrong() {
         let a = streams();
         assert_eq!(answer(&a, "nope", ""), Err(ViewError::NotFound("view \"nope\"".to_owned())));
