@@ -1238,6 +1238,47 @@ mod tests {
     }
 
     #[test]
+    fn private_pools_keep_their_blocks_until_freeable() {
+        let graph = (1, 0);
+        let mut a = default_allocator();
+        // A cached default block does not serve a request of the graph's
+        // pool, on the same stream: a new 2 MiB segment of its own.
+        let x = a.malloc(4096, 0).expect("fits");
+        a.complete_free(x);
+        let y = a.malloc_in(4096, 0, graph).expect("fits");
+        assert_eq!(a.stats().reserved_bytes.current, 2 * SMALL_BUFFER);
+        let pools: Vec<PoolId> = a.segments().iter().map(|s| s.pool_id).collect();
+        assert!(pools.contains(&DEFAULT_POOL) && pools.contains(&graph), "{pools:?}");
+        // Within the pool, the usual rules: the rest of its segment serves.
+        let z = a.malloc_in(8192, 0, graph).expect("fits");
+        assert_eq!(a.stats().segments, 2);
+        a.complete_free(y);
+        a.complete_free(z);
+        // empty_cache() leaves a pool a graph still uses alone...
+        a.release_cached_blocks();
+        assert_eq!(a.segments().iter().map(|s| s.pool_id).collect::<Vec<_>>(), vec![graph]);
+        // ...and releases it once no graph does.
+        a.mark_pool_freeable(graph);
+        a.release_cached_blocks();
+        assert!(a.segments().is_empty());
+        assert_eq!(a.stats().num_device_free, 2);
+    }
+
+    #[test]
+    fn no_cache_release_while_a_pool_is_captured_into() {
+        let mut a = CachingAllocator::new(AllocatorConfig::default(), Some(60 * MIB));
+        let x = a.malloc(30 * MIB, 0).expect("fits");
+        a.complete_free(x);
+        // The default pool would release its cached 30 MiB and retry; a
+        // capture (captures_underway not empty) does not.
+        assert!(a.malloc_in(40 * MIB, 0, (0, 1)).is_err());
+        assert_eq!(a.stats().num_alloc_retries, 0);
+        assert_eq!(a.stats().reserved_bytes.current, 30 * MIB);
+        a.malloc(40 * MIB, 0).expect("fits after releasing the cache");
+        assert_eq!(a.stats().num_alloc_retries, 1);
+    }
+
+    #[test]
     fn capacity_triggers_release_then_oom() {
         let mut a = CachingAllocator::new(AllocatorConfig::default(), Some(60 * MIB));
         let x = a.malloc(30 * MIB, 0).expect("fits");
@@ -1349,7 +1390,9 @@ mod tests {
                                 2 => (r >> 16) % (12 * MIB),
                                 _ => (r >> 16) % (90 * MIB),
                             };
-                            if let Ok(x) = a.malloc(size, (r >> 40) % 2) {
+                            // A quarter of the requests go to a private pool.
+                            let pool = if (r >> 44) % 4 == 0 { (0, 1) } else { DEFAULT_POOL };
+                            if let Ok(x) = a.malloc_in(size, (r >> 40) % 2, pool) {
                                 live.push(x);
                             }
                         }
@@ -1366,7 +1409,12 @@ mod tests {
                             let x = pending.swap_remove((r >> 8) as usize % pending.len());
                             a.complete_free(x);
                         }
-                        9 if step % 50 == 9 => a.release_cached_blocks(),
+                        9 if step % 50 == 9 => {
+                            if step > 2000 {
+                                a.mark_pool_freeable((0, 1));
+                            }
+                            a.release_cached_blocks()
+                        }
                         _ => {}
                     }
                     check_invariants(&a);
