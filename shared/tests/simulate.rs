@@ -128,6 +128,14 @@ fn check_graph_run(name: &str, private_pools: &[(i64, i64)]) {
     let sim = simulate(&snapshot, &SimulateOptions::default()).expect("simulate");
     let private: u64 = sim.devices[0].segments.iter().filter(|s| s.pool_id != (0, 0)).map(|s| s.total_size).sum();
     assert!(private > 0, "{name}: the graphs' memory is in their pools");
+    // Under another setting the requests still go to their pools: with
+    // expandable segments each pool grows ranges of its own.
+    let options = SimulateOptions { alloc_conf: Some("expandable_segments:True".into()), ..SimulateOptions::default() };
+    let what_if = simulate(&snapshot, &options).expect("simulate");
+    let d = &what_if.devices[0];
+    assert_eq!(d.unmatched_frees, 0, "{name}");
+    assert_eq!(d.rows_replayed, snapshot.devices[0].trace.len(), "{name}");
+    assert!(d.segments.iter().any(|s| s.pool_id != (0, 0) && s.is_expandable), "{name}");
 }
 
 #[test]
