@@ -244,6 +244,9 @@ pub struct LiveAllocation {
     pub state: String,
     /// Row of its `alloc` entry, if the trace saw it.
     pub alloc_row: Option<u32>,
+    /// The memory pool it came from: `[0, 0]` the default pool, else a
+    /// private pool (a CUDA graph's); see [`crate::analysis::pools`].
+    pub pool: (i64, i64),
 }
 
 /// A segment alive at a row.
@@ -257,6 +260,8 @@ pub struct LiveSegment {
     pub start_row: Option<u32>,
     /// Part of an expandable segment (mapped pages).
     pub mapped: bool,
+    /// The memory pool it belongs to (see [`LiveAllocation::pool`]).
+    pub pool: (i64, i64),
 }
 
 /// Allocator state after a row.
@@ -288,11 +293,19 @@ pub fn blocks(a: &Analyzed, p: &BlocksParams) -> Result<StateAt, ViewError> {
         Some(r) => start.is_none_or(|s| s <= r) && end.is_none_or(|e| e > r),
         None => end.is_none(),
     };
+    let pools = a.pool_map(device)?;
+    let pool = |row: Option<u32>, addr: u64| row.map_or_else(|| pools.segment_pool(addr, at), |r| pools.pool(r));
     let segments = index
         .segments
         .iter()
         .filter(|s| alive(s.start_row, s.end_row))
-        .map(|s| LiveSegment { addr: s.addr, size: s.size, start_row: s.start_row, mapped: s.mapped })
+        .map(|s| LiveSegment {
+            addr: s.addr,
+            size: s.size,
+            start_row: s.start_row,
+            mapped: s.mapped,
+            pool: pool(s.start_row, s.addr),
+        })
         .collect();
     let mut allocations: Vec<LiveAllocation> = index
         .allocations
@@ -309,6 +322,7 @@ pub fn blocks(a: &Analyzed, p: &BlocksParams) -> Result<StateAt, ViewError> {
                 stack: x.stack,
                 state: if pending { "pending_free" } else { "allocated" }.to_owned(),
                 alloc_row: x.alloc_row.get(),
+                pool: pool(x.alloc_row.get(), x.addr),
             }
         })
         .collect();

@@ -304,6 +304,23 @@ mod tests {
     }
 
     #[test]
+    fn the_blocks_view_names_each_allocations_pool() {
+        let a = corpus("graph_shared_pool");
+        let at_end = crate::views::blocks(&a, &crate::views::BlocksParams::default()).expect("blocks");
+        let d = a.snapshot.device(0).expect("device 0");
+        for seg in &at_end.segments {
+            let recorded = d.segments.iter().find(|r| r.address == seg.addr).expect("a final segment");
+            assert_eq!(seg.pool, recorded.pool_id, "segment {:#x}", seg.addr);
+        }
+        // Every live allocation lies in a segment of its own pool.
+        for x in &at_end.allocations {
+            let seg = d.segments.iter().find(|s| s.address <= x.addr && x.addr < s.address + s.total_size);
+            assert_eq!(Some(x.pool), seg.map(|s| s.pool_id), "allocation {:#x}", x.addr);
+        }
+        assert!(at_end.allocations.iter().any(|x| x.pool == (0, 1)), "the graphs' outputs live in their pool");
+    }
+
+    #[test]
     fn a_run_without_graphs_has_default_bands_only() {
         let a = corpus("streams");
         let v = pools(&a, &PoolsParams::default()).expect("pools");
