@@ -274,6 +274,16 @@ mod tests {
     }
 
     #[test]
+    fn a_wrapped_trace_starts_from_what_was_there_before_it() {
+        let a = corpus("ring_overflow");
+        let o = oracle("ring_overflow");
+        let end = pools(&a, &PoolsParams::default()).expect("pools");
+        assert_eq!(end.bands.iter().map(|b| b.reserved).sum::<u64>(), o["reserved_bytes.all.current"]);
+        let before = pools(&a, &PoolsParams { x: Some(-1), ..Default::default() }).expect("before the window");
+        assert!(before.bands.iter().map(|b| b.reserved).sum::<u64>() > 0, "segments from before the window");
+    }
+
+    #[test]
     fn a_destroyed_graphs_pool_shrinks_below_its_peak() {
         // graph_release: the first graph's pool gave back the segments it
         // could once the graph was gone (empty_cache), keeping those still
