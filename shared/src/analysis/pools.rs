@@ -28,10 +28,11 @@
 //! (a capture allocates on its capture stream throughout): the pool of the
 //! nearest attributed allocation before it, when the nearest after it is in
 //! the same pool or there is none; the default pool otherwise. Not the pool
-//! of the next allocation alone: `capture_begin` allocates the CUDA RNG's
-//! seed and offset (two 8-byte tensors) on the capture stream just before
-//! `beginAllocateToPool`, from the default pool, and on a fresh capture
-//! stream nothing precedes them (seen on the H200: `graph_release`).
+//! of the next allocation alone: `CUDAGraph.capture_begin` makes two 8-byte
+//! allocations on the capture stream before it starts allocating to the
+//! pool (the CUDA generator's seed and offset, by their size), from the
+//! default pool, and on a fresh capture stream nothing precedes them (seen
+//! on the H200: `graph_release`, whose stacks name `capture_begin`).
 //! [`PoolMap::inferred_segments`] says how many segments were inferred so.
 
 use std::collections::BTreeMap;
