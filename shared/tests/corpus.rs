@@ -57,6 +57,15 @@ fn small_corpus_matches_pytorch_counters() {
     }
 }
 
+/// The CUDA graph runs of `tests/gpu/graph_pools_job.py`: private pools'
+/// segments and blocks count in PyTorch's figures like the default pool's.
+#[test]
+fn graph_runs_match_pytorch_counters() {
+    for name in ["graph_manual", "graph_compiled", "graph_shared_pool", "graph_release"] {
+        check(&common::fixture_corpus(), name);
+    }
+}
+
 #[test]
 fn large_corpus_matches_pytorch_counters() {
     let dir = common::large_corpus();
@@ -81,7 +90,7 @@ fn ring_overflow_is_marked_wrapped_and_its_ghosts_found() {
 
 #[test]
 fn unwrapped_traces_have_no_ghosts_and_end_in_the_final_state() {
-    for name in ["mlp_train_all", "oom_leak", "streams", "compiled"] {
+    for name in ["mlp_train_all", "oom_leak", "streams", "compiled", "graph_manual", "graph_release"] {
         let snapshot = common::read(&common::fixture_corpus().join(format!("{name}.pickle")));
         let index = SnapshotIndex::build(&snapshot);
         let device = &index.devices[0];

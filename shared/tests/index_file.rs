@@ -8,7 +8,16 @@ use bytes::Bytes;
 use vramscope_shared::index_file::{FORMAT_VERSION, IndexFileError, open_index, write_index};
 use vramscope_shared::views::{Analyzed, route};
 
-const FIXTURES: [&str; 6] = ["compiled", "mlp_train_all", "oom_leak", "ring_overflow", "state_only", "streams"];
+const FIXTURES: [&str; 8] = [
+    "compiled",
+    "mlp_train_all",
+    "oom_leak",
+    "ring_overflow",
+    "state_only",
+    "streams",
+    "graph_release",
+    "graph_shared_pool",
+];
 
 fn parsed(name: &str) -> Analyzed {
     Analyzed::build(common::read(&common::fixture_corpus().join(format!("{name}.pickle"))))
@@ -30,6 +39,7 @@ fn routes(a: &Analyzed) -> Vec<(String, String)> {
         ("state", ""),
         ("segments", "px=500"),
         ("fragmentation", ""),
+        ("pools", "px=50"),
         ("annotations", ""),
         ("search", "q=forward"),
         ("leaks", ""),
@@ -44,6 +54,7 @@ fn routes(a: &Analyzed) -> Vec<(String, String)> {
         out.push(("blocks".into(), format!("at={row}")));
         out.push(("state".into(), format!("at={row}")));
         out.push(("entry".into(), format!("row={row}")));
+        out.push(("pools".into(), format!("at={row}")));
     }
     out
 }

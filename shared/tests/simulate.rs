@@ -9,6 +9,7 @@ mod common;
 use std::path::Path;
 
 use vramscope_shared::Snapshot;
+use vramscope_shared::analysis::pools::PoolMap;
 use vramscope_shared::simulate::{SimError, SimulateOptions, Simulation, simulate};
 use vramscope_shared::snapshot::{BlockState, SegmentType};
 
@@ -19,8 +20,9 @@ fn oom_leak_capacity(oracle: &serde_json::Value) -> u64 {
     (0.02 * total as f64) as u64
 }
 
-/// One segment with its blocks: (pool, size, [(block size, state, requested if active)]).
-type Layout = (SegmentType, u64, Vec<(u64, BlockState, u64)>);
+/// One segment with its blocks: (memory pool, small or large, size, [(block
+/// size, state, requested if active)]).
+type Layout = ((i64, i64), SegmentType, u64, Vec<(u64, BlockState, u64)>);
 
 fn recorded_layout(snapshot: &Snapshot) -> Vec<Layout> {
     let mut out: Vec<Layout> = snapshot.devices[0]
@@ -32,7 +34,7 @@ fn recorded_layout(snapshot: &Snapshot) -> Vec<Layout> {
                 .iter()
                 .map(|b| (b.size, b.state, if b.state.is_active() { b.requested_size } else { 0 }))
                 .collect();
-            (s.segment_type, s.total_size, blocks)
+            (s.pool_id, s.segment_type, s.total_size, blocks)
         })
         .collect();
     out.sort_by(|a, b| format!("{a:?}").cmp(&format!("{b:?}")));
@@ -43,7 +45,10 @@ fn simulated_layout(sim: &Simulation) -> Vec<Layout> {
     let mut out: Vec<Layout> = sim.devices[0]
         .segments
         .iter()
-        .map(|s| (s.segment_type, s.total_size, s.blocks.iter().map(|b| (b.size, b.state, b.requested_size)).collect()))
+        .map(|s| {
+            let blocks = s.blocks.iter().map(|b| (b.size, b.state, b.requested_size)).collect();
+            (s.pool_id, s.segment_type, s.total_size, blocks)
+        })
         .collect();
     out.sort_by(|a, b| format!("{a:?}").cmp(&format!("{b:?}")));
     out
@@ -106,6 +111,58 @@ fn regression_large_segment_size_mb_is_modelled() {
     let default = SimulateOptions { alloc_conf: Some(String::new()), ..SimulateOptions::default() };
     let default = simulate(&snapshot, &default).expect("simulate");
     assert!(default.devices[0].stats.reserved_bytes.peak < sim.devices[0].stats.reserved_bytes.peak);
+}
+
+/// The CUDA graph runs of `tests/gpu/graph_pools_job.py` (PyTorch 2.11 on
+/// an H200), replayed before private pools were modelled, were each one or
+/// two small segments under their real reserved peak: the small requests
+/// made during capture were served from the default pool's cached blocks
+/// instead of a new 2 MiB segment of the graph's pool (564,133,888 real,
+/// 562,036,736 replayed for `graph_manual`).
+fn check_graph_run(name: &str, private_pools: &[(i64, i64)]) {
+    let dir = common::fixture_corpus();
+    check(&dir, name, None);
+    let snapshot = common::read(&dir.join(format!("{name}.pickle")));
+    let map = PoolMap::of(&snapshot.devices[0]);
+    assert_eq!(map.private_pools, private_pools, "{name}: private pools");
+    let sim = simulate(&snapshot, &SimulateOptions::default()).expect("simulate");
+    let private: u64 = sim.devices[0].segments.iter().filter(|s| s.pool_id != (0, 0)).map(|s| s.total_size).sum();
+    assert!(private > 0, "{name}: the graphs' memory is in their pools");
+    // Under another setting the requests still go to their pools: with
+    // expandable segments each pool grows ranges of its own.
+    let options = SimulateOptions { alloc_conf: Some("expandable_segments:True".into()), ..SimulateOptions::default() };
+    let what_if = simulate(&snapshot, &options).expect("simulate");
+    let d = &what_if.devices[0];
+    assert_eq!(d.unmatched_frees, 0, "{name}");
+    assert_eq!(d.rows_replayed, snapshot.devices[0].trace.len(), "{name}");
+    assert!(d.segments.iter().any(|s| s.pool_id != (0, 0) && s.is_expandable), "{name}");
+}
+
+#[test]
+fn graph_capture_manual_replays_to_its_real_reserved_peak() {
+    // Warm-up on a side stream, `torch.cuda.graph` of a training step, 20
+    // replays with ordinary allocations between them: 564,133,888 bytes.
+    check_graph_run("graph_manual", &[(1, 0)]);
+}
+
+#[test]
+fn graph_capture_reduce_overhead_replays_to_its_real_reserved_peak() {
+    // `torch.compile(mode="reduce-overhead")`: cudagraph trees allocate
+    // their warm-ups and recordings from one pool of `graph_pool_handle()`.
+    check_graph_run("graph_compiled", &[(0, 1)]);
+}
+
+#[test]
+fn graph_capture_shared_pool_replays_to_its_real_reserved_peak() {
+    // Three chained graphs captured into one `graph_pool_handle()` pool.
+    check_graph_run("graph_shared_pool", &[(0, 1)]);
+}
+
+#[test]
+fn graph_capture_after_a_destroyed_graph_replays_to_its_real_reserved_peak() {
+    // A graph replayed and deleted before `empty_cache()`, then a second
+    // graph in a pool of its own.
+    check_graph_run("graph_release", &[(1, 0), (2, 0)]);
 }
 
 #[test]

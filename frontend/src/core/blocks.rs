@@ -391,12 +391,21 @@ mod tests {
             time_us: None,
             rows: 10,
             segments: vec![
-                StateSegment { addr: 0, size: 20 * mib, stream: 0, small: false, expandable: false, blocks },
+                StateSegment {
+                    addr: 0,
+                    size: 20 * mib,
+                    stream: 0,
+                    small: false,
+                    pool: (0, 0),
+                    expandable: false,
+                    blocks,
+                },
                 StateSegment {
                     addr: 1 << 40,
                     size: 2 * mib,
                     stream: 0,
                     small: true,
+                    pool: (0, 0),
                     expandable: false,
                     blocks: vec![block(1 << 40, 2 * mib, 0, BlockKind::PendingFree)],
                 },

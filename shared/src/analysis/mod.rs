@@ -2,7 +2,8 @@
 //! ([`leaks`]), why an allocation ran out of memory ([`oom`]), what changed
 //! between two snapshots ([`diff`]). [`steps`] finds training steps in the
 //! `record_function` annotations; [`layout`] rewinds the final segment layout
-//! to an earlier trace row.
+//! to an earlier trace row; [`pools`] says which memory pool (default or a
+//! CUDA graph's private one) each trace row belongs to.
 //!
 //! Every report is plain data (serde-serializable) and names stacks by their
 //! frames' text ([`FrameText`]), not by ids: ids are per file, text is what
@@ -13,6 +14,7 @@ pub mod diff;
 pub mod layout;
 pub mod leaks;
 pub mod oom;
+pub mod pools;
 pub mod steps;
 #[cfg(test)]
 mod testing;

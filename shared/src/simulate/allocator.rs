@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::config::AllocatorConfig;
+use crate::analysis::pools::{DEFAULT_POOL, PoolId};
 use crate::snapshot::{BlockState, SegmentType};
 
 /// All sizes are rounded to at least this (`kMinBlockSize`).
@@ -39,8 +40,16 @@ const DEFAULT_DEVICE_MEMORY: u64 = 1 << 40;
 const MAX_REQUEST: u64 = 1 << 50;
 
 const NIL: u32 = u32::MAX;
+/// Pool indices: memory pool `p` (0 the default, then private pools in
+/// order of first use) holds its small blocks at `2p` and its large ones
+/// at `2p + 1`, as each `PrivatePool` has a `small_blocks` and a
+/// `large_blocks` `BlockPool` of its own.
 const SMALL: usize = 0;
 const LARGE: usize = 1;
+
+fn is_small_pool(pool: usize) -> bool {
+    pool % 2 == SMALL
+}
 
 /// `round_size`: the block size a request of `size` bytes gets.
 pub fn round_size(size: u64, config: &AllocatorConfig) -> u64 {
@@ -178,7 +187,8 @@ struct Block {
     next: u32,
     /// Index into the expandable segments, or `NIL` for a cudaMalloc'd segment.
     expandable: u32,
-    pool: u8,
+    /// Index into the allocator's pools (see [`SMALL`]).
+    pool: u32,
     state: State,
     mapped: bool,
     /// The pool's free-block lookups when the block was last cached (GC age).
@@ -214,6 +224,8 @@ pub struct SimSegment {
     pub stream: u64,
     /// Small or large pool.
     pub segment_type: SegmentType,
+    /// The memory pool: [`DEFAULT_POOL`] or a private pool's id.
+    pub pool_id: PoolId,
     /// A mapped range of an expandable segment.
     pub is_expandable: bool,
     /// Blocks in address order.
@@ -242,7 +254,14 @@ pub struct CachingAllocator {
     capacity: Option<u64>,
     blocks: Vec<Block>,
     dead: Vec<u32>,
-    pools: [Pool; 2],
+    /// Two per memory pool (small, large): the default pool's, then each
+    /// private pool's.
+    pools: Vec<Pool>,
+    /// The memory pools' ids, one per pair of `pools`.
+    pool_ids: Vec<PoolId>,
+    /// Private pools no graph uses any more (`graph_pools_freeable`):
+    /// `empty_cache()` releases their cached segments too.
+    freeable: Vec<bool>,
     expandable: Vec<ExpandableSegment>,
     /// Address ranges of live segments and expandable reservations (start → end).
     live: BTreeMap<u64, u64>,
@@ -262,7 +281,9 @@ impl CachingAllocator {
             capacity,
             blocks: Vec::new(),
             dead: Vec::new(),
-            pools: [Pool::default(), Pool::default()],
+            pools: vec![Pool::default(), Pool::default()],
+            pool_ids: vec![DEFAULT_POOL],
+            freeable: vec![false],
             expandable: Vec::new(),
             live: BTreeMap::new(),
             hints: Vec::new(),
@@ -356,8 +377,19 @@ impl CachingAllocator {
     /// Hand out a block for a request of `size` bytes on `stream`
     /// (`DeviceCachingAllocator::malloc`).
     pub fn malloc(&mut self, size: u64, stream: u64) -> Result<Allocation, OutOfMemory> {
+        self.malloc_in(size, stream, DEFAULT_POOL)
+    }
+
+    /// [`CachingAllocator::malloc`] while allocations of `stream` go to the
+    /// memory pool `pool_id` (a CUDA graph capture, or a `MemPool` in use):
+    /// PyTorch's `get_pool` then picks that pool's small or large blocks,
+    /// and everything else (rounding, best fit, splitting, segment sizes) is
+    /// as in the default pool, except that the cache is not released and
+    /// retried on failure while a capture is underway.
+    pub fn malloc_in(&mut self, size: u64, stream: u64, pool_id: PoolId) -> Result<Allocation, OutOfMemory> {
         let rounded = round_size(size, &self.config);
-        let pool = if rounded <= SMALL_SIZE { SMALL } else { LARGE };
+        let base = 2 * self.pool_index(pool_id);
+        let pool = base + if rounded <= SMALL_SIZE { SMALL } else { LARGE };
         let alloc_size = allocation_size_with(rounded, self.config.large_segment_size);
         if rounded > MAX_REQUEST {
             self.stats.num_ooms += 1;
@@ -372,7 +404,9 @@ impl CachingAllocator {
             if found.is_none() && self.release_available_cached_blocks(pool, stream, rounded) {
                 found = self.alloc_block(pool, stream, rounded, alloc_size, false);
             }
-            if found.is_none() {
+            // `captures_underway.empty()`: no release of the whole cache
+            // while allocations go to a private pool.
+            if found.is_none() && base == 0 {
                 self.release_cached_blocks();
                 found = self.alloc_block(pool, stream, rounded, alloc_size, true);
             }
@@ -384,6 +418,28 @@ impl CachingAllocator {
         };
         let split = self.should_split(block, rounded);
         Ok(self.alloc_found_block(block, rounded, size, split))
+    }
+
+    /// The index of memory pool `id`, created on first use
+    /// (`beginAllocateToPool` makes a `PrivatePool` for a new id).
+    fn pool_index(&mut self, id: PoolId) -> usize {
+        if let Some(i) = self.pool_ids.iter().position(|&p| p == id) {
+            return i;
+        }
+        self.pool_ids.push(id);
+        self.freeable.push(false);
+        self.pools.push(Pool::default());
+        self.pools.push(Pool::default());
+        self.pool_ids.len() - 1
+    }
+
+    /// No graph uses private pool `id` any more (`releasePool` took its use
+    /// count to 0): from now on `empty_cache()` releases its cached segments.
+    pub fn mark_pool_freeable(&mut self, id: PoolId) {
+        if id != DEFAULT_POOL {
+            let i = self.pool_index(id);
+            self.freeable[i] = true;
+        }
     }
 
     /// Best fit among cached blocks (`get_free_block`).
@@ -452,7 +508,7 @@ impl CachingAllocator {
     fn should_split(&self, id: u32, size: u64) -> bool {
         let b = self.b(id);
         let remaining = b.size - size;
-        if b.pool as usize == SMALL || self.config.expandable_segments {
+        if is_small_pool(b.pool as usize) || self.config.expandable_segments {
             remaining >= MIN_BLOCK_SIZE
         } else {
             size < self.config.max_split_size && remaining > SMALL_SIZE
@@ -485,7 +541,7 @@ impl CachingAllocator {
             prev: NIL,
             next: NIL,
             expandable: NIL,
-            pool: pool as u8,
+            pool: pool as u32,
             state: State::Free,
             mapped: true,
             gc_base: 0,
@@ -684,12 +740,19 @@ impl CachingAllocator {
     }
 
     /// `empty_cache()` (`release_cached_blocks`): wait for pending frees,
-    /// return every unsplit cached segment to CUDA and unmap every whole free
-    /// page of expandable segments.
+    /// return every unsplit cached segment of the default pool and of the
+    /// freeable private pools to CUDA and unmap every whole free page of
+    /// their expandable segments. Private pools still in use keep theirs.
     pub fn release_cached_blocks(&mut self) {
         self.synchronize_pending();
         self.release_pool(LARGE);
         self.release_pool(SMALL);
+        for p in 1..self.pool_ids.len() {
+            if self.freeable[p] {
+                self.release_pool(2 * p + SMALL);
+                self.release_pool(2 * p + LARGE);
+            }
+        }
     }
 
     fn release_pool(&mut self, pool: usize) {
@@ -870,7 +933,7 @@ impl CachingAllocator {
             }
         }
         // A new reservation: 1.125 × the device's memory of address space.
-        let page = if pool == SMALL { SMALL_BUFFER } else { LARGE_BUFFER };
+        let page = if is_small_pool(pool) { SMALL_BUFFER } else { LARGE_BUFFER };
         let device_memory = self.capacity.unwrap_or(DEFAULT_DEVICE_MEMORY).min(DEFAULT_DEVICE_MEMORY);
         let span = (device_memory + device_memory / 8).div_ceil(page).max(1) * page;
         let span = span.max(size.div_ceil(page) * page);
@@ -885,7 +948,7 @@ impl CachingAllocator {
             prev: NIL,
             next: NIL,
             expandable: (self.expandable.len() - 1) as u32,
-            pool: pool as u8,
+            pool: pool as u32,
             state: State::Free,
             mapped: false,
             gc_base: 0,
@@ -998,7 +1061,12 @@ impl CachingAllocator {
                         address: b.addr,
                         total_size: 0,
                         stream: b.stream,
-                        segment_type: if b.pool as usize == SMALL { SegmentType::Small } else { SegmentType::Large },
+                        segment_type: if is_small_pool(b.pool as usize) {
+                            SegmentType::Small
+                        } else {
+                            SegmentType::Large
+                        },
+                        pool_id: self.pool_ids[b.pool as usize / 2],
                         is_expandable: b.expandable != NIL,
                         blocks: Vec::new(),
                     });
@@ -1170,6 +1238,47 @@ mod tests {
     }
 
     #[test]
+    fn private_pools_keep_their_blocks_until_freeable() {
+        let graph = (1, 0);
+        let mut a = default_allocator();
+        // A cached default block does not serve a request of the graph's
+        // pool, on the same stream: a new 2 MiB segment of its own.
+        let x = a.malloc(4096, 0).expect("fits");
+        a.complete_free(x);
+        let y = a.malloc_in(4096, 0, graph).expect("fits");
+        assert_eq!(a.stats().reserved_bytes.current, 2 * SMALL_BUFFER);
+        let pools: Vec<PoolId> = a.segments().iter().map(|s| s.pool_id).collect();
+        assert!(pools.contains(&DEFAULT_POOL) && pools.contains(&graph), "{pools:?}");
+        // Within the pool, the usual rules: the rest of its segment serves.
+        let z = a.malloc_in(8192, 0, graph).expect("fits");
+        assert_eq!(a.stats().segments, 2);
+        a.complete_free(y);
+        a.complete_free(z);
+        // empty_cache() leaves a pool a graph still uses alone...
+        a.release_cached_blocks();
+        assert_eq!(a.segments().iter().map(|s| s.pool_id).collect::<Vec<_>>(), vec![graph]);
+        // ...and releases it once no graph does.
+        a.mark_pool_freeable(graph);
+        a.release_cached_blocks();
+        assert!(a.segments().is_empty());
+        assert_eq!(a.stats().num_device_free, 2);
+    }
+
+    #[test]
+    fn no_cache_release_while_a_pool_is_captured_into() {
+        let mut a = CachingAllocator::new(AllocatorConfig::default(), Some(60 * MIB));
+        let x = a.malloc(30 * MIB, 0).expect("fits");
+        a.complete_free(x);
+        // The default pool would release its cached 30 MiB and retry; a
+        // capture (captures_underway not empty) does not.
+        assert!(a.malloc_in(40 * MIB, 0, (0, 1)).is_err());
+        assert_eq!(a.stats().num_alloc_retries, 0);
+        assert_eq!(a.stats().reserved_bytes.current, 30 * MIB);
+        a.malloc(40 * MIB, 0).expect("fits after releasing the cache");
+        assert_eq!(a.stats().num_alloc_retries, 1);
+    }
+
+    #[test]
     fn capacity_triggers_release_then_oom() {
         let mut a = CachingAllocator::new(AllocatorConfig::default(), Some(60 * MIB));
         let x = a.malloc(30 * MIB, 0).expect("fits");
@@ -1281,7 +1390,9 @@ mod tests {
                                 2 => (r >> 16) % (12 * MIB),
                                 _ => (r >> 16) % (90 * MIB),
                             };
-                            if let Ok(x) = a.malloc(size, (r >> 40) % 2) {
+                            // A quarter of the requests go to a private pool.
+                            let pool = if (r >> 44) % 4 == 0 { (0, 1) } else { DEFAULT_POOL };
+                            if let Ok(x) = a.malloc_in(size, (r >> 40) % 2, pool) {
                                 live.push(x);
                             }
                         }
@@ -1298,7 +1409,12 @@ mod tests {
                             let x = pending.swap_remove((r >> 8) as usize % pending.len());
                             a.complete_free(x);
                         }
-                        9 if step % 50 == 9 => a.release_cached_blocks(),
+                        9 if step % 50 == 9 => {
+                            if step > 2000 {
+                                a.mark_pool_freeable((0, 1));
+                            }
+                            a.release_cached_blocks()
+                        }
                         _ => {}
                     }
                     check_invariants(&a);

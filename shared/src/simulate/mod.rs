@@ -15,6 +15,10 @@
 //! then every unsplit cached segment, then retry); garbage collection; and
 //! expandable segments (one growable range per stream and pool, mapped in
 //! 2 MiB or 20 MiB pages, whole free pages unmapped on release).
+//! CUDA graphs' private pools (`PrivatePool`: small and large blocks of
+//! their own, kept from `empty_cache()` while a graph uses them) are
+//! modelled too; which pool each request went to is read from the snapshot
+//! ([`crate::analysis::pools`]).
 //!
 //! [`simulate`] replays every device to the end; [`Replayer`] steps through
 //! one device's trace so that the simulated layout can be read at any row.

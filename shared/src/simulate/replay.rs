@@ -28,6 +28,15 @@
 //! the replay there: the program would have raised `OutOfMemoryError`, and
 //! what it did next is not in the trace.
 //!
+//! CUDA graph captures (and cudagraph trees' warm-ups, and `MemPool`s)
+//! allocate from private pools. The trace does not say when a capture
+//! begins or ends, so each `alloc` is sent to the pool of the recorded
+//! segment that served it ([`PoolMap`], from the final segments'
+//! `segment_pool_id`). A recorded `segment_free` of a private segment means
+//! its pool had become freeable (every graph using it destroyed): from then
+//! on the model's `empty_cache()` releases that pool's cached segments too,
+//! and before it only the default pool's, as PyTorch does.
+//!
 //! `segment_alloc` addresses are offered to the model as the addresses the
 //! driver returns for new segments of the same size (see
 //! [`CachingAllocator::offer_segment_addresses`]), so that ties between
@@ -41,6 +50,7 @@ use super::allocator::{
     Allocation, AllocatorStats, CachingAllocator, OutOfMemory, SimSegment, allocation_size_with, round_size,
 };
 use super::config::AllocatorConfig;
+use crate::analysis::pools::{DEFAULT_POOL, PoolMap};
 use crate::snapshot::{Action, DeviceSnapshot};
 use crate::stats::DeviceStats;
 
@@ -103,6 +113,8 @@ pub struct DeviceSimulation {
 pub struct Replayer<'a> {
     device: &'a DeviceSnapshot,
     allocator: CachingAllocator,
+    /// The memory pool of each recorded row.
+    pools: PoolMap,
     /// Recorded block address → the simulated allocation it stands for.
     live: FxHashMap<u64, Allocation>,
     /// `segment_alloc` entries since the last request.
@@ -144,6 +156,7 @@ impl<'a> Replayer<'a> {
         Ok(Replayer {
             device,
             allocator: CachingAllocator::new(config, capacity),
+            pools: PoolMap::of(device),
             grant_recorded_ooms: false,
             capacity,
             live: FxHashMap::default(),
@@ -210,7 +223,7 @@ impl<'a> Replayer<'a> {
             Action::Alloc => {
                 self.allocator.offer_segment_addresses(&self.hints);
                 self.hints.clear();
-                match self.allocator.malloc(size, stream) {
+                match self.allocator.malloc_in(size, stream, self.pools.pool(i as u32)) {
                     Ok(a) => {
                         // An address still live means the trace lost a free:
                         // the recorded allocator reused the block, so free it.
@@ -234,18 +247,7 @@ impl<'a> Replayer<'a> {
                 None => self.unmatched_frees += 1,
             },
             Action::SegmentAlloc => self.hints.push((addr, size)),
-            // The segment the recorded allocator freed, if the model has it
-            // free too (so a recorded GC or oversize release frees just
-            // that); otherwise, once per run of releases, everything, as
-            // `empty_cache` does. Unmapping releases whole free pages only
-            // in `release_cached_blocks`, so a run of unmaps is one.
-            Action::SegmentFree if self.same_settings && self.allocator.release_segment(addr, size) => {}
-            Action::SegmentFree | Action::SegmentUnmap => {
-                if !self.released_all {
-                    self.allocator.release_cached_blocks();
-                    self.released_all = true;
-                }
-            }
+            Action::SegmentFree | Action::SegmentUnmap => self.release(i, action, addr, size),
             Action::Oom if self.capacity.is_none() && !self.grant_recorded_ooms => {
                 if self.recorded_oom.is_none() {
                     let rounded = round_size(size, self.allocator.config());
@@ -286,6 +288,36 @@ impl<'a> Replayer<'a> {
             s.allocated.push(st.allocated_bytes.current);
             s.reserved.push(st.reserved_bytes.current);
             s.inactive_split.push(st.inactive_split_bytes.current);
+        }
+    }
+
+    /// A recorded `segment_free` or `segment_unmap` at row `i`: the segment
+    /// the recorded allocator freed, if the model has it free too (so a
+    /// recorded GC or oversize release frees just that); otherwise, once per
+    /// run of releases, everything, as `empty_cache` does. Unmapping releases
+    /// whole free pages only in `release_cached_blocks`, so a run of unmaps
+    /// is one. A private pool only gives memory back once no graph uses it,
+    /// so the pools the run releases from are marked freeable first.
+    fn release(&mut self, i: usize, action: Action, addr: u64, size: u64) {
+        let trace = &self.device.trace;
+        let pool = self.pools.pool(i as u32);
+        if pool != DEFAULT_POOL {
+            self.allocator.mark_pool_freeable(pool);
+        }
+        if action == Action::SegmentFree && self.same_settings && self.allocator.release_segment(addr, size) {
+            return;
+        }
+        if !self.released_all {
+            let run =
+                (i..trace.len()).take_while(|&r| matches!(trace.action(r), Action::SegmentFree | Action::SegmentUnmap));
+            for r in run {
+                let pool = self.pools.pool(r as u32);
+                if pool != DEFAULT_POOL {
+                    self.allocator.mark_pool_freeable(pool);
+                }
+            }
+            self.allocator.release_cached_blocks();
+            self.released_all = true;
         }
     }
 

@@ -41,6 +41,10 @@ pub struct EntryAnswer {
     pub user_metadata: Option<String>,
     /// Free bytes on the device, for an `oom`.
     pub device_free: Option<u64>,
+    /// The memory pool of the row's block or segment: `[0, 0]` the default
+    /// pool, else a private pool (a CUDA graph's); see
+    /// [`crate::analysis::pools`].
+    pub pool: (i64, i64),
 }
 
 /// The fields of trace row `row`.
@@ -70,6 +74,7 @@ pub fn entry(a: &Analyzed, p: &EntryParams) -> Result<EntryAnswer, ViewError> {
         compile_context: text(e.compile_context),
         user_metadata: text(e.user_metadata),
         device_free: trace.device_free(row),
+        pool: a.pool_map(device)?.pool(row),
     })
 }
 
@@ -102,5 +107,18 @@ mod tests {
             Err(ViewError::BadRequest(_))
         ));
         assert!(matches!(entry(&a, &EntryParams::default()), Err(ViewError::BadRequest(_))));
+    }
+
+    #[test]
+    fn says_which_pool_a_row_belongs_to() {
+        let a = corpus("graph_manual");
+        let trace = &a.snapshot.device(0).expect("device 0").trace;
+        let pools: std::collections::BTreeSet<(i64, i64)> = (0..trace.len() as u32)
+            .filter(|&r| trace.action(r as usize) == Action::Alloc)
+            .map(|r| entry(&a, &EntryParams { row: Some(r), ..Default::default() }).expect("row").pool)
+            .collect();
+        assert_eq!(pools.into_iter().collect::<Vec<_>>(), vec![(0, 0), (1, 0)], "default and the graph's pool");
+        let plain = corpus("streams");
+        assert_eq!(entry(&plain, &EntryParams { row: Some(0), ..Default::default() }).expect("row").pool, (0, 0));
     }
 }

@@ -13,6 +13,7 @@ pub mod annotations;
 pub mod entry;
 pub mod fragmentation;
 pub mod host;
+pub mod pools;
 pub mod route;
 pub mod search;
 pub mod segments;
@@ -26,6 +27,7 @@ use thiserror::Error;
 use crate::Snapshot;
 use crate::analysis::breakdown::DeviceCategories;
 use crate::analysis::layout::{Checkpoints, Rewinder};
+use crate::analysis::pools::PoolMap;
 use crate::index::{DeviceIndex, SnapshotIndex};
 use crate::timeline::{Axis, MAX_PX, TimelineIndex, TimelineWindow, YSpan};
 
@@ -47,6 +49,10 @@ pub struct Analyzed {
     /// Per device, each allocation's category over its life, built by the
     /// first breakdown query of the device.
     categories: Vec<(u32, OnceLock<DeviceCategories>)>,
+    /// Per device, the memory pool of each trace row, built by the first
+    /// query that needs it (one pass over the trace, none for a run that
+    /// used no private pool).
+    pools: Vec<(u32, OnceLock<PoolMap>)>,
     /// Opened from a persisted index: the big columns view its file.
     from_index: bool,
 }
@@ -100,7 +106,8 @@ impl Analyzed {
     ) -> Analyzed {
         let checkpoints = snapshot.devices.iter().map(|d| (d.device, OnceLock::new())).collect();
         let categories = snapshot.devices.iter().map(|d| (d.device, OnceLock::new())).collect();
-        Analyzed { snapshot, index, timeline, checkpoints, categories, from_index }
+        let pools = snapshot.devices.iter().map(|d| (d.device, OnceLock::new())).collect();
+        Analyzed { snapshot, index, timeline, checkpoints, categories, pools, from_index }
     }
 
     /// The device asked for, or the first one when none was.
@@ -130,6 +137,19 @@ impl Analyzed {
             .ok_or_else(|| ViewError::NotFound(format!("device {device}")))?;
         let checkpoints = cell.get_or_init(|| Rewinder::new(&self.snapshot, d).checkpoints(CHECKPOINT_ROWS));
         Ok(Rewinder::from_checkpoints(&self.snapshot, d, checkpoints, row))
+    }
+
+    /// The memory pool of each trace row of `device` (CUDA graphs' private
+    /// pools), inferred once.
+    pub fn pool_map(&self, device: u32) -> Result<&PoolMap, ViewError> {
+        let d = self.snapshot.device(device).ok_or_else(|| ViewError::NotFound(format!("device {device}")))?;
+        let cell = self
+            .pools
+            .iter()
+            .find(|(id, _)| *id == device)
+            .map(|(_, c)| c)
+            .ok_or_else(|| ViewError::NotFound(format!("device {device}")))?;
+        Ok(cell.get_or_init(|| PoolMap::of(d)))
     }
 
     /// Build every device's layout checkpoints now (they are otherwise
@@ -244,6 +264,9 @@ pub struct LiveAllocation {
     pub state: String,
     /// Row of its `alloc` entry, if the trace saw it.
     pub alloc_row: Option<u32>,
+    /// The memory pool it came from: `[0, 0]` the default pool, else a
+    /// private pool (a CUDA graph's); see [`crate::analysis::pools`].
+    pub pool: (i64, i64),
 }
 
 /// A segment alive at a row.
@@ -257,6 +280,8 @@ pub struct LiveSegment {
     pub start_row: Option<u32>,
     /// Part of an expandable segment (mapped pages).
     pub mapped: bool,
+    /// The memory pool it belongs to (see [`LiveAllocation::pool`]).
+    pub pool: (i64, i64),
 }
 
 /// Allocator state after a row.
@@ -288,11 +313,19 @@ pub fn blocks(a: &Analyzed, p: &BlocksParams) -> Result<StateAt, ViewError> {
         Some(r) => start.is_none_or(|s| s <= r) && end.is_none_or(|e| e > r),
         None => end.is_none(),
     };
+    let pools = a.pool_map(device)?;
+    let pool = |row: Option<u32>, addr: u64| row.map_or_else(|| pools.segment_pool(addr, at), |r| pools.pool(r));
     let segments = index
         .segments
         .iter()
         .filter(|s| alive(s.start_row, s.end_row))
-        .map(|s| LiveSegment { addr: s.addr, size: s.size, start_row: s.start_row, mapped: s.mapped })
+        .map(|s| LiveSegment {
+            addr: s.addr,
+            size: s.size,
+            start_row: s.start_row,
+            mapped: s.mapped,
+            pool: pool(s.start_row, s.addr),
+        })
         .collect();
     let mut allocations: Vec<LiveAllocation> = index
         .allocations
@@ -309,6 +342,7 @@ pub fn blocks(a: &Analyzed, p: &BlocksParams) -> Result<StateAt, ViewError> {
                 stack: x.stack,
                 state: if pending { "pending_free" } else { "allocated" }.to_owned(),
                 alloc_row: x.alloc_row.get(),
+                pool: pool(x.alloc_row.get(), x.addr),
             }
         })
         .collect();

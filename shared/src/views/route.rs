@@ -40,6 +40,7 @@ pub fn answer(a: &Analyzed, route: &str, query: &str) -> Result<String, ViewErro
             "search" => json(&super::search::search(a, &params(route, query)?)?),
             "entry" => json(&super::entry::entry(a, &params(route, query)?)?),
             "host" => json(&super::host::host(a, &params(route, query)?)?),
+            "pools" => json(&super::pools::pools(a, &params(route, query)?)?),
             _ => Err(unknown(route)),
         },
         Some(("stacks", id)) => {
@@ -86,6 +87,14 @@ mod tests {
         assert_eq!(stats["devices"][0]["trace_entries"], 1727);
         let frames = answer(&a, "stacks/0", "").expect("stack 0");
         assert!(frames.starts_with('['), "{frames}");
+    }
+
+    #[test]
+    fn the_pools_view_is_routed() {
+        let a = crate::testing::corpus("graph_shared_pool");
+        let p = crate::views::pools::PoolsParams { px: Some(10), ..Default::default() };
+        let direct = serde_json::to_string(&crate::views::pools::pools(&a, &p).expect("pools")).expect("json");
+        assert_eq!(answer(&a, "pools", "px=10").expect("routed"), direct);
     }
 
     #[test]

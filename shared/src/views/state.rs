@@ -74,6 +74,9 @@ pub struct StateSegment {
     pub stream: u64,
     /// Serves the small pool (requests up to 1 MiB).
     pub small: bool,
+    /// The memory pool it belongs to: `[0, 0]` the default pool, else a
+    /// private pool (a CUDA graph's); see [`crate::analysis::pools`].
+    pub pool: (i64, i64),
     /// An expandable segment: its blocks are mapped ranges, and gaps between
     /// them are unmapped address space.
     pub expandable: bool,
@@ -210,6 +213,7 @@ pub fn state(a: &Analyzed, p: &StateParams) -> Result<AllocatorState, ViewError>
     let d = a.snapshot.device(device).ok_or_else(|| ViewError::NotFound(format!("device {device}")))?;
     let row = resolve_row(d, p.at, p.x, p.axis)?;
     let layout = a.rewinder(device, row)?.rewind_to(row);
+    let pools = a.pool_map(device)?;
     let figures = Figures::of(&layout);
     let segments = layout
         .segments
@@ -219,6 +223,7 @@ pub fn state(a: &Analyzed, p: &StateParams) -> Result<AllocatorState, ViewError>
             size: s.size,
             stream: s.stream,
             small: s.small,
+            pool: pools.segment_pool(s.address, row),
             expandable: s.expandable,
             blocks: s
                 .blocks
@@ -268,6 +273,27 @@ mod tests {
             for seg in &s.segments {
                 assert_eq!(seg.blocks.iter().map(|b| b.size).sum::<u64>(), seg.size, "{name}: blocks tile");
             }
+        }
+    }
+
+    #[test]
+    fn segments_say_their_pool_and_graph_runs_keep_pytorchs_figures() {
+        for name in ["graph_manual", "graph_shared_pool"] {
+            let a = corpus(name);
+            let o = oracle(name);
+            let s = state(&a, &StateParams::default()).expect("state at the end");
+            assert_eq!(s.figures.reserved, o["reserved_bytes.all.current"], "{name} reserved");
+            assert_eq!(s.figures.allocated, o["allocated_bytes.all.current"], "{name} allocated");
+            let d = a.snapshot.device(0).expect("device 0");
+            // At the end, each segment's pool is the one the snapshot records.
+            for seg in &s.segments {
+                let recorded = d.segments.iter().find(|r| r.address == seg.addr).expect("a recorded segment");
+                assert_eq!(seg.pool, recorded.pool_id, "{name} segment {:#x}", seg.addr);
+            }
+            assert!(s.segments.iter().any(|seg| seg.pool != (0, 0)), "{name}: a graph pool");
+            // Before the trace nothing was reserved, in any pool.
+            let before = state(&a, &StateParams { x: Some(-1), ..Default::default() }).expect("before");
+            assert!(before.segments.is_empty());
         }
     }
 

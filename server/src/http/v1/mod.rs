@@ -45,6 +45,7 @@ pub(super) fn routes(timeout: Duration) -> Router<AppState> {
         .route("/api/v1/snapshots/{id}/search", get(views::search))
         .route("/api/v1/snapshots/{id}/entry", get(views::entry))
         .route("/api/v1/snapshots/{id}/host", get(views::host))
+        .route("/api/v1/snapshots/{id}/pools", get(views::pools))
         .route("/api/v1/snapshots/{id}/comments", get(review::list).post(review::post))
         .route("/api/v1/snapshots/{id}/comments/{comment}", axum::routing::delete(review::delete))
         .route("/api/v1/jobs", get(jobs::list))

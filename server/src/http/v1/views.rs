@@ -12,6 +12,7 @@ use vramscope_shared::views::annotations::{AnnotationsAnswer, AnnotationsParams}
 use vramscope_shared::views::entry::{EntryAnswer, EntryParams};
 use vramscope_shared::views::fragmentation::{FragmentationAnswer, FragmentationParams};
 use vramscope_shared::views::host::{HostAnswer, HostParams};
+use vramscope_shared::views::pools::{PoolsAnswer, PoolsParams};
 use vramscope_shared::views::search::{SearchAnswer, SearchParams};
 use vramscope_shared::views::segments::{SegmentsAnswer, SegmentsParams};
 use vramscope_shared::views::state::{AllocatorState, StateParams};
@@ -129,7 +130,20 @@ pub(crate) async fn entry(
     Query(p): Query<EntryParams>,
 ) -> AppResult<Json<EntryAnswer>> {
     let a = analyzed(&state, &id).await?;
-    Ok(Json(views::entry::entry(&a, &p)?))
+    // The first question about a device's pools passes over its trace.
+    Ok(Json(blocking(move || views::entry::entry(&a, &p)).await??))
+}
+
+/// `GET /api/v1/snapshots/{id}/pools?at=&px=`: memory by (pool, stream),
+/// CUDA graphs' private pools beside the default one; see
+/// [`views::pools::pools`].
+pub(crate) async fn pools(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Query(p): Query<PoolsParams>,
+) -> AppResult<Json<PoolsAnswer>> {
+    let a = analyzed(&state, &id).await?;
+    Ok(Json(blocking(move || views::pools::pools(&a, &p)).await??))
 }
 
 /// `GET /api/v1/snapshots/{id}/host?px=`: pinned host memory's figures and
