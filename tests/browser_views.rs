@@ -603,3 +603,34 @@ async fn host_memory(client: &Client, url: &str) {
     scroll_to(client, "host-memory").await;
     screenshot(client, "views-9-host-memory").await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cuda_graph_pools_have_bands_of_their_own_in_chromium() {
+    let (_server, url) = start_server(&scratch("views-pools"), &[]);
+    assert_dashboard_built(&url).await;
+    let (_driver, driver_url) = start_chromedriver();
+    let client = connect(&driver_url, "profile-views-pools").await;
+    closing(&client, pools(&client, &url)).await;
+}
+
+async fn pools(client: &Client, url: &str) {
+    let file = crate::common::fixture_corpus().join("graph_shared_pool.pickle");
+    let id = upload(url, &file).await;
+    let answer = api(url, &format!("/api/v1/snapshots/{id}/pools")).await;
+    let bands = answer["bands"].as_array().expect("bands").len();
+    assert!(bands >= 2, "the default pool and the graphs' shared pool: {answer}");
+    client.goto(&format!("{url}/snapshots/{id}?tab=pools")).await.expect("open the snapshot");
+    let table = until(client, 30, "the pools table", || async {
+        text_of(client, "#pools-table").await.filter(|t| t.contains("private pool"))
+    })
+    .await;
+    assert!(table.contains("default pool"), "{table}");
+    assert_eq!(table.lines().filter(|l| l.contains(" pool")).count(), bands, "one row per band: {table}");
+    until(client, 30, "the bands", || async {
+        let (_, c) = colours(client, "pools-chart", &[RESERVED, ALLOCATED]).await?;
+        (c[0] > 100 && c[1] > 100).then_some(())
+    })
+    .await;
+    scroll_to(client, "pools-panel").await;
+    screenshot(client, "views-10-pools").await;
+}

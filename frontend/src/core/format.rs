@@ -26,6 +26,12 @@ pub fn bytes(n: u64) -> String {
     format!("{value:.digits$} {}", UNITS[unit])
 }
 
+/// A memory pool by its id: `(0, 0)` is the default pool, anything else a
+/// private pool (a CUDA graph's or a `MemPool`).
+pub fn pool((a, b): (i64, i64)) -> String {
+    if (a, b) == (0, 0) { "default pool".to_owned() } else { format!("private pool ({a}, {b})") }
+}
+
 /// An exact count with thousands separators: `1,234,567`.
 pub fn grouped(n: u64) -> String {
     let digits = n.to_string();

@@ -21,6 +21,8 @@ pub enum Tab {
     /// Memory by category (parameters, gradients, optimizer state,
     /// activations) at the cursor and over the trace.
     Breakdown,
+    /// One band per (memory pool, stream): CUDA graphs' private pools.
+    Pools,
 }
 
 /// The selected allocation: its address and the row of its `alloc` (none
@@ -113,6 +115,7 @@ pub fn parse(query: &str) -> PageState {
         tab: match fields.tab.as_deref() {
             Some("fragmentation") => Tab::Fragmentation,
             Some("breakdown") => Tab::Breakdown,
+            Some("pools") => Tab::Pools,
             _ => Tab::State,
         },
         search: fields.q.filter(|q| !q.trim().is_empty()),
@@ -139,6 +142,7 @@ pub fn query(state: &PageState) -> String {
             Tab::State => None,
             Tab::Fragmentation => Some("fragmentation".to_owned()),
             Tab::Breakdown => Some("breakdown".to_owned()),
+            Tab::Pools => Some("pools".to_owned()),
         },
         q: state.search.clone().filter(|q| !q.trim().is_empty()),
     };

@@ -21,6 +21,7 @@ use crate::infra::redraw::Redraw;
 mod breakdown;
 mod fragmentation;
 mod minimap;
+mod pools;
 mod search;
 mod segments;
 mod state;
@@ -173,11 +174,19 @@ pub(crate) fn DeviceViews(id: String, device: u32, initial: PageState) -> impl I
             >
                 "Where the memory went"
             </button>
+            <button
+                id="tab-pools"
+                class:active=move || ctx.tab.get() == Tab::Pools
+                on:click=move |_| ctx.tab.set(Tab::Pools)
+            >
+                "Memory pools"
+            </button>
         </div>
         {move || match ctx.tab.get() {
             Tab::State => view! { <state::StatePanel ctx=ctx/> }.into_any(),
             Tab::Fragmentation => view! { <fragmentation::FragmentationPanel ctx=ctx/> }.into_any(),
             Tab::Breakdown => view! { <breakdown::BreakdownPanel ctx=ctx/> }.into_any(),
+            Tab::Pools => view! { <pools::PoolsPanel ctx=ctx/> }.into_any(),
         }}
     }
 }

@@ -109,10 +109,11 @@ pub(crate) fn StatePanel(ctx: DeviceContext) -> impl IntoView {
                 ),
             };
             Some(format!(
-                "block {} · {sizes} · {kind} · in segment {} ({}, stream {})",
+                "block {} · {sizes} · {kind} · in segment {} ({}, {}, stream {})",
                 format::hex(b.addr),
                 format::hex(seg.addr),
-                if seg.small { "small pool" } else { "large pool" },
+                format::pool(seg.pool),
+                if seg.small { "small blocks" } else { "large blocks" },
                 format::hex(seg.stream)
             ))
         })

@@ -25,8 +25,8 @@ use crate::core::model::live::{LiveList, LiveRead};
 use crate::core::model::review::Comment;
 use crate::core::model::{
     AllocatorState, AnnotationsAnswer, Axis, BreakdownAnswer, CommentMark, EntryAnswer, ErrorBody, FragmentationAnswer,
-    Frame, HostAnswer, Instant, Page, SearchAnswer, SegmentsAnswer, SnapshotMeta, StatsReport, TimelineWindow,
-    UploadAnswer,
+    Frame, HostAnswer, Instant, Page, PoolsAnswer, SearchAnswer, SegmentsAnswer, SnapshotMeta, StatsReport,
+    TimelineWindow, UploadAnswer,
 };
 use crate::core::url::query;
 use crate::core::viewport::Window;
@@ -279,6 +279,19 @@ pub(crate) async fn breakdown(
         query.push_str(&format!("&px={px}"));
     }
     view("loading the memory breakdown", id, "breakdown", &query).await
+}
+
+/// Each (memory pool, stream)'s figures right after `row` (the last row
+/// when `None`), with its series over the trace when `px` is given.
+pub(crate) async fn pools(id: &str, device: u32, row: Option<u32>, px: Option<u32>) -> Result<PoolsAnswer, ApiError> {
+    let mut query = format!("device={device}");
+    if let Some(r) = row {
+        query.push_str(&format!("&at={r}"));
+    }
+    if let Some(px) = px {
+        query.push_str(&format!("&px={px}"));
+    }
+    view("loading the memory pools", id, "pools", &query).await
 }
 
 /// Pinned host memory's figures and timeline (404 when none was recorded).

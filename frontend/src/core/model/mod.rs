@@ -18,6 +18,7 @@ pub use vramscope_shared::views::annotations::{AnnotationRange, AnnotationsAnswe
 pub use vramscope_shared::views::entry::EntryAnswer;
 pub use vramscope_shared::views::fragmentation::{FragmentationAnswer, SettingsView};
 pub use vramscope_shared::views::host::HostAnswer;
+pub use vramscope_shared::views::pools::{BandPoint, PoolBand, PoolsAnswer};
 pub use vramscope_shared::views::search::{SearchAnswer, SearchKind, SearchMatch};
 pub use vramscope_shared::views::segments::SegmentsAnswer;
 pub use vramscope_shared::views::state::{AllocatorState, BlockKind, Figures};

@@ -135,6 +135,7 @@ fn entry_facts(e: &EntryAnswer) -> impl IntoView + use<> {
     let time = e.time_us.map(format::clock_us);
     let facts: Vec<(&'static str, String)> = [
         Some(("stream", format::hex(e.stream))),
+        Some(("memory pool", format::pool(e.pool))),
         time.map(|t| ("wall time", t)),
         e.compile_context.clone().map(|c| ("compile context", c)),
         e.user_metadata.clone().map(|m| ("user metadata", m)),

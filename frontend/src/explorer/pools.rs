@@ -1,0 +1,190 @@
+//! Memory pools: one band per (pool, stream) over the whole trace, so that
+//! CUDA graphs' private pools, what they reserve and what of it is used
+//! show beside the default pool; and their figures at the cursor. A click
+//! on a band moves the cursor.
+
+use leptos::prelude::*;
+use web_sys::MouseEvent;
+
+use crate::core::format;
+use crate::core::model::{BandPoint, Instant, PoolsAnswer};
+use crate::core::palette;
+use crate::explorer::DeviceContext;
+use crate::infra::api;
+use crate::infra::canvas;
+use crate::infra::latest::latest;
+
+/// Height of one band.
+const BAND: f64 = 46.0;
+/// Space above each band for its label.
+const LABEL: f64 = 14.0;
+/// Points of each band's series.
+const SERIES_PX: u32 = 500;
+
+/// The pools panel of the device of `ctx`.
+#[component]
+pub(crate) fn PoolsPanel(ctx: DeviceContext) -> impl IntoView {
+    let canvas_ref = NodeRef::<leptos::html::Canvas>::new();
+    let wrap_ref = NodeRef::<leptos::html::Div>::new();
+    let series = RwSignal::new(None::<PoolsAnswer>);
+    let at = RwSignal::new(None::<PoolsAnswer>);
+    let error = RwSignal::new(None::<String>);
+
+    Effect::new(move |_| {
+        let id = ctx.id.get_value();
+        let device = ctx.device;
+        leptos::task::spawn_local(async move {
+            match api::pools(&id, device, None, Some(SERIES_PX)).await {
+                Ok(a) => {
+                    if at.get_untracked().is_none() {
+                        at.set(Some(a.clone()));
+                    }
+                    series.set(Some(a));
+                }
+                Err(e) => error.set(Some(e.to_string())),
+            }
+        });
+    });
+    let answers = latest();
+    Effect::new(move |_| {
+        let Some(row) = ctx.state.with(|s| s.as_ref().map(|s| s.row)) else { return };
+        let id = ctx.id.get_value();
+        let device = ctx.device;
+        answers.run(async move { api::pools(&id, device, row, None).await }, move |answer| match answer {
+            Ok(a) => {
+                at.set(Some(a));
+                error.set(None);
+            }
+            Err(e) => error.set(Some(e.to_string())),
+        });
+    });
+
+    Effect::new(move |_| {
+        let (Some(canvas), Some(wrap)) = (canvas_ref.get(), wrap_ref.get()) else { return };
+        let cursor = at.with(|a| a.as_ref().and_then(|a| a.row));
+        series.with(|s| {
+            let Some(s) = s else { return };
+            let width = canvas::css_width(&wrap);
+            let height = s.bands.len() as f64 * (BAND + LABEL) + 4.0;
+            if let Some(c) = canvas::context(&canvas, width, height) {
+                draw_bands(&c, s, width, cursor);
+            }
+        });
+    });
+
+    let on_click = move |ev: MouseEvent| {
+        let Some(wrap) = wrap_ref.get_untracked() else { return };
+        let width = canvas::css_width(&wrap);
+        let rows = series.with_untracked(|s| s.as_ref().map(|s| s.rows)).unwrap_or(0);
+        if rows > 0 {
+            let r = ((f64::from(ev.offset_x()) / width).clamp(0.0, 1.0) * f64::from(rows - 1)).round() as u32;
+            ctx.instant.set(Some(Instant::Row(r)));
+        }
+    };
+
+    view! {
+        <section class="pools-panel" id="pools-panel">
+            <div class="toolbar">
+                <h2>"Memory pools"</h2>
+                <span class="legend">
+                    <span class="key"><span class="swatch reserved"></span>"reserved"</span>
+                    <span class="key"><span class="swatch allocated"></span>"allocated"</span>
+                </span>
+            </div>
+            {move || error.get().map(|e| view! { <p class="notice error">{e}</p> })}
+            {move || at.get().map(|a| table(&a))}
+            <div class="canvas-wrap" node_ref=wrap_ref>
+                <canvas id="pools-chart" node_ref=canvas_ref on:click=on_click></canvas>
+            </div>
+            <p class="hint">
+                "One band per pool and stream over the whole trace, each scaled to its own peak: a CUDA graph's private pool keeps what it reserved for its replays, and the grey above the blue is reserved memory it does not use. Click to move the cursor."
+            </p>
+        </section>
+    }
+}
+
+/// The bands' figures at the cursor.
+fn table(a: &PoolsAnswer) -> impl IntoView + use<> {
+    let at = a.row.map_or_else(|| "before the first row".to_owned(), |r| format!("right after row {r}"));
+    let rows = a
+        .bands
+        .iter()
+        .map(|b| {
+            view! {
+                <tr class:private=b.private>
+                    <td>{format::pool(b.pool)}</td>
+                    <td><code>{format::hex(b.stream)}</code></td>
+                    <td class="num">{format::bytes(b.reserved)}</td>
+                    <td class="num">{format::bytes(b.allocated)}</td>
+                    <td class="num">{format::bytes(b.fragmentation)}</td>
+                    <td class="num">{format::bytes(b.reserved_peak)}</td>
+                </tr>
+            }
+        })
+        .collect_view();
+    let inferred = (a.inferred_segments > 0).then(|| {
+        format!(
+            "{} segments freed before the snapshot had their pool inferred from the allocations beside them.",
+            a.inferred_segments
+        )
+    });
+    view! {
+        <p class="hint" id="pools-at">{format!("{} pools and streams, {at}.", a.bands.len())}</p>
+        <table class="pools-table" id="pools-table">
+            <thead>
+                <tr><th>"pool"</th><th>"stream"</th><th>"reserved"</th><th>"allocated"</th><th>"reserved, unused"</th><th>"reserved peak"</th></tr>
+            </thead>
+            <tbody>{rows}</tbody>
+        </table>
+        {inferred.map(|t| view! { <p class="hint">{t}</p> })}
+    }
+}
+
+/// One band per (pool, stream), reserved behind allocated, each scaled to
+/// its own reserved peak.
+fn draw_bands(c: &web_sys::CanvasRenderingContext2d, a: &PoolsAnswer, width: f64, cursor: Option<u32>) {
+    let last = f64::from(a.rows.saturating_sub(1).max(1));
+    for (k, band) in a.bands.iter().enumerate() {
+        let top = k as f64 * (BAND + LABEL);
+        let base = top + LABEL + BAND;
+        canvas::text(
+            c,
+            palette::LABEL.css(),
+            &format!(
+                "{} · stream {} · peak {}",
+                format::pool(band.pool),
+                format::hex(band.stream),
+                format::bytes(band.reserved_peak)
+            ),
+            2.0,
+            top + 11.0,
+        );
+        canvas::fill(c, palette::MINIMAP_BACKGROUND.css(), 0.0, top + LABEL, width, BAND);
+        let scale = band.reserved_peak.max(1) as f64;
+        let y = |b: u64| base - b as f64 / scale * (BAND - 2.0);
+        let picks: [(fn(&BandPoint) -> u64, palette::Colour); 2] =
+            [(|p| p.reserved, palette::RESERVED), (|p| p.allocated, palette::ALLOCATED)];
+        for (value, colour) in picks {
+            if band.series.is_empty() {
+                continue;
+            }
+            c.begin_path();
+            c.move_to(0.0, base);
+            let mut x_prev = 0.0;
+            for p in &band.series {
+                let x = f64::from(p.row) / last * width;
+                c.line_to(x_prev, y(value(p)));
+                c.line_to(x, y(value(p)));
+                x_prev = x;
+            }
+            c.line_to(x_prev, base);
+            c.close_path();
+            c.set_fill_style_str(colour.css());
+            c.fill();
+        }
+    }
+    if let Some(r) = cursor {
+        let h = a.bands.len() as f64 * (BAND + LABEL);
+        canvas::vline(c, palette::CURSOR.css(), f64::from(r) / last * width, 0.0, h, 1.0);
+    }
+}
