@@ -77,6 +77,10 @@ enum Command {
     /// the snapshot's timelines in the dashboard, inlined, and its OOM
     /// post-mortem and likely leaks as text.
     Report(cli::report::ReportArgs),
+    /// Check a snapshot against a memory budget (peaks, fragmentation,
+    /// growth against a baseline) and fail the build when a rule is broken:
+    /// exit 0 when every rule holds, 1 when one is broken, 2 on bad input.
+    Check(cli::check::CheckArgs),
 }
 
 /// Milliseconds since the Unix epoch.
@@ -118,6 +122,7 @@ fn main() -> ExitCode {
         Command::Report(a) => cli::report::run(&a),
         Command::Leaks(a) => cli::leaks::run(&a),
         Command::Diff(a) => cli::diff::run(&a),
+        Command::Check(a) => cli::check::run(&a),
         Command::Simulate(a) => cli::simulate::run(&a),
         Command::Tune(a) => cli::simulate::run_tune(&a),
         Command::Retention(a) => {

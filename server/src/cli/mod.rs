@@ -1,6 +1,7 @@
 //! Command-line subcommands.
 
 pub(crate) mod agent;
+pub(crate) mod check;
 pub(crate) mod diff;
 pub(crate) mod explain;
 pub(crate) mod input;
@@ -24,6 +25,9 @@ pub(crate) enum Failure {
     BadInput(anyhow::Error),
     /// Anything else (e.g. writing output failed): exit code 1.
     Other(anyhow::Error),
+    /// `vramscope check`: a rule of the budget is broken (the verdict is
+    /// already printed): exit code 1.
+    CheckFailed(anyhow::Error),
 }
 
 impl Failure {
@@ -36,6 +40,10 @@ impl Failure {
             }
             Failure::Other(e) => {
                 eprintln!("vramscope: error: {e:#}");
+                ExitCode::from(1)
+            }
+            Failure::CheckFailed(e) => {
+                eprintln!("vramscope: check failed: {e:#}");
                 ExitCode::from(1)
             }
         }
