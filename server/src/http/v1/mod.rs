@@ -53,6 +53,8 @@ pub(super) fn routes(timeout: Duration) -> Router<AppState> {
         .route("/api/v1/snapshots/{id}/explain", get(analysis::explain))
         .route("/api/v1/snapshots/{id}/leaks", get(analysis::leaks))
         .route("/api/v1/compare", get(analysis::compare))
+        .route("/api/v1/snapshots/{id}/check", get(analysis::check_snapshot))
+        .route("/api/v1/jobs/{job}/check", get(analysis::check_job))
         .layer(TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, timeout));
     let streaming = Router::new()
         .route("/api/v1/snapshots", post(upload::upload).layer(axum::extract::DefaultBodyLimit::disable()))
