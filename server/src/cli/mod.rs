@@ -6,6 +6,7 @@ pub(crate) mod diff;
 pub(crate) mod explain;
 pub(crate) mod input;
 pub(crate) mod leaks;
+pub(crate) mod mcp;
 pub(crate) mod progress;
 pub(crate) mod report;
 pub(crate) mod retention;
