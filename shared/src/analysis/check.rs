@@ -269,7 +269,7 @@ mod tests {
 
     #[test]
     fn a_budget_under_the_peak_fails_and_names_the_figures() {
-        let snap = snapshot("oom_leak.pickle");
+        let snap = snapshot("oom_leak");
         let peak = snap.stats().devices[0].reserved_peak_bytes.expect("oom_leak has a trace");
         let over = CheckBudget { max_reserved_peak_bytes: Some(peak - 1), ..CheckBudget::default() };
         let report = check(&snap, None, &over, 5).expect("checkable");
@@ -283,7 +283,7 @@ mod tests {
 
     #[test]
     fn the_same_snapshot_as_baseline_has_no_growth() {
-        let snap = snapshot("oom_leak.pickle");
+        let snap = snapshot("oom_leak");
         let budget = CheckBudget { max_growth_pct: Some(0.0), ..CheckBudget::default() };
         let report = check(&snap, Some(&snap), &budget, 5).expect("checkable");
         assert!(report.passed, "{report:?}");
@@ -294,7 +294,7 @@ mod tests {
 
     #[test]
     fn growth_without_a_baseline_is_refused() {
-        let snap = snapshot("oom_leak.pickle");
+        let snap = snapshot("oom_leak");
         let budget = CheckBudget { max_growth_pct: Some(5.0), ..CheckBudget::default() };
         assert!(matches!(check(&snap, None, &budget, 5), Err(CheckError::NoBaseline)));
     }
