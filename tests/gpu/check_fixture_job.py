@@ -64,21 +64,25 @@ def baseline_job():
     del m, opt
 
 
-def leaky_step(m, opt, kept):
+# What the leaking job keeps: still alive when the fixture dumps the
+# snapshot, so the stacks that grew against the baseline show it.
+LEAKED = []
+
+
+def leaky_step(m, opt):
     loss = train_step(m, opt)
-    # The leak: a 32 MiB copy of the activations kept every step.
-    kept.append(torch.empty(2048, 4096, device="cuda").copy_(torch.randn(2048, 4096, device="cuda")))
+    # The leak: 32 MiB kept every step.
+    LEAKED.append(torch.empty(2048, 4096, device="cuda").copy_(torch.randn(2048, 4096, device="cuda")))
     return loss
 
 
 def leak_job():
     m = model()
     opt = torch.optim.Adam(m.parameters())
-    kept = []
     for _ in range(STEPS):
-        leaky_step(m, opt, kept)
+        leaky_step(m, opt)
     torch.cuda.synchronize()
-    del m, opt, kept
+    del m, opt
 
 
 def check(vramscope, *args):
@@ -164,6 +168,7 @@ def main():
     checks["leaky_stack_first"] = first is not None and any(f["name"] == "leaky_step" for f in first["frames"])
 
     # 4. An OOM inside the fixture: the snapshot is still written.
+    LEAKED.clear()
     torch.cuda.empty_cache()
     torch.cuda.set_per_process_memory_fraction(0.002)
     raised = None
