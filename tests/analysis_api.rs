@@ -220,3 +220,25 @@ async fn bad_queries_are_refused_with_the_reason_and_unknown_ids_are_404() {
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert!(body["error"].as_str().is_some_and(|m| m.contains("b=")), "{body}");
 }
+
+#[tokio::test]
+async fn breakdown_route_answers_what_the_cli_prints_and_a_series_for_the_chart() {
+    let server = TestServer::start("breakdown", &[]);
+    let file = fixture("breakdown_python_after_step.pickle");
+    let id = server.upload_file(&file).await;
+    let (status, answer) =
+        server.get_query(&format!("/snapshots/{id}/breakdown"), &[("at", "3000"), ("px", "64")]).await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_vramscope"))
+        .args(["breakdown", "--json", "--at", "3000"])
+        .arg(&file)
+        .output()
+        .expect("run");
+    let cli: Value = serde_json::from_slice(&out.stdout).expect("json");
+    let mut api = answer["devices"][0].clone();
+    assert_eq!(api["series"]["rows"].as_array().map(Vec::len), Some(64), "{api}");
+    api.as_object_mut().expect("object").remove("series");
+    assert_eq!(api, cli["devices"][0]);
+    let (status, bad) = server.get_query(&format!("/snapshots/{id}/breakdown"), &[("at", "99999999")]).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}");
+}

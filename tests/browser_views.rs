@@ -504,3 +504,102 @@ fn reads_headings_and_counts() {
     assert_eq!(heading_row("Allocator state before the trace's first event of 6,680"), None);
     assert_eq!(leading_count("1,204 matches · allocations with that text in a frame"), Some(1204));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_breakdown_panel_follows_the_cursor_in_chromium() {
+    let (_server, url) = start_server(&scratch("views-breakdown"), &[]);
+    assert_dashboard_built(&url).await;
+    let (_driver, driver_url) = start_chromedriver();
+    let client = connect(&driver_url, "profile-views-breakdown").await;
+    closing(&client, breakdown(&client, &url)).await;
+}
+
+/// Parameters' dark blue in the stacked chart (palette::CATEGORIES[0]).
+const PARAMETERS: [u8; 3] = [5, 80, 174];
+/// Activations' orange (palette::CATEGORIES[3]).
+const ACTIVATIONS: [u8; 3] = [219, 109, 40];
+
+async fn breakdown(client: &Client, url: &str) {
+    let file = crate::common::fixture_corpus().join("breakdown_python_after_step.pickle");
+    let id = upload(url, &file).await;
+    client.goto(&format!("{url}/snapshots/{id}?tab=breakdown")).await.expect("open the snapshot");
+    let figures = until(client, 30, "the breakdown at the end", || async {
+        let t = text_of(client, "#breakdown-figures").await?;
+        t.contains("105 MiB").then_some(t)
+    })
+    .await;
+    for word in ["parameters", "gradients", "optimizer state", "activations", "other", "from stacks"] {
+        assert!(figures.to_lowercase().contains(word), "{word} in {figures}");
+    }
+    let stages = text_of(client, "#breakdown-stages").await.expect("stages");
+    assert!(stages.contains("Optimizer.step#AdamW.step") && stages.contains("forward"), "{stages}");
+    until(client, 30, "the stacked chart", || async {
+        let (_, c) = colours(client, "breakdown-chart", &[PARAMETERS, ACTIVATIONS]).await?;
+        (c[0] > 200 && c[1] > 50).then_some(())
+    })
+    .await;
+    scroll_to(client, "breakdown-panel").await;
+    screenshot(client, "views-7-breakdown").await;
+
+    // A click on the chart a third of the way in moves the cursor there;
+    // the figures follow it (the optimizer has made no state yet).
+    let before = text_of(client, "#breakdown-at").await.expect("at");
+    let (left, top, width, height) = box_of(client, "breakdown-chart").await;
+    let actions = MouseActions::new("mouse".to_owned())
+        .then(PointerAction::MoveTo {
+            duration: None,
+            x: (left + width * 0.1).round(),
+            y: (top + height / 2.0).round(),
+        })
+        .then(PointerAction::Down { button: 0 })
+        .then(PointerAction::Up { button: 0 });
+    client.perform_actions(actions).await.expect("click the chart");
+    let after = until(client, 30, "the figures at the new cursor", || async {
+        let t = text_of(client, "#breakdown-at").await?;
+        (t != before).then_some(t)
+    })
+    .await;
+    assert!(after.contains("right after row"), "{after}");
+    let figures = text_of(client, "#breakdown-figures").await.expect("figures");
+    assert!(figures.contains("105 MiB"), "parameters exist from the start: {figures}");
+    let link = client.current_url().await.expect("url").to_string();
+    assert!(link.contains("tab=breakdown") && link.contains("row="), "{link}");
+    screenshot(client, "views-8-breakdown-cursor").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pinned_host_memory_has_its_own_section_in_chromium() {
+    let (_server, url) = start_server(&scratch("views-host"), &[]);
+    assert_dashboard_built(&url).await;
+    let (_driver, driver_url) = start_chromedriver();
+    let client = connect(&driver_url, "profile-views-host").await;
+    closing(&client, host_memory(&client, &url)).await;
+}
+
+/// The reserved grey and the allocated blue of the palette.
+const RESERVED: [u8; 3] = [87, 96, 106];
+const ALLOCATED: [u8; 3] = [9, 105, 218];
+
+async fn host_memory(client: &Client, url: &str) {
+    let file = crate::common::synthetic_dir().join("host_pinned.p4.pickle");
+    let id = upload(url, &file).await;
+    client.goto(&format!("{url}/snapshots/{id}")).await.expect("open the snapshot");
+    let cards = until(client, 30, "the pinned host memory cards", || async {
+        text_of(client, "#host-summary").await.filter(|t| t.contains("72.5 MiB"))
+    })
+    .await;
+    assert!(cards.contains("74.5 MiB") && cards.contains("243"), "pinned peak and host events: {cards}");
+    until(client, 30, "the host chart", || async {
+        let (_, c) = colours(client, "host-chart", &[RESERVED, ALLOCATED]).await?;
+        (c[0] > 100 && c[1] > 100).then_some(())
+    })
+    .await;
+    let (status, body) = (
+        reqwest::get(format!("{url}/api/v1/snapshots/{id}/host?px=10")).await.expect("GET").status(),
+        api(url, &format!("/api/v1/snapshots/{id}/host?px=10")).await,
+    );
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["rows"].as_array().map(Vec::len), Some(10), "{body}");
+    scroll_to(client, "host-memory").await;
+    screenshot(client, "views-9-host-memory").await;
+}

@@ -90,3 +90,38 @@ fn regression_stats_into_a_closed_pipe_exits_quietly() {
     assert_eq!(out.status.code(), Some(0));
     assert!(out.stderr.is_empty(), "{}", String::from_utf8_lossy(&out.stderr));
 }
+
+#[test]
+fn breakdown_json_keeps_its_interface_and_matches_the_truth_recorded_beside_the_file() {
+    let file = crate::common::fixture_corpus().join("breakdown_all_after_step.pickle");
+    let truth: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(crate::common::fixture_corpus().join("breakdown_all_after_step.truth.json")).expect("truth"),
+    )
+    .expect("truth json");
+    let out = vramscope().args(["breakdown", "--json"]).arg(&file).output().expect("run");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    assert_eq!(v["file"], file.display().to_string());
+    let d = &v["devices"][0];
+    assert_eq!(d["device"], 0);
+    assert!(d["at_row"].is_u64(), "{d}");
+    assert!(d["stages"].is_array(), "{d}");
+    for key in ["parameters", "gradients", "optimizer_state"] {
+        let (ours, want) = (d["categories"][key].as_f64().expect(key), truth[key].as_f64().expect(key));
+        assert!((ours - want).abs() <= want * 0.02, "{key}: {ours} against the true {want}");
+    }
+    for key in ["activations", "other"] {
+        assert!(d["categories"][key].is_u64(), "{key} in {d}");
+    }
+    // The human table names every category and says how sure it is.
+    let out = vramscope().arg("breakdown").arg(&file).output().expect("run");
+    let text = String::from_utf8_lossy(&out.stdout);
+    for word in ["parameters", "gradients", "optimizer state", "activations", "other", "from stacks", "Optimizer.step"]
+    {
+        assert!(text.contains(word), "{word} missing from:\n{text}");
+    }
+    // A row past the trace is bad input, named.
+    let out = vramscope().args(["breakdown", "--at", "4000000000"]).arg(&file).output().expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("past the end"));
+}

@@ -60,6 +60,13 @@ enum Command {
     /// Rank the stacks of allocations alive at the end by how steadily they
     /// grew: likely leaks first.
     Leaks(cli::leaks::LeaksArgs),
+    /// Split live memory into parameters, gradients, optimizer state,
+    /// activations and other, at the snapshot's moment or any trace row, and
+    /// by the record_function range that allocated it. Categories are
+    /// inferred from each allocation's stack (module set-up, optimizer,
+    /// autograd's backward thread, forward) and its lifetime; the output
+    /// says how sure each figure is.
+    Breakdown(cli::breakdown::BreakdownArgs),
     /// Compare two snapshots: memory by stack that grew, shrank, appeared or
     /// vanished, and the figures side by side.
     Diff(cli::diff::DiffArgs),
@@ -129,6 +136,7 @@ fn main() -> ExitCode {
         Command::Explain(a) => cli::explain::run(&a),
         Command::Report(a) => cli::report::run(&a),
         Command::Leaks(a) => cli::leaks::run(&a),
+        Command::Breakdown(a) => cli::breakdown::run(&a),
         Command::Diff(a) => cli::diff::run(&a),
         Command::Check(a) => cli::check::run(&a),
         Command::Mcp(a) => cli::mcp::run(&a),

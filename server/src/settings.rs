@@ -30,6 +30,7 @@ const SETTING_NAMES: &[&str] = &[
     "parse_timeout_secs",
     "max_expansion",
     "max_body_bytes",
+    "report_inline_max_bytes",
     "allowed_hosts",
     "cache_entries",
     "cache_bytes",
@@ -82,6 +83,10 @@ pub(crate) struct Settings {
     pub(crate) max_expansion: u32,
     /// Largest body of any request but an upload (comments, edits), in bytes.
     pub(crate) max_body_bytes: usize,
+    /// Largest snapshot whose exported report inlines the file (the page
+    /// holds it as base64 and opens it in the dashboard). A larger one gets
+    /// a report made from its index alone: findings and the main chart.
+    pub(crate) report_inline_max_bytes: u64,
     /// Host names (with or without a port) that requests may name in `Host`
     /// besides the bound address, `localhost` and the loopback addresses.
     /// Checked only without tokens, where a request's origin is its only
@@ -133,6 +138,7 @@ impl Default for Settings {
             parse_timeout_secs: 600.0,
             max_expansion: vramscope_shared::DEFAULT_MAX_EXPANSION,
             max_body_bytes: 256 << 10,
+            report_inline_max_bytes: 256 << 20,
             allowed_hosts: Vec::new(),
             cache_entries: 4,
             cache_bytes: None,

@@ -27,6 +27,9 @@ pub struct SnapshotStats {
     /// What vramscope's capture module recorded with the snapshot.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub capture: Option<CaptureContext>,
+    /// Pinned host memory, when the snapshot recorded it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host: Option<DeviceStats>,
 }
 
 /// The JSON object of `vramscope stats --json` and of the server's
@@ -45,6 +48,11 @@ pub struct StatsReport {
     /// absent for snapshots taken otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capture: Option<CaptureContext>,
+    /// Pinned host memory (`host_segments`/`host_traces`, PyTorch 2.14 with
+    /// `record_host=True`), counted like a device's (its `device` is 0 and
+    /// names nothing); absent when the snapshot did not record it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<DeviceStats>,
 }
 
 impl SnapshotStats {
@@ -55,6 +63,7 @@ impl SnapshotStats {
             format_version: self.format_version.to_owned(),
             devices: self.devices.clone(),
             capture: self.capture.clone(),
+            host: self.host.clone(),
         }
     }
 }
@@ -128,6 +137,7 @@ impl Snapshot {
                 })
                 .collect(),
             capture: self.capture.clone(),
+            host: self.host.as_ref().map(DeviceStats::of),
         }
     }
 }

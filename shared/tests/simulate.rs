@@ -265,3 +265,45 @@ fn bad_alloc_conf_is_refused_with_the_reason() {
     };
     simulate(&snapshot, &options).expect("valid settings");
 }
+
+/// `per_process_memory_fraction` (PyTorch 2.11 accepts it in
+/// `PYTORCH_ALLOC_CONF`) used to be refused as unsupported. It is a fraction
+/// of the device's total memory as CUDA reports it, which the vramscope
+/// agent records beside the snapshot (`cuda_total_bytes`); a run on an H200
+/// with a fraction of 0.02 (`tests/gpu/fraction_job.py`) ran out of memory
+/// at 2.80 GiB "allowed".
+#[test]
+fn regression_per_process_memory_fraction_is_a_capacity_from_the_captured_total() {
+    let dir = common::fixture_corpus();
+    check(&dir, "fraction_oom", None);
+    let snapshot = common::read(&dir.join("fraction_oom.pickle"));
+    let oracle = common::json(&dir.join("fraction_oom.stats.json"));
+    let total = oracle["total_memory"].as_u64().expect("total_memory");
+    // With the recorded OOM served, the model runs out by itself, under the
+    // capacity the fraction gives, at the request where the job did.
+    let options = SimulateOptions { grant_recorded_ooms: true, ..SimulateOptions::default() };
+    let sim = simulate(&snapshot, &options).expect("simulate");
+    assert_eq!(sim.capacity, Some((0.02 * total as f64) as u64));
+    assert_eq!(sim.capacity, Some(3_002_197_606), "PyTorch's message said 2.80 GiB allowed");
+    assert!(sim.capacity_from_fraction);
+    let report = sim.report();
+    assert_eq!(report.capacity_source, Some("per_process_memory_fraction"));
+    let d = &report.devices[0];
+    let oom = d.oom.expect("runs out of memory");
+    assert_eq!((oom.trace_row, oom.recorded), (178, true), "{oom:?}");
+    assert_eq!(d.reserved_peak_bytes, oracle["memory_stats"]["reserved_bytes.all.peak"].as_u64().expect("peak"));
+    assert_eq!(d.alloc_retries, oracle["memory_stats"]["num_alloc_retries"].as_u64().expect("retries"));
+    // A snapshot that does not know the total: recorded, the fraction is
+    // named as not modelled; given, it is refused with what to do instead.
+    let mut without = common::read(&dir.join("fraction_oom.pickle"));
+    without.capture = None;
+    let sim = simulate(&without, &SimulateOptions::default()).expect("simulate");
+    assert_eq!(sim.capacity, None);
+    assert!(sim.config.not_modelled.iter().any(|n| n.contains("per_process_memory_fraction:0.02")), "{sim:?}");
+    let given = SimulateOptions {
+        alloc_conf: Some("per_process_memory_fraction:0.5".to_owned()),
+        ..SimulateOptions::default()
+    };
+    let err = simulate(&without, &given).expect_err("needs the total");
+    assert!(err.to_string().contains("give --capacity"), "{err}");
+}

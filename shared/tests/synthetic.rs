@@ -193,3 +193,59 @@ fn regression_a_huge_capture_context_is_cut_to_its_limits() {
     assert_eq!(capture.torch_version, None, "a text past any real version is left out");
     assert!(snapshot.warnings.iter().any(|w| w.contains("kept the first 64 devices")), "{:?}", snapshot.warnings);
 }
+
+/// Pinned host memory (`host_segments`, `host_traces`; PyTorch 2.14) used
+/// to be ignored with an "unknown top-level key" warning. It is read,
+/// counted like a device, kept in the persisted index, and has a timeline
+/// of its own. (Shaped after PyTorch's source: no real capture yet.)
+#[test]
+fn regression_pinned_host_memory_is_read_counted_and_kept_in_the_index() {
+    let dir = common::synthetic_dir();
+    let manifest = common::json(&dir.join("manifest.json"));
+    let entry = manifest
+        .as_array()
+        .expect("list")
+        .iter()
+        .find(|e| e["file"] == "host_pinned.p4.pickle")
+        .expect("the host file is in the manifest");
+    let want = |k: &str| entry["host"][k].as_u64().unwrap_or_else(|| panic!("manifest host.{k}"));
+    let snapshot = read_snapshot(open("host_pinned.p4.pickle"), &ReadOptions::default()).expect("read");
+    assert!(snapshot.warnings.iter().all(|w| !w.contains("host_")), "{:?}", snapshot.warnings);
+    let stats = snapshot.stats();
+    let host = stats.host.as_ref().expect("host figures");
+    assert_eq!(host.segments as u64, want("segments"));
+    assert_eq!(host.trace_entries as u64, want("trace_entries"));
+    assert_eq!(host.reserved_bytes, want("reserved_bytes"));
+    assert_eq!(host.allocated_bytes, want("allocated_bytes"));
+    assert_eq!(host.requested_bytes, want("requested_bytes"));
+    assert_eq!(host.reserved_peak_bytes, Some(want("reserved_peak_bytes")));
+    assert_eq!(host.requested_peak_bytes, Some(want("requested_peak_bytes")));
+    // The devices read as before: the host's rows are not a device's.
+    let plain = read_snapshot(open("current.p4.pickle"), &ReadOptions::default()).expect("read");
+    assert_eq!(stats.devices, plain.stats().devices);
+    assert!(plain.host.is_none() && plain.stats().host.is_none());
+
+    // Its own timeline, ending at the final figures and peaking where the
+    // trace did.
+    let analyzed = vramscope_shared::views::Analyzed::build(snapshot);
+    let p = vramscope_shared::views::host::HostParams { px: Some(4000) };
+    let view = vramscope_shared::views::host::host(&analyzed, &p).expect("host view");
+    assert_eq!(view.rows.len() as u64, want("trace_entries"), "one point per row when px allows");
+    assert_eq!(view.reserved.last().copied(), Some(want("reserved_bytes")));
+    assert_eq!(view.requested.last().copied(), Some(want("requested_bytes")));
+    assert_eq!(view.reserved.iter().max().copied(), Some(want("reserved_peak_bytes")));
+    assert_eq!(view.requested.iter().max().copied(), Some(want("requested_peak_bytes")));
+
+    // The persisted index keeps it.
+    let bytes = vramscope_shared::index_file::write_index(&analyzed, Vec::new()).expect("write");
+    let reopened = vramscope_shared::index_file::open_index(bytes.into()).expect("open");
+    assert_eq!(reopened.snapshot.stats().host, analyzed.snapshot.stats().host);
+    let again = vramscope_shared::views::host::host(&reopened, &p).expect("host view");
+    assert_eq!(again, view);
+    // And a snapshot without host memory answers 404 for it.
+    let none = vramscope_shared::views::Analyzed::build(plain);
+    assert!(matches!(
+        vramscope_shared::views::host::host(&none, &p),
+        Err(vramscope_shared::views::ViewError::NotFound(_))
+    ));
+}

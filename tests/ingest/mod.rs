@@ -158,3 +158,27 @@ async fn regression_an_index_whose_file_is_gone_is_swept_at_start_up() {
     assert_eq!(views(&server, &id).await, before);
     assert_eq!(server.metric("parse_seconds_count", None).await, 0);
 }
+
+/// Regression: a snapshot above the report's inline limit (256 MiB by
+/// default) had no report at all ("download the file and run vramscope
+/// report"). Its report is now made from the index alone (the findings and
+/// the main chart): the file is not read, so it may even be gone.
+#[tokio::test]
+async fn regression_a_report_too_large_to_inline_is_made_from_the_index_without_reading_the_file() {
+    let server = TestServer::start("report-from-index", &[("VRAMSCOPE_REPORT_INLINE_MAX_BYTES", "1024")]);
+    let (status, answer) = server.upload(fixture("oom_leak.pickle"), "name=big.pickle").await;
+    assert_eq!(status, StatusCode::CREATED, "{answer}");
+    let id = answer["id"].as_str().expect("id").to_owned();
+    assert_eq!(server.settled(&id).await["status"], "ready");
+    // The file itself goes; only the index is left to make the report from.
+    let sha = answer["sha256"].as_str().expect("sha256");
+    let file = server.data_dir.join("blobs/snapshots").join(sha);
+    std::fs::remove_file(&file).unwrap_or_else(|e| panic!("remove {}: {e}", file.display()));
+    let response = reqwest::get(server.api(&format!("/snapshots/{id}/report.html"))).await.expect("GET");
+    assert_eq!(response.status(), StatusCode::OK);
+    let page = response.text().await.expect("page");
+    assert!(page.contains("id=\"report-index-only\"") && page.contains("<svg"), "{}", &page[..page.len().min(400)]);
+    assert!(page.contains("Post-mortem of big.pickle") && page.contains("OOM"), "the findings are in the page");
+    assert!(!page.contains("vramscope-wasm") && !page.contains("<script"), "no dashboard, no file inlined");
+    assert_eq!(server.metric("parse_seconds_count", None).await, 1, "parsed once, at upload");
+}

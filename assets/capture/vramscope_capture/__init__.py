@@ -618,7 +618,9 @@ def capture_context(torch):
         try:
             if torch.cuda.memory_reserved(device) <= 0:
                 continue
-            entry = {"device": device}
+            # The total PyTorch applies per_process_memory_fraction to
+            # (cudaMemGetInfo's, a little under NVML's).
+            entry = {"device": device, "cuda_total_bytes": int(torch.cuda.get_device_properties(device).total_memory)}
             handle = nvml.handle(_bus_id(torch, device)) if nvml is not None else None
             if handle is not None:
                 entry.update(nvml.device(handle))

@@ -78,6 +78,10 @@ const SUBTLE: Colour = Colour::hex("#f6f8fa");
 const INK: Colour = Colour::hex("#1f2328");
 const WHITE: Colour = Colour::hex("#ffffff");
 
+/// The categories of `vramscope breakdown`, in their stacking order:
+/// parameters, gradients, optimizer state, activations, other.
+pub const CATEGORIES: [Colour; 5] = [DARK_BLUE, GREEN, PURPLE, ORANGE, LIGHT_GREY];
+
 /// Requested bytes of allocated blocks (curves, blocks, columns).
 pub const ALLOCATED: Colour = BLUE;
 /// Bytes reserved from CUDA.

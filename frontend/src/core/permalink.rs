@@ -18,6 +18,9 @@ pub enum Tab {
     State,
     /// Fragmentation over the window, and the allocator settings.
     Fragmentation,
+    /// Memory by category (parameters, gradients, optimizer state,
+    /// activations) at the cursor and over the trace.
+    Breakdown,
 }
 
 /// The selected allocation: its address and the row of its `alloc` (none
@@ -107,7 +110,11 @@ pub fn parse(query: &str) -> PageState {
         memory,
         cursor: fields.row.and_then(|r| r.parse().ok()),
         selected,
-        tab: if fields.tab.as_deref() == Some("fragmentation") { Tab::Fragmentation } else { Tab::State },
+        tab: match fields.tab.as_deref() {
+            Some("fragmentation") => Tab::Fragmentation,
+            Some("breakdown") => Tab::Breakdown,
+            _ => Tab::State,
+        },
         search: fields.q.filter(|q| !q.trim().is_empty()),
     }
 }
@@ -128,7 +135,11 @@ pub fn query(state: &PageState) -> String {
             Some(r) => format!("0x{:x}@{r}", s.addr),
             None => format!("0x{:x}", s.addr),
         }),
-        tab: (state.tab == Tab::Fragmentation).then(|| "fragmentation".to_owned()),
+        tab: match state.tab {
+            Tab::State => None,
+            Tab::Fragmentation => Some("fragmentation".to_owned()),
+            Tab::Breakdown => Some("breakdown".to_owned()),
+        },
         q: state.search.clone().filter(|q| !q.trim().is_empty()),
     };
     match serde_urlencoded::to_string(&fields) {

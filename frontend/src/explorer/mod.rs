@@ -1,7 +1,8 @@
 //! The views of one device, sharing ONE time cursor and ONE selection: the
 //! active memory timeline with its minimap and track (annotations, comment
 //! markers, search matches), the segment timeline, and below them the
-//! allocator state at the cursor or the fragmentation panel, with search.
+//! allocator state at the cursor, the fragmentation panel or the memory by
+//! category, with search.
 //! The state they share lives in [`DeviceContext`]; the URL mirrors it
 //! ([`crate::core::permalink`]) so a link opens the same view.
 
@@ -17,6 +18,7 @@ use crate::infra::canvas::Kept;
 use crate::infra::latest::latest;
 use crate::infra::redraw::Redraw;
 
+mod breakdown;
 mod fragmentation;
 mod minimap;
 mod search;
@@ -164,10 +166,18 @@ pub(crate) fn DeviceViews(id: String, device: u32, initial: PageState) -> impl I
             >
                 "Fragmentation"
             </button>
+            <button
+                id="tab-breakdown"
+                class:active=move || ctx.tab.get() == Tab::Breakdown
+                on:click=move |_| ctx.tab.set(Tab::Breakdown)
+            >
+                "Where the memory went"
+            </button>
         </div>
         {move || match ctx.tab.get() {
             Tab::State => view! { <state::StatePanel ctx=ctx/> }.into_any(),
             Tab::Fragmentation => view! { <fragmentation::FragmentationPanel ctx=ctx/> }.into_any(),
+            Tab::Breakdown => view! { <breakdown::BreakdownPanel ctx=ctx/> }.into_any(),
         }}
     }
 }

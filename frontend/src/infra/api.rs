@@ -24,8 +24,9 @@ use crate::core::model::jobs::{JobReport, JobSummary};
 use crate::core::model::live::{LiveList, LiveRead};
 use crate::core::model::review::Comment;
 use crate::core::model::{
-    AllocatorState, AnnotationsAnswer, Axis, CommentMark, EntryAnswer, ErrorBody, FragmentationAnswer, Frame, Instant,
-    Page, SearchAnswer, SegmentsAnswer, SnapshotMeta, StatsReport, TimelineWindow, UploadAnswer,
+    AllocatorState, AnnotationsAnswer, Axis, BreakdownAnswer, CommentMark, EntryAnswer, ErrorBody, FragmentationAnswer,
+    Frame, HostAnswer, Instant, Page, SearchAnswer, SegmentsAnswer, SnapshotMeta, StatsReport, TimelineWindow,
+    UploadAnswer,
 };
 use crate::core::url::query;
 use crate::core::viewport::Window;
@@ -260,6 +261,29 @@ pub(crate) async fn segments(id: &str, window_query: &str, columns: u32) -> Resu
 /// Fragmentation over a window, and the allocator settings.
 pub(crate) async fn fragmentation(id: &str, window_query: &str, columns: u32) -> Result<FragmentationAnswer, ApiError> {
     view("loading the fragmentation figures", id, "fragmentation", &format!("{window_query}&columns={columns}")).await
+}
+
+/// Memory by category and stage right after `row` (the last row when
+/// `None`), and over the trace at `px` rows when asked.
+pub(crate) async fn breakdown(
+    id: &str,
+    device: u32,
+    row: Option<u32>,
+    px: Option<u32>,
+) -> Result<BreakdownAnswer, ApiError> {
+    let mut query = format!("device={device}");
+    if let Some(r) = row {
+        query.push_str(&format!("&at={r}"));
+    }
+    if let Some(px) = px {
+        query.push_str(&format!("&px={px}"));
+    }
+    view("loading the memory breakdown", id, "breakdown", &query).await
+}
+
+/// Pinned host memory's figures and timeline (404 when none was recorded).
+pub(crate) async fn host(id: &str, points: u32) -> Result<HostAnswer, ApiError> {
+    view("loading the pinned host memory", id, "host", &format!("px={points}")).await
 }
 
 /// The `record_function` ranges overlapping a window.

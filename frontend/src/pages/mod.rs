@@ -11,6 +11,8 @@
 
 pub(crate) mod analysis;
 pub(crate) mod compare;
+#[cfg(target_arch = "wasm32")]
+pub(crate) mod host;
 pub(crate) mod jobs;
 #[cfg(target_arch = "wasm32")]
 pub(crate) mod library;

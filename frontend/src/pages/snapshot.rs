@@ -146,6 +146,10 @@ pub(crate) fn SnapshotView(id: String) -> impl IntoView {
                         }
                     })
             }}
+            {move || {
+                stats.with(|s| matches!(s, StatsState::Ready(r) if r.host.is_some()))
+                    .then(|| view! { <crate::pages::host::HostMemory id=timeline_id.get_value()/> })
+            }}
             {
                 // Comments and pins live on the server: a file opened in this
                 // tab has none, and asking the server about its id is a 404.

@@ -1,6 +1,7 @@
 //! Command-line subcommands.
 
 pub(crate) mod agent;
+pub(crate) mod breakdown;
 pub(crate) mod check;
 pub(crate) mod diff;
 pub(crate) mod explain;

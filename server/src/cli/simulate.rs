@@ -123,9 +123,14 @@ fn change(now: u64, before: u64) -> String {
 fn write_simulation(out: &mut impl Write, path: &Path, snap: &Snapshot, sim: &Simulation) -> std::io::Result<()> {
     let source = if sim.recorded_settings { "recorded settings" } else { "given settings" };
     write!(out, "{}: replayed with {source} {}", path.display(), conf_label(&sim.alloc_conf))?;
-    match sim.capacity {
-        Some(c) => writeln!(out, ", capacity {} per device", bytes(c))?,
-        None => writeln!(out, ", unlimited memory")?,
+    match (sim.capacity, sim.capacity_from_fraction) {
+        (Some(c), false) => writeln!(out, ", capacity {} per device", bytes(c))?,
+        (Some(c), true) => writeln!(
+            out,
+            ", capacity {} ({c} bytes: per_process_memory_fraction of the device's total memory)",
+            bytes(c)
+        )?,
+        (None, _) => writeln!(out, ", unlimited memory")?,
     }
     for option in &sim.config.not_modelled {
         writeln!(

@@ -32,7 +32,8 @@ pub(crate) fn run(args: &StatsArgs) -> Result<(), Failure> {
         let report = vramscope_shared::answers::stats_json(&args.file.display().to_string(), &snapshot);
         serde_json::to_writer(&mut out, &report).map_err(std::io::Error::from).and_then(|()| writeln!(out))
     } else {
-        write_summary(&mut out, &args.file, &snapshot, &snapshot.stats().devices)
+        let stats = snapshot.stats();
+        write_summary(&mut out, &args.file, &snapshot, &stats.devices, stats.host.as_ref())
     };
     match written {
         // `vramscope stats F | head` closes the pipe early: not an error.
@@ -50,6 +51,7 @@ fn write_summary(
     path: &std::path::Path,
     snap: &Snapshot,
     devices: &[DeviceStats],
+    host: Option<&DeviceStats>,
 ) -> std::io::Result<()> {
     let protocol = snap.protocol.map_or("0/1".to_owned(), |p| p.to_string());
     writeln!(
@@ -127,6 +129,20 @@ fn write_summary(
                 bytes(used)
             )?;
         }
+    }
+    if let Some(h) = host {
+        writeln!(out)?;
+        writeln!(
+            out,
+            "pinned host memory: {} segments, {} trace entries (read after PyTorch's source; not yet checked \
+             against a real capture)",
+            h.segments, h.trace_entries
+        )?;
+        let peak = |p: Option<u64>| p.map_or_else(String::new, |p| format!("   peak {}", bytes(p)));
+        writeln!(out, "  pinned              {:>12}{}", bytes(h.reserved_bytes), peak(h.reserved_peak_bytes))?;
+        writeln!(out, "  allocated           {:>12}", bytes(h.allocated_bytes))?;
+        writeln!(out, "  requested           {:>12}{}", bytes(h.requested_bytes), peak(h.requested_peak_bytes))?;
+        writeln!(out, "  cached, not in use  {:>12}", bytes(h.reserved_unallocated_bytes))?;
     }
     for w in &snap.warnings {
         writeln!(out, "note: {w}")?;

@@ -51,6 +51,58 @@ pub(crate) fn report_html(
     render(name, modified_ms, bytes, &findings)
 }
 
+/// The report of a snapshot too large to inline, from its index alone: the
+/// findings, the main chart as SVG, and where to get the rest. No script,
+/// no dashboard, no file bytes.
+pub(crate) fn index_report_html(
+    name: &str,
+    size: u64,
+    limit: u64,
+    analyzed: &vramscope_shared::views::Analyzed,
+) -> anyhow::Result<String> {
+    let findings = findings(Path::new(name), &analyzed.snapshot)?;
+    // A snapshot with no trace has no chart; the findings say why.
+    let chart =
+        main_chart(analyzed, ChartFormat::Svg).ok().and_then(|svg| String::from_utf8(svg).ok()).unwrap_or_default();
+    let style = styles()?;
+    Ok(format!(
+        r#"<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<title>{title} · vramscope report</title>
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<meta name="generator" content="vramscope {version}">
+<link rel="icon" href="data:,">
+<style>
+{style}
+.report-findings {{ margin: 1rem; }}
+.report-findings pre {{ white-space: pre-wrap; font-size: 13px; }}
+.report-chart svg {{ max-width: 100%; height: auto; }}
+</style>
+</head>
+<body>
+<section class="report-findings" id="report-index-only">
+<h1>{title}</h1>
+<p class="notice">This snapshot is {size} bytes, more than a report page inlines ({limit} bytes), so this page
+holds what the server's index of it gives: the main timeline chart and the post-mortem. The timelines are
+on the server that made this page, or run &quot;vramscope report&quot; on the file.</p>
+<div class="report-chart" id="report-chart">{chart}</div>
+<details open id="report-findings">
+<summary>Post-mortem of {title}: OOMs and likely leaks</summary>
+<pre>{findings}</pre>
+</details>
+</section>
+</body>
+</html>
+"#,
+        title = escape_html(name),
+        version = env!("CARGO_PKG_VERSION"),
+        style = raw_text(&style),
+        findings = escape_html(&findings),
+    ))
+}
+
 /// The text of `vramscope explain` and `vramscope leaks` for the file.
 fn findings(path: &Path, snapshot: &vramscope_shared::Snapshot) -> anyhow::Result<String> {
     let mut out = Vec::new();

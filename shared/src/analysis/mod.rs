@@ -9,6 +9,7 @@
 //! frames' text ([`FrameText`]), not by ids: ids are per file, text is what
 //! a reader (and a comparison across files) needs.
 
+pub mod breakdown;
 pub mod check;
 pub mod diff;
 pub mod layout;

@@ -103,6 +103,7 @@ impl Build {
 
     pub(crate) fn finish(self) -> Snapshot {
         Snapshot {
+            host: None,
             format: FormatVersion::V2_5,
             protocol: Some(4),
             compression: Compression::None,

@@ -48,7 +48,8 @@ use crate::column::Column;
 
 /// The version this build writes and reads. Bump it whenever what is
 /// written changes; a file of another version is rebuilt, never read.
-pub const FORMAT_VERSION: u32 = 1;
+/// 2: pinned host memory (`host`) and the capture's `cuda_total_bytes`.
+pub const FORMAT_VERSION: u32 = 2;
 
 const MAGIC: &[u8; 8] = b"VSINDEX\0";
 const END_MAGIC: &[u8; 8] = b"VSEND\0\0\0";

@@ -31,6 +31,9 @@ struct Header {
     /// Absent from files written before it existed: read as none.
     #[serde(default)]
     capture: Option<CaptureContext>,
+    /// Pinned host memory; absent from older files: read as none.
+    #[serde(default)]
+    host: Option<DeviceHeader>,
     warnings: Vec<String>,
     intervals: Vec<DeviceIndexHeader>,
     timelines: Vec<DeviceTimelineHeader>,
@@ -134,6 +137,15 @@ pub fn write_index<W: Write>(analyzed: &Analyzed, out: W) -> Result<W, IndexFile
         let trace = d.trace.save(&mut w)?;
         devices.push(DeviceHeader { device: d.device, has_trace: d.has_trace, segments: d.segments.clone(), trace });
     }
+    let host = match &s.host {
+        Some(h) => Some(DeviceHeader {
+            device: h.device,
+            has_trace: h.has_trace,
+            segments: h.segments.clone(),
+            trace: h.trace.save(&mut w)?,
+        }),
+        None => None,
+    };
     let intervals = analyzed.index.save(&mut w)?;
     let timelines = analyzed.timeline.save(&mut w)?;
     let header = Header {
@@ -145,6 +157,7 @@ pub fn write_index<W: Write>(analyzed: &Analyzed, out: W) -> Result<W, IndexFile
         allocator_settings: s.allocator_settings.as_ref().map(Settings::of),
         annotations: s.annotations.clone(),
         capture: s.capture.clone(),
+        host,
         warnings: s.warnings.clone(),
         intervals,
         timelines,
@@ -167,6 +180,15 @@ pub fn open_index(bytes: Bytes) -> Result<Analyzed, IndexFileError> {
         device.segments = h.segments;
     }
     check(devices.windows(2).all(|w| w[0].device < w[1].device), || "devices out of order".to_owned())?;
+    let host = match &header.host {
+        Some(h) => Some(DeviceSnapshot {
+            device: h.device,
+            has_trace: h.has_trace,
+            segments: h.segments.clone(),
+            trace: TraceColumns::load(&r, &h.trace, strings.len(), frames.stack_count())?,
+        }),
+        None => None,
+    };
     let index = SnapshotIndex::load(&r, &header.intervals)?;
     for d in &index.devices {
         let rows = devices.iter().find(|x| x.device == d.device).map_or(0, |x| x.trace.len());
@@ -193,6 +215,7 @@ pub fn open_index(bytes: Bytes) -> Result<Analyzed, IndexFileError> {
         allocator_settings: header.allocator_settings.map(Settings::settings).transpose()?,
         annotations: header.annotations,
         capture: header.capture,
+        host,
         warnings: header.warnings,
     };
     Ok(Analyzed::from_parts(snapshot, index, timeline, true))

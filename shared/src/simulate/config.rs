@@ -99,6 +99,12 @@ pub struct AllocatorConfig {
     /// block fits (`large_segment_size_mb`, default 20 MiB; PyTorch 2.11
     /// accepts it, checked on an H200).
     pub large_segment_size: u64,
+    /// `per_process_memory_fraction` (PyTorch 2.11 accepts it, checked on
+    /// an H200): the allocator may reserve at most this fraction of the
+    /// device's total memory as CUDA reports it
+    /// (`torch.cuda.get_device_properties(d).total_memory`). A capacity once
+    /// that total is known ([`Self::capacity_for`]).
+    pub memory_fraction: Option<f64>,
     /// Options of the setting string accepted but not modelled, as written
     /// (`key:value`): a recorded string's unknown keys land here instead of
     /// being dropped, and every output names them.
@@ -114,14 +120,19 @@ impl Default for AllocatorConfig {
             garbage_collection_threshold: 0.0,
             expandable_segments: false,
             large_segment_size: 20 * MIB,
+            memory_fraction: None,
             not_modelled: Vec::new(),
         }
     }
 }
 
+/// Every key PyTorch 2.11 accepts (probed on an H200 by
+/// `tests/gpu/alloc_keys_probe.py`); see docs/allocator-settings.md for
+/// which change placement.
 const KNOWN_KEYS: &str = "max_split_size_mb, max_non_split_rounding_mb, large_segment_size_mb, roundup_power2_divisions, \
-                          garbage_collection_threshold, expandable_segments, backend, release_lock_on_cudamalloc, \
-                          pinned_use_cuda_host_register, pinned_num_register_threads, pinned_use_background_threads, \
+                          garbage_collection_threshold, expandable_segments, per_process_memory_fraction, backend, \
+                          release_lock_on_cudamalloc, pinned_use_cuda_host_register, pinned_num_register_threads, \
+                          pinned_use_background_threads, pinned_reserve_segment_size_mb, \
                           graph_capture_record_stream_reuse";
 
 /// A token of the setting string: a word, or one of `, : [ ]`.
@@ -315,13 +326,15 @@ impl AllocatorConfig {
             "pinned_num_register_threads" => {
                 p.integer(key, value)?;
             }
+            "pinned_reserve_segment_size_mb" => {
+                p.integer(key, value)?;
+            }
             "per_process_memory_fraction" => {
-                return Err(ConfigError::Unsupported {
-                    conf: p.conf.to_owned(),
-                    key: key.to_owned(),
-                    reason: "the device's total memory is not in a snapshot; give the limit in bytes with \
-                             --capacity instead",
-                });
+                let fraction: f64 = value.parse().map_err(|_| p.bad(key, value, "expected a number"))?;
+                if !(fraction > 0.0 && fraction <= 1.0) {
+                    return Err(p.bad(key, value, "expected a fraction above 0 and at most 1"));
+                }
+                self.memory_fraction = Some(fraction);
             }
             _ => {
                 return Err(ConfigError::UnknownKey {
@@ -389,7 +402,18 @@ impl AllocatorConfig {
         if self.large_segment_size != defaults.large_segment_size {
             parts.push(format!("large_segment_size_mb:{}", self.large_segment_size / MIB));
         }
+        if let Some(f) = self.memory_fraction {
+            parts.push(format!("per_process_memory_fraction:{f}"));
+        }
         parts.join(",")
+    }
+
+    /// The memory a device may reserve under `per_process_memory_fraction`,
+    /// given the device's total as CUDA reports it: PyTorch's
+    /// `static_cast<size_t>(fraction * total)`. `None` without a fraction
+    /// or a total.
+    pub fn capacity_for(&self, cuda_total_bytes: Option<u64>) -> Option<u64> {
+        Some((self.memory_fraction? * cuda_total_bytes? as f64) as u64)
     }
 
     /// Divisions that apply to a (rounded-to-512) request of `size` bytes.
@@ -519,7 +543,10 @@ mod tests {
         assert!(AllocatorConfig::parse(recorded).is_err(), "given by a user, an unknown key is refused");
         let c = AllocatorConfig::parse_recorded(recorded).expect("recorded: parsed leniently");
         assert_eq!(c.max_split_size, 256 * MIB, "the rest is modelled");
-        assert_eq!(c.not_modelled, ["some_future_option:7", "per_process_memory_fraction:0.5"]);
+        assert_eq!(c.not_modelled, ["some_future_option:7"]);
+        assert_eq!(c.memory_fraction, Some(0.5));
+        assert_eq!(c.capacity_for(Some(150_109_880_320)), Some(75_054_940_160));
+        assert_eq!(c.capacity_for(None), None);
     }
 
     #[test]

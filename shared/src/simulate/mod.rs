@@ -71,6 +71,18 @@ pub enum SimError {
     /// Nothing to simulate.
     #[error("the snapshot has no device with a trace")]
     NoDevices,
+    /// `per_process_memory_fraction` was given for a snapshot that does not
+    /// know the device's total memory.
+    #[error(
+        "device {device}: per_process_memory_fraction:{fraction} is a fraction of the device's total memory, \
+         which this snapshot does not record (snapshots taken by the vramscope agent do): give --capacity instead"
+    )]
+    FractionWithoutTotal {
+        /// CUDA device index.
+        device: u32,
+        /// The fraction given.
+        fraction: f64,
+    },
 }
 
 /// What to simulate.
@@ -101,8 +113,11 @@ pub struct Simulation {
     pub recorded_settings: bool,
     /// The settings as modelled.
     pub config: AllocatorConfig,
-    /// The capacity replayed under.
+    /// The capacity replayed under (given, or from the fraction).
     pub capacity: Option<u64>,
+    /// The capacity is `per_process_memory_fraction` of the device's total
+    /// memory, not one given.
+    pub capacity_from_fraction: bool,
     /// One per device with a trace, in the snapshot's order.
     pub devices: Vec<DeviceSimulation>,
 }
@@ -122,15 +137,47 @@ pub fn settings_for(snapshot: &Snapshot, alloc_conf: Option<&str>) -> Result<(Al
 }
 
 /// Replay every device's trace with the given settings.
+///
+/// Without a capacity, settings with `per_process_memory_fraction` give
+/// each device one: the fraction of its total memory, when the snapshot
+/// knows that total (the vramscope agent records it). Given settings with a
+/// fraction need it; recorded ones without it are replayed without a
+/// capacity, and the fraction is named as not modelled.
 pub fn simulate(snapshot: &Snapshot, options: &SimulateOptions) -> Result<Simulation, SimError> {
-    let (config, alloc_conf) = settings_for(snapshot, options.alloc_conf.as_deref())?;
+    let (mut config, alloc_conf) = settings_for(snapshot, options.alloc_conf.as_deref())?;
     let same_settings = config == settings_for(snapshot, None)?.0;
+    let cuda_total =
+        |device: u32| snapshot.capture.as_ref()?.devices.iter().find(|d| d.device == device)?.cuda_total_bytes;
+    let mut capacity_from_fraction = None;
     let mut devices = Vec::new();
     for device in &snapshot.devices {
         if device.trace.is_empty() && device.segments.is_empty() {
             continue;
         }
-        let replayer = Replayer::new(device, config.clone(), options.capacity, options.record_series)?;
+        let capacity = match (options.capacity, config.memory_fraction) {
+            (Some(c), _) => Some(c),
+            (None, Some(fraction)) => match config.capacity_for(cuda_total(device.device)) {
+                Some(c) => {
+                    capacity_from_fraction = Some(c);
+                    Some(c)
+                }
+                None if options.alloc_conf.is_some() => {
+                    return Err(SimError::FractionWithoutTotal { device: device.device, fraction });
+                }
+                None => {
+                    let note = format!(
+                        "per_process_memory_fraction:{fraction} (the device's total memory is not in this \
+                         snapshot; the vramscope agent records it, or give --capacity)"
+                    );
+                    if !config.not_modelled.contains(&note) {
+                        config.not_modelled.push(note);
+                    }
+                    None
+                }
+            },
+            (None, None) => None,
+        };
+        let replayer = Replayer::new(device, config.clone(), capacity, options.record_series)?;
         devices
             .push(replayer.recorded_settings(same_settings).grant_recorded_ooms(options.grant_recorded_ooms).finish());
     }
@@ -141,7 +188,8 @@ pub fn simulate(snapshot: &Snapshot, options: &SimulateOptions) -> Result<Simula
         alloc_conf,
         recorded_settings: options.alloc_conf.is_none(),
         config,
-        capacity: options.capacity,
+        capacity: options.capacity.or(capacity_from_fraction),
+        capacity_from_fraction: options.capacity.is_none() && capacity_from_fraction.is_some(),
         devices,
     })
 }
@@ -156,8 +204,13 @@ pub struct SimulationReport {
     pub devices: Vec<DeviceReport>,
     /// `"recorded"` or `"given"`.
     pub settings: &'static str,
-    /// The capacity, if one was given.
+    /// The capacity, if one was given or came from
+    /// `per_process_memory_fraction` (see `capacity_source`).
     pub capacity_bytes: Option<u64>,
+    /// Where the capacity came from: `"given"`, `"per_process_memory_fraction"`,
+    /// or absent without one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub capacity_source: Option<&'static str>,
     /// Options of the recorded setting string that are not modelled (the
     /// replay uses PyTorch's defaults for them), as written; empty when
     /// every option was.
@@ -222,6 +275,9 @@ impl Simulation {
             devices: self.devices.iter().map(DeviceSimulation::report).collect(),
             settings: if self.recorded_settings { "recorded" } else { "given" },
             capacity_bytes: self.capacity,
+            capacity_source: self
+                .capacity
+                .map(|_| if self.capacity_from_fraction { "per_process_memory_fraction" } else { "given" }),
             not_modelled_settings: self.config.not_modelled.clone(),
         }
     }

@@ -29,6 +29,12 @@ pub struct Snapshot {
     /// (`vramscope_capture`): NVML's view of the process at capture time
     /// and the job's settings. `None` for snapshots taken otherwise.
     pub capture: Option<CaptureContext>,
+    /// Pinned host memory (`host_segments`, `host_traces`: PyTorch 2.14 with
+    /// `_record_memory_history(..., record_host=True)`), in the shape of a
+    /// device (its `device` is 0 and names nothing). `None` when the file
+    /// has neither key. Read after PyTorch's source; no real capture has
+    /// been checked yet.
+    pub host: Option<DeviceSnapshot>,
     /// Things the reader noticed but could not represent (unknown top-level
     /// keys, unknown trace-entry keys), each said once.
     pub warnings: Vec<String>,
@@ -219,8 +225,13 @@ pub struct CaptureDevice {
     pub process_used_bytes: Option<u64>,
     /// Memory used on the device by every process and the driver.
     pub device_used_bytes: Option<u64>,
-    /// The device's memory.
+    /// The device's memory, as NVML counts it.
     pub device_total_bytes: Option<u64>,
+    /// The device's memory as CUDA reports it to the process
+    /// (`torch.cuda.get_device_properties(d).total_memory`, a little under
+    /// NVML's): what `per_process_memory_fraction` is a fraction of.
+    #[serde(default)]
+    pub cuda_total_bytes: Option<u64>,
     /// The other processes on the device and their memory.
     pub other_processes: Vec<ProcessMemory>,
 }

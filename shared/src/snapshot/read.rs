@@ -109,7 +109,7 @@ words! {
     A_SEGMENT_UNMAP = "segment_unmap", A_SNAPSHOT = "snapshot", A_OOM = "oom",
     ACTIVE_ALLOCATED = "active_allocated", ACTIVE_PENDING_FREE = "active_pending_free", INACTIVE = "inactive",
     LARGE = "large", SMALL = "small", START = "START", END = "END",
-    VRAMSCOPE_CAPTURE = "vramscope_capture",
+    VRAMSCOPE_CAPTURE = "vramscope_capture", HOST_SEGMENTS = "host_segments", HOST_TRACES = "host_traces",
 }
 
 /// Bytes charged to the budget per trace row (the columns' width).
@@ -421,7 +421,7 @@ impl Reader {
         let segment_items = list_items(heap, segments_value, &|| "segments".to_owned())?;
         let mut by_device: Vec<(u32, Segment)> = Vec::with_capacity(segment_items.len());
         for (i, seg) in segment_items.into_iter().enumerate() {
-            let (device, segment, history) = self.segment(heap, seg, i)?;
+            let (device, segment, history) = self.segment(heap, seg, "segments", i)?;
             saw_history |= history;
             by_device.push((device, segment));
         }
@@ -430,6 +430,8 @@ impl Reader {
         let mut settings = None;
         let mut annotations = Vec::new();
         let mut capture = None;
+        let mut host_segments: Option<Vec<Segment>> = None;
+        let mut host_rows: Option<DeviceRows> = None;
         let mut format = if top.is_none() { FormatVersion::V1_13 } else { FormatVersion::V2_1 };
         if let Some(top) = &top {
             if let Some(traces) = get(top, DEVICE_TRACES) {
@@ -446,11 +448,28 @@ impl Reader {
             if let Some(c) = get(top, VRAMSCOPE_CAPTURE) {
                 capture = capture_context(heap, c, &mut self.warnings);
             }
+            if let Some(h) = get(top, HOST_SEGMENTS) {
+                let items = list_items(heap, h, &|| "host_segments".to_owned())?;
+                let mut segments = Vec::with_capacity(items.len());
+                for (i, seg) in items.into_iter().enumerate() {
+                    segments.push(self.segment(heap, seg, "host_segments", i)?.1);
+                }
+                host_segments = Some(segments);
+            }
+            if let Some(t) = get(top, HOST_TRACES) {
+                host_rows = Some(self.host_traces(heap, t)?);
+            }
             for (k, _) in top {
                 if let V::Str(key) = k.get()
                     && !matches!(
                         key,
-                        SEGMENTS | DEVICE_TRACES | ALLOCATOR_SETTINGS | EXTERNAL_ANNOTATIONS | VRAMSCOPE_CAPTURE
+                        SEGMENTS
+                            | DEVICE_TRACES
+                            | ALLOCATOR_SETTINGS
+                            | EXTERNAL_ANNOTATIONS
+                            | VRAMSCOPE_CAPTURE
+                            | HOST_SEGMENTS
+                            | HOST_TRACES
                     )
                 {
                     self.warnings.push(format!("unknown top-level key {:?} ignored", heap.str(key)));
@@ -461,7 +480,13 @@ impl Reader {
             format = FormatVersion::V2_0;
         }
 
-        let devices = self.assemble_devices(by_device, device_rows);
+        let has_host_trace = host_rows.is_some();
+        let (devices, host_trace) = self.assemble_devices(by_device, device_rows, host_rows);
+        let host = (host_segments.is_some() || has_host_trace).then(|| {
+            let mut segments = host_segments.unwrap_or_default();
+            segments.sort_by_key(|s| s.address);
+            DeviceSnapshot { device: 0, segments, trace: host_trace.unwrap_or_default(), has_trace: has_host_trace }
+        });
         Ok(Snapshot {
             format,
             protocol: None,
@@ -472,18 +497,25 @@ impl Reader {
             allocator_settings: settings,
             annotations,
             capture,
+            host,
             warnings: self.warnings,
         })
     }
 
     /// One segment dict; returns (device, segment, whether blocks used `history`).
-    fn segment(&mut self, heap: &mut Heap, v: Value, i: usize) -> Result<(u32, Segment, bool), ReadError> {
-        let base = || format!("segments[{i}]");
+    fn segment(
+        &mut self,
+        heap: &mut Heap,
+        v: Value,
+        list: &'static str,
+        i: usize,
+    ) -> Result<(u32, Segment, bool), ReadError> {
+        let base = || format!("{list}[{i}]");
         let items = dict_items(heap, v, &base)?;
-        let path_of = |f: &'static str| move || format!("segments[{i}].{f}");
+        let path_of = |f: &'static str| move || format!("{list}[{i}].{f}");
         let req = |key: StrId, f: &'static str| {
             get(&items, key).ok_or_else(|| ReadError::WrongType {
-                path: format!("segments[{i}].{f}"),
+                path: format!("{list}[{i}].{f}"),
                 expected: "a value (required field missing)",
                 found: "nothing".into(),
             })
@@ -521,7 +553,7 @@ impl Reader {
         let mut next_address = address;
         let mut saw_history = false;
         for (j, b) in block_values.into_iter().enumerate() {
-            let (block, history) = self.block(heap, b, i, j, next_address)?;
+            let (block, history) = self.block(heap, b, list, i, j, next_address)?;
             saw_history |= history;
             next_address = block.address.saturating_add(block.size);
             blocks.push(block);
@@ -560,15 +592,16 @@ impl Reader {
         &mut self,
         heap: &mut Heap,
         v: Value,
+        list: &'static str,
         i: usize,
         j: usize,
         implied_address: u64,
     ) -> Result<(Block, bool), ReadError> {
-        let base = || format!("segments[{i}].blocks[{j}]");
+        let base = || format!("{list}[{i}].blocks[{j}]");
         let items = dict_items(heap, v, &base)?;
-        let path_of = |f: &'static str| move || format!("segments[{i}].blocks[{j}].{f}");
+        let path_of = |f: &'static str| move || format!("{list}[{i}].blocks[{j}].{f}");
         let size_v = get(&items, SIZE).ok_or_else(|| ReadError::WrongType {
-            path: format!("segments[{i}].blocks[{j}].size"),
+            path: format!("{list}[{i}].blocks[{j}].size"),
             expected: "a value (required field missing)",
             found: "nothing".into(),
         })?;
@@ -599,8 +632,8 @@ impl Reader {
         if let Some(h) = get(&items, HISTORY) {
             let entries = list_items(heap, h, &path_of("history"))?;
             for (k, e) in entries.into_iter().enumerate() {
-                let hpath = move |f: &'static str| move || format!("segments[{i}].blocks[{j}].history[{k}].{f}");
-                let fields = dict_items(heap, e, &|| format!("segments[{i}].blocks[{j}].history[{k}]"))?;
+                let hpath = move |f: &'static str| move || format!("{list}[{i}].blocks[{j}].history[{k}].{f}");
+                let fields = dict_items(heap, e, &|| format!("{list}[{i}].blocks[{j}].history[{k}]"))?;
                 let addr = match get(&fields, ADDR) {
                     Some(a) => as_u64(heap, a, &hpath("addr"))?,
                     None => address,
@@ -658,11 +691,54 @@ impl Reader {
         Ok(out)
     }
 
-    fn assemble_devices(&mut self, segments: Vec<(u32, Segment)>, rows: Vec<DeviceRows>) -> Vec<DeviceSnapshot> {
+    /// `host_traces` (pinned host memory, PyTorch 2.14): one list of trace
+    /// entries; a list holding one such list (shaped like `device_traces`)
+    /// is read too, since no real capture has been seen yet.
+    fn host_traces(&mut self, heap: &mut Heap, v: Value) -> Result<DeviceRows, ReadError> {
+        let items = list_items(heap, v, &|| "host_traces".to_owned())?;
+        let nested = items.len() == 1
+            && matches!(heap.resolve(items[0]).get(), V::Obj(id) if matches!(heap.obj(id).kind, ObjKind::List(_) | ObjKind::Rows { .. }));
+        if nested || items.is_empty() {
+            let mut lists = self.device_traces(heap, v)?;
+            return Ok(lists.pop().unwrap_or(DeviceRows::Scattered(Vec::new())));
+        }
+        if let V::Obj(id) = heap.resolve(v).get()
+            && let ObjKind::Rows { start, len } = heap.obj(id).kind
+        {
+            return Ok(DeviceRows::Range(start..start + len));
+        }
+        let mut rows = Vec::with_capacity(items.len());
+        for (k, item) in items.into_iter().enumerate() {
+            match heap.resolve(item).get() {
+                V::Row(r) => rows.push(r),
+                _ => {
+                    return Err(wrong(
+                        heap,
+                        &|| format!("host_traces[{k}]"),
+                        "a trace entry dict with an 'action' key",
+                        item,
+                    ));
+                }
+            }
+        }
+        Ok(DeviceRows::Scattered(rows))
+    }
+
+    /// The devices, and the host's trace when `host_rows` is given.
+    fn assemble_devices(
+        &mut self,
+        segments: Vec<(u32, Segment)>,
+        mut rows: Vec<DeviceRows>,
+        host_rows: Option<DeviceRows>,
+    ) -> (Vec<DeviceSnapshot>, Option<TraceColumns>) {
         let mut ids: Vec<u32> = segments.iter().map(|(d, _)| *d).collect();
         ids.extend(rows.iter().enumerate().filter(|(_, r)| r.len() > 0).map(|(d, _)| d as u32));
         ids.sort_unstable();
         ids.dedup();
+        // The host's rows follow the devices' in the column store (its keys
+        // come last in PyTorch's dict): split off like one more device.
+        let has_host = host_rows.is_some();
+        rows.extend(host_rows);
 
         // Fast path: device lists hold consecutive, ascending rows covering
         // the whole column store (always so for real files): split, no copy.
@@ -693,12 +769,14 @@ impl Reader {
         };
         self.trace = TraceBuilder::default();
         let mut traces: Vec<TraceColumns> = traces.drain(..).map(TraceColumns::from).collect();
+        let host_trace = if has_host { traces.pop() } else { None };
 
         let mut by_device: FxHashMap<u32, Vec<Segment>> = FxHashMap::default();
         for (d, s) in segments {
             by_device.entry(d).or_default().push(s);
         }
-        ids.into_iter()
+        let devices = ids
+            .into_iter()
             .map(|device| {
                 let mut segments = by_device.remove(&device).unwrap_or_default();
                 segments.sort_by_key(|s| s.address);
@@ -706,7 +784,8 @@ impl Reader {
                 let trace = traces.get_mut(device as usize).map(std::mem::take).unwrap_or_default();
                 DeviceSnapshot { device, segments, trace, has_trace }
             })
-            .collect()
+            .collect();
+        (devices, host_trace)
     }
 }
 
@@ -823,6 +902,7 @@ fn capture_context(heap: &Heap, v: Value, warnings: &mut Vec<String>) -> Option<
                 process_used_bytes: field(&d, "process_used_bytes").as_ref().and_then(bytes),
                 device_used_bytes: field(&d, "device_used_bytes").as_ref().and_then(bytes),
                 device_total_bytes: field(&d, "device_total_bytes").as_ref().and_then(bytes),
+                cuda_total_bytes: field(&d, "cuda_total_bytes").as_ref().and_then(bytes),
                 other_processes,
             });
         }

@@ -12,6 +12,7 @@ pub mod analysis;
 pub mod annotations;
 pub mod entry;
 pub mod fragmentation;
+pub mod host;
 pub mod route;
 pub mod search;
 pub mod segments;
@@ -23,6 +24,7 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::Snapshot;
+use crate::analysis::breakdown::DeviceCategories;
 use crate::analysis::layout::{Checkpoints, Rewinder};
 use crate::index::{DeviceIndex, SnapshotIndex};
 use crate::timeline::{Axis, MAX_PX, TimelineIndex, TimelineWindow, YSpan};
@@ -42,6 +44,9 @@ pub struct Analyzed {
     /// Per device, layout checkpoints for the state and segment views,
     /// built by the first query that rewinds the device.
     checkpoints: Vec<(u32, OnceLock<Checkpoints>)>,
+    /// Per device, each allocation's category over its life, built by the
+    /// first breakdown query of the device.
+    categories: Vec<(u32, OnceLock<DeviceCategories>)>,
     /// Opened from a persisted index: the big columns view its file.
     from_index: bool,
 }
@@ -94,7 +99,8 @@ impl Analyzed {
         from_index: bool,
     ) -> Analyzed {
         let checkpoints = snapshot.devices.iter().map(|d| (d.device, OnceLock::new())).collect();
-        Analyzed { snapshot, index, timeline, checkpoints, from_index }
+        let categories = snapshot.devices.iter().map(|d| (d.device, OnceLock::new())).collect();
+        Analyzed { snapshot, index, timeline, checkpoints, categories, from_index }
     }
 
     /// The device asked for, or the first one when none was.
@@ -132,6 +138,20 @@ impl Analyzed {
         for d in &self.snapshot.devices {
             let _ = self.rewinder(d.device, None);
         }
+    }
+
+    /// The categories of a device's allocations
+    /// ([`crate::analysis::breakdown`]); the first call for a device builds them.
+    pub fn categories(&self, device: u32) -> Result<&DeviceCategories, ViewError> {
+        let d = self.snapshot.device(device).ok_or_else(|| ViewError::NotFound(format!("device {device}")))?;
+        let index = self.device_index(device)?;
+        let cell = self
+            .categories
+            .iter()
+            .find(|(id, _)| *id == device)
+            .map(|(_, c)| c)
+            .ok_or_else(|| ViewError::NotFound(format!("device {device}")))?;
+        Ok(cell.get_or_init(|| DeviceCategories::build(&self.snapshot, d, index)))
     }
 
     /// The interval index of a device.

@@ -9,12 +9,15 @@ pub mod live;
 pub mod review;
 
 pub use vramscope_shared::StatsReport;
+pub use vramscope_shared::analysis::breakdown::{BreakdownSeries, CATEGORIES, Category, Confidence, DeviceBreakdown};
 pub use vramscope_shared::api::review::Comment as CommentMark;
 pub use vramscope_shared::api::{ErrorBody, SnapshotMeta, SnapshotStatus, Trigger, UploadAnswer};
 pub use vramscope_shared::timeline::{Axis, Marker, MarkerKind, TimelineWindow, VisibleAllocation};
+pub use vramscope_shared::views::analysis::BreakdownAnswer;
 pub use vramscope_shared::views::annotations::{AnnotationRange, AnnotationsAnswer};
 pub use vramscope_shared::views::entry::EntryAnswer;
 pub use vramscope_shared::views::fragmentation::{FragmentationAnswer, SettingsView};
+pub use vramscope_shared::views::host::HostAnswer;
 pub use vramscope_shared::views::search::{SearchAnswer, SearchKind, SearchMatch};
 pub use vramscope_shared::views::segments::SegmentsAnswer;
 pub use vramscope_shared::views::state::{AllocatorState, BlockKind, Figures};

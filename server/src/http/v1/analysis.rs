@@ -17,8 +17,8 @@ use axum::extract::{Path, Query, State};
 use serde::Deserialize;
 use vramscope_shared::views::Analyzed;
 use vramscope_shared::views::analysis::{
-    self, DiffAnswer, DiffParams, ExplainAnswer, ExplainParams, LeaksAnswer, LeaksParams, SimulatedDevice, TuneAnswer,
-    TuneParams, WhatIfAnswer, WhatIfParams,
+    self, BreakdownAnswer, BreakdownParams, DiffAnswer, DiffParams, ExplainAnswer, ExplainParams, LeaksAnswer,
+    LeaksParams, SimulatedDevice, TuneAnswer, TuneParams, WhatIfAnswer, WhatIfParams,
 };
 
 use vramscope_shared::analysis::check::check;
@@ -226,6 +226,18 @@ pub(crate) async fn leaks(
 ) -> AppResult<Json<LeaksAnswer>> {
     let a = analyzed(&state, &id).await?;
     Ok(Json(state.analyses.run(&id, move || Ok(analysis::leaks(&a, &p)?)).await?))
+}
+
+/// `GET /api/v1/snapshots/{id}/breakdown?device=&at=&px=`: live memory by
+/// category and stage at a row, and over the trace with `px`; see
+/// [`analysis::breakdown`].
+pub(crate) async fn breakdown(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Query(p): Query<BreakdownParams>,
+) -> AppResult<Json<BreakdownAnswer>> {
+    let a = analyzed(&state, &id).await?;
+    Ok(Json(state.analyses.run(&id, move || Ok(analysis::breakdown(&a, &p)?)).await?))
 }
 
 /// The two snapshots of a comparison.

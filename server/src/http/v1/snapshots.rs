@@ -218,9 +218,6 @@ async fn analyzed_record(
     Ok((rec, analyzed))
 }
 
-/// Largest file exported as a report page: the page holds it as base64,
-/// and rendering it holds the file and the page at once.
-const REPORT_MAX_BYTES: u64 = 256 << 20;
 /// Rendered report pages kept, by the file's SHA-256, at most this many
 /// bytes together: asking again for the same report costs no rendering.
 const REPORTS_KEPT_BYTES: usize = 64 << 20;
@@ -251,32 +248,36 @@ fn keep_report(sha256: &str, page: bytes::Bytes) {
 
 /// `GET /api/v1/snapshots/{id}/report.html`: the same self-contained page
 /// as `vramscope report FILE` (dashboard, snapshot and findings inlined),
-/// as a download named after the snapshot. The page holds the whole file,
-/// so files above [`REPORT_MAX_BYTES`] are not exported; rendering takes a
-/// parse slot.
+/// as a download named after the snapshot. The page holds the whole file;
+/// above `report_inline_max_bytes` it holds what the index gives instead
+/// (the findings and the main chart), and the file is never read. Rendering
+/// takes a parse slot.
 pub(crate) async fn report(State(state): State<AppState>, Path(id): Path<String>) -> AppResult<Response> {
     let rec = record(&state, &id).await?;
     if let Some(page) = kept_report(&rec.sha256) {
         return Ok(download(page, "text/html; charset=utf-8", &rec.name, "html"));
     }
     let (rec, analyzed) = analyzed_record(&state, &id).await?;
-    if rec.size_bytes > REPORT_MAX_BYTES {
-        return Err(AppError::Unprocessable(format!(
-            "snapshot {id} is {} bytes, too large to inline in one HTML page (the limit is {REPORT_MAX_BYTES}): \
-             download the file and run `vramscope report` on it",
-            rec.size_bytes
-        )));
-    }
     let _slot = state.ingest.parser.permits.acquire().await.map_err(|e| AppError::Internal(e.into()))?;
-    let bytes = state.blobs.get_bytes(&rec.blob_key).await.map_err(|e| {
-        if is_not_found(&e) { AppError::NotFound(format!("the file of snapshot {id}")) } else { AppError::Internal(e) }
-    })?;
     let name = rec.name.clone();
-    let modified_ms = u64::try_from(rec.uploaded_at_ms).unwrap_or(0);
-    let html = tokio::task::spawn_blocking(move || {
-        report::report_html(std::path::Path::new(&name), &name, modified_ms, &bytes, &analyzed.snapshot)
-    })
-    .await
+    let limit = state.settings.report_inline_max_bytes;
+    let html = if rec.size_bytes > limit {
+        let size = rec.size_bytes;
+        tokio::task::spawn_blocking(move || report::index_report_html(&name, size, limit, &analyzed)).await
+    } else {
+        let bytes = state.blobs.get_bytes(&rec.blob_key).await.map_err(|e| {
+            if is_not_found(&e) {
+                AppError::NotFound(format!("the file of snapshot {id}"))
+            } else {
+                AppError::Internal(e)
+            }
+        })?;
+        let modified_ms = u64::try_from(rec.uploaded_at_ms).unwrap_or(0);
+        tokio::task::spawn_blocking(move || {
+            report::report_html(std::path::Path::new(&name), &name, modified_ms, &bytes, &analyzed.snapshot)
+        })
+        .await
+    }
     .map_err(|e| AppError::Internal(anyhow::anyhow!("the report's worker thread failed: {e}")))?
     .map_err(AppError::Internal)?;
     state.metrics.reports_rendered.inc();

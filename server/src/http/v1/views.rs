@@ -11,6 +11,7 @@ use vramscope_shared::timeline::TimelineWindow;
 use vramscope_shared::views::annotations::{AnnotationsAnswer, AnnotationsParams};
 use vramscope_shared::views::entry::{EntryAnswer, EntryParams};
 use vramscope_shared::views::fragmentation::{FragmentationAnswer, FragmentationParams};
+use vramscope_shared::views::host::{HostAnswer, HostParams};
 use vramscope_shared::views::search::{SearchAnswer, SearchParams};
 use vramscope_shared::views::segments::{SegmentsAnswer, SegmentsParams};
 use vramscope_shared::views::state::{AllocatorState, StateParams};
@@ -129,6 +130,17 @@ pub(crate) async fn entry(
 ) -> AppResult<Json<EntryAnswer>> {
     let a = analyzed(&state, &id).await?;
     Ok(Json(views::entry::entry(&a, &p)?))
+}
+
+/// `GET /api/v1/snapshots/{id}/host?px=`: pinned host memory's figures and
+/// timeline; see [`views::host::host`].
+pub(crate) async fn host(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Query(p): Query<HostParams>,
+) -> AppResult<Json<HostAnswer>> {
+    let a = analyzed(&state, &id).await?;
+    Ok(Json(blocking(move || views::host::host(&a, &p)).await??))
 }
 
 /// Run CPU work of a view on a blocking thread.

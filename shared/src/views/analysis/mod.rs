@@ -1,7 +1,8 @@
 //! The analyses the dashboard shows beside the timeline, as views: a
 //! what-if replay drawn over the recorded curves ([`whatif`]), the ranking
 //! of allocator settings ([`tune`]), the OOM post-mortem ([`explain`]), the
-//! leak ranking ([`leaks`]) and the comparison of two snapshots ([`diff`]).
+//! leak ranking ([`leaks`]), memory by category ([`breakdown`]) and the
+//! comparison of two snapshots ([`diff`]).
 //!
 //! Like the other views, each is a plain function of [`Analyzed`]
 //! snapshots and a query struct read from the URL, answering plain data
@@ -9,12 +10,14 @@
 //! server wraps them (and caches the expensive replay, [`simulate_device`]);
 //! the browser calls them directly for a file opened locally.
 
+mod breakdown;
 mod diff;
 mod explain;
 mod leaks;
 mod tune;
 mod whatif;
 
+pub use breakdown::*;
 pub use diff::*;
 pub use explain::*;
 pub use leaks::*;

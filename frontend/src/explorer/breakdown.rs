@@ -1,0 +1,227 @@
+//! Where the memory went: live memory at the cursor split into parameters,
+//! gradients, optimizer state, activations and other (how sure each figure
+//! is, and what "other" holds), the same memory by the `record_function`
+//! range that allocated it, and the categories stacked over the whole
+//! trace. The figures follow the cursor; a click on the chart moves it.
+
+use leptos::prelude::*;
+use web_sys::MouseEvent;
+
+use crate::core::format;
+use crate::core::model::{BreakdownSeries, CATEGORIES, Category, Confidence, DeviceBreakdown, Instant};
+use crate::core::palette;
+use crate::explorer::DeviceContext;
+use crate::infra::api;
+use crate::infra::canvas;
+use crate::infra::draws;
+use crate::infra::latest::latest;
+
+/// Height of the stacked chart.
+const HEIGHT: f64 = 160.0;
+/// Rows the stacked chart samples over the trace.
+const SERIES_PX: u32 = 600;
+/// Stages listed.
+const STAGES: usize = 8;
+
+/// The breakdown panel of the device of `ctx`.
+#[component]
+pub(crate) fn BreakdownPanel(ctx: DeviceContext) -> impl IntoView {
+    let canvas_ref = NodeRef::<leptos::html::Canvas>::new();
+    let wrap_ref = NodeRef::<leptos::html::Div>::new();
+    let series = RwSignal::new(None::<BreakdownSeries>);
+    let at = RwSignal::new(None::<DeviceBreakdown>);
+    let error = RwSignal::new(None::<String>);
+
+    // The series once per device; the figures whenever the cursor moves.
+    Effect::new(move |_| {
+        let id = ctx.id.get_value();
+        let device = ctx.device;
+        leptos::task::spawn_local(async move {
+            match api::breakdown(&id, device, None, Some(SERIES_PX)).await {
+                Ok(mut a) => {
+                    if let Some(d) = a.devices.pop() {
+                        series.set(d.series);
+                        if at.get_untracked().is_none() {
+                            at.set(Some(d.breakdown));
+                        }
+                    }
+                }
+                Err(e) => error.set(Some(e.to_string())),
+            }
+        });
+    });
+    let answers = latest();
+    Effect::new(move |_| {
+        let Some(row) = ctx.state.with(|s| s.as_ref().map(|s| s.row)) else { return };
+        let id = ctx.id.get_value();
+        let device = ctx.device;
+        answers.run(async move { api::breakdown(&id, device, row, None).await }, move |answer| match answer {
+            Ok(mut a) => {
+                if let Some(d) = a.devices.pop() {
+                    at.set(Some(d.breakdown));
+                    error.set(None);
+                }
+            }
+            Err(e) => error.set(Some(e.to_string())),
+        });
+    });
+
+    Effect::new(move |_| {
+        let (Some(canvas), Some(wrap)) = (canvas_ref.get(), wrap_ref.get()) else { return };
+        let cursor = at.with(|b| b.as_ref().and_then(|b| b.at_row));
+        series.with(|s| {
+            let Some(s) = s else { return };
+            let started = draws::now();
+            let width = canvas::css_width(&wrap);
+            if let Some(c) = canvas::context(&canvas, width, HEIGHT) {
+                draw_stack(&c, s, width, cursor);
+            }
+            draws::record("breakdown", started);
+        });
+    });
+
+    let on_click = move |ev: MouseEvent| {
+        let Some(wrap) = wrap_ref.get_untracked() else { return };
+        let width = canvas::css_width(&wrap);
+        let row = series.with_untracked(|s| {
+            let s = s.as_ref()?;
+            let last = *s.rows.last()?;
+            Some(((f64::from(ev.offset_x()) / width).clamp(0.0, 1.0) * f64::from(last)).round() as u32)
+        });
+        if let Some(r) = row {
+            ctx.instant.set(Some(Instant::Row(r)));
+        }
+    };
+
+    view! {
+        <section class="breakdown-panel" id="breakdown-panel">
+            <div class="toolbar">
+                <h2>"Where the memory went"</h2>
+                <span class="legend">
+                    {CATEGORIES
+                        .iter()
+                        .enumerate()
+                        .map(|(i, c)| {
+                            let style = format!("background:{}", palette::CATEGORIES[i].css());
+                            view! { <span class="key"><span class="swatch" style=style></span>{c.label()}</span> }
+                        })
+                        .collect_view()}
+                </span>
+            </div>
+            {move || error.get().map(|e| view! { <p class="notice error">{e}</p> })}
+            {move || at.get().map(|b| figures(&b))}
+            <div class="canvas-wrap" node_ref=wrap_ref>
+                <canvas id="breakdown-chart" node_ref=canvas_ref on:click=on_click></canvas>
+            </div>
+            <p class="hint">
+                "Over the whole trace, by row. Categories are inferred from each allocation's stack (module set-up, the optimizer, autograd's backward thread, forward) and from its lifetime; click to move the cursor."
+            </p>
+        </section>
+    }
+}
+
+fn confidence(c: Confidence) -> &'static str {
+    match c {
+        Confidence::High => "from stacks",
+        Confidence::Medium => "inferred from lifetimes",
+        Confidence::None => "",
+    }
+}
+
+/// The figures at the cursor: a stacked bar, a table, the stages.
+fn figures(b: &DeviceBreakdown) -> impl IntoView + use<> {
+    let total = b.categories.total().max(1);
+    let at = b.at_row.map_or_else(|| "the final state".to_owned(), |r| format!("right after row {r}"));
+    let bar = CATEGORIES
+        .iter()
+        .enumerate()
+        .map(|(i, &c)| {
+            let pct = b.categories.get(c) as f64 * 100.0 / total as f64;
+            let style = format!("width:{pct:.3}%;background:{}", palette::CATEGORIES[i].css());
+            view! { <span class="segment" style=style title=c.label()></span> }
+        })
+        .collect_view();
+    let rows = CATEGORIES
+        .iter()
+        .map(|&c| {
+            let n = b.categories.get(c);
+            let how = match c {
+                Category::Parameters => confidence(b.confidence.parameters),
+                Category::Gradients => confidence(b.confidence.gradients),
+                Category::OptimizerState => confidence(b.confidence.optimizer_state),
+                Category::Activations => confidence(b.confidence.activations),
+                Category::Other => "",
+            };
+            view! {
+                <tr data-category=c.key()>
+                    <td>{c.label()}</td>
+                    <td class="num">{format::bytes(n)}</td>
+                    <td class="num">{format!("{:.1}%", n as f64 * 100.0 / total as f64)}</td>
+                    <td class="hint">{how}</td>
+                </tr>
+            }
+        })
+        .collect_view();
+    let o = b.other_detail;
+    let other = format!(
+        "Other: temporaries {}, cuBLAS workspaces {}, kept across steps {}, no stack {}.",
+        format::bytes(o.temporaries),
+        format::bytes(o.workspaces),
+        format::bytes(o.kept_across_steps),
+        format::bytes(o.unknown)
+    );
+    let stages = b
+        .stages
+        .iter()
+        .take(STAGES)
+        .map(|s| view! { <tr><td class="num">{format::bytes(s.bytes)}</td><td><code>{s.name.clone()}</code></td></tr> })
+        .collect_view();
+    let notes = b.notes.iter().map(|n| view! { <p class="hint">{n.clone()}</p> }).collect_view();
+    view! {
+        <p class="hint" id="breakdown-at">{format!("Live memory {at}: {} requested.", format::bytes(b.categories.total()))}</p>
+        <div class="breakdown-bar" id="breakdown-bar">{bar}</div>
+        <div class="breakdown-tables">
+            <table class="breakdown-figures" id="breakdown-figures"><tbody>{rows}</tbody></table>
+            <table class="breakdown-stages" id="breakdown-stages">
+                <thead><tr><th colspan="2">"By the record_function range that allocated it"</th></tr></thead>
+                <tbody>{stages}</tbody>
+            </table>
+        </div>
+        <p class="hint" id="breakdown-other">{other}</p>
+        {notes}
+    }
+}
+
+/// The categories stacked over the trace, the cursor's row marked.
+fn draw_stack(c: &web_sys::CanvasRenderingContext2d, s: &BreakdownSeries, width: f64, cursor: Option<u32>) {
+    let n = s.rows.len();
+    if n == 0 {
+        return;
+    }
+    let columns: [&[u64]; 5] = [&s.parameters, &s.gradients, &s.optimizer_state, &s.activations, &s.other];
+    let totals: Vec<u64> = (0..n).map(|i| columns.iter().map(|col| col[i]).sum()).collect();
+    let top = totals.iter().copied().max().unwrap_or(1).max(1) as f64;
+    let last = f64::from(s.rows[n - 1].max(1));
+    let x = |i: usize| f64::from(s.rows[i]) / last * width;
+    let y = |b: u64| HEIGHT - 2.0 - b as f64 / top * (HEIGHT - 18.0);
+    let mut below = vec![0u64; n];
+    for (k, col) in columns.iter().enumerate() {
+        let above: Vec<u64> = below.iter().zip(col.iter()).map(|(a, b)| a + b).collect();
+        c.begin_path();
+        c.move_to(x(0), y(below[0]));
+        for i in 0..n {
+            c.line_to(x(i), y(above[i]));
+        }
+        for i in (0..n).rev() {
+            c.line_to(x(i), y(below[i]));
+        }
+        c.close_path();
+        c.set_fill_style_str(palette::CATEGORIES[k].css());
+        c.fill();
+        below = above;
+    }
+    if let Some(r) = cursor {
+        canvas::vline(c, palette::CURSOR.css(), f64::from(r) / last * width, 0.0, HEIGHT, 1.0);
+    }
+    canvas::text(c, palette::LABEL.css(), &format::bytes(top as u64), 4.0, 12.0);
+}

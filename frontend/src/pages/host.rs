@@ -1,0 +1,110 @@
+//! Pinned host memory (`host_segments`/`host_traces`, PyTorch 2.14 with
+//! `record_host=True`): its figures and its own timeline of pinned against
+//! requested bytes over the host trace. PyTorch's viewer does not show it.
+
+use leptos::prelude::*;
+
+use crate::core::format;
+use crate::core::model::HostAnswer;
+use crate::core::palette;
+use crate::infra::api;
+use crate::infra::canvas;
+
+/// Height of the chart.
+const HEIGHT: f64 = 150.0;
+/// Points of the timeline asked for.
+const POINTS: u32 = 800;
+
+/// The pinned host memory of snapshot `id`.
+#[component]
+pub(crate) fn HostMemory(id: String) -> impl IntoView {
+    let answer = RwSignal::new(None::<Result<HostAnswer, String>>);
+    let canvas_ref = NodeRef::<leptos::html::Canvas>::new();
+    let wrap_ref = NodeRef::<leptos::html::Div>::new();
+    leptos::task::spawn_local(async move {
+        let a = api::host(&id, POINTS).await.map_err(|e| e.to_string());
+        answer.try_set(Some(a));
+    });
+    Effect::new(move |_| {
+        let (Some(canvas), Some(wrap)) = (canvas_ref.get(), wrap_ref.get()) else { return };
+        answer.with(|a| {
+            let Some(Ok(a)) = a else { return };
+            let width = canvas::css_width(&wrap);
+            if let Some(c) = canvas::context(&canvas, width, HEIGHT) {
+                draw(&c, a, width);
+            }
+        });
+    });
+    view! {
+        <section class="host-memory" id="host-memory">
+            <h2>"Pinned host memory"</h2>
+            {move || match answer.get() {
+                None => view! { <p class="hint">"Loading…"</p> }.into_any(),
+                Some(Err(e)) => view! { <p class="notice error">{e}</p> }.into_any(),
+                Some(Ok(a)) => {
+                    let s = a.stats;
+                    let peak = |p: Option<u64>| p.map(|p| format!("peak {}", format::bytes(p))).unwrap_or_default();
+                    let cards = [
+                        ("pinned", format::bytes(s.reserved_bytes), peak(s.reserved_peak_bytes)),
+                        ("allocated", format::bytes(s.allocated_bytes), String::new()),
+                        ("requested", format::bytes(s.requested_bytes), peak(s.requested_peak_bytes)),
+                        ("cached, not in use", format::bytes(s.reserved_unallocated_bytes), String::new()),
+                        ("host events", format::grouped(s.trace_entries as u64), format!("{} segments", s.segments)),
+                    ];
+                    view! {
+                        <div class="summary" id="host-summary">
+                            {cards
+                                .into_iter()
+                                .map(|(label, value, note)| view! {
+                                    <div class="card">
+                                        <div class="label">{label}</div>
+                                        <div class="value">{value}</div>
+                                        <div class="note">{note}</div>
+                                    </div>
+                                })
+                                .collect_view()}
+                        </div>
+                    }
+                        .into_any()
+                }
+            }}
+            <span class="legend">
+                <span class="key"><span class="swatch reserved"></span>"pinned (cudaHostAlloc)"</span>
+                <span class="key"><span class="swatch allocated"></span>"requested"</span>
+            </span>
+            <div class="canvas-wrap" node_ref=wrap_ref>
+                <canvas id="host-chart" node_ref=canvas_ref></canvas>
+            </div>
+            <p class="hint">
+                "Over the host trace, by event. Read after PyTorch's source: not yet checked against a real capture."
+            </p>
+        </section>
+    }
+}
+
+/// Pinned and requested bytes over the host trace's rows.
+fn draw(c: &web_sys::CanvasRenderingContext2d, a: &HostAnswer, width: f64) {
+    let n = a.rows.len();
+    if n == 0 {
+        return;
+    }
+    let top = a.reserved.iter().chain(&a.requested).copied().max().unwrap_or(1).max(1) as f64;
+    let last = f64::from(a.rows[n - 1].max(1));
+    let x = |i: usize| f64::from(a.rows[i]) / last * width;
+    let y = |b: u64| HEIGHT - 2.0 - b as f64 / top * (HEIGHT - 18.0);
+    for (values, colour) in [(&a.reserved, palette::RESERVED), (&a.requested, palette::ALLOCATED)] {
+        c.begin_path();
+        for i in 0..n {
+            if i == 0 {
+                c.move_to(x(i), y(values[i]));
+            } else {
+                c.line_to(x(i), y(values[i - 1]));
+                c.line_to(x(i), y(values[i]));
+            }
+        }
+        c.set_stroke_style_str(colour.css());
+        c.set_line_width(2.0);
+        c.stroke();
+    }
+    canvas::text(c, palette::LABEL.css(), &format::bytes(top as u64), 4.0, 12.0);
+}
