@@ -44,7 +44,14 @@ fn reserved_peak(file: &Path) -> u64 {
 fn a_budget_over_the_peak_passes_and_one_under_it_fails_naming_the_figures() {
     let file = corpus("oom_leak.pickle");
     let peak = reserved_peak(&file);
-    let ok = run(&["--max-reserved-peak", &peak.to_string()], &[&file]);
+    // VRAMSCOPE_SERVER (set for `vramscope upload` in CI) does not turn a file's check into a server's.
+    let ok = vramscope()
+        .arg("check")
+        .arg(&file)
+        .args(["--max-reserved-peak", &peak.to_string()])
+        .env("VRAMSCOPE_SERVER", "http://127.0.0.1:9")
+        .output()
+        .expect("run vramscope check");
     assert_eq!(ok.status.code(), Some(0), "{}{}", text(&ok.stdout), text(&ok.stderr));
     assert!(text(&ok.stdout).contains(": PASS, 0 of 1 rules broken"), "{}", text(&ok.stdout));
 
@@ -235,6 +242,8 @@ async fn a_jobs_newest_snapshot_is_checked_against_its_last_pinned_one() {
         .get_query(&format!("/snapshots/{new}/check"), &[("baseline", old.as_str()), ("max_fragmentation", "50")])
         .await;
     assert_eq!((status, &answer["passed"]), (StatusCode::OK, &json!(true)), "{answer}");
+    let (status, answer) = server.get_query(&format!("/snapshots/{new}/check"), &[("max_growth", "5")]).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{answer}");
     let (status, _) = server.get_query("/jobs/nope/check", &[("max_fragmentation", "50")]).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     let (status, answer) = server.get_query("/jobs/ci/check", &[("max_reserved_peak", "12G")]).await;

@@ -51,8 +51,9 @@ pub(crate) struct CheckArgs {
     /// Also write the verdict as a JUnit XML report (one test case per rule and device).
     #[arg(long, value_name = "OUT.xml")]
     junit: Option<PathBuf>,
-    /// Check a stored snapshot on this server instead of a file.
-    #[arg(long, env = "VRAMSCOPE_SERVER", requires = "job")]
+    /// Check a stored snapshot on this server instead of a file. (Not read
+    /// from VRAMSCOPE_SERVER: a CI job that uploads with it still checks files.)
+    #[arg(long, requires = "job")]
     server: Option<String>,
     /// With --server: the job whose newest snapshot is checked against its last pinned one.
     #[arg(long, requires = "server")]

@@ -21,7 +21,7 @@ use vramscope_shared::views::analysis::{
     LeaksParams, SimulatedDevice, TuneAnswer, TuneParams, WhatIfAnswer, WhatIfParams,
 };
 
-use vramscope_shared::analysis::check::check;
+use vramscope_shared::analysis::check::{CheckError, check};
 use vramscope_shared::api::SnapshotStatus;
 use vramscope_shared::api::jobs::{CheckAnswer, CheckQuery};
 
@@ -287,8 +287,11 @@ async fn checked(
     let report = state
         .analyses
         .run(&snapshot.meta.id, move || {
-            check(&a.snapshot, b.as_ref().map(|b| &b.snapshot), &rules, top)
-                .map_err(|e| AppError::Unprocessable(e.to_string()))
+            check(&a.snapshot, b.as_ref().map(|b| &b.snapshot), &rules, top).map_err(|e| match e {
+                // The request's fault; the others are the snapshots' (no trace to replay).
+                CheckError::NoBaseline => AppError::BadRequest(format!("max_growth: {e}: give ?baseline=ID")),
+                other => AppError::Unprocessable(other.to_string()),
+            })
         })
         .await?;
     Ok(CheckAnswer { snapshot: snapshot.meta, baseline: baseline.map(|b| b.meta), budget, report })
