@@ -278,3 +278,86 @@ async fn stored_snapshots_are_read_by_id_with_dashboard_links_and_writing_needs_
     .await
     .expect("the session");
 }
+
+/// `vramscope serve`'s `/api/v1/mcp`: the same tools over streamable HTTP,
+/// behind the tokens (a viewer's is enough), on stored snapshots only.
+#[tokio::test]
+async fn the_server_answers_the_tools_over_http_behind_its_tokens() {
+    let dir = unique_dir("mcp-http");
+    let token = |role: &str| {
+        let out = vramscope()
+            .args(["token", "create", "--role", role, "--name", role, "--data-dir"])
+            .arg(&dir)
+            .output()
+            .expect("token create");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).expect("utf8").trim().to_owned()
+    };
+    let (viewer, uploader) = (token("viewer"), token("uploader"));
+    let server = TestServer::start_in(&dir, &[("VRAMSCOPE_REQUIRE_TOKENS", "true")]);
+    let response = client()
+        .post(server.api("/snapshots?job=train&name=oom_leak.pickle"))
+        .bearer_auth(&uploader)
+        .header("content-type", "application/octet-stream")
+        .body(std::fs::read(corpus("oom_leak.pickle")).expect("read"))
+        .send()
+        .await
+        .expect("upload");
+    let id = response.json::<Value>().await.expect("JSON")["id"].as_str().expect("id").to_owned();
+
+    let rpc = |token: Option<&str>, id: u64, method: &str, params: Value| {
+        let mut request = client()
+            .post(server.api("/mcp"))
+            .header("accept", "application/json, text/event-stream")
+            .json(&json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params }));
+        if let Some(t) = token {
+            request = request.bearer_auth(t);
+        }
+        async move {
+            let response = request.send().await.expect("post");
+            let status = response.status();
+            (status, response.json::<Value>().await.unwrap_or(Value::Null))
+        }
+    };
+    let init =
+        json!({ "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": { "name": "t", "version": "1" } });
+    let (status, _) = rpc(None, 1, "initialize", init.clone()).await;
+    assert_eq!(status, reqwest::StatusCode::UNAUTHORIZED);
+    let (status, answer) = rpc(Some(&viewer), 1, "initialize", init).await;
+    assert_eq!(status, reqwest::StatusCode::OK, "{answer}");
+    assert_eq!(answer["result"]["serverInfo"]["name"], "vramscope");
+
+    let (_, list) = rpc(Some(&viewer), 2, "tools/list", json!({})).await;
+    let names: Vec<&str> =
+        list["result"]["tools"].as_array().expect("tools").iter().map(|t| t["name"].as_str().expect("name")).collect();
+    assert_eq!(
+        names,
+        ["list_snapshots", "stats", "explain", "leaks", "diff", "simulate", "tune", "state_at_row", "check"]
+    );
+
+    let call = |name: &str, arguments: Value| {
+        rpc(Some(&viewer), 3, "tools/call", json!({ "name": name, "arguments": arguments }))
+    };
+    let (_, listed) = call("list_snapshots", json!({ "job": "train" })).await;
+    let listed = &listed["result"]["structuredContent"];
+    assert_eq!(listed["snapshots"][0]["id"], id, "{listed}");
+    assert_eq!(listed["snapshots"][0]["dashboard"], format!("/snapshots/{id}"));
+
+    let (_, explained) = call("explain", json!({ "snapshot": id })).await;
+    let mut by_http = explained["result"]["structuredContent"].clone();
+    let mut by_file = cli_json(&["explain", &path(&corpus("oom_leak.pickle"))]);
+    assert_eq!(by_http["file"], "oom_leak.pickle");
+    by_http["file"] = Value::Null;
+    by_file["file"] = Value::Null;
+    assert_eq!(by_http, by_file);
+
+    let (_, checked) = call("check", json!({ "snapshot": id, "baseline": id, "max_growth": 0 })).await;
+    assert_eq!(checked["result"]["structuredContent"]["passed"], true, "{checked}");
+
+    // No path of the server's disk is read.
+    let (_, refused) = call("stats", json!({ "snapshot": path(&corpus("oom_leak.pickle")) })).await;
+    assert_eq!(refused["result"]["isError"], true, "{refused}");
+    assert!(refused["result"]["content"][0]["text"].as_str().expect("text").contains("not found"), "{refused}");
+    let (_, refused) = call("list_snapshots", json!({ "folder": "/" })).await;
+    assert_eq!(refused["result"]["isError"], true, "{refused}");
+}

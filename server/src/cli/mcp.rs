@@ -46,6 +46,7 @@ pub(crate) fn run(args: &McpArgs) -> Result<(), Failure> {
         allow_write: args.allow_write,
         folder,
         read: args.budget.options(),
+        store: None,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -13,12 +13,20 @@
 //! Read-only by default: the tools that write (upload, comment) are listed
 //! only with `--allow-write`, which needs a server and a token (the server
 //! checks that the token is an uploader's).
+//!
+//! The same tools are served by `vramscope serve` at `/api/v1/mcp`
+//! (streamable HTTP, stateless, JSON answers), behind its tokens (a
+//! viewer's is enough): there they read stored snapshots by id through a
+//! [`Store`] the server gives, run in its analysis pool, never read a path
+//! of the server's disk, and never write.
 
 pub(crate) mod cut;
 pub(crate) mod tools;
 
 use std::path::PathBuf;
 use std::sync::Arc;
+
+use futures::future::BoxFuture;
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation, ListToolsResult,
@@ -28,9 +36,24 @@ use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
 use serde_json::{Map, Value};
 use vramscope_shared::ReadOptions;
+use vramscope_shared::api::SnapshotMeta;
+use vramscope_shared::views::Analyzed;
+
+/// CPU work handed to a [`Store`]'s pool.
+pub(crate) type Work = Box<dyn FnOnce() + Send>;
+
+/// The stored snapshots of the server the tools run in (`/api/v1/mcp`).
+pub(crate) trait Store: Send + Sync {
+    /// A stored snapshot by id: its record and its analysis (the server's cache).
+    fn load(&self, id: String) -> BoxFuture<'static, Result<(SnapshotMeta, Arc<Analyzed>), String>>;
+    /// The newest stored snapshots, of `job` when given.
+    fn list(&self, job: Option<String>) -> BoxFuture<'static, Result<Vec<SnapshotMeta>, String>>;
+    /// Run `work` in the server's analysis pool, in `snapshot`'s queue.
+    fn run(&self, snapshot: String, work: Work) -> BoxFuture<'static, Result<(), String>>;
+}
 
 /// What every tool call may use.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub(crate) struct Context {
     /// The vramscope server, for stored snapshots and the library.
     pub(crate) server: Option<String>,
@@ -42,6 +65,19 @@ pub(crate) struct Context {
     pub(crate) folder: PathBuf,
     /// The reader's options (memory budget).
     pub(crate) read: ReadOptions,
+    /// Inside `vramscope serve`: its stored snapshots (then no path is read).
+    pub(crate) store: Option<Arc<dyn Store>>,
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context")
+            .field("server", &self.server)
+            .field("allow_write", &self.allow_write)
+            .field("folder", &self.folder)
+            .field("store", &self.store.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 /// The MCP server: the context and the tool table.
@@ -137,6 +173,26 @@ impl ServerHandler for Assistant {
 /// A tool's failure, as the assistant reads it (a result, not a protocol error).
 fn error_result(message: String) -> CallToolResult {
     CallToolResult::error(vec![ContentBlock::text(message)])
+}
+
+/// The MCP service of `vramscope serve`'s `/api/v1/mcp`: stateless
+/// streamable HTTP answering JSON, read-only tools over `store`. The
+/// server's own guards (Host, Origin, tokens) stand in front of it, so
+/// rmcp's Host allow-list (loopback names only) is off.
+pub(crate) fn http_service(
+    store: Arc<dyn Store>,
+    read: ReadOptions,
+) -> rmcp::transport::streamable_http_server::StreamableHttpService<
+    Assistant,
+    rmcp::transport::streamable_http_server::session::never::NeverSessionManager,
+> {
+    use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+    let context =
+        Context { server: None, token: None, allow_write: false, folder: PathBuf::new(), read, store: Some(store) };
+    let mut config = StreamableHttpServerConfig::default().disable_allowed_hosts();
+    config.legacy_session_mode = false;
+    config.json_response = true;
+    StreamableHttpService::new(move || Ok(Assistant::new(context.clone())), Arc::default(), config)
 }
 
 /// Serve MCP over this process's stdin and stdout until the client leaves.

@@ -239,9 +239,24 @@ pub(crate) struct Call {
 struct Loaded {
     /// How the answer names it: the path, or the stored snapshot's name.
     label: String,
-    snapshot: Snapshot,
+    held: Held,
     /// A stored snapshot's id.
     id: Option<String>,
+}
+
+/// A snapshot read for this call, or the server's analysis of a stored one.
+enum Held {
+    Read(Box<Snapshot>),
+    Stored(Arc<Analyzed>),
+}
+
+impl Loaded {
+    fn snapshot(&self) -> &Snapshot {
+        match &self.held {
+            Held::Read(s) => s,
+            Held::Stored(a) => &a.snapshot,
+        }
+    }
 }
 
 impl Call {
@@ -312,9 +327,44 @@ impl Call {
         if status.is_success() { Ok(body) } else { Err(refusal(url, status, &body)) }
     }
 
+    /// Run CPU work off the protocol's task: in the server's analysis pool
+    /// inside `vramscope serve`, else on a blocking thread.
+    async fn blocking<T: Send + 'static>(
+        &self,
+        snapshot: &str,
+        work: impl FnOnce() -> Result<T, String> + Send + 'static,
+    ) -> Result<T, String> {
+        let Some(store) = &self.context.store else { return blocking(work).await };
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        store
+            .run(
+                snapshot.to_owned(),
+                Box::new(move || {
+                    let _ = tx.send(work());
+                }),
+            )
+            .await?;
+        rx.await.map_err(|_| "the analysis stopped".to_owned())?
+    }
+
+    /// The base of the dashboard's links: the server's URL, or nothing
+    /// inside the server itself (links relative to it).
+    fn dashboard(&self) -> Option<String> {
+        match (&self.context.store, &self.context.server) {
+            (Some(_), _) => Some(String::new()),
+            (None, Some(server)) => Some(server.trim_end_matches('/').to_owned()),
+            (None, None) => None,
+        }
+    }
+
     /// The snapshot named by argument `name`: a file, or a stored id.
     async fn snapshot(&self, name: &str) -> Result<Loaded, String> {
         let text = self.str(name)?;
+        if let Some(store) = &self.context.store {
+            // Inside the server: stored snapshots by id, never a path of its disk.
+            let (meta, analyzed) = store.load(text).await.map_err(|e| format!("{name}: {e}"))?;
+            return Ok(Loaded { label: meta.name, held: Held::Stored(analyzed), id: Some(meta.id) });
+        }
         let path = PathBuf::from(&text);
         let options = self.context.read.clone();
         if path.is_file() {
@@ -323,7 +373,7 @@ impl Call {
                 let file = File::open(&path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
                 let snapshot = read_snapshot(BufReader::with_capacity(1 << 20, file), &options)
                     .map_err(|e| format!("{e} (file: {})", path.display()))?;
-                Ok(Loaded { label, snapshot, id: None })
+                Ok(Loaded { label, held: Held::Read(Box::new(snapshot)), id: None })
             })
             .await;
         }
@@ -338,17 +388,15 @@ impl Call {
         blocking(move || {
             let snapshot =
                 read_snapshot_bytes(&bytes, &options).map_err(|e| format!("{e} (stored snapshot {})", meta.id))?;
-            Ok(Loaded { label: meta.name, snapshot, id: Some(meta.id) })
+            Ok(Loaded { label: meta.name, held: Held::Read(Box::new(snapshot)), id: Some(meta.id) })
         })
         .await
     }
 
     /// Where the whole answer is: the dashboard for a stored snapshot, else the command line.
     fn more(&self, loaded: &Loaded, command: &str, query: &str) -> String {
-        match (&loaded.id, self.context.server.as_deref()) {
-            (Some(id), Some(server)) => {
-                format!("the dashboard: {}/snapshots/{id}{query}", server.trim_end_matches('/'))
-            }
+        match (&loaded.id, self.dashboard()) {
+            (Some(id), Some(base)) => format!("the dashboard: {base}/snapshots/{id}{query}"),
             _ => format!("vramscope {command} {} --json", shell_word(&loaded.label)),
         }
     }
@@ -389,6 +437,13 @@ fn to_json(value: &impl serde::Serialize) -> Result<Value, String> {
 
 async fn list_snapshots(c: Call) -> Result<Answer, String> {
     let folder = c.opt_str("folder")?;
+    if let Some(store) = &c.context.store {
+        if folder.is_some() {
+            return Err("folder: the server lists its library, not folders".to_owned());
+        }
+        let items: Vec<Value> = store.list(c.opt_str("job")?).await?.iter().map(|m| library_item(m, "")).collect();
+        return Ok(Answer { json: json!({ "snapshots": items }), more: Some("the dashboard's library: /".to_owned()) });
+    }
     if folder.is_none() && c.context.server.is_some() {
         let server = c.server()?;
         let mut url = format!("{server}/api/v1/snapshots?limit=100");
@@ -397,17 +452,7 @@ async fn list_snapshots(c: Call) -> Result<Answer, String> {
         }
         let page: Page<SnapshotMeta> = serde_json::from_slice(&c.fetch(&url).await?)
             .map_err(|e| format!("the server's list of snapshots: {e}"))?;
-        let items: Vec<Value> = page
-            .items
-            .iter()
-            .map(|m| {
-                json!({
-                    "id": m.id, "name": m.name, "job": m.job, "host": m.host, "rank": m.rank, "tags": m.tags,
-                    "trigger": m.trigger, "size_bytes": m.size_bytes, "uploaded_at_ms": m.uploaded_at_ms,
-                    "status": m.status, "pinned": m.pinned, "dashboard": format!("{server}/snapshots/{}", m.id),
-                })
-            })
-            .collect();
+        let items: Vec<Value> = page.items.iter().map(|m| library_item(m, server)).collect();
         return Ok(Answer {
             json: json!({ "server": server, "snapshots": items, "more": page.next_cursor.is_some() }),
             more: Some(format!("the dashboard's library: {server}/")),
@@ -416,6 +461,15 @@ async fn list_snapshots(c: Call) -> Result<Answer, String> {
     let dir = folder.map_or_else(|| c.context.folder.clone(), PathBuf::from);
     let json = blocking(move || list_folder(&dir)).await?;
     Ok(Answer { json, more: None })
+}
+
+/// One stored snapshot as `list_snapshots` lists it, with its dashboard link.
+fn library_item(m: &SnapshotMeta, base: &str) -> Value {
+    json!({
+        "id": m.id, "name": m.name, "job": m.job, "host": m.host, "rank": m.rank, "tags": m.tags,
+        "trigger": m.trigger, "size_bytes": m.size_bytes, "uploaded_at_ms": m.uploaded_at_ms,
+        "status": m.status, "pinned": m.pinned, "dashboard": format!("{base}/snapshots/{}", m.id),
+    })
 }
 
 /// The snapshot-looking files of a folder (by extension), largest first.
@@ -441,22 +495,24 @@ fn list_folder(dir: &Path) -> Result<Value, String> {
 async fn stats(c: Call) -> Result<Answer, String> {
     let l = c.snapshot("snapshot").await?;
     let more = c.more(&l, "stats", "");
-    let json = to_json(&answers::stats_json(&l.label, &l.snapshot))?;
+    let json = to_json(&answers::stats_json(&l.label, l.snapshot()))?;
     Ok(Answer { json, more: Some(more) })
 }
 
 async fn explain(c: Call) -> Result<Answer, String> {
     let l = c.snapshot("snapshot").await?;
+    let key = l.id.clone().unwrap_or_default();
     let more = c.more(&l, "explain", "");
-    let json = blocking(move || to_json(&answers::explain_json(&l.label, &l.snapshot))).await?;
+    let json = c.blocking(&key, move || to_json(&answers::explain_json(&l.label, l.snapshot()))).await?;
     Ok(Answer { json, more: Some(more) })
 }
 
 async fn leaks(c: Call) -> Result<Answer, String> {
     let top = c.opt_u64("top")?.unwrap_or(10) as usize;
     let l = c.snapshot("snapshot").await?;
+    let key = l.id.clone().unwrap_or_default();
     let more = c.more(&l, "leaks", "");
-    let json = blocking(move || to_json(&answers::leaks_json(&l.label, &l.snapshot, top))).await?;
+    let json = c.blocking(&key, move || to_json(&answers::leaks_json(&l.label, l.snapshot(), top))).await?;
     Ok(Answer { json, more: Some(more) })
 }
 
@@ -464,14 +520,14 @@ async fn diff(c: Call) -> Result<Answer, String> {
     let top = c.opt_u64("top")?.unwrap_or(20) as usize;
     let a = c.snapshot("a").await?;
     let b = c.snapshot("b").await?;
-    let more = match (&a.id, &b.id, c.context.server.as_deref()) {
-        (Some(ia), Some(ib), Some(server)) => {
-            format!("the dashboard: {}/compare/{ia}/{ib}", server.trim_end_matches('/'))
-        }
+    let key = a.id.clone().unwrap_or_default();
+    let more = match (&a.id, &b.id, c.dashboard()) {
+        (Some(ia), Some(ib), Some(base)) => format!("the dashboard: {base}/compare/{ia}/{ib}"),
         _ => format!("vramscope diff {} {} --json", shell_word(&a.label), shell_word(&b.label)),
     };
-    let json =
-        blocking(move || to_json(&answers::diff_json(&a.label, &a.snapshot, &b.label, &b.snapshot, top))).await?;
+    let json = c
+        .blocking(&key, move || to_json(&answers::diff_json(&a.label, a.snapshot(), &b.label, b.snapshot(), top)))
+        .await?;
     Ok(Answer { json, more: Some(more) })
 }
 
@@ -483,41 +539,51 @@ async fn simulate(c: Call) -> Result<Answer, String> {
         grant_recorded_ooms: c.opt_bool("grant_recorded_ooms")?,
     };
     let l = c.snapshot("snapshot").await?;
+    let key = l.id.clone().unwrap_or_default();
     let more = c.more(&l, "simulate", "");
-    let json = blocking(move || {
-        let report = answers::simulate_json(&l.snapshot, &options).map_err(|e| format!("{e} ({})", l.label))?;
-        to_json(&report)
-    })
-    .await?;
+    let json = c
+        .blocking(&key, move || {
+            let report = answers::simulate_json(l.snapshot(), &options).map_err(|e| format!("{e} ({})", l.label))?;
+            to_json(&report)
+        })
+        .await?;
     Ok(Answer { json, more: Some(more) })
 }
 
 async fn tune(c: Call) -> Result<Answer, String> {
     let capacity = c.opt_size("capacity")?;
     let l = c.snapshot("snapshot").await?;
+    let key = l.id.clone().unwrap_or_default();
     let more = c.more(&l, "tune", "");
-    let json = blocking(move || {
-        let report = answers::tune_json(&l.label, &l.snapshot, capacity).map_err(|e| format!("{e} ({})", l.label))?;
-        to_json(&report)
-    })
-    .await?;
+    let json = c
+        .blocking(&key, move || {
+            let report =
+                answers::tune_json(&l.label, l.snapshot(), capacity).map_err(|e| format!("{e} ({})", l.label))?;
+            to_json(&report)
+        })
+        .await?;
     Ok(Answer { json, more: Some(more) })
 }
 
 async fn state_at_row(c: Call) -> Result<Answer, String> {
     let params = StateParams { device: c.opt_u32("device")?, at: c.opt_u32("row")?, x: None, axis: None };
     let l = c.snapshot("snapshot").await?;
+    let key = l.id.clone().unwrap_or_default();
     let (id, label) = (l.id, l.label);
-    let answer = blocking(move || {
-        let analyzed = Analyzed::build(l.snapshot);
-        let s = state(&analyzed, &params).map_err(|e| format!("{e} ({label})"))?;
-        Ok((s.device, s.row, to_json(&s)?))
-    })
-    .await?;
+    let answer = c
+        .blocking(&key, move || {
+            let analyzed = match l.held {
+                Held::Read(snapshot) => Arc::new(Analyzed::build(*snapshot)),
+                Held::Stored(analyzed) => analyzed,
+            };
+            let s = state(&analyzed, &params).map_err(|e| format!("{e} ({label})"))?;
+            Ok((s.device, s.row, to_json(&s)?))
+        })
+        .await?;
     let (device, row, json) = answer;
     let query = format!("?device={device}{}", row.map_or_else(String::new, |r| format!("&row={r}")));
-    let more = match (id, c.context.server.as_deref()) {
-        (Some(id), Some(server)) => format!("the dashboard: {}/snapshots/{id}{query}", server.trim_end_matches('/')),
+    let more = match (id, c.dashboard()) {
+        (Some(id), Some(base)) => format!("the dashboard: {base}/snapshots/{id}{query}"),
         _ => "the dashboard's allocator-state panel at that row (vramscope serve, then upload the file)".to_owned(),
     };
     Ok(Answer { json, more: Some(more) })
@@ -537,18 +603,20 @@ async fn check(c: Call) -> Result<Answer, String> {
     }
     let top = c.opt_u64("top")?.unwrap_or(5) as usize;
     let l = c.snapshot("snapshot").await?;
+    let key = l.id.clone().unwrap_or_default();
     let base = match c.opt_str("baseline")? {
         Some(_) => Some(c.snapshot("baseline").await?),
         None => None,
     };
     let more = c.more(&l, "check", "");
-    let json = blocking(move || {
-        let baseline = base.as_ref().map(|b| (b.label.as_str(), &b.snapshot));
-        let report = answers::check_json(&l.label, &l.snapshot, baseline, &budget, top)
-            .map_err(|e| format!("{e} ({})", l.label))?;
-        to_json(&report)
-    })
-    .await?;
+    let json = c
+        .blocking(&key, move || {
+            let baseline = base.as_ref().map(|b| (b.label.as_str(), b.snapshot()));
+            let report = answers::check_json(&l.label, l.snapshot(), baseline, &budget, top)
+                .map_err(|e| format!("{e} ({})", l.label))?;
+            to_json(&report)
+        })
+        .await?;
     Ok(Answer { json, more: Some(more) })
 }
 

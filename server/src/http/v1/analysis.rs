@@ -98,7 +98,7 @@ impl AnalysisQueue {
     }
 
     /// Run CPU work about `snapshot` on a blocking thread, in its turn.
-    async fn run<T: Send + 'static>(
+    pub(super) async fn run<T: Send + 'static>(
         &self,
         snapshot: &str,
         work: impl FnOnce() -> AppResult<T> + Send + 'static,
