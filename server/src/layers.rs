@@ -17,6 +17,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "http",
             "ingest",
             "machine",
+            "mcp",
             "metrics",
             "report",
             "retention",
@@ -24,7 +25,9 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "store",
         ],
     ),
-    ("http", &["assets", "auth", "ingest", "machine", "metrics", "report", "retention", "settings", "store"]),
+    ("http", &["assets", "auth", "ingest", "machine", "mcp", "metrics", "report", "retention", "settings", "store"]),
+    // The assistants' tools: vramscope_shared and the server's HTTP API only.
+    ("mcp", &[]),
     ("agent", &[]),
     ("retention", &["ingest", "settings", "store"]),
     ("auth", &["store"]),

@@ -5,12 +5,15 @@
 //! - The server: `serve` (upload portal, library, JSON API, the embedded
 //!   dashboard), `upload`, `token`, `retention`.
 //! - The capture agent: `agent -- python train.py`.
+//! - In the loop: `check` (a memory budget for CI) and `mcp` (a Model
+//!   Context Protocol server for coding assistants).
 //!
 //! Modules, in their layers (ARCHITECTURE.md; `layers.rs` keeps the rule):
 //! `cli/` (one per subcommand) over `http/` (the router and handlers) and
 //! `agent/`; below `http`: `ingest/` (upload commit, parse once, persisted
 //! index, cache), `report/`, `auth.rs`, `retention.rs`, `metrics.rs`,
-//! `assets.rs`, `settings.rs`; below them `store/` (database and blob store).
+//! `assets.rs`, `settings.rs`, `mcp/` (the assistants' tools, over
+//! `vramscope_shared` alone); below them `store/` (database and blob store).
 
 mod agent;
 mod assets;
@@ -21,6 +24,7 @@ mod ingest;
 #[cfg(test)]
 mod layers;
 mod machine;
+mod mcp;
 mod metrics;
 mod report;
 mod retention;
@@ -84,6 +88,14 @@ enum Command {
     /// the snapshot's timelines in the dashboard, inlined, and its OOM
     /// post-mortem and likely leaks as text.
     Report(cli::report::ReportArgs),
+    /// Check a snapshot against a memory budget (peaks, fragmentation,
+    /// growth against a baseline) and fail the build when a rule is broken:
+    /// exit 0 when every rule holds, 1 when one is broken, 2 on bad input.
+    Check(cli::check::CheckArgs),
+    /// Serve snapshots to coding assistants: a Model Context Protocol
+    /// server over stdio (stats, explain, leaks, diff, simulate, tune, state
+    /// at a row, check). Read-only unless --allow-write.
+    Mcp(cli::mcp::McpArgs),
 }
 
 /// Milliseconds since the Unix epoch.
@@ -126,6 +138,8 @@ fn main() -> ExitCode {
         Command::Leaks(a) => cli::leaks::run(&a),
         Command::Breakdown(a) => cli::breakdown::run(&a),
         Command::Diff(a) => cli::diff::run(&a),
+        Command::Check(a) => cli::check::run(&a),
+        Command::Mcp(a) => cli::mcp::run(&a),
         Command::Simulate(a) => cli::simulate::run(&a),
         Command::Tune(a) => cli::simulate::run_tune(&a),
         Command::Retention(a) => {

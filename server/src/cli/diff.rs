@@ -5,9 +5,9 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use clap::Args;
-use serde::Serialize;
-use vramscope_shared::analysis::diff::{Change, DeviceDiff, SnapshotDiff};
+use vramscope_shared::analysis::diff::{Change, SnapshotDiff};
 use vramscope_shared::analysis::stack_label;
+use vramscope_shared::answers::diff_json;
 
 use super::Failure;
 use super::input::{MemoryBudget, load};
@@ -31,32 +31,16 @@ pub(crate) struct DiffArgs {
     budget: MemoryBudget,
 }
 
-/// The JSON object of `vramscope diff --json`.
-#[derive(Serialize)]
-struct DiffJson<'a> {
-    file_a: String,
-    file_b: String,
-    /// No stack changed and the figures agree.
-    identical: bool,
-    devices: &'a [DeviceDiff],
-}
-
 /// Run the subcommand.
 pub(crate) fn run(args: &DiffArgs) -> Result<(), Failure> {
     let a = load(&args.a, args.budget)?;
     let b = load(&args.b, args.budget)?;
-    let diff = SnapshotDiff::build(&a, &b, args.top);
+    let json = diff_json(&args.a.display().to_string(), &a, &args.b.display().to_string(), &b, args.top);
     let mut out = std::io::stdout().lock();
     let written = if args.json {
-        let json = DiffJson {
-            file_a: args.a.display().to_string(),
-            file_b: args.b.display().to_string(),
-            identical: diff.is_empty(),
-            devices: &diff.devices,
-        };
         write_json(&mut out, &json)
     } else {
-        write_report(&mut out, args, &diff)
+        write_report(&mut out, args, &SnapshotDiff { devices: json.devices })
     };
     finish(written)
 }

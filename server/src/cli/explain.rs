@@ -5,9 +5,7 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use serde::Serialize;
-use vramscope_shared::analysis::oom::{OomReport, explain_with};
-use vramscope_shared::views::analysis::avoided_by;
+use vramscope_shared::answers::explain_json;
 
 use super::Failure;
 use super::input::{MemoryBudget, load};
@@ -29,25 +27,15 @@ pub(crate) struct ExplainArgs {
     budget: MemoryBudget,
 }
 
-/// The JSON object of `vramscope explain --json`.
-#[derive(Serialize)]
-struct ExplainJson<'a> {
-    file: String,
-    /// Whether any device has a trace (without one, an OOM leaves no entry).
-    has_trace: bool,
-    ooms: &'a [OomReport],
-}
-
 /// Run the subcommand.
 pub(crate) fn run(args: &ExplainArgs) -> Result<(), Failure> {
     let snapshot = load(&args.file, args.budget)?;
-    let reports = explain_with(&snapshot, &avoided_by);
-    let has_trace = snapshot.devices.iter().any(|d| d.has_trace && !d.trace.is_empty());
+    let json = explain_json(&args.file.display().to_string(), &snapshot);
     let mut out = std::io::stdout().lock();
     let written = if args.json {
-        write_json(&mut out, &ExplainJson { file: args.file.display().to_string(), has_trace, ooms: &reports })
+        write_json(&mut out, &json)
     } else {
-        write_oom_report(&mut out, &args.file, has_trace, &reports, args.frames)
+        write_oom_report(&mut out, &args.file, json.has_trace, &json.ooms, args.frames)
     };
     finish(written)
 }

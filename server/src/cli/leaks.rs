@@ -4,8 +4,8 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use serde::Serialize;
-use vramscope_shared::analysis::leaks::{DeviceLeaks, LeakReport};
+use vramscope_shared::analysis::leaks::LeakReport;
+use vramscope_shared::answers::leaks_json;
 
 use super::Failure;
 use super::input::{MemoryBudget, load};
@@ -30,23 +30,15 @@ pub(crate) struct LeaksArgs {
     budget: MemoryBudget,
 }
 
-/// The JSON object of `vramscope leaks --json`.
-#[derive(Serialize)]
-struct LeaksJson<'a> {
-    file: String,
-    devices: &'a [DeviceLeaks],
-}
-
 /// Run the subcommand.
 pub(crate) fn run(args: &LeaksArgs) -> Result<(), Failure> {
     let snapshot = load(&args.file, args.budget)?;
-    let report = LeakReport::build(&snapshot, args.top);
+    let json = leaks_json(&args.file.display().to_string(), &snapshot, args.top);
     let mut out = std::io::stdout().lock();
     let written = if args.json {
-        let json = LeaksJson { file: args.file.display().to_string(), devices: &report.devices };
         write_json(&mut out, &json)
     } else {
-        write_leak_report(&mut out, &args.file, &report, args.frames)
+        write_leak_report(&mut out, &args.file, &LeakReport { devices: json.devices }, args.frames)
     };
     finish(written)
 }

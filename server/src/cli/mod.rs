@@ -2,10 +2,12 @@
 
 pub(crate) mod agent;
 pub(crate) mod breakdown;
+pub(crate) mod check;
 pub(crate) mod diff;
 pub(crate) mod explain;
 pub(crate) mod input;
 pub(crate) mod leaks;
+pub(crate) mod mcp;
 pub(crate) mod progress;
 pub(crate) mod report;
 pub(crate) mod retention;
@@ -25,6 +27,9 @@ pub(crate) enum Failure {
     BadInput(anyhow::Error),
     /// Anything else (e.g. writing output failed): exit code 1.
     Other(anyhow::Error),
+    /// `vramscope check`: a rule of the budget is broken (the verdict is
+    /// already printed): exit code 1.
+    CheckFailed(anyhow::Error),
 }
 
 impl Failure {
@@ -37,6 +42,10 @@ impl Failure {
             }
             Failure::Other(e) => {
                 eprintln!("vramscope: error: {e:#}");
+                ExitCode::from(1)
+            }
+            Failure::CheckFailed(e) => {
+                eprintln!("vramscope: check failed: {e:#}");
                 ExitCode::from(1)
             }
         }

@@ -8,9 +8,9 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, anyhow};
 use clap::Args;
-use serde::Serialize;
 use vramscope_shared::Snapshot;
-use vramscope_shared::simulate::tune::{DEFAULT_GRID, TuneReport, tune};
+use vramscope_shared::answers::tune_json;
+use vramscope_shared::simulate::tune::TuneReport;
 use vramscope_shared::simulate::{AllocatorConfig, SimulateOptions, Simulation, parse_size, simulate};
 
 use super::Failure;
@@ -90,6 +90,7 @@ pub(crate) fn run(args: &SimulateArgs) -> Result<(), Failure> {
     let sim = simulate(&snapshot, &options).map_err(|e| bad_input(e, &args.file))?;
     let mut out = std::io::stdout().lock();
     let written = if args.json {
+        // The report `vramscope_shared::answers::simulate_json` gives the MCP tool.
         serde_json::to_writer(&mut out, &sim.report()).map_err(std::io::Error::from).and_then(|()| writeln!(out))
     } else {
         write_simulation(&mut out, &args.file, &snapshot, &sim)
@@ -100,19 +101,13 @@ pub(crate) fn run(args: &SimulateArgs) -> Result<(), Failure> {
 /// Run `vramscope tune`.
 pub(crate) fn run_tune(args: &TuneArgs) -> Result<(), Failure> {
     let snapshot = load(&args.file, args.budget)?;
-    let report = tune(&snapshot, args.capacity, DEFAULT_GRID).map_err(|e| bad_input(e, &args.file))?;
+    let json =
+        tune_json(&args.file.display().to_string(), &snapshot, args.capacity).map_err(|e| bad_input(e, &args.file))?;
     let mut out = std::io::stdout().lock();
     let written = if args.json {
-        #[derive(Serialize)]
-        struct Json<'a> {
-            file: String,
-            #[serde(flatten)]
-            report: &'a TuneReport,
-        }
-        let json = Json { file: args.file.display().to_string(), report: &report };
         serde_json::to_writer(&mut out, &json).map_err(std::io::Error::from).and_then(|()| writeln!(out))
     } else {
-        write_tune(&mut out, &args.file, &snapshot, &report)
+        write_tune(&mut out, &args.file, &snapshot, &json.report)
     };
     finish(written)
 }

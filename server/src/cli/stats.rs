@@ -27,12 +27,12 @@ pub(crate) struct StatsArgs {
 /// Run the subcommand.
 pub(crate) fn run(args: &StatsArgs) -> Result<(), Failure> {
     let snapshot = load(&args.file, args.budget)?;
-    let stats = snapshot.stats();
     let mut out = std::io::stdout().lock();
     let written = if args.json {
-        let report = stats.report(args.file.display().to_string());
+        let report = vramscope_shared::answers::stats_json(&args.file.display().to_string(), &snapshot);
         serde_json::to_writer(&mut out, &report).map_err(std::io::Error::from).and_then(|()| writeln!(out))
     } else {
+        let stats = snapshot.stats();
         write_summary(&mut out, &args.file, &snapshot, &stats.devices, stats.host.as_ref())
     };
     match written {

@@ -60,7 +60,7 @@ impl AppError {
         }
     }
 
-    fn message(&self) -> String {
+    pub(crate) fn message(&self) -> String {
         match self {
             AppError::NotFound(what) => format!("not found: {what}"),
             AppError::BadRequest(why) => why.clone(),

@@ -88,6 +88,7 @@ impl AppState {
 pub(crate) fn app(state: AppState) -> Router {
     let timeout = Duration::from_secs(state.settings.request_timeout_secs);
     let api = v1::routes(timeout)
+        .nest_service(v1::mcp::PATH, v1::mcp::service(state.clone(), state.settings.read_options()))
         .route("/metrics", get(metrics_text))
         .layer(middleware::from_fn_with_state(state.clone(), authorize));
     Router::new()

@@ -1,6 +1,7 @@
 //! Answers built on the snapshot model and its intervals: which stacks leak
 //! ([`leaks`]), why an allocation ran out of memory ([`oom`]), what changed
-//! between two snapshots ([`diff`]). [`steps`] finds training steps in the
+//! between two snapshots ([`diff`]), whether a snapshot keeps a memory
+//! budget ([`check`]). [`steps`] finds training steps in the
 //! `record_function` annotations; [`layout`] rewinds the final segment layout
 //! to an earlier trace row; [`pools`] says which memory pool (default or a
 //! CUDA graph's private one) each trace row belongs to.
@@ -10,6 +11,7 @@
 //! a reader (and a comparison across files) needs.
 
 pub mod breakdown;
+pub mod check;
 pub mod diff;
 pub mod layout;
 pub mod leaks;

@@ -77,3 +77,57 @@ pub struct JobReport {
     /// The divergence rule, in words.
     pub rule: String,
 }
+
+/// The query of `GET /api/v1/jobs/{job}/check` and
+/// `GET /api/v1/snapshots/{id}/check`: the budget, as `vramscope check`'s
+/// options spell it (sizes like `12GiB`, percentages as numbers).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CheckQuery {
+    /// `--max-reserved-peak`, e.g. `12GiB`.
+    pub max_reserved_peak: Option<String>,
+    /// `--max-allocated-peak`.
+    pub max_allocated_peak: Option<String>,
+    /// `--max-fragmentation`, in percent.
+    pub max_fragmentation: Option<f64>,
+    /// `--max-growth`, in percent, against the baseline.
+    pub max_growth: Option<f64>,
+    /// Stacks that grew to list per device (default 5).
+    pub top: Option<usize>,
+    /// `…/snapshots/{id}/check` only: the baseline snapshot's id.
+    pub baseline: Option<String>,
+}
+
+impl CheckQuery {
+    /// The budget this query asks for; the error names the bad field.
+    pub fn budget(&self) -> Result<crate::analysis::check::CheckBudget, String> {
+        let size = |field: &str, text: &Option<String>| {
+            text.as_deref().map(|t| crate::simulate::parse_size(t).map_err(|e| format!("{field}: {e}"))).transpose()
+        };
+        let pct = |field: &str, v: Option<f64>| match v {
+            Some(p) if !p.is_finite() || p < 0.0 => Err(format!("{field}: {p} is not a percentage (0 or more)")),
+            other => Ok(other),
+        };
+        Ok(crate::analysis::check::CheckBudget {
+            max_reserved_peak_bytes: size("max_reserved_peak", &self.max_reserved_peak)?,
+            max_allocated_peak_bytes: size("max_allocated_peak", &self.max_allocated_peak)?,
+            max_fragmentation_pct: pct("max_fragmentation", self.max_fragmentation)?,
+            max_growth_pct: pct("max_growth", self.max_growth)?,
+        })
+    }
+}
+
+/// The answer of the `check` routes: the verdict on a stored snapshot,
+/// with the snapshot and baseline it compared.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CheckAnswer {
+    /// The checked snapshot (for a job: its newest).
+    pub snapshot: super::SnapshotMeta,
+    /// The baseline (for a job: its newest pinned snapshot other than the
+    /// checked one), if there is one.
+    pub baseline: Option<super::SnapshotMeta>,
+    /// The budget checked.
+    pub budget: crate::analysis::check::CheckBudget,
+    /// The verdict.
+    #[serde(flatten)]
+    pub report: crate::analysis::check::CheckReport,
+}

@@ -1,6 +1,6 @@
 //! The analyses beside the timeline: what-if replays, the ranking of
-//! allocator settings, OOM post-mortems, leaks, and the comparison of two
-//! snapshots. Thin wrappers over `vramscope_shared::views::analysis` (the
+//! allocator settings, OOM post-mortems, leaks, the comparison of two
+//! snapshots, and the memory-budget check of CI (`vramscope check --server`). Thin wrappers over `vramscope_shared::views::analysis` (the
 //! same functions the dashboard runs for a local file); replays are CPU work
 //! and run on blocking threads.
 //!
@@ -21,6 +21,11 @@ use vramscope_shared::views::analysis::{
     LeaksParams, SimulatedDevice, TuneAnswer, TuneParams, WhatIfAnswer, WhatIfParams,
 };
 
+use vramscope_shared::analysis::check::{CheckError, check};
+use vramscope_shared::api::SnapshotStatus;
+use vramscope_shared::api::jobs::{CheckAnswer, CheckQuery};
+
+use super::snapshots::record;
 use super::views::analyzed;
 use crate::http::AppState;
 use crate::http::error::{AppError, AppResult};
@@ -93,7 +98,7 @@ impl AnalysisQueue {
     }
 
     /// Run CPU work about `snapshot` on a blocking thread, in its turn.
-    async fn run<T: Send + 'static>(
+    pub(super) async fn run<T: Send + 'static>(
         &self,
         snapshot: &str,
         work: impl FnOnce() -> AppResult<T> + Send + 'static,
@@ -257,4 +262,75 @@ pub(crate) async fn compare(
     let a: Arc<Analyzed> = analyzed(&state, &ida).await?;
     let b: Arc<Analyzed> = analyzed(&state, &idb).await?;
     Ok(Json(state.analyses.run(&ida, move || Ok(analysis::diff(&a, &b, &p)?)).await?))
+}
+
+/// The verdict on `snapshot` against `baseline`, on the analysis pool.
+async fn checked(
+    state: &AppState,
+    snapshot: crate::store::SnapshotRecord,
+    baseline: Option<crate::store::SnapshotRecord>,
+    q: &CheckQuery,
+) -> AppResult<CheckAnswer> {
+    let budget = q.budget().map_err(AppError::BadRequest)?;
+    if budget.is_empty() {
+        return Err(AppError::BadRequest(
+            "no rule to check: give max_reserved_peak, max_allocated_peak, max_fragmentation or max_growth".to_owned(),
+        ));
+    }
+    let top = q.top.unwrap_or(5).min(100);
+    let a = analyzed(state, &snapshot.meta.id).await?;
+    let b = match &baseline {
+        Some(b) => Some(analyzed(state, &b.meta.id).await?),
+        None => None,
+    };
+    let rules = budget.clone();
+    let report = state
+        .analyses
+        .run(&snapshot.meta.id, move || {
+            check(&a.snapshot, b.as_ref().map(|b| &b.snapshot), &rules, top).map_err(|e| match e {
+                // The request's fault; the others are the snapshots' (no trace to replay).
+                CheckError::NoBaseline => AppError::BadRequest(format!("max_growth: {e}: give ?baseline=ID")),
+                other => AppError::Unprocessable(other.to_string()),
+            })
+        })
+        .await?;
+    Ok(CheckAnswer { snapshot: snapshot.meta, baseline: baseline.map(|b| b.meta), budget, report })
+}
+
+/// `GET /api/v1/snapshots/{id}/check?max_reserved_peak=&max_allocated_peak=&max_fragmentation=&max_growth=&baseline=ID&top=`:
+/// the snapshot against a memory budget, and against `baseline` when
+/// given; see [`check`]. 200 with `passed: false` when a rule is broken.
+pub(crate) async fn check_snapshot(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Query(q): Query<CheckQuery>,
+) -> AppResult<Json<CheckAnswer>> {
+    let rec = record(&state, &id).await?;
+    let baseline = match q.baseline.as_deref().filter(|b| !b.is_empty()) {
+        Some(b) => Some(record(&state, b).await?),
+        None => None,
+    };
+    Ok(Json(checked(&state, rec, baseline, &q).await?))
+}
+
+/// `GET /api/v1/jobs/{job}/check?…` (the budget as for a snapshot): the
+/// job's newest snapshot against its last pinned one (pins are what a team
+/// keeps as a reference; retention never deletes them). Without a pinned
+/// snapshot there is no baseline, and `max_growth` is refused.
+pub(crate) async fn check_job(
+    State(state): State<AppState>,
+    Path(job): Path<String>,
+    Query(q): Query<CheckQuery>,
+) -> AppResult<Json<CheckAnswer>> {
+    let snapshots = state.db.job_snapshots(&job).await?;
+    let mut usable = snapshots.into_iter().filter(|s| s.meta.status != SnapshotStatus::Failed);
+    let newest = usable.next().ok_or_else(|| AppError::NotFound(format!("job {job} (no readable snapshot)")))?;
+    let baseline = usable.find(|s| s.meta.pinned);
+    if baseline.is_none() && q.max_growth.is_some() {
+        return Err(AppError::BadRequest(format!(
+            "max_growth: job {job} has no pinned snapshot older than its newest to compare against; pin one \
+             (PATCH /api/v1/snapshots/ID {{\"pinned\": true}})"
+        )));
+    }
+    Ok(Json(checked(&state, newest, baseline, &q).await?))
 }

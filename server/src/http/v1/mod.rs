@@ -2,6 +2,7 @@
 
 mod analysis;
 mod jobs;
+pub(crate) mod mcp;
 mod review;
 mod snapshots;
 mod telemetry;
@@ -21,7 +22,9 @@ pub(crate) use snapshots::SIGNABLE;
 
 /// Routes whose role is not their method's (see `http::required_role`).
 pub(crate) fn role_override(method: &axum::http::Method, path: &str) -> Option<crate::auth::Role> {
-    review::role_override(method, path).or_else(|| snapshots::role_override(method, path))
+    review::role_override(method, path)
+        .or_else(|| snapshots::role_override(method, path))
+        .or_else(|| mcp::role_override(method, path))
 }
 
 /// The v1 routes. Uploads and file downloads are not under the request
@@ -56,6 +59,8 @@ pub(super) fn routes(timeout: Duration) -> Router<AppState> {
         .route("/api/v1/snapshots/{id}/leaks", get(analysis::leaks))
         .route("/api/v1/snapshots/{id}/breakdown", get(analysis::breakdown))
         .route("/api/v1/compare", get(analysis::compare))
+        .route("/api/v1/snapshots/{id}/check", get(analysis::check_snapshot))
+        .route("/api/v1/jobs/{job}/check", get(analysis::check_job))
         .layer(TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, timeout));
     let streaming = Router::new()
         .route("/api/v1/snapshots", post(upload::upload).layer(axum::extract::DefaultBodyLimit::disable()))

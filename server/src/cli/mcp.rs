@@ -1,0 +1,56 @@
+//! `vramscope mcp [--server URL] [--folder DIR] [--allow-write]`: the Model
+//! Context Protocol server over stdio, for coding assistants (see `mcp/`).
+
+use std::path::PathBuf;
+
+use anyhow::anyhow;
+use clap::Args;
+
+use super::Failure;
+use super::input::MemoryBudget;
+use crate::mcp::{Context, serve_stdio};
+
+/// Arguments of `vramscope mcp`.
+#[derive(Debug, Args)]
+pub(crate) struct McpArgs {
+    /// A vramscope server whose stored snapshots the tools may read (by id),
+    /// and whose library `list_snapshots` lists.
+    #[arg(long, env = "VRAMSCOPE_SERVER")]
+    server: Option<String>,
+    /// API token for the server (an uploader's for --allow-write).
+    #[arg(long, env = "VRAMSCOPE_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// Folder `list_snapshots` lists when no server is given (default: the working folder).
+    #[arg(long)]
+    folder: Option<PathBuf>,
+    /// Offer the tools that write to the server (upload, comment). Needs
+    /// --server and --token; read-only otherwise.
+    #[arg(long, requires_all = ["server", "token"])]
+    allow_write: bool,
+    #[command(flatten)]
+    budget: MemoryBudget,
+}
+
+/// Run the subcommand until the client closes stdin.
+pub(crate) fn run(args: &McpArgs) -> Result<(), Failure> {
+    let folder = match &args.folder {
+        Some(f) if !f.is_dir() => {
+            return Err(Failure::BadInput(anyhow!("--folder: not a folder: {}", f.display())));
+        }
+        Some(f) => f.clone(),
+        None => PathBuf::from("."),
+    };
+    let context = Context {
+        server: args.server.clone(),
+        token: args.token.clone(),
+        allow_write: args.allow_write,
+        folder,
+        read: args.budget.options(),
+        store: None,
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Failure::Other(anyhow!("cannot start the async runtime: {e}")))?;
+    runtime.block_on(serve_stdio(context)).map_err(Failure::Other)
+}

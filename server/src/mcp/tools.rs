@@ -1,0 +1,672 @@
+//! The MCP tools, one entry each in [`TOOLS`]: name, description, arguments
+//! and the function that answers. Every answer is the JSON of the matching
+//! `vramscope … --json` (`vramscope_shared::answers`), computed on a
+//! blocking thread.
+
+use std::fs::File;
+use std::io::BufReader;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use serde_json::{Map, Value, json};
+use vramscope_shared::analysis::check::CheckBudget;
+use vramscope_shared::answers;
+use vramscope_shared::api::review::PostComment;
+use vramscope_shared::api::{Page, SnapshotMeta};
+use vramscope_shared::simulate::{SimulateOptions, parse_size};
+use vramscope_shared::views::Analyzed;
+use vramscope_shared::views::state::{StateParams, state};
+use vramscope_shared::{Snapshot, read_snapshot, read_snapshot_bytes};
+
+use super::Context;
+
+/// The JSON type of an argument.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Kind {
+    /// A string.
+    Str,
+    /// A whole number, 0 or more.
+    Int,
+    /// A number.
+    Num,
+    /// `true` or `false`.
+    Bool,
+}
+
+impl Kind {
+    /// The JSON Schema type.
+    pub(crate) fn json_type(self) -> &'static str {
+        match self {
+            Kind::Str => "string",
+            Kind::Int => "integer",
+            Kind::Num => "number",
+            Kind::Bool => "boolean",
+        }
+    }
+}
+
+/// One argument of a tool.
+#[derive(Debug)]
+pub(crate) struct Param {
+    /// Its name.
+    pub(crate) name: &'static str,
+    /// Its type.
+    pub(crate) kind: Kind,
+    /// Whether a call must give it.
+    pub(crate) required: bool,
+    /// What it is, for the assistant.
+    pub(crate) description: &'static str,
+}
+
+const fn param(name: &'static str, kind: Kind, required: bool, description: &'static str) -> Param {
+    Param { name, kind, required, description }
+}
+
+const SNAPSHOT: Param = param(
+    "snapshot",
+    Kind::Str,
+    true,
+    "A snapshot file's path (pickle from torch.cuda.memory._dump_snapshot, plain, gzip or zstd), or a stored \
+     snapshot's id when the server is configured",
+);
+const DEVICE: Param = param("device", Kind::Int, false, "CUDA device (default: the first)");
+const CAPACITY: Param =
+    param("capacity", Kind::Str, false, "Memory each GPU may reserve, e.g. 80GiB (default: unlimited)");
+
+/// A tool's answer: the JSON, and where the whole of it is when it is cut.
+#[derive(Debug)]
+pub(crate) struct Answer {
+    /// The JSON `vramscope … --json` prints.
+    pub(crate) json: Value,
+    /// The dashboard's permalink or the command line that gives it all.
+    pub(crate) more: Option<String>,
+}
+
+/// The function answering a tool.
+pub(crate) type Run = fn(Call) -> BoxFuture<'static, Result<Answer, String>>;
+
+/// One tool.
+#[derive(Debug)]
+pub(crate) struct ToolSpec {
+    /// Its name.
+    pub(crate) name: &'static str,
+    /// What it answers, for the assistant.
+    pub(crate) description: &'static str,
+    /// Its arguments.
+    pub(crate) params: &'static [Param],
+    /// It changes nothing (the others need `--allow-write`).
+    pub(crate) read_only: bool,
+    /// The answer.
+    pub(crate) run: Run,
+}
+
+/// Every tool. Adding one is adding an entry.
+pub(crate) const TOOLS: &[ToolSpec] = &[
+    ToolSpec {
+        name: "list_snapshots",
+        description: "List snapshots: the files of a folder, or with a server configured (and no folder given) the \
+                      library's newest stored snapshots with their ids and dashboard links",
+        params: &[
+            param("folder", Kind::Str, false, "Folder to list (default: the working folder, or the library)"),
+            param("job", Kind::Str, false, "Library only: the snapshots of this job"),
+        ],
+        read_only: true,
+        run: |c| Box::pin(list_snapshots(c)),
+    },
+    ToolSpec {
+        name: "stats",
+        description: "Per device: reserved, allocated, active, requested bytes and their peaks, cached memory not in \
+                      use, largest free block, OOM count (vramscope stats --json)",
+        params: &[SNAPSHOT],
+        read_only: true,
+        run: |c| Box::pin(stats(c)),
+    },
+    ToolSpec {
+        name: "explain",
+        description: "Why each out-of-memory error happened: the request, free memory, fragmentation or exhaustion, \
+                      the largest live allocations by stack, and allocator settings that would have avoided it \
+                      (vramscope explain --json)",
+        params: &[SNAPSHOT],
+        read_only: true,
+        run: |c| Box::pin(explain(c)),
+    },
+    ToolSpec {
+        name: "leaks",
+        description: "Allocations alive at the end grouped by stack, ranked by how steadily they grew: likely leaks \
+                      first (vramscope leaks --json)",
+        params: &[SNAPSHOT, param("top", Kind::Int, false, "Stacks per device (default 10)")],
+        read_only: true,
+        run: |c| Box::pin(leaks(c)),
+    },
+    ToolSpec {
+        name: "diff",
+        description: "Compare two snapshots: live memory by stack that grew, shrank, appeared or vanished, and the \
+                      figures side by side (vramscope diff --json)",
+        params: &[
+            param("a", Kind::Str, true, "The first snapshot (before, or one rank): a path or a stored id"),
+            param("b", Kind::Str, true, "The second snapshot (after, or another rank): a path or a stored id"),
+            param("top", Kind::Int, false, "Stacks per device (default 20)"),
+        ],
+        read_only: true,
+        run: |c| Box::pin(diff(c)),
+    },
+    ToolSpec {
+        name: "simulate",
+        description: "Replay the trace through a model of PyTorch's caching allocator with the recorded or other \
+                      settings, optionally under a capacity: peaks, fragmentation, where it would run out \
+                      (vramscope simulate --json)",
+        params: &[
+            SNAPSHOT,
+            param(
+                "alloc_conf",
+                Kind::Str,
+                false,
+                "PYTORCH_CUDA_ALLOC_CONF to replay with, e.g. expandable_segments:True",
+            ),
+            CAPACITY,
+            param("grant_recorded_ooms", Kind::Bool, false, "Serve the requests that ran out of memory in the run"),
+        ],
+        read_only: true,
+        run: |c| Box::pin(simulate(c)),
+    },
+    ToolSpec {
+        name: "tune",
+        description: "Replay the trace under a grid of allocator settings and rank them by reserved peak \
+                      (vramscope tune --json)",
+        params: &[SNAPSHOT, CAPACITY],
+        read_only: true,
+        run: |c| Box::pin(tune(c)),
+    },
+    ToolSpec {
+        name: "state_at_row",
+        description: "The allocator's state right after one trace row: every segment with its blocks (allocated, \
+                      pending free, free) and the instant's fragmentation figures",
+        params: &[SNAPSHOT, param("row", Kind::Int, false, "Trace row (default: the end of the trace)"), DEVICE],
+        read_only: true,
+        run: |c| Box::pin(state_at_row(c)),
+    },
+    ToolSpec {
+        name: "check",
+        description: "Check a memory budget: reserved and allocated peaks, fragmentation, growth against a baseline, \
+                      each rule with its figures, and the stacks that grew (vramscope check --json)",
+        params: &[
+            SNAPSHOT,
+            param("baseline", Kind::Str, false, "Snapshot to compare against: a path or a stored id"),
+            param("max_reserved_peak", Kind::Str, false, "Most bytes reserved at the peak, e.g. 12GiB"),
+            param("max_allocated_peak", Kind::Str, false, "Most bytes allocated at the peak, e.g. 10GiB"),
+            param("max_fragmentation", Kind::Num, false, "Most memory cached but not in use at the end, % of reserved"),
+            param("max_growth", Kind::Num, false, "Most growth of the peaks against the baseline, in %"),
+            param("top", Kind::Int, false, "Stacks that grew to name per device (default 5)"),
+        ],
+        read_only: true,
+        run: |c| Box::pin(check(c)),
+    },
+    ToolSpec {
+        name: "upload",
+        description: "Upload a snapshot file to the server's library (needs --allow-write and an uploader token)",
+        params: &[
+            param("file", Kind::Str, true, "The snapshot file"),
+            param("job", Kind::Str, false, "Job it belongs to"),
+            param("name", Kind::Str, false, "Name in the library (default: the file name)"),
+        ],
+        read_only: false,
+        run: |c| Box::pin(upload(c)),
+    },
+    ToolSpec {
+        name: "comment",
+        description: "Comment on a stored snapshot, optionally about one trace row (needs --allow-write and a token)",
+        params: &[
+            param("id", Kind::Str, true, "The stored snapshot's id"),
+            param("text", Kind::Str, true, "The comment"),
+            param("row", Kind::Int, false, "The trace row it is about"),
+        ],
+        read_only: false,
+        run: |c| Box::pin(comment(c)),
+    },
+];
+
+/// One call: the server's context and the arguments given.
+#[derive(Debug)]
+pub(crate) struct Call {
+    /// What every call may use.
+    pub(crate) context: Arc<Context>,
+    /// The arguments.
+    pub(crate) args: Map<String, Value>,
+}
+
+/// A snapshot read for a call.
+struct Loaded {
+    /// How the answer names it: the path, or the stored snapshot's name.
+    label: String,
+    held: Held,
+    /// A stored snapshot's id.
+    id: Option<String>,
+}
+
+/// A snapshot read for this call, or the server's analysis of a stored one.
+enum Held {
+    Read(Box<Snapshot>),
+    Stored(Arc<Analyzed>),
+}
+
+impl Loaded {
+    fn snapshot(&self) -> &Snapshot {
+        match &self.held {
+            Held::Read(s) => s,
+            Held::Stored(a) => &a.snapshot,
+        }
+    }
+}
+
+impl Call {
+    fn opt_str(&self, name: &str) -> Result<Option<String>, String> {
+        match self.args.get(name) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.clone())),
+            Some(other) => Err(format!("{name}: expected a string, got {other}")),
+        }
+    }
+
+    fn str(&self, name: &str) -> Result<String, String> {
+        self.opt_str(name)?.ok_or_else(|| format!("{name}: missing"))
+    }
+
+    fn opt_u64(&self, name: &str) -> Result<Option<u64>, String> {
+        match self.args.get(name) {
+            None | Some(Value::Null) => Ok(None),
+            Some(v) => v.as_u64().map(Some).ok_or_else(|| format!("{name}: expected a whole number, got {v}")),
+        }
+    }
+
+    fn opt_u32(&self, name: &str) -> Result<Option<u32>, String> {
+        self.opt_u64(name)?.map(|v| u32::try_from(v).map_err(|_| format!("{name}: {v} is too large"))).transpose()
+    }
+
+    fn opt_f64(&self, name: &str) -> Result<Option<f64>, String> {
+        match self.args.get(name) {
+            None | Some(Value::Null) => Ok(None),
+            Some(v) => match v.as_f64() {
+                Some(f) if f.is_finite() && f >= 0.0 => Ok(Some(f)),
+                _ => Err(format!("{name}: expected a number, 0 or more, got {v}")),
+            },
+        }
+    }
+
+    fn opt_bool(&self, name: &str) -> Result<bool, String> {
+        match self.args.get(name) {
+            None | Some(Value::Null) => Ok(false),
+            Some(Value::Bool(b)) => Ok(*b),
+            Some(other) => Err(format!("{name}: expected true or false, got {other}")),
+        }
+    }
+
+    fn opt_size(&self, name: &str) -> Result<Option<u64>, String> {
+        self.opt_str(name)?.map(|t| parse_size(&t).map_err(|e| format!("{name}: {e}"))).transpose()
+    }
+
+    fn server(&self) -> Result<&str, String> {
+        self.context.server.as_deref().map(|s| s.trim_end_matches('/')).ok_or_else(|| {
+            "no server configured: start vramscope mcp with --server URL (or VRAMSCOPE_SERVER)".to_owned()
+        })
+    }
+
+    fn request(&self, method: reqwest::Method, url: &str) -> reqwest::RequestBuilder {
+        let request = reqwest::Client::new().request(method, url);
+        match &self.context.token {
+            Some(token) => request.bearer_auth(token),
+            None => request,
+        }
+    }
+
+    /// GET `url`'s body, or the server's reason.
+    async fn fetch(&self, url: &str) -> Result<bytes::Bytes, String> {
+        let response = self.request(reqwest::Method::GET, url).send().await.map_err(|e| format!("{url}: {e}"))?;
+        let status = response.status();
+        let body = response.bytes().await.map_err(|e| format!("{url}: {e}"))?;
+        if status.is_success() { Ok(body) } else { Err(refusal(url, status, &body)) }
+    }
+
+    /// Run CPU work off the protocol's task: in the server's analysis pool
+    /// inside `vramscope serve`, else on a blocking thread.
+    async fn blocking<T: Send + 'static>(
+        &self,
+        snapshot: &str,
+        work: impl FnOnce() -> Result<T, String> + Send + 'static,
+    ) -> Result<T, String> {
+        let Some(store) = &self.context.store else { return blocking(work).await };
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        store
+            .run(
+                snapshot.to_owned(),
+                Box::new(move || {
+                    let _ = tx.send(work());
+                }),
+            )
+            .await?;
+        rx.await.map_err(|_| "the analysis stopped".to_owned())?
+    }
+
+    /// The base of the dashboard's links: the server's URL, or nothing
+    /// inside the server itself (links relative to it).
+    fn dashboard(&self) -> Option<String> {
+        match (&self.context.store, &self.context.server) {
+            (Some(_), _) => Some(String::new()),
+            (None, Some(server)) => Some(server.trim_end_matches('/').to_owned()),
+            (None, None) => None,
+        }
+    }
+
+    /// The snapshot named by argument `name`: a file, or a stored id.
+    async fn snapshot(&self, name: &str) -> Result<Loaded, String> {
+        let text = self.str(name)?;
+        if let Some(store) = &self.context.store {
+            // Inside the server: stored snapshots by id, never a path of its disk.
+            let (meta, analyzed) = store.load(text).await.map_err(|e| format!("{name}: {e}"))?;
+            return Ok(Loaded { label: meta.name, held: Held::Stored(analyzed), id: Some(meta.id) });
+        }
+        let path = PathBuf::from(&text);
+        let options = self.context.read.clone();
+        if path.is_file() {
+            let label = text.clone();
+            return blocking(move || {
+                let file = File::open(&path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+                let snapshot = read_snapshot(BufReader::with_capacity(1 << 20, file), &options)
+                    .map_err(|e| format!("{e} (file: {})", path.display()))?;
+                Ok(Loaded { label, held: Held::Read(Box::new(snapshot)), id: None })
+            })
+            .await;
+        }
+        if self.context.server.is_none() {
+            return Err(format!("{name}: no file {text} (a stored snapshot's id needs --server)"));
+        }
+        let server = self.server()?;
+        let id = url_segment(&text);
+        let meta: SnapshotMeta = serde_json::from_slice(&self.fetch(&format!("{server}/api/v1/snapshots/{id}")).await?)
+            .map_err(|e| format!("{name}: the server's answer about snapshot {text}: {e}"))?;
+        let bytes = self.fetch(&format!("{server}/api/v1/snapshots/{id}/file")).await?;
+        blocking(move || {
+            let snapshot =
+                read_snapshot_bytes(&bytes, &options).map_err(|e| format!("{e} (stored snapshot {})", meta.id))?;
+            Ok(Loaded { label: meta.name, held: Held::Read(Box::new(snapshot)), id: Some(meta.id) })
+        })
+        .await
+    }
+
+    /// Where the whole answer is: the dashboard for a stored snapshot, else the command line.
+    fn more(&self, loaded: &Loaded, command: &str, query: &str) -> String {
+        match (&loaded.id, self.dashboard()) {
+            (Some(id), Some(base)) => format!("the dashboard: {base}/snapshots/{id}{query}"),
+            _ => format!("vramscope {command} {} --json", shell_word(&loaded.label)),
+        }
+    }
+}
+
+/// A word as a POSIX shell reads it back.
+fn shell_word(text: &str) -> String {
+    if text.chars().all(|c| c.is_ascii_alphanumeric() || "/._-+:".contains(c)) {
+        text.to_owned()
+    } else {
+        format!("'{}'", text.replace('\'', "'\\''"))
+    }
+}
+
+/// One URL path segment.
+fn url_segment(text: &str) -> String {
+    url::form_urlencoded::byte_serialize(text.as_bytes()).collect::<String>().replace('+', "%20")
+}
+
+/// The server's refusal as one line.
+fn refusal(url: &str, status: reqwest::StatusCode, body: &[u8]) -> String {
+    let text = String::from_utf8_lossy(body);
+    let message = serde_json::from_str::<Value>(&text)
+        .ok()
+        .and_then(|v| v["error"].as_str().map(str::to_owned))
+        .unwrap_or_else(|| text.chars().take(300).collect());
+    format!("{url}: {status}: {message}")
+}
+
+/// Run CPU work off the protocol's task.
+async fn blocking<T: Send + 'static>(work: impl FnOnce() -> Result<T, String> + Send + 'static) -> Result<T, String> {
+    tokio::task::spawn_blocking(work).await.map_err(|e| format!("the analysis stopped: {e}"))?
+}
+
+fn to_json(value: &impl serde::Serialize) -> Result<Value, String> {
+    serde_json::to_value(value).map_err(|e| format!("the answer as JSON: {e}"))
+}
+
+async fn list_snapshots(c: Call) -> Result<Answer, String> {
+    let folder = c.opt_str("folder")?;
+    if let Some(store) = &c.context.store {
+        if folder.is_some() {
+            return Err("folder: the server lists its library, not folders".to_owned());
+        }
+        let items: Vec<Value> = store.list(c.opt_str("job")?).await?.iter().map(|m| library_item(m, "")).collect();
+        return Ok(Answer { json: json!({ "snapshots": items }), more: Some("the dashboard's library: /".to_owned()) });
+    }
+    if folder.is_none() && c.context.server.is_some() {
+        let server = c.server()?;
+        let mut url = format!("{server}/api/v1/snapshots?limit=100");
+        if let Some(job) = c.opt_str("job")? {
+            url.push_str(&format!("&job={}", url_segment(&job)));
+        }
+        let page: Page<SnapshotMeta> = serde_json::from_slice(&c.fetch(&url).await?)
+            .map_err(|e| format!("the server's list of snapshots: {e}"))?;
+        let items: Vec<Value> = page.items.iter().map(|m| library_item(m, server)).collect();
+        return Ok(Answer {
+            json: json!({ "server": server, "snapshots": items, "more": page.next_cursor.is_some() }),
+            more: Some(format!("the dashboard's library: {server}/")),
+        });
+    }
+    let dir = folder.map_or_else(|| c.context.folder.clone(), PathBuf::from);
+    let json = blocking(move || list_folder(&dir)).await?;
+    Ok(Answer { json, more: None })
+}
+
+/// One stored snapshot as `list_snapshots` lists it, with its dashboard link.
+fn library_item(m: &SnapshotMeta, base: &str) -> Value {
+    json!({
+        "id": m.id, "name": m.name, "job": m.job, "host": m.host, "rank": m.rank, "tags": m.tags,
+        "trigger": m.trigger, "size_bytes": m.size_bytes, "uploaded_at_ms": m.uploaded_at_ms,
+        "status": m.status, "pinned": m.pinned, "dashboard": format!("{base}/snapshots/{}", m.id),
+    })
+}
+
+/// The snapshot-looking files of a folder (by extension), largest first.
+fn list_folder(dir: &Path) -> Result<Value, String> {
+    let entries = std::fs::read_dir(dir).map_err(|e| format!("cannot list {}: {e}", dir.display()))?;
+    let mut files = Vec::new();
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let snapshot_like = [".pickle", ".pkl", ".pickle.gz", ".pkl.gz", ".pickle.zst", ".pkl.zst"]
+            .iter()
+            .any(|ext| name.ends_with(ext));
+        let Ok(meta) = entry.metadata() else { continue };
+        if snapshot_like && meta.is_file() {
+            files.push((meta.len(), path.display().to_string()));
+        }
+    }
+    files.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+    let files: Vec<Value> = files.into_iter().map(|(size, path)| json!({ "path": path, "size_bytes": size })).collect();
+    Ok(json!({ "folder": dir.display().to_string(), "snapshots": files }))
+}
+
+async fn stats(c: Call) -> Result<Answer, String> {
+    let l = c.snapshot("snapshot").await?;
+    let more = c.more(&l, "stats", "");
+    let json = to_json(&answers::stats_json(&l.label, l.snapshot()))?;
+    Ok(Answer { json, more: Some(more) })
+}
+
+async fn explain(c: Call) -> Result<Answer, String> {
+    let l = c.snapshot("snapshot").await?;
+    let key = l.id.clone().unwrap_or_default();
+    let more = c.more(&l, "explain", "");
+    let json = c.blocking(&key, move || to_json(&answers::explain_json(&l.label, l.snapshot()))).await?;
+    Ok(Answer { json, more: Some(more) })
+}
+
+async fn leaks(c: Call) -> Result<Answer, String> {
+    let top = c.opt_u64("top")?.unwrap_or(10) as usize;
+    let l = c.snapshot("snapshot").await?;
+    let key = l.id.clone().unwrap_or_default();
+    let more = c.more(&l, "leaks", "");
+    let json = c.blocking(&key, move || to_json(&answers::leaks_json(&l.label, l.snapshot(), top))).await?;
+    Ok(Answer { json, more: Some(more) })
+}
+
+async fn diff(c: Call) -> Result<Answer, String> {
+    let top = c.opt_u64("top")?.unwrap_or(20) as usize;
+    let a = c.snapshot("a").await?;
+    let b = c.snapshot("b").await?;
+    let key = a.id.clone().unwrap_or_default();
+    let more = match (&a.id, &b.id, c.dashboard()) {
+        (Some(ia), Some(ib), Some(base)) => format!("the dashboard: {base}/compare/{ia}/{ib}"),
+        _ => format!("vramscope diff {} {} --json", shell_word(&a.label), shell_word(&b.label)),
+    };
+    let json = c
+        .blocking(&key, move || to_json(&answers::diff_json(&a.label, a.snapshot(), &b.label, b.snapshot(), top)))
+        .await?;
+    Ok(Answer { json, more: Some(more) })
+}
+
+async fn simulate(c: Call) -> Result<Answer, String> {
+    let options = SimulateOptions {
+        alloc_conf: c.opt_str("alloc_conf")?,
+        capacity: c.opt_size("capacity")?,
+        record_series: false,
+        grant_recorded_ooms: c.opt_bool("grant_recorded_ooms")?,
+    };
+    let l = c.snapshot("snapshot").await?;
+    let key = l.id.clone().unwrap_or_default();
+    let more = c.more(&l, "simulate", "");
+    let json = c
+        .blocking(&key, move || {
+            let report = answers::simulate_json(l.snapshot(), &options).map_err(|e| format!("{e} ({})", l.label))?;
+            to_json(&report)
+        })
+        .await?;
+    Ok(Answer { json, more: Some(more) })
+}
+
+async fn tune(c: Call) -> Result<Answer, String> {
+    let capacity = c.opt_size("capacity")?;
+    let l = c.snapshot("snapshot").await?;
+    let key = l.id.clone().unwrap_or_default();
+    let more = c.more(&l, "tune", "");
+    let json = c
+        .blocking(&key, move || {
+            let report =
+                answers::tune_json(&l.label, l.snapshot(), capacity).map_err(|e| format!("{e} ({})", l.label))?;
+            to_json(&report)
+        })
+        .await?;
+    Ok(Answer { json, more: Some(more) })
+}
+
+async fn state_at_row(c: Call) -> Result<Answer, String> {
+    let params = StateParams { device: c.opt_u32("device")?, at: c.opt_u32("row")?, x: None, axis: None };
+    let l = c.snapshot("snapshot").await?;
+    let key = l.id.clone().unwrap_or_default();
+    let (id, label) = (l.id, l.label);
+    let answer = c
+        .blocking(&key, move || {
+            let analyzed = match l.held {
+                Held::Read(snapshot) => Arc::new(Analyzed::build(*snapshot)),
+                Held::Stored(analyzed) => analyzed,
+            };
+            let s = state(&analyzed, &params).map_err(|e| format!("{e} ({label})"))?;
+            Ok((s.device, s.row, to_json(&s)?))
+        })
+        .await?;
+    let (device, row, json) = answer;
+    let query = format!("?device={device}{}", row.map_or_else(String::new, |r| format!("&row={r}")));
+    let more = match (id, c.dashboard()) {
+        (Some(id), Some(base)) => format!("the dashboard: {base}/snapshots/{id}{query}"),
+        _ => "the dashboard's allocator-state panel at that row (vramscope serve, then upload the file)".to_owned(),
+    };
+    Ok(Answer { json, more: Some(more) })
+}
+
+async fn check(c: Call) -> Result<Answer, String> {
+    let budget = CheckBudget {
+        max_reserved_peak_bytes: c.opt_size("max_reserved_peak")?,
+        max_allocated_peak_bytes: c.opt_size("max_allocated_peak")?,
+        max_fragmentation_pct: c.opt_f64("max_fragmentation")?,
+        max_growth_pct: c.opt_f64("max_growth")?,
+    };
+    if budget.is_empty() {
+        return Err(
+            "no rule to check: give max_reserved_peak, max_allocated_peak, max_fragmentation or max_growth".to_owned()
+        );
+    }
+    let top = c.opt_u64("top")?.unwrap_or(5) as usize;
+    let l = c.snapshot("snapshot").await?;
+    let key = l.id.clone().unwrap_or_default();
+    let base = match c.opt_str("baseline")? {
+        Some(_) => Some(c.snapshot("baseline").await?),
+        None => None,
+    };
+    let more = c.more(&l, "check", "");
+    let json = c
+        .blocking(&key, move || {
+            let baseline = base.as_ref().map(|b| (b.label.as_str(), b.snapshot()));
+            let report = answers::check_json(&l.label, l.snapshot(), baseline, &budget, top)
+                .map_err(|e| format!("{e} ({})", l.label))?;
+            to_json(&report)
+        })
+        .await?;
+    Ok(Answer { json, more: Some(more) })
+}
+
+async fn upload(c: Call) -> Result<Answer, String> {
+    let server = c.server()?.to_owned();
+    let file = c.str("file")?;
+    let path = PathBuf::from(&file);
+    let name = c.opt_str("name")?.or_else(|| path.file_name().map(|n| n.to_string_lossy().into_owned()));
+    let body = tokio::fs::read(&path).await.map_err(|e| format!("cannot read {file}: {e}"))?;
+    let mut query: Vec<(&str, String)> = vec![("trigger", "manual".to_owned())];
+    if let Some(n) = name {
+        query.push(("name", n));
+    }
+    if let Some(job) = c.opt_str("job")? {
+        query.push(("job", job));
+    }
+    let url = format!("{server}/api/v1/snapshots");
+    let response = c
+        .request(reqwest::Method::POST, &url)
+        .query(&query)
+        .header(reqwest::header::CONTENT_TYPE, "application/octet-stream")
+        .body(body)
+        .send()
+        .await
+        .map_err(|e| format!("{url}: {e}"))?;
+    let status = response.status();
+    let text = response.bytes().await.map_err(|e| format!("{url}: {e}"))?;
+    if !status.is_success() {
+        return Err(refusal(&url, status, &text));
+    }
+    let mut json: Value = serde_json::from_slice(&text).map_err(|e| format!("the server's answer: {e}"))?;
+    let id = json["id"].as_str().map(str::to_owned);
+    if let (Some(id), Value::Object(fields)) = (id, &mut json) {
+        fields.insert("dashboard".to_owned(), Value::from(format!("{server}/snapshots/{id}")));
+    }
+    Ok(Answer { json, more: None })
+}
+
+async fn comment(c: Call) -> Result<Answer, String> {
+    let server = c.server()?.to_owned();
+    let id = c.str("id")?;
+    let body = PostComment { body: c.str("text")?, row: c.opt_u32("row")?, time_us: None, addr: None };
+    let url = format!("{server}/api/v1/snapshots/{}/comments", url_segment(&id));
+    let response =
+        c.request(reqwest::Method::POST, &url).json(&body).send().await.map_err(|e| format!("{url}: {e}"))?;
+    let status = response.status();
+    let text = response.bytes().await.map_err(|e| format!("{url}: {e}"))?;
+    if !status.is_success() {
+        return Err(refusal(&url, status, &text));
+    }
+    let json: Value = serde_json::from_slice(&text).map_err(|e| format!("the server's answer: {e}"))?;
+    Ok(Answer { json, more: None })
+}

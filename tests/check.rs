@@ -1,0 +1,309 @@
+//! `vramscope check` as CI runs it: exit codes, the verdict's text, JSON
+//! and JUnit, a baseline's grown stacks, the server's `check` routes with a
+//! pinned baseline, and the documented pytest fixture's code
+//! (`docs/ci/vramscope_memory.py`) run by plain `python3` with a fake
+//! `torch` (`tests/fixtures/fake_torch`) writing a real corpus snapshot.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use crate::common::server::{TestServer, client, unique_dir};
+
+fn vramscope() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_vramscope"))
+}
+
+fn corpus(name: &str) -> PathBuf {
+    crate::common::fixture_corpus().join(name)
+}
+
+fn run(args: &[&str], files: &[&Path]) -> Output {
+    let mut cmd = vramscope();
+    cmd.arg("check");
+    for f in files {
+        cmd.arg(f);
+    }
+    cmd.args(args).output().expect("run vramscope check")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// oom_leak's reserved peak, from `vramscope stats --json`.
+fn reserved_peak(file: &Path) -> u64 {
+    let out = vramscope().args(["stats", "--json"]).arg(file).output().expect("stats");
+    let v: Value = serde_json::from_slice(&out.stdout).expect("stats JSON");
+    v["devices"][0]["reserved_peak_bytes"].as_u64().expect("a peak")
+}
+
+#[test]
+fn a_budget_over_the_peak_passes_and_one_under_it_fails_naming_the_figures() {
+    let file = corpus("oom_leak.pickle");
+    let peak = reserved_peak(&file);
+    // VRAMSCOPE_SERVER (set for `vramscope upload` in CI) does not turn a file's check into a server's.
+    let ok = vramscope()
+        .arg("check")
+        .arg(&file)
+        .args(["--max-reserved-peak", &peak.to_string()])
+        .env("VRAMSCOPE_SERVER", "http://127.0.0.1:9")
+        .output()
+        .expect("run vramscope check");
+    assert_eq!(ok.status.code(), Some(0), "{}{}", text(&ok.stdout), text(&ok.stderr));
+    assert!(text(&ok.stdout).contains(": PASS, 0 of 1 rules broken"), "{}", text(&ok.stdout));
+
+    let under = run(&["--max-reserved-peak", &(peak - 1).to_string(), "--max-fragmentation", "99"], &[&file]);
+    assert_eq!(under.status.code(), Some(1), "{}", text(&under.stderr));
+    let out = text(&under.stdout);
+    assert!(out.contains("FAIL, 1 of 2 rules broken"), "{out}");
+    assert!(out.contains("FAIL  --max-reserved-peak"), "{out}");
+    assert!(out.contains("reserved peak 2.71 GiB"), "{out}");
+    assert!(out.contains("ok    --max-fragmentation"), "{out}");
+    assert!(text(&under.stderr).contains("check failed: 1 of 2 rules broken"), "{}", text(&under.stderr));
+}
+
+#[test]
+fn json_and_junit_carry_the_same_verdict() {
+    let file = corpus("oom_leak.pickle");
+    let dir = unique_dir("check-junit");
+    let junit = dir.join("memory.xml");
+    let out = run(
+        &[
+            "--max-allocated-peak",
+            "1GiB",
+            "--max-fragmentation",
+            "50",
+            "--json",
+            "--junit",
+            junit.to_str().expect("utf-8"),
+        ],
+        &[&file],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    assert_eq!(v["file"], file.display().to_string());
+    assert_eq!(v["passed"], false);
+    assert_eq!(v["failures"], 1);
+    assert_eq!(v["budget"]["max_allocated_peak_bytes"], 1u64 << 30);
+    let rules = v["rules"].as_array().expect("rules");
+    assert_eq!(rules.len(), 2);
+    assert_eq!(rules[0]["rule"], "max_allocated_peak");
+    assert_eq!(rules[0]["passed"], false);
+    // The replay's allocated peak, as `vramscope simulate --json` gives it.
+    let sim = vramscope().args(["simulate", "--json"]).arg(&file).output().expect("simulate");
+    let sim: Value = serde_json::from_slice(&sim.stdout).expect("simulate JSON");
+    assert_eq!(rules[0]["bytes"], sim["devices"][0]["allocated_peak_bytes"]);
+    assert_eq!(rules[1]["rule"], "max_fragmentation");
+    assert_eq!(rules[1]["passed"], true);
+
+    let xml = std::fs::read_to_string(&junit).expect("the JUnit file");
+    assert!(xml.contains("<testsuites name=\"vramscope check\" tests=\"2\" failures=\"1\">"), "{xml}");
+    assert!(
+        xml.contains("name=\"--max-allocated-peak device 0\">\n      <failure message=\"device 0: allocated peak"),
+        "{xml}"
+    );
+    assert!(xml.contains("name=\"--max-fragmentation device 0\"></testcase>"), "{xml}");
+}
+
+#[test]
+fn growth_against_a_baseline_names_the_stacks_that_grew_as_diff_matches_them() {
+    let base = corpus("mlp_train_all.pickle");
+    let file = corpus("oom_leak.pickle");
+    let out = run(&["--baseline", base.to_str().expect("utf-8"), "--max-growth", "10", "--json"], &[&file]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(v["baseline"], base.display().to_string());
+    let rules = v["rules"].as_array().expect("rules");
+    assert_eq!(rules.len(), 2, "{v}");
+    assert_eq!(rules[0]["rule"], "max_growth_reserved_peak");
+    assert_eq!(rules[0]["baseline_bytes"], reserved_peak(&base));
+    assert_eq!(rules[0]["bytes"], reserved_peak(&file));
+    // The grown stacks are `vramscope diff`'s, largest growth first.
+    let diff = vramscope().args(["diff", "--json"]).arg(&base).arg(&file).output().expect("diff");
+    let diff: Value = serde_json::from_slice(&diff.stdout).expect("diff JSON");
+    let grew: Vec<&Value> = diff["devices"][0]["stacks"]
+        .as_array()
+        .expect("stacks")
+        .iter()
+        .filter(|s| s["delta"].as_i64().expect("delta") > 0)
+        .take(5)
+        .collect();
+    let grown = v["grown"][0]["stacks"].as_array().expect("grown");
+    assert_eq!(grown.len(), 5);
+    assert_eq!(grown.iter().collect::<Vec<_>>(), grew);
+    assert_eq!(v["grown"][0]["total_delta"], diff["devices"][0]["total_delta"]);
+
+    let human = run(&["--baseline", base.to_str().expect("utf-8"), "--max-growth", "10"], &[&file]);
+    let out = text(&human.stdout);
+    assert!(out.contains("FAIL  --max-growth (reserved peak)"), "{out}");
+    assert!(out.contains("stacks that grew most against the baseline"), "{out}");
+    assert!(out.contains("linear.py:134 forward"), "{out}");
+
+    // The same file as its own baseline: no growth, no stack grew.
+    let same = run(&["--baseline", file.to_str().expect("utf-8"), "--max-growth", "0"], &[&file]);
+    assert_eq!(same.status.code(), Some(0), "{}", text(&same.stdout));
+}
+
+#[test]
+fn bad_input_exits_2_with_one_line() {
+    let file = corpus("oom_leak.pickle");
+    let dir = unique_dir("check-bad");
+    let not_a_snapshot = dir.join("notes.pickle");
+    std::fs::write(&not_a_snapshot, b"not a pickle").expect("write");
+    for (args, files, says) in [
+        (vec!["--max-reserved-peak", "1GiB"], vec![not_a_snapshot.as_path()], "notes.pickle"),
+        (vec!["--max-growth", "5"], vec![file.as_path()], "--max-growth needs a baseline"),
+        (vec![], vec![file.as_path()], "no rule to check"),
+        (vec!["--max-reserved-peak", "12G"], vec![file.as_path()], "ambiguous unit"),
+        (vec!["--max-fragmentation", "lots"], vec![file.as_path()], "not a percentage"),
+    ] {
+        let out = run(&args, &files);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+        assert!(out.stdout.is_empty(), "{args:?}");
+    }
+    // A snapshot without a trace has no peak to check.
+    let out = run(&["--max-reserved-peak", "1GiB"], &[&corpus("state_only.pickle")]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("has no trace"), "{}", text(&out.stderr));
+}
+
+#[tokio::test]
+async fn a_jobs_newest_snapshot_is_checked_against_its_last_pinned_one() {
+    let server = TestServer::start("check-job", &[]);
+    let upload = |file: &'static str| {
+        let server = &server;
+        async move {
+            let bytes = std::fs::read(corpus(file)).expect("read");
+            let (status, answer) = server.upload(bytes, &format!("job=ci&name={file}")).await;
+            assert!(status.is_success(), "{answer}");
+            answer["id"].as_str().expect("id").to_owned()
+        }
+    };
+    let old = upload("mlp_train_all.pickle").await;
+    // No pinned snapshot yet: growth has nothing to compare against.
+    let _ = upload("compiled.pickle").await;
+    let (status, answer) = server.get_query("/jobs/ci/check", &[("max_growth", "10")]).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{answer}");
+    assert!(answer["error"].as_str().expect("error").contains("no pinned snapshot"), "{answer}");
+    let cli = vramscope()
+        .args(["check", "--server", &server.url, "--job", "ci", "--max-growth", "10"])
+        .output()
+        .expect("check --server");
+    assert_eq!(cli.status.code(), Some(2), "{}", text(&cli.stderr));
+
+    let pin = client().patch(server.api(&format!("/snapshots/{old}"))).json(&json!({ "pinned": true })).send().await;
+    assert!(pin.expect("pin").status().is_success());
+    let new = upload("oom_leak.pickle").await;
+
+    let (status, answer) =
+        server.get_query("/jobs/ci/check", &[("max_growth", "10"), ("max_reserved_peak", "4GiB")]).await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    assert_eq!(answer["snapshot"]["id"], new);
+    assert_eq!(answer["baseline"]["id"], old);
+    assert_eq!(answer["passed"], false);
+    assert_eq!(answer["failures"], 2);
+    assert_eq!(answer["rules"][0]["rule"], "max_reserved_peak");
+    assert_eq!(answer["rules"][0]["passed"], true);
+    assert_eq!(answer["rules"][1]["baseline_bytes"], reserved_peak(&corpus("mlp_train_all.pickle")));
+
+    // The same verdict as the file against the file.
+    let local = run(
+        &[
+            "--baseline",
+            corpus("mlp_train_all.pickle").to_str().expect("utf-8"),
+            "--max-growth",
+            "10",
+            "--max-reserved-peak",
+            "4GiB",
+            "--json",
+        ],
+        &[&corpus("oom_leak.pickle")],
+    );
+    let local: Value = serde_json::from_slice(&local.stdout).expect("JSON");
+    assert_eq!(local["rules"], answer["rules"]);
+    assert_eq!(local["grown"], answer["grown"]);
+
+    let cli = vramscope()
+        .args(["check", "--server", &server.url, "--job", "ci", "--max-growth", "10"])
+        .output()
+        .expect("check --server");
+    assert_eq!(cli.status.code(), Some(1), "{}", text(&cli.stderr));
+    let out = text(&cli.stdout);
+    assert!(out.contains(&format!("oom_leak.pickle (job ci, snapshot {new}): FAIL, 2 of 2 rules broken")), "{out}");
+    assert!(out.contains(&format!("baseline: mlp_train_all.pickle (snapshot {old}, pinned)")), "{out}");
+
+    // One snapshot against another by id, and an unknown job.
+    let (status, answer) = server
+        .get_query(&format!("/snapshots/{new}/check"), &[("baseline", old.as_str()), ("max_fragmentation", "50")])
+        .await;
+    assert_eq!((status, &answer["passed"]), (StatusCode::OK, &json!(true)), "{answer}");
+    let (status, answer) = server.get_query(&format!("/snapshots/{new}/check"), &[("max_growth", "5")]).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{answer}");
+    let (status, _) = server.get_query("/jobs/nope/check", &[("max_fragmentation", "50")]).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, answer) = server.get_query("/jobs/ci/check", &[("max_reserved_peak", "12G")]).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{answer}");
+}
+
+/// The documented fixture's code (`docs/ci/vramscope_memory.py`), run by
+/// plain `python3` with the fake `torch` on `PYTHONPATH`; its snapshot then
+/// checked as the documented CI step does.
+#[test]
+fn the_documented_fixture_writes_a_snapshot_that_check_reads() {
+    let root = crate::common::workspace_root();
+    let dir = unique_dir("check-fixture");
+    let log = dir.join("torch.log");
+    let python_path =
+        format!("{}:{}", root.join("tests/fixtures/fake_torch").display(), root.join("docs/ci").display());
+    let script = r#"
+import sys
+from vramscope_memory import recorded_memory
+
+with recorded_memory(sys.argv[1] + "/memory-snapshots/test_step.pickle") as path:
+    assert path.name == "test_step.pickle"
+try:
+    with recorded_memory(sys.argv[1] + "/memory-snapshots/test_oom.pickle"):
+        raise RuntimeError("CUDA out of memory")
+except RuntimeError as e:
+    print("raised:", e)
+"#;
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .arg(&dir)
+        .env("PYTHONPATH", &python_path)
+        .env("FAKE_TORCH_LOG", &log)
+        .env("FAKE_TORCH_SNAPSHOT", corpus("oom_leak.pickle"))
+        .output()
+        .expect("python3");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "raised: CUDA out of memory\n");
+    let calls = std::fs::read_to_string(&log).expect("the fake torch's log");
+    let one = "synchronize\nempty_cache\nrecord enabled=all max_entries=1000000\nsynchronize\n";
+    assert_eq!(calls, format!("{one}dump test_step.pickle\nrecord stop\n{one}dump test_oom.pickle\nrecord stop\n"));
+
+    // The CI step of docs/ci-memory-gate.md.
+    let snapshot = dir.join("memory-snapshots/test_step.pickle");
+    let junit = dir.join("memory.xml");
+    let ok = vramscope()
+        .arg("check")
+        .arg(&snapshot)
+        .args(["--max-reserved-peak", "3GiB", "--junit"])
+        .arg(&junit)
+        .output()
+        .expect("check");
+    assert_eq!(ok.status.code(), Some(0), "{}{}", text(&ok.stdout), text(&ok.stderr));
+    assert!(std::fs::read_to_string(&junit).expect("junit").contains("failures=\"0\""));
+    let over = vramscope()
+        .arg("check")
+        .arg(dir.join("memory-snapshots/test_oom.pickle"))
+        .args(["--max-reserved-peak", "2GiB"])
+        .output()
+        .expect("check");
+    assert_eq!(over.status.code(), Some(1), "{}", text(&over.stderr));
+}

@@ -1,0 +1,363 @@
+//! `vramscope mcp` as an assistant's client drives it: one session over
+//! stdio (newline-delimited JSON-RPC), `initialize`, `tools/list`, then
+//! `tools/call` of every tool on corpus files, each answer compared with
+//! what the matching `vramscope … --json` prints; stored snapshots by id
+//! from a real server, with dashboard links; read-only unless asked.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+
+use serde_json::{Value, json};
+
+use crate::common::server::{TestServer, client, unique_dir};
+
+fn vramscope() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_vramscope"))
+}
+
+fn corpus(name: &str) -> PathBuf {
+    crate::common::fixture_corpus().join(name)
+}
+
+fn path(p: &Path) -> String {
+    p.to_str().expect("utf-8 path").to_owned()
+}
+
+/// What `vramscope ARGS --json` prints.
+fn cli_json(args: &[&str]) -> Value {
+    let out = vramscope().args(args).arg("--json").output().expect("run vramscope");
+    assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("one JSON object")
+}
+
+/// An MCP client session with a `vramscope mcp` child.
+struct Session {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    next_id: u64,
+}
+
+impl Session {
+    fn start(args: &[&str]) -> Session {
+        let mut child = vramscope()
+            .arg("mcp")
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn vramscope mcp");
+        let stdin = child.stdin.take().expect("stdin");
+        let stdout = BufReader::new(child.stdout.take().expect("stdout"));
+        let mut s = Session { child, stdin, stdout, next_id: 1 };
+        let init = s.request(
+            "initialize",
+            json!({
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": { "name": "vramscope-tests", "version": "1" },
+            }),
+        );
+        assert_eq!(init["result"]["serverInfo"]["name"], "vramscope", "{init}");
+        assert!(init["result"]["capabilities"]["tools"].is_object(), "{init}");
+        s.send(&json!({ "jsonrpc": "2.0", "method": "notifications/initialized" }));
+        s
+    }
+
+    fn send(&mut self, message: &Value) {
+        writeln!(self.stdin, "{message}").expect("write to the server");
+        self.stdin.flush().expect("flush");
+    }
+
+    /// Send a request and read until its response (skipping notifications).
+    fn request(&mut self, method: &str, params: Value) -> Value {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.send(&json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params }));
+        loop {
+            let mut line = String::new();
+            let n = self.stdout.read_line(&mut line).expect("read from the server");
+            assert!(n > 0, "the server closed stdout before answering {method}");
+            let message: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+            if message["id"] == json!(id) {
+                return message;
+            }
+        }
+    }
+
+    /// `tools/call`: the result object.
+    fn call(&mut self, tool: &str, arguments: Value) -> Value {
+        let response = self.request("tools/call", json!({ "name": tool, "arguments": arguments }));
+        assert!(response["error"].is_null(), "{tool}: {response}");
+        response["result"].clone()
+    }
+
+    /// A successful call's JSON, checked to be the text content too.
+    fn answer(&mut self, tool: &str, arguments: Value) -> Value {
+        let result = self.call(tool, arguments);
+        assert_ne!(result["isError"], true, "{tool}: {result}");
+        let text = result["content"][0]["text"].as_str().expect("text content");
+        let from_text: Value = serde_json::from_str(text).expect("JSON text");
+        assert_eq!(from_text, result["structuredContent"], "{tool}");
+        from_text
+    }
+
+    fn tool_names(&mut self) -> Vec<String> {
+        let list = self.request("tools/list", json!({}));
+        let tools = list["result"]["tools"].as_array().expect("tools");
+        for t in tools {
+            assert_eq!(t["inputSchema"]["type"], "object", "{t}");
+            assert!(t["description"].as_str().is_some_and(|d| d.len() > 20), "{t}");
+        }
+        tools.iter().map(|t| t["name"].as_str().expect("name").to_owned()).collect()
+    }
+
+    /// Close stdin, as a client leaving does: the server exits 0.
+    fn close(mut self) {
+        drop(self.stdin);
+        let status = self.child.wait().expect("wait");
+        assert!(status.success(), "vramscope mcp exited with {status}");
+    }
+}
+
+#[test]
+fn a_session_lists_the_tools_and_each_answers_as_the_cli_does() {
+    let oom = path(&corpus("oom_leak.pickle"));
+    let mlp = path(&corpus("mlp_train_all.pickle"));
+    let mut s = Session::start(&["--folder", &path(&crate::common::fixture_corpus())]);
+    let names = s.tool_names();
+    assert_eq!(
+        names,
+        ["list_snapshots", "stats", "explain", "leaks", "diff", "simulate", "tune", "state_at_row", "check"],
+        "read-only by default: no upload or comment"
+    );
+
+    let listed = s.answer("list_snapshots", json!({}));
+    let files: Vec<&str> =
+        listed["snapshots"].as_array().expect("files").iter().map(|f| f["path"].as_str().expect("path")).collect();
+    assert!(files.iter().any(|f| f.ends_with("oom_leak.pickle")), "{listed}");
+    assert!(!files.iter().any(|f| f.ends_with(".json")), "{listed}");
+
+    assert_eq!(s.answer("stats", json!({ "snapshot": oom })), cli_json(&["stats", &oom]));
+    let explained = s.answer("explain", json!({ "snapshot": oom }));
+    assert_eq!(explained, cli_json(&["explain", &oom]));
+    assert_eq!(explained["ooms"].as_array().expect("ooms").len(), 1);
+    assert_eq!(s.answer("leaks", json!({ "snapshot": oom, "top": 3 })), cli_json(&["leaks", &oom, "--top", "3"]));
+    assert_eq!(
+        s.answer("diff", json!({ "a": mlp, "b": oom, "top": 5 })),
+        cli_json(&["diff", &mlp, &oom, "--top", "5"])
+    );
+    assert_eq!(
+        s.answer("simulate", json!({ "snapshot": mlp, "alloc_conf": "expandable_segments:True" })),
+        cli_json(&["simulate", &mlp, "--alloc-conf", "expandable_segments:True"])
+    );
+    assert_eq!(s.answer("tune", json!({ "snapshot": mlp })), cli_json(&["tune", &mlp]));
+
+    let state = s.answer("state_at_row", json!({ "snapshot": mlp, "row": 100 }));
+    assert_eq!(state["row"], 100);
+    assert_eq!(state["device"], 0);
+    assert!(state["figures"]["reserved"].as_u64().expect("reserved") > 0, "{state}");
+    assert!(!state["segments"].as_array().expect("segments").is_empty());
+
+    let checked =
+        s.answer("check", json!({ "snapshot": oom, "baseline": mlp, "max_growth": 10, "max_reserved_peak": "4GiB" }));
+    let out = vramscope()
+        .args(["check", &oom, "--baseline", &mlp, "--max-growth", "10", "--max-reserved-peak", "4GiB", "--json"])
+        .output()
+        .expect("check");
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(checked, serde_json::from_slice::<Value>(&out.stdout).expect("JSON"));
+    assert_eq!(checked["passed"], false);
+
+    // A failing tool is a result the assistant reads, not a protocol error.
+    let failed = s.call("stats", json!({ "snapshot": "/nonexistent/x.pickle" }));
+    assert_eq!(failed["isError"], true, "{failed}");
+    assert!(failed["content"][0]["text"].as_str().expect("text").contains("no file /nonexistent/x.pickle"));
+    let failed = s.call("check", json!({ "snapshot": oom }));
+    assert!(failed["content"][0]["text"].as_str().expect("text").contains("no rule to check"), "{failed}");
+    let failed = s.call("stats", json!({ "snapshot": oom, "bogus": 1 }));
+    assert!(failed["content"][0]["text"].as_str().expect("text").contains("no argument \"bogus\""), "{failed}");
+    let unknown = s.request("tools/call", json!({ "name": "upload", "arguments": { "file": oom } }));
+    assert!(unknown["error"]["message"].as_str().expect("error").contains("no tool \"upload\""), "{unknown}");
+    s.close();
+}
+
+#[test]
+fn a_large_answer_is_cut_with_a_pointer_to_the_rest() {
+    let (mlp, oom) = (path(&corpus("mlp_train_all.pickle")), path(&corpus("oom_leak.pickle")));
+    let whole = cli_json(&["diff", &mlp, &oom, "--top", "1000"]);
+    let whole_stacks = whole["devices"][0]["stacks"].as_array().expect("stacks").len();
+    assert!(serde_json::to_string(&whole).expect("json").len() > 50_000, "the CLI's answer is large");
+    let mut s = Session::start(&[]);
+    let cut = s.answer("diff", json!({ "a": mlp, "b": oom, "top": 1000 }));
+    let size = serde_json::to_string(&cut).expect("json").len();
+    assert!(size <= 26_000, "{size} characters");
+    let kept = cut["devices"][0]["stacks"].as_array().expect("stacks");
+    assert!(!kept.is_empty() && kept.len() < whole_stacks, "{} of {whole_stacks}", kept.len());
+    // What is kept is the head of the whole answer: the largest changes.
+    assert_eq!(kept[..], whole["devices"][0]["stacks"].as_array().expect("stacks")[..kept.len()]);
+    let note = &cut["truncated"];
+    let arrays = note["arrays"].as_array().expect("arrays");
+    assert!(arrays.iter().any(|a| a["path"] == "/devices/0/stacks" && a["of"] == whole_stacks), "{note}");
+    assert_eq!(note["full_answer"], format!("vramscope diff {mlp} {oom} --json"));
+    s.close();
+}
+
+#[tokio::test]
+async fn stored_snapshots_are_read_by_id_with_dashboard_links_and_writing_needs_the_flag_and_an_uploader() {
+    let dir = unique_dir("mcp");
+    let token = |role: &str| {
+        let out = vramscope()
+            .args(["token", "create", "--role", role, "--name", &format!("assistant-{role}"), "--data-dir"])
+            .arg(&dir)
+            .output()
+            .expect("token create");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).expect("utf8").trim().to_owned()
+    };
+    let (viewer, uploader) = (token("viewer"), token("uploader"));
+    let server = TestServer::start_in(&dir, &[("VRAMSCOPE_REQUIRE_TOKENS", "true")]);
+    let bytes = std::fs::read(corpus("oom_leak.pickle")).expect("read");
+    let response = client()
+        .post(server.api("/snapshots?job=train&name=oom_leak.pickle"))
+        .bearer_auth(&uploader)
+        .header("content-type", "application/octet-stream")
+        .body(bytes)
+        .send()
+        .await
+        .expect("upload");
+    assert!(response.status().is_success());
+    let up: Value = response.json().await.expect("JSON");
+    let id = up["id"].as_str().expect("id").to_owned();
+    let url = server.url.clone();
+    let oom = path(&corpus("oom_leak.pickle"));
+    let mlp = path(&corpus("mlp_train_all.pickle"));
+    tokio::task::spawn_blocking(move || {
+        let mut s = Session::start(&["--server", &url, "--token", &viewer]);
+        let listed = s.answer("list_snapshots", json!({ "job": "train" }));
+        assert_eq!(listed["snapshots"][0]["id"], id, "{listed}");
+        assert_eq!(listed["snapshots"][0]["dashboard"], format!("{url}/snapshots/{id}"));
+        // By id: the same figures as from the file, under the stored name.
+        let mut by_id = s.answer("explain", json!({ "snapshot": id }));
+        let mut by_file = cli_json(&["explain", &oom]);
+        assert_eq!(by_id["file"], "oom_leak.pickle");
+        by_id["file"] = Value::Null;
+        by_file["file"] = Value::Null;
+        assert_eq!(by_id, by_file);
+        let state = s.answer("state_at_row", json!({ "snapshot": id, "row": 10 }));
+        assert_eq!(state["row"], 10);
+        s.close();
+
+        // Writing needs --allow-write, which needs a token.
+        let out = vramscope()
+            .args(["mcp", "--server", &url, "--allow-write"])
+            .env_remove("VRAMSCOPE_TOKEN")
+            .output()
+            .expect("run");
+        assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+        // A viewer's token lists the tools, and the server refuses the write.
+        let mut s = Session::start(&["--server", &url, "--allow-write", "--token", &viewer]);
+        let refused = s.call("upload", json!({ "file": mlp }));
+        assert_eq!(refused["isError"], true, "{refused}");
+        assert!(refused["content"][0]["text"].as_str().expect("text").contains("403"), "{refused}");
+        s.close();
+
+        let mut s = Session::start(&["--server", &url, "--allow-write", "--token", &uploader]);
+        let names = s.tool_names();
+        assert!(names.iter().any(|n| n == "upload") && names.iter().any(|n| n == "comment"), "{names:?}");
+        let uploaded = s.answer("upload", json!({ "file": mlp, "job": "train" }));
+        let new_id = uploaded["id"].as_str().expect("id").to_owned();
+        assert_eq!(uploaded["dashboard"], format!("{url}/snapshots/{new_id}"));
+        let comment = s.answer("comment", json!({ "id": new_id, "text": "peak from the optimizer step", "row": 5 }));
+        assert_eq!(comment["body"], "peak from the optimizer step", "{comment}");
+        assert_eq!(comment["row"], 5);
+        s.close();
+    })
+    .await
+    .expect("the session");
+}
+
+/// `vramscope serve`'s `/api/v1/mcp`: the same tools over streamable HTTP,
+/// behind the tokens (a viewer's is enough), on stored snapshots only.
+#[tokio::test]
+async fn the_server_answers_the_tools_over_http_behind_its_tokens() {
+    let dir = unique_dir("mcp-http");
+    let token = |role: &str| {
+        let out = vramscope()
+            .args(["token", "create", "--role", role, "--name", role, "--data-dir"])
+            .arg(&dir)
+            .output()
+            .expect("token create");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).expect("utf8").trim().to_owned()
+    };
+    let (viewer, uploader) = (token("viewer"), token("uploader"));
+    let server = TestServer::start_in(&dir, &[("VRAMSCOPE_REQUIRE_TOKENS", "true")]);
+    let response = client()
+        .post(server.api("/snapshots?job=train&name=oom_leak.pickle"))
+        .bearer_auth(&uploader)
+        .header("content-type", "application/octet-stream")
+        .body(std::fs::read(corpus("oom_leak.pickle")).expect("read"))
+        .send()
+        .await
+        .expect("upload");
+    let id = response.json::<Value>().await.expect("JSON")["id"].as_str().expect("id").to_owned();
+
+    let rpc = |token: Option<&str>, id: u64, method: &str, params: Value| {
+        let mut request = client()
+            .post(server.api("/mcp"))
+            .header("accept", "application/json, text/event-stream")
+            .json(&json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params }));
+        if let Some(t) = token {
+            request = request.bearer_auth(t);
+        }
+        async move {
+            let response = request.send().await.expect("post");
+            let status = response.status();
+            (status, response.json::<Value>().await.unwrap_or(Value::Null))
+        }
+    };
+    let init =
+        json!({ "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": { "name": "t", "version": "1" } });
+    let (status, _) = rpc(None, 1, "initialize", init.clone()).await;
+    assert_eq!(status, reqwest::StatusCode::UNAUTHORIZED);
+    let (status, answer) = rpc(Some(&viewer), 1, "initialize", init).await;
+    assert_eq!(status, reqwest::StatusCode::OK, "{answer}");
+    assert_eq!(answer["result"]["serverInfo"]["name"], "vramscope");
+
+    let (_, list) = rpc(Some(&viewer), 2, "tools/list", json!({})).await;
+    let names: Vec<&str> =
+        list["result"]["tools"].as_array().expect("tools").iter().map(|t| t["name"].as_str().expect("name")).collect();
+    assert_eq!(
+        names,
+        ["list_snapshots", "stats", "explain", "leaks", "diff", "simulate", "tune", "state_at_row", "check"]
+    );
+
+    let call = |name: &str, arguments: Value| {
+        rpc(Some(&viewer), 3, "tools/call", json!({ "name": name, "arguments": arguments }))
+    };
+    let (_, listed) = call("list_snapshots", json!({ "job": "train" })).await;
+    let listed = &listed["result"]["structuredContent"];
+    assert_eq!(listed["snapshots"][0]["id"], id, "{listed}");
+    assert_eq!(listed["snapshots"][0]["dashboard"], format!("/snapshots/{id}"));
+
+    let (_, explained) = call("explain", json!({ "snapshot": id })).await;
+    let mut by_http = explained["result"]["structuredContent"].clone();
+    let mut by_file = cli_json(&["explain", &path(&corpus("oom_leak.pickle"))]);
+    assert_eq!(by_http["file"], "oom_leak.pickle");
+    by_http["file"] = Value::Null;
+    by_file["file"] = Value::Null;
+    assert_eq!(by_http, by_file);
+
+    let (_, checked) = call("check", json!({ "snapshot": id, "baseline": id, "max_growth": 0 })).await;
+    assert_eq!(checked["result"]["structuredContent"]["passed"], true, "{checked}");
+
+    // No path of the server's disk is read.
+    let (_, refused) = call("stats", json!({ "snapshot": path(&corpus("oom_leak.pickle")) })).await;
+    assert_eq!(refused["result"]["isError"], true, "{refused}");
+    assert!(refused["result"]["content"][0]["text"].as_str().expect("text").contains("not found"), "{refused}");
+    let (_, refused) = call("list_snapshots", json!({ "folder": "/" })).await;
+    assert_eq!(refused["result"]["isError"], true, "{refused}");
+}
