@@ -130,7 +130,18 @@ fn a_session_lists_the_tools_and_each_answers_as_the_cli_does() {
     let names = s.tool_names();
     assert_eq!(
         names,
-        ["list_snapshots", "stats", "explain", "leaks", "diff", "simulate", "tune", "state_at_row", "check"],
+        [
+            "list_snapshots",
+            "stats",
+            "explain",
+            "leaks",
+            "diff",
+            "simulate",
+            "tune",
+            "breakdown",
+            "state_at_row",
+            "check"
+        ],
         "read-only by default: no upload or comment"
     );
 
@@ -154,6 +165,11 @@ fn a_session_lists_the_tools_and_each_answers_as_the_cli_does() {
         cli_json(&["simulate", &mlp, "--alloc-conf", "expandable_segments:True"])
     );
     assert_eq!(s.answer("tune", json!({ "snapshot": mlp })), cli_json(&["tune", &mlp]));
+
+    assert_eq!(
+        s.answer("breakdown", json!({ "snapshot": oom, "row": 3000 })),
+        cli_json(&["breakdown", &oom, "--at", "3000"])
+    );
 
     let state = s.answer("state_at_row", json!({ "snapshot": mlp, "row": 100 }));
     assert_eq!(state["row"], 100);
@@ -332,7 +348,18 @@ async fn the_server_answers_the_tools_over_http_behind_its_tokens() {
         list["result"]["tools"].as_array().expect("tools").iter().map(|t| t["name"].as_str().expect("name")).collect();
     assert_eq!(
         names,
-        ["list_snapshots", "stats", "explain", "leaks", "diff", "simulate", "tune", "state_at_row", "check"]
+        [
+            "list_snapshots",
+            "stats",
+            "explain",
+            "leaks",
+            "diff",
+            "simulate",
+            "tune",
+            "breakdown",
+            "state_at_row",
+            "check"
+        ]
     );
 
     let call = |name: &str, arguments: Value| {

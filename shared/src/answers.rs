@@ -56,6 +56,28 @@ pub fn leaks_json(file: &str, snapshot: &Snapshot, top: usize) -> LeaksJson {
     LeaksJson { file: file.to_owned(), devices: LeakReport::build(snapshot, top).devices }
 }
 
+/// The JSON object of `vramscope breakdown --json`.
+#[derive(Clone, Debug, Serialize)]
+pub struct BreakdownJson {
+    /// The snapshot.
+    pub file: String,
+    /// One breakdown per device asked for.
+    pub devices: Vec<crate::views::analysis::DeviceBreakdownAnswer>,
+}
+
+/// `vramscope breakdown --json`: live memory by category and stage at a row
+/// (the end by default) of each device asked for.
+pub fn breakdown_json(
+    file: &str,
+    analyzed: &crate::views::Analyzed,
+    device: Option<u32>,
+    at: Option<u32>,
+) -> Result<BreakdownJson, crate::views::ViewError> {
+    let params = crate::views::analysis::BreakdownParams { device, at, px: None };
+    let answer = crate::views::analysis::breakdown(analyzed, &params)?;
+    Ok(BreakdownJson { file: file.to_owned(), devices: answer.devices })
+}
+
 /// The JSON object of `vramscope diff --json`.
 #[derive(Clone, Debug, Serialize)]
 pub struct DiffJson {

@@ -7,9 +7,8 @@ use std::path::PathBuf;
 
 use anyhow::anyhow;
 use clap::Args;
-use serde::Serialize;
 use vramscope_shared::analysis::breakdown::{CATEGORIES, Category, Confidence, DeviceBreakdown};
-use vramscope_shared::views::analysis::{BreakdownParams, DeviceBreakdownAnswer, breakdown};
+use vramscope_shared::answers::breakdown_json;
 use vramscope_shared::views::{Analyzed, ViewError};
 
 use super::Failure;
@@ -39,19 +38,12 @@ pub(crate) struct BreakdownArgs {
     budget: MemoryBudget,
 }
 
-/// The JSON object of `vramscope breakdown --json`.
-#[derive(Serialize)]
-struct BreakdownJson<'a> {
-    file: String,
-    devices: &'a [DeviceBreakdownAnswer],
-}
-
 /// Run the subcommand.
 pub(crate) fn run(args: &BreakdownArgs) -> Result<(), Failure> {
     let snapshot = load(&args.file, args.budget)?;
     let analyzed = Analyzed::build(snapshot);
-    let params = BreakdownParams { device: args.device, at: args.at, px: None };
-    let answer = breakdown(&analyzed, &params).map_err(|e| {
+    let file = args.file.display().to_string();
+    let answer = breakdown_json(&file, &analyzed, args.device, args.at).map_err(|e| {
         let what = match &e {
             ViewError::NotFound(_) => format!("{}: {e}", args.file.display()),
             ViewError::BadRequest(m) => format!("{}: {m}", args.file.display()),
@@ -60,7 +52,7 @@ pub(crate) fn run(args: &BreakdownArgs) -> Result<(), Failure> {
     })?;
     let mut out = std::io::stdout().lock();
     let written = if args.json {
-        write_json(&mut out, &BreakdownJson { file: args.file.display().to_string(), devices: &answer.devices })
+        write_json(&mut out, &answer)
     } else {
         answer.devices.iter().try_for_each(|d| write_device(&mut out, &args.file, &d.breakdown, args.stages))
     };

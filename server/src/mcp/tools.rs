@@ -179,6 +179,15 @@ pub(crate) const TOOLS: &[ToolSpec] = &[
         run: |c| Box::pin(tune(c)),
     },
     ToolSpec {
+        name: "breakdown",
+        description: "Where the memory went: live memory split into parameters, gradients, optimizer state, \
+                      activations and other at a trace row (default: the end), each with how sure it is, and by \
+                      the record_function range that allocated it (vramscope breakdown --json)",
+        params: &[SNAPSHOT, param("row", Kind::Int, false, "Trace row (default: the end of the trace)"), DEVICE],
+        read_only: true,
+        run: |c| Box::pin(breakdown(c)),
+    },
+    ToolSpec {
         name: "state_at_row",
         description: "The allocator's state right after one trace row: every segment with its blocks (allocated, \
                       pending free, free) and the instant's fragmentation figures",
@@ -560,6 +569,26 @@ async fn tune(c: Call) -> Result<Answer, String> {
             let report =
                 answers::tune_json(&l.label, l.snapshot(), capacity).map_err(|e| format!("{e} ({})", l.label))?;
             to_json(&report)
+        })
+        .await?;
+    Ok(Answer { json, more: Some(more) })
+}
+
+async fn breakdown(c: Call) -> Result<Answer, String> {
+    let (device, row) = (c.opt_u32("device")?, c.opt_u32("row")?);
+    let l = c.snapshot("snapshot").await?;
+    let key = l.id.clone().unwrap_or_default();
+    let more = c.more(&l, "breakdown", "");
+    let json = c
+        .blocking(&key, move || {
+            let label = l.label.clone();
+            let analyzed = match l.held {
+                Held::Read(snapshot) => Arc::new(Analyzed::build(*snapshot)),
+                Held::Stored(analyzed) => analyzed,
+            };
+            let answer =
+                answers::breakdown_json(&label, &analyzed, device, row).map_err(|e| format!("{e} ({label})"))?;
+            to_json(&answer)
         })
         .await?;
     Ok(Answer { json, more: Some(more) })
