@@ -209,11 +209,11 @@ fn draw_stack(c: &web_sys::CanvasRenderingContext2d, s: &BreakdownSeries, width:
         let above: Vec<u64> = below.iter().zip(col.iter()).map(|(a, b)| a + b).collect();
         c.begin_path();
         c.move_to(x(0), y(below[0]));
-        for i in 0..n {
-            c.line_to(x(i), y(above[i]));
+        for (i, &v) in above.iter().enumerate() {
+            c.line_to(x(i), y(v));
         }
-        for i in (0..n).rev() {
-            c.line_to(x(i), y(below[i]));
+        for (i, &v) in below.iter().enumerate().rev() {
+            c.line_to(x(i), y(v));
         }
         c.close_path();
         c.set_fill_style_str(palette::CATEGORIES[k].css());

@@ -14,6 +14,9 @@ use crate::infra::api;
 use crate::infra::canvas;
 use crate::infra::latest::latest;
 
+/// Picks one figure of a band's point.
+type Pick = fn(&BandPoint) -> u64;
+
 /// Height of one band.
 const BAND: f64 = 46.0;
 /// Space above each band for its label.
@@ -162,7 +165,7 @@ fn draw_bands(c: &web_sys::CanvasRenderingContext2d, a: &PoolsAnswer, width: f64
         canvas::fill(c, palette::MINIMAP_BACKGROUND.css(), 0.0, top + LABEL, width, BAND);
         let scale = band.reserved_peak.max(1) as f64;
         let y = |b: u64| base - b as f64 / scale * (BAND - 2.0);
-        let picks: [(fn(&BandPoint) -> u64, palette::Colour); 2] =
+        let picks: [(Pick, palette::Colour); 2] =
             [(|p| p.reserved, palette::RESERVED), (|p| p.allocated, palette::ALLOCATED)];
         for (value, colour) in picks {
             if band.series.is_empty() {

@@ -36,7 +36,8 @@ pub(crate) fn SnapshotPage() -> impl IntoView {
 enum StatsState {
     Loading,
     Parsing,
-    Ready(StatsReport),
+    /// Boxed: a report is far larger than the other states.
+    Ready(Box<StatsReport>),
     Failed(String),
 }
 
@@ -68,7 +69,7 @@ pub(crate) fn SnapshotView(id: String) -> impl IntoView {
     spawn_local(async move {
         loop {
             let state = match api::stats(&stats_id).await {
-                Ok(Some(report)) => StatsState::Ready(report),
+                Ok(Some(report)) => StatsState::Ready(Box::new(report)),
                 Ok(None) => StatsState::Parsing,
                 Err(e) => StatsState::Failed(e.to_string()),
             };
@@ -122,7 +123,7 @@ pub(crate) fn SnapshotView(id: String) -> impl IntoView {
                 }
                 StatsState::Ready(report) => {
                     view! {
-                        <DevicePicker report=report.clone() device=device/>
+                        <DevicePicker report=(*report).clone() device=device/>
                         {move || selected().map(|d| view! { <Summary stats=d format=report.format_version.clone() capture=report.capture.clone()/> })}
                     }
                         .into_any()
