@@ -31,6 +31,10 @@ fn cli_json(args: &[&str]) -> Value {
     serde_json::from_slice(&out.stdout).expect("one JSON object")
 }
 
+/// The read-only tools, in the order `tools/list` gives them.
+const TOOL_NAMES: [&str; 10] =
+    ["list_snapshots", "stats", "explain", "leaks", "diff", "simulate", "tune", "breakdown", "state_at_row", "check"];
+
 /// An MCP client session with a `vramscope mcp` child.
 struct Session {
     child: Child,
@@ -128,22 +132,7 @@ fn a_session_lists_the_tools_and_each_answers_as_the_cli_does() {
     let mlp = path(&corpus("mlp_train_all.pickle"));
     let mut s = Session::start(&["--folder", &path(&crate::common::fixture_corpus())]);
     let names = s.tool_names();
-    assert_eq!(
-        names,
-        [
-            "list_snapshots",
-            "stats",
-            "explain",
-            "leaks",
-            "diff",
-            "simulate",
-            "tune",
-            "breakdown",
-            "state_at_row",
-            "check"
-        ],
-        "read-only by default: no upload or comment"
-    );
+    assert_eq!(names, TOOL_NAMES, "read-only by default: no upload or comment");
 
     let listed = s.answer("list_snapshots", json!({}));
     let files: Vec<&str> =
@@ -346,21 +335,7 @@ async fn the_server_answers_the_tools_over_http_behind_its_tokens() {
     let (_, list) = rpc(Some(&viewer), 2, "tools/list", json!({})).await;
     let names: Vec<&str> =
         list["result"]["tools"].as_array().expect("tools").iter().map(|t| t["name"].as_str().expect("name")).collect();
-    assert_eq!(
-        names,
-        [
-            "list_snapshots",
-            "stats",
-            "explain",
-            "leaks",
-            "diff",
-            "simulate",
-            "tune",
-            "breakdown",
-            "state_at_row",
-            "check"
-        ]
-    );
+    assert_eq!(names, TOOL_NAMES);
 
     let call = |name: &str, arguments: Value| {
         rpc(Some(&viewer), 3, "tools/call", json!({ "name": name, "arguments": arguments }))

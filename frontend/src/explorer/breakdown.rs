@@ -14,7 +14,6 @@ use crate::explorer::DeviceContext;
 use crate::infra::api;
 use crate::infra::canvas;
 use crate::infra::draws;
-use crate::infra::latest::latest;
 
 /// Height of the stacked chart.
 const HEIGHT: f64 = 160.0;
@@ -33,38 +32,25 @@ pub(crate) fn BreakdownPanel(ctx: DeviceContext) -> impl IntoView {
     let error = RwSignal::new(None::<String>);
 
     // The series once per device; the figures whenever the cursor moves.
-    Effect::new(move |_| {
-        let id = ctx.id.get_value();
-        let device = ctx.device;
-        leptos::task::spawn_local(async move {
-            match api::breakdown(&id, device, None, Some(SERIES_PX)).await {
-                Ok(mut a) => {
-                    if let Some(d) = a.devices.pop() {
-                        series.set(d.series);
-                        if at.get_untracked().is_none() {
-                            at.set(Some(d.breakdown));
-                        }
-                    }
-                }
-                Err(e) => error.set(Some(e.to_string())),
-            }
-        });
-    });
-    let answers = latest();
-    Effect::new(move |_| {
-        let Some(row) = ctx.state.with(|s| s.as_ref().map(|s| s.row)) else { return };
-        let id = ctx.id.get_value();
-        let device = ctx.device;
-        answers.run(async move { api::breakdown(&id, device, row, None).await }, move |answer| match answer {
-            Ok(mut a) => {
-                if let Some(d) = a.devices.pop() {
+    super::series_and_cursor(
+        ctx,
+        SERIES_PX,
+        |id, device, row, px| async move { api::breakdown(&id, device, row, px).await },
+        move |mut a| {
+            if let Some(d) = a.devices.pop() {
+                series.set(d.series);
+                if at.get_untracked().is_none() {
                     at.set(Some(d.breakdown));
-                    error.set(None);
                 }
             }
-            Err(e) => error.set(Some(e.to_string())),
-        });
-    });
+        },
+        move |mut a| {
+            if let Some(d) = a.devices.pop() {
+                at.set(Some(d.breakdown));
+            }
+        },
+        error,
+    );
 
     Effect::new(move |_| {
         let (Some(canvas), Some(wrap)) = (canvas_ref.get(), wrap_ref.get()) else { return };

@@ -191,6 +191,45 @@ pub(crate) fn DeviceViews(id: String, device: u32, initial: PageState) -> impl I
     }
 }
 
+/// The requests of a panel that answers "at the cursor" and "over the whole
+/// trace" (breakdown, pools): `fetch(id, device, row, px)` is asked once
+/// with `px` for the series (row `None`: the end), then at every cursor row
+/// without it, the latest answer winning. `on_series` gets the first
+/// answer, `on_row` the others; failures go to `error`.
+pub(crate) fn series_and_cursor<T, F, Fut>(
+    ctx: DeviceContext,
+    px: u32,
+    fetch: F,
+    on_series: impl Fn(T) + Copy + 'static,
+    on_row: impl Fn(T) + Copy + 'static,
+    error: RwSignal<Option<String>>,
+) where
+    T: 'static,
+    F: Fn(String, u32, Option<u32>, Option<u32>) -> Fut + Copy + 'static,
+    Fut: std::future::Future<Output = Result<T, api::ApiError>> + 'static,
+{
+    Effect::new(move |_| {
+        let request = fetch(ctx.id.get_value(), ctx.device, None, Some(px));
+        leptos::task::spawn_local(async move {
+            match request.await {
+                Ok(a) => on_series(a),
+                Err(e) => error.set(Some(e.to_string())),
+            }
+        });
+    });
+    let answers = latest();
+    Effect::new(move |_| {
+        let Some(row) = ctx.state.with(|s| s.as_ref().map(|s| s.row)) else { return };
+        answers.run(fetch(ctx.id.get_value(), ctx.device, row, None), move |answer| match answer {
+            Ok(a) => {
+                on_row(a);
+                error.set(None);
+            }
+            Err(e) => error.set(Some(e.to_string())),
+        });
+    });
+}
+
 /// The two triggers of a view that keeps its last real draw as an image
 /// (`canvas::Kept`): a real draw whenever a signal
 /// that `track_fresh` reads changes (new data, plot area or canvas); the

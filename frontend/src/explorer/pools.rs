@@ -12,7 +12,6 @@ use crate::core::palette;
 use crate::explorer::DeviceContext;
 use crate::infra::api;
 use crate::infra::canvas;
-use crate::infra::latest::latest;
 
 /// Picks one figure of a band's point.
 type Pick = fn(&BandPoint) -> u64;
@@ -33,34 +32,19 @@ pub(crate) fn PoolsPanel(ctx: DeviceContext) -> impl IntoView {
     let at = RwSignal::new(None::<PoolsAnswer>);
     let error = RwSignal::new(None::<String>);
 
-    Effect::new(move |_| {
-        let id = ctx.id.get_value();
-        let device = ctx.device;
-        leptos::task::spawn_local(async move {
-            match api::pools(&id, device, None, Some(SERIES_PX)).await {
-                Ok(a) => {
-                    if at.get_untracked().is_none() {
-                        at.set(Some(a.clone()));
-                    }
-                    series.set(Some(a));
-                }
-                Err(e) => error.set(Some(e.to_string())),
+    super::series_and_cursor(
+        ctx,
+        SERIES_PX,
+        |id, device, row, px| async move { api::pools(&id, device, row, px).await },
+        move |a: PoolsAnswer| {
+            if at.get_untracked().is_none() {
+                at.set(Some(a.clone()));
             }
-        });
-    });
-    let answers = latest();
-    Effect::new(move |_| {
-        let Some(row) = ctx.state.with(|s| s.as_ref().map(|s| s.row)) else { return };
-        let id = ctx.id.get_value();
-        let device = ctx.device;
-        answers.run(async move { api::pools(&id, device, row, None).await }, move |answer| match answer {
-            Ok(a) => {
-                at.set(Some(a));
-                error.set(None);
-            }
-            Err(e) => error.set(Some(e.to_string())),
-        });
-    });
+            series.set(Some(a));
+        },
+        move |a| at.set(Some(a)),
+        error,
+    );
 
     Effect::new(move |_| {
         let (Some(canvas), Some(wrap)) = (canvas_ref.get(), wrap_ref.get()) else { return };

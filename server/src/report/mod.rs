@@ -64,23 +64,8 @@ pub(crate) fn index_report_html(
     // A snapshot with no trace has no chart; the findings say why.
     let chart =
         main_chart(analyzed, ChartFormat::Svg).ok().and_then(|svg| String::from_utf8(svg).ok()).unwrap_or_default();
-    let style = styles()?;
     Ok(format!(
-        r#"<!doctype html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<title>{title} · vramscope report</title>
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<meta name="generator" content="vramscope {version}">
-<link rel="icon" href="data:,">
-<style>
-{style}
-.report-findings {{ margin: 1rem; }}
-.report-findings pre {{ white-space: pre-wrap; font-size: 13px; }}
-.report-chart svg {{ max-width: 100%; height: auto; }}
-</style>
-</head>
+        r#"{head}
 <body>
 <section class="report-findings" id="report-index-only">
 <h1>{title}</h1>
@@ -96,10 +81,34 @@ on the server that made this page, or run &quot;vramscope report&quot; on the fi
 </body>
 </html>
 "#,
+        head = head(name, ".report-chart svg { max-width: 100%; height: auto; }")?,
+        title = escape_html(name),
+        findings = escape_html(&findings),
+    ))
+}
+
+/// The start of a report page up to `</head>`: its title, the dashboard's
+/// style sheets inlined and the findings' style, plus `extra_css`.
+fn head(name: &str, extra_css: &str) -> anyhow::Result<String> {
+    Ok(format!(
+        r#"<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<title>{title} · vramscope report</title>
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<meta name="generator" content="vramscope {version}">
+<link rel="icon" href="data:,">
+<style>
+{style}
+.report-findings {{ margin: 1rem; }}
+.report-findings pre {{ white-space: pre-wrap; font-size: 13px; }}
+{extra_css}
+</style>
+</head>"#,
         title = escape_html(name),
         version = env!("CARGO_PKG_VERSION"),
-        style = raw_text(&style),
-        findings = escape_html(&findings),
+        style = raw_text(&styles()?),
     ))
 }
 
@@ -130,20 +139,7 @@ fn render(name: &str, modified_ms: u64, snapshot: &[u8], findings: &str) -> anyh
     };
     let b64 = base64::engine::general_purpose::STANDARD;
     Ok(format!(
-        r#"<!doctype html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<title>{title} · vramscope report</title>
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<meta name="generator" content="vramscope {version}">
-<link rel="icon" href="data:,">
-<style>
-{style}
-.report-findings {{ margin: 1rem; }}
-.report-findings pre {{ white-space: pre-wrap; font-size: 13px; }}
-</style>
-</head>
+        r#"{head}
 <body>
 <noscript>This report's timelines need JavaScript and WebAssembly; the findings below are plain text.</noscript>
 <div id="boot" class="boot">Loading the report…</div>
@@ -184,9 +180,8 @@ try {{
 </body>
 </html>
 "#,
+        head = head(name, "")?,
         title = escape_html(name),
-        version = env!("CARGO_PKG_VERSION"),
-        style = raw_text(&styles()?),
         findings = escape_html(findings),
         glue = raw_text(text(GLUE)?),
         wasm = b64.encode(file(WASM)?),

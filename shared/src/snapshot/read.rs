@@ -672,21 +672,7 @@ impl Reader {
                 continue;
             }
             let items = list_items(heap, list, &|| format!("device_traces[{d}]"))?;
-            let mut rows = Vec::with_capacity(items.len());
-            for (k, item) in items.into_iter().enumerate() {
-                match heap.resolve(item).get() {
-                    V::Row(r) => rows.push(r),
-                    _ => {
-                        return Err(wrong(
-                            heap,
-                            &|| format!("device_traces[{d}][{k}]"),
-                            "a trace entry dict with an 'action' key",
-                            item,
-                        ));
-                    }
-                }
-            }
-            out.push(DeviceRows::Scattered(rows));
+            out.push(DeviceRows::Scattered(rows_of(heap, items, &|k| format!("device_traces[{d}][{k}]"))?));
         }
         Ok(out)
     }
@@ -707,21 +693,7 @@ impl Reader {
         {
             return Ok(DeviceRows::Range(start..start + len));
         }
-        let mut rows = Vec::with_capacity(items.len());
-        for (k, item) in items.into_iter().enumerate() {
-            match heap.resolve(item).get() {
-                V::Row(r) => rows.push(r),
-                _ => {
-                    return Err(wrong(
-                        heap,
-                        &|| format!("host_traces[{k}]"),
-                        "a trace entry dict with an 'action' key",
-                        item,
-                    ));
-                }
-            }
-        }
-        Ok(DeviceRows::Scattered(rows))
+        Ok(DeviceRows::Scattered(rows_of(heap, items, &|k| format!("host_traces[{k}]"))?))
     }
 
     /// The devices, and the host's trace when `host_rows` is given.
@@ -787,6 +759,18 @@ impl Reader {
             .collect();
         (devices, host_trace)
     }
+}
+
+/// The trace rows of a list's items; `path(k)` names item `k` in errors.
+fn rows_of(heap: &Heap, items: Vec<Value>, path: &dyn Fn(usize) -> String) -> Result<Vec<u32>, ReadError> {
+    let mut rows = Vec::with_capacity(items.len());
+    for (k, item) in items.into_iter().enumerate() {
+        match heap.resolve(item).get() {
+            V::Row(r) => rows.push(r),
+            _ => return Err(wrong(heap, &|| path(k), "a trace entry dict with an 'action' key", item)),
+        }
+    }
+    Ok(rows)
 }
 
 fn str_or_none(heap: &Heap, v: Value, path: PathFn<'_>) -> Result<StrId, ReadError> {
