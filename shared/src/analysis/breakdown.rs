@@ -529,28 +529,31 @@ impl DeviceCategories {
         let px = px.clamp(1, n.max(1));
         let rows: Vec<u32> =
             if n == 0 { Vec::new() } else { (0..px).map(|i| ((i * (n - 1)) / (px - 1).max(1)) as u32).collect() };
-        // A sweep over start and end events in row order.
-        let mut events: Vec<(u32, usize, i64)> = Vec::with_capacity(self.spans.len() * 2);
-        for s in &self.spans {
-            events.push((s.start, s.category.slot(), s.size as i64));
-            if s.end != u32::MAX {
-                events.push((s.end, s.category.slot(), -(s.size as i64)));
+        // Each span adds its size to the samples it covers: a difference
+        // array per category, two binary searches per span. No per-request
+        // copy or sort of the spans (a 16M-entry trace has millions).
+        let mut diff = [const { Vec::<i64>::new() }; 5];
+        for d in &mut diff {
+            d.resize(rows.len() + 1, 0);
+        }
+        for span in &self.spans {
+            let first = rows.partition_point(|&r| r < span.start);
+            let past = rows.partition_point(|&r| r < span.end);
+            if first < past {
+                let d = &mut diff[span.category.slot()];
+                d[first] += span.size as i64;
+                d[past] -= span.size as i64;
             }
         }
-        events.sort_unstable_by_key(|e| e.0);
-        let mut live = [0i64; 5];
-        let mut out = [const { Vec::new() }; 5];
-        let mut next = 0;
-        for &row in &rows {
-            // The memory right after `row`: events at rows <= row applied.
-            while next < events.len() && events[next].0 <= row {
-                live[events[next].1] += events[next].2;
-                next += 1;
-            }
-            for (slot, v) in out.iter_mut().enumerate() {
-                v.push(live[slot].max(0) as u64);
-            }
-        }
+        let out = diff.map(|d| {
+            d[..rows.len()]
+                .iter()
+                .scan(0i64, |live, delta| {
+                    *live += delta;
+                    Some((*live).max(0) as u64)
+                })
+                .collect::<Vec<u64>>()
+        });
         let [parameters, gradients, optimizer_state, activations, other] = out;
         BreakdownSeries { rows, parameters, gradients, optimizer_state, activations, other }
     }

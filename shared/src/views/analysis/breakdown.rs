@@ -84,6 +84,24 @@ mod tests {
         );
         // Gradients exist only after the first backward pass began.
         assert_eq!(series.gradients[0], 0);
+        // Every sample is the breakdown at its row.
+        let categories = a.categories(0).expect("device 0");
+        for i in [0, 37, 150, 299] {
+            let c = categories.at(Some(series.rows[i])).categories;
+            let sampled = [
+                series.parameters[i],
+                series.gradients[i],
+                series.optimizer_state[i],
+                series.activations[i],
+                series.other[i],
+            ];
+            assert_eq!(
+                sampled,
+                [c.parameters, c.gradients, c.optimizer_state, c.activations, c.other],
+                "row {}",
+                series.rows[i]
+            );
+        }
         let past = breakdown(&a, &BreakdownParams { at: Some(1 << 30), ..Default::default() });
         assert!(matches!(past, Err(ViewError::BadRequest(m)) if m.contains("past the end")));
     }
