@@ -590,3 +590,26 @@ async fn regression_a_huge_capture_context_does_not_inflate_the_stored_statistic
     assert!(body.len() < bytes.len() / 4, "{} bytes of statistics from a {}-byte file", body.len(), bytes.len());
     still_serves(&server, &victim).await;
 }
+
+/// Regression: the breakdown's categories and the pools map are built by
+/// the first query of their kind and kept with the cached snapshot, but
+/// the cache weighed a snapshot as it was loaded, so a few hundred MB per
+/// big snapshot went uncounted in `cache_bytes`. They count once built.
+#[tokio::test]
+async fn regression_what_the_breakdown_and_pools_build_later_counts_in_the_cache_bytes() {
+    let server = TestServer::start("cache-weight", &[]);
+    let (status, answer) = server.upload(fixture("breakdown_python_after_step.pickle"), "name=weight").await;
+    assert_eq!(status, StatusCode::CREATED, "{answer}");
+    let id = answer["id"].as_str().expect("id").to_owned();
+    let (status, _) = server.get(&format!("/snapshots/{id}/timeline?px=100")).await;
+    assert_eq!(status, StatusCode::OK);
+    let loaded = metric(&server, "cached_bytes", None).await;
+    let (status, _) = server.get(&format!("/snapshots/{id}/breakdown?px=100")).await;
+    assert_eq!(status, StatusCode::OK);
+    let with_breakdown = metric(&server, "cached_bytes", None).await;
+    // 2,000-odd allocations, 24 bytes a span.
+    assert!(with_breakdown >= loaded + 40_000, "{loaded} then {with_breakdown}");
+    let (status, _) = server.get(&format!("/snapshots/{id}/pools")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(metric(&server, "cached_bytes", None).await >= with_breakdown);
+}

@@ -522,6 +522,14 @@ impl DeviceCategories {
         }
     }
 
+    /// About how much memory this holds (its spans, stage names and notes),
+    /// for caches that count what they keep.
+    pub fn heap_bytes(&self) -> usize {
+        self.spans.capacity() * std::mem::size_of::<Span>()
+            + self.stage_names.iter().map(|n| n.capacity() + std::mem::size_of::<String>()).sum::<usize>()
+            + self.notes.iter().map(String::capacity).sum::<usize>()
+    }
+
     /// Bytes per category at `px` rows spread evenly over the trace (at
     /// most one per row), for a stacked chart.
     pub fn series(&self, px: usize) -> BreakdownSeries {

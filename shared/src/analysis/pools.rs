@@ -79,6 +79,14 @@ struct PrivateSegment {
 }
 
 impl PoolMap {
+    /// About how much memory this holds, for caches that count what they
+    /// keep.
+    pub fn heap_bytes(&self) -> usize {
+        self.rows.capacity() * std::mem::size_of::<(u32, PoolId)>()
+            + self.private_pools.capacity() * std::mem::size_of::<PoolId>()
+            + self.segments.capacity() * std::mem::size_of::<PrivateSegment>()
+    }
+
     /// Attribute every row of `device`'s trace to its pool.
     pub fn of(device: &DeviceSnapshot) -> PoolMap {
         let trace = &device.trace;

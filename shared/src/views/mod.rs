@@ -72,16 +72,23 @@ impl Analyzed {
     /// Opened from a persisted index, the trace and timeline columns view
     /// the file (pages the operating system keeps or drops), so what counts
     /// is the heap: the interval lists, the tables and the final segments.
+    ///
+    /// What the first queries of a kind build later (the breakdown's
+    /// categories, the pools map) counts once built: a cache that asks
+    /// again sees it.
     pub fn approx_bytes(&self) -> u64 {
         const PER_ROW: u64 = 160;
         let rows: u64 = self.snapshot.devices.iter().map(|d| d.trace.len() as u64).sum();
         let blocks: u64 = self.snapshot.devices.iter().flat_map(|d| &d.segments).map(|s| s.blocks.len() as u64).sum();
+        let built: usize =
+            self.categories.iter().filter_map(|(_, c)| c.get()).map(DeviceCategories::heap_bytes).sum::<usize>()
+                + self.pools.iter().filter_map(|(_, p)| p.get()).map(PoolMap::heap_bytes).sum::<usize>();
         if !self.from_index {
-            return (1 << 20) + rows * PER_ROW + blocks * 64;
+            return (1 << 20) + rows * PER_ROW + blocks * 64 + built as u64;
         }
         let intervals: usize =
             self.index.devices.iter().map(|d| d.allocations.heap_bytes() + d.segments.len() * 40).sum();
-        (1 << 20) + intervals as u64 + self.timeline.heap_bytes() as u64 + blocks * 64
+        (1 << 20) + intervals as u64 + self.timeline.heap_bytes() as u64 + blocks * 64 + built as u64
     }
 
     /// Whether this was opened from a persisted index rather than parsed.
