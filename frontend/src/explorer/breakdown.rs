@@ -8,7 +8,7 @@ use leptos::prelude::*;
 use web_sys::MouseEvent;
 
 use crate::core::format;
-use crate::core::model::{BreakdownSeries, CATEGORIES, Category, Confidence, DeviceBreakdown, Instant};
+use crate::core::model::{BreakdownSeries, CATEGORIES, DeviceBreakdown, Instant};
 use crate::core::palette;
 use crate::explorer::DeviceContext;
 use crate::infra::api;
@@ -106,14 +106,6 @@ pub(crate) fn BreakdownPanel(ctx: DeviceContext) -> impl IntoView {
     }
 }
 
-fn confidence(c: Confidence) -> &'static str {
-    match c {
-        Confidence::High => "from stacks",
-        Confidence::Medium => "inferred from lifetimes",
-        Confidence::None => "",
-    }
-}
-
 /// The figures at the cursor: a stacked bar, a table, the stages.
 fn figures(b: &DeviceBreakdown) -> impl IntoView + use<> {
     let total = b.categories.total().max(1);
@@ -131,13 +123,7 @@ fn figures(b: &DeviceBreakdown) -> impl IntoView + use<> {
         .iter()
         .map(|&c| {
             let n = b.categories.get(c);
-            let how = match c {
-                Category::Parameters => confidence(b.confidence.parameters),
-                Category::Gradients => confidence(b.confidence.gradients),
-                Category::OptimizerState => confidence(b.confidence.optimizer_state),
-                Category::Activations => confidence(b.confidence.activations),
-                Category::Other => "",
-            };
+            let how = b.confidence.get(c).source();
             view! {
                 <tr data-category=c.key()>
                     <td>{c.label()}</td>

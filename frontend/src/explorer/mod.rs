@@ -92,6 +92,14 @@ impl DeviceContext {
     }
 }
 
+/// The panels below the timelines: the tab, its button's id and label.
+const TABS: [(Tab, &str, &str); 4] = [
+    (Tab::State, "tab-state", "Allocator state"),
+    (Tab::Fragmentation, "tab-fragmentation", "Fragmentation"),
+    (Tab::Breakdown, "tab-breakdown", "Where the memory went"),
+    (Tab::Pools, "tab-pools", "Memory pools"),
+];
+
 /// The views of device `device`, restored from `initial` (the link's state).
 #[component]
 pub(crate) fn DeviceViews(id: String, device: u32, initial: PageState) -> impl IntoView {
@@ -153,34 +161,16 @@ pub(crate) fn DeviceViews(id: String, device: u32, initial: PageState) -> impl I
         <segments::SegmentTimeline ctx=ctx/>
         <search::SearchBox ctx=ctx/>
         <div class="tabs" role="tablist">
-            <button
-                id="tab-state"
-                class:active=move || ctx.tab.get() == Tab::State
-                on:click=move |_| ctx.tab.set(Tab::State)
-            >
-                "Allocator state"
-            </button>
-            <button
-                id="tab-fragmentation"
-                class:active=move || ctx.tab.get() == Tab::Fragmentation
-                on:click=move |_| ctx.tab.set(Tab::Fragmentation)
-            >
-                "Fragmentation"
-            </button>
-            <button
-                id="tab-breakdown"
-                class:active=move || ctx.tab.get() == Tab::Breakdown
-                on:click=move |_| ctx.tab.set(Tab::Breakdown)
-            >
-                "Where the memory went"
-            </button>
-            <button
-                id="tab-pools"
-                class:active=move || ctx.tab.get() == Tab::Pools
-                on:click=move |_| ctx.tab.set(Tab::Pools)
-            >
-                "Memory pools"
-            </button>
+            {TABS
+                .iter()
+                .map(|&(tab, id, label)| {
+                    view! {
+                        <button id=id class:active=move || ctx.tab.get() == tab on:click=move |_| ctx.tab.set(tab)>
+                            {label}
+                        </button>
+                    }
+                })
+                .collect_view()}
         </div>
         {move || match ctx.tab.get() {
             Tab::State => view! { <state::StatePanel ctx=ctx/> }.into_any(),

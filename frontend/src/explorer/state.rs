@@ -8,6 +8,7 @@ use leptos::prelude::*;
 use leptos::task::spawn_local;
 use web_sys::MouseEvent;
 
+use crate::components::card::Card;
 use crate::core::blocks::{self, Rect};
 use crate::core::format;
 use crate::core::model::{AllocatorState, Axis, BlockKind, Frame, Instant};
@@ -204,15 +205,7 @@ fn figures_view(s: &AllocatorState) -> impl IntoView + use<> {
         <div class="summary state-figures" id="state-figures">
             {cards
                 .into_iter()
-                .map(|(label, value, note)| {
-                    view! {
-                        <div class="card">
-                            <div class="label">{label}</div>
-                            <div class="value">{value}</div>
-                            <div class="note">{note}</div>
-                        </div>
-                    }
-                })
+                .map(|(label, value, note)| view! { <Card label=label.to_owned() value=value note=note/> })
                 .collect_view()}
         </div>
     }

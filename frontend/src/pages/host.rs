@@ -4,6 +4,7 @@
 
 use leptos::prelude::*;
 
+use crate::components::card::Card;
 use crate::core::format;
 use crate::core::model::HostAnswer;
 use crate::core::palette;
@@ -55,13 +56,7 @@ pub(crate) fn HostMemory(id: String) -> impl IntoView {
                         <div class="summary" id="host-summary">
                             {cards
                                 .into_iter()
-                                .map(|(label, value, note)| view! {
-                                    <div class="card">
-                                        <div class="label">{label}</div>
-                                        <div class="value">{value}</div>
-                                        <div class="note">{note}</div>
-                                    </div>
-                                })
+                                .map(|(label, value, note)| view! { <Card label=label.to_owned() value=value note=note/> })
                                 .collect_view()}
                         </div>
                     }

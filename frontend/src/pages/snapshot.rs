@@ -11,6 +11,7 @@ use leptos_router::hooks::use_params_map;
 use vramscope_shared::DeviceStats;
 use vramscope_shared::snapshot::CaptureContext;
 
+use crate::components::card::Card;
 use crate::core::format;
 use crate::core::model::{SnapshotMeta, StatsReport};
 use crate::core::permalink;
@@ -344,13 +345,7 @@ fn Summary(stats: DeviceStats, format: String, capture: Option<CaptureContext>) 
                 .into_iter()
                 .map(|(label, value, note)| {
                     let alarm = label == "OOMs" && ooms > 0;
-                    view! {
-                        <div class="card" class:alarm=alarm>
-                            <div class="label">{label}</div>
-                            <div class="value">{value}</div>
-                            <div class="note">{note}</div>
-                        </div>
-                    }
+                    view! { <Card label=label.to_owned() value=value note=note alarm=alarm/> }
                 })
                 .collect_view()}
         </div>

@@ -9,7 +9,7 @@ pub mod live;
 pub mod review;
 
 pub use vramscope_shared::StatsReport;
-pub use vramscope_shared::analysis::breakdown::{BreakdownSeries, CATEGORIES, Category, Confidence, DeviceBreakdown};
+pub use vramscope_shared::analysis::breakdown::{BreakdownSeries, CATEGORIES, DeviceBreakdown};
 pub use vramscope_shared::api::review::Comment as CommentMark;
 pub use vramscope_shared::api::{ErrorBody, SnapshotMeta, SnapshotStatus, Trigger, UploadAnswer};
 pub use vramscope_shared::timeline::{Axis, Marker, MarkerKind, TimelineWindow, VisibleAllocation};

@@ -167,15 +167,7 @@ mod ui {
                 <div class="summary">
                     {cards(&r)
                         .into_iter()
-                        .map(|(label, value, note)| {
-                            view! {
-                                <div class="card">
-                                    <div class="label">{label}</div>
-                                    <div class="value">{value}</div>
-                                    <div class="note">{note}</div>
-                                </div>
-                            }
-                        })
+                        .map(|(label, value, note)| view! { <crate::components::card::Card label=label.to_owned() value=value note=note/> })
                         .collect_view()}
                     <div class="card alarm" id="oom-cause">
                         <div class="label">"cause"</div>
