@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use anyhow::anyhow;
 use clap::Args;
-use vramscope_shared::analysis::breakdown::{CATEGORIES, Category, Confidence, DeviceBreakdown};
+use vramscope_shared::analysis::breakdown::{CATEGORIES, DeviceBreakdown};
 use vramscope_shared::answers::breakdown_json;
 use vramscope_shared::views::{Analyzed, ViewError};
 
@@ -59,14 +59,6 @@ pub(crate) fn run(args: &BreakdownArgs) -> Result<(), Failure> {
     finish(written)
 }
 
-fn confidence(c: Confidence) -> &'static str {
-    match c {
-        Confidence::High => "from stacks",
-        Confidence::Medium => "inferred from lifetimes",
-        Confidence::None => "",
-    }
-}
-
 fn write_device(
     out: &mut impl Write,
     file: &std::path::Path,
@@ -79,13 +71,7 @@ fn write_device(
     for c in CATEGORIES {
         let n = b.categories.get(c);
         let pct = if total > 0 { n as f64 * 100.0 / total as f64 } else { 0.0 };
-        let how = match c {
-            Category::Parameters => confidence(b.confidence.parameters),
-            Category::Gradients => confidence(b.confidence.gradients),
-            Category::OptimizerState => confidence(b.confidence.optimizer_state),
-            Category::Activations => confidence(b.confidence.activations),
-            Category::Other => "",
-        };
+        let how = b.confidence.get(c).source();
         let line = format!("  {:<16} {:>11} {:>5.1}%  {how}", c.label(), bytes(n), pct);
         writeln!(out, "{}", line.trim_end())?;
     }

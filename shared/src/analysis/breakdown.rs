@@ -191,6 +191,18 @@ pub struct DeviceBreakdown {
     pub notes: Vec<String>,
 }
 
+impl Confidence {
+    /// Where a figure of this confidence comes from, in words (empty for
+    /// [`Confidence::None`]).
+    pub fn source(self) -> &'static str {
+        match self {
+            Confidence::High => "from stacks",
+            Confidence::Medium => "inferred from lifetimes",
+            Confidence::None => "",
+        }
+    }
+}
+
 /// A [`Confidence`] per category.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CategoryConfidence {
@@ -202,6 +214,19 @@ pub struct CategoryConfidence {
     pub optimizer_state: Confidence,
     /// Activations.
     pub activations: Confidence,
+}
+
+impl CategoryConfidence {
+    /// The confidence of one category; "other" is no claim: [`Confidence::None`].
+    pub fn get(&self, c: Category) -> Confidence {
+        match c {
+            Category::Parameters => self.parameters,
+            Category::Gradients => self.gradients,
+            Category::OptimizerState => self.optimizer_state,
+            Category::Activations => self.activations,
+            Category::Other => Confidence::None,
+        }
+    }
 }
 
 /// Bytes per category at evenly spaced rows: a stacked chart.
