@@ -10,7 +10,7 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 
 use serde_json::{Value, json};
 
-use crate::common::server::{TestServer, client, unique_dir};
+use crate::common::server::{TestServer, client, create_token, unique_dir};
 
 fn vramscope() -> Command {
     Command::new(env!("CARGO_BIN_EXE_vramscope"))
@@ -213,15 +213,7 @@ fn a_large_answer_is_cut_with_a_pointer_to_the_rest() {
 #[tokio::test]
 async fn stored_snapshots_are_read_by_id_with_dashboard_links_and_writing_needs_the_flag_and_an_uploader() {
     let dir = unique_dir("mcp");
-    let token = |role: &str| {
-        let out = vramscope()
-            .args(["token", "create", "--role", role, "--name", &format!("assistant-{role}"), "--data-dir"])
-            .arg(&dir)
-            .output()
-            .expect("token create");
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        String::from_utf8(out.stdout).expect("utf8").trim().to_owned()
-    };
+    let token = |role: &str| create_token(&dir, role);
     let (viewer, uploader) = (token("viewer"), token("uploader"));
     let server = TestServer::start_in(&dir, &[("VRAMSCOPE_REQUIRE_TOKENS", "true")]);
     let bytes = std::fs::read(corpus("oom_leak.pickle")).expect("read");
@@ -289,15 +281,7 @@ async fn stored_snapshots_are_read_by_id_with_dashboard_links_and_writing_needs_
 #[tokio::test]
 async fn the_server_answers_the_tools_over_http_behind_its_tokens() {
     let dir = unique_dir("mcp-http");
-    let token = |role: &str| {
-        let out = vramscope()
-            .args(["token", "create", "--role", role, "--name", role, "--data-dir"])
-            .arg(&dir)
-            .output()
-            .expect("token create");
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        String::from_utf8(out.stdout).expect("utf8").trim().to_owned()
-    };
+    let token = |role: &str| create_token(&dir, role);
     let (viewer, uploader) = (token("viewer"), token("uploader"));
     let server = TestServer::start_in(&dir, &[("VRAMSCOPE_REQUIRE_TOKENS", "true")]);
     let response = client()

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use crate::common::server::{TestServer, client, unique_dir};
+use crate::common::server::{TestServer, client, create_token, unique_dir};
 use reqwest::StatusCode;
 use serde_json::Value;
 
@@ -287,15 +287,7 @@ async fn tokens_are_required_off_loopback_mode_and_roles_are_enforced() {
     assert!(!refused.status.success());
     assert!(String::from_utf8_lossy(&refused.stderr).contains("without API tokens"));
 
-    let token = |role: &str| {
-        let out = Command::new(env!("CARGO_BIN_EXE_vramscope"))
-            .args(["token", "create", "--role", role, "--name", role, "--data-dir"])
-            .arg(&dir)
-            .output()
-            .expect("token create");
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        String::from_utf8(out.stdout).expect("utf8").trim().to_owned()
-    };
+    let token = |role: &str| create_token(&dir, role);
     let (viewer, uploader, admin) = (token("viewer"), token("uploader"), token("admin"));
     let server = TestServer::start_in(&dir, &[("VRAMSCOPE_REQUIRE_TOKENS", "true")]);
 

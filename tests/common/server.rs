@@ -35,6 +35,18 @@ pub fn unique_dir(tag: &str) -> PathBuf {
     dir
 }
 
+/// A new API token of `role` in the server data folder `data_dir`, made by
+/// `vramscope token create` as an operator would; its secret.
+pub fn create_token(data_dir: &Path, role: &str) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_vramscope"))
+        .args(["token", "create", "--role", role, "--name", role, "--data-dir"])
+        .arg(data_dir)
+        .output()
+        .expect("token create");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).expect("utf8").trim().to_owned()
+}
+
 /// A client with a generous timeout (debug builds parse and replay slowly).
 pub fn client() -> reqwest::Client {
     reqwest::Client::builder().timeout(Duration::from_secs(300)).build().expect("client")

@@ -8,7 +8,7 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 
 use super::bombs;
-use crate::common::server::{TestServer, client};
+use crate::common::server::{TestServer, client, create_token};
 use crate::common::{self};
 
 fn fixture(name: &str) -> Vec<u8> {
@@ -477,17 +477,6 @@ async fn regression_a_client_trickling_its_headers_is_cut_off() {
         assert!(closed.is_ok(), "connection {i} still open 10 s after its headers stalled");
     }
     still_serves(&server, &id).await;
-}
-
-/// `vramscope token create --role ROLE` over a data folder; the token.
-fn create_token(dir: &std::path::Path, role: &str) -> String {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_vramscope"))
-        .args(["token", "create", "--role", role, "--name", role, "--data-dir"])
-        .arg(dir)
-        .output()
-        .expect("token create");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).expect("utf8").trim().to_owned()
 }
 
 /// A gauge or counter of the server's `/metrics` (with a token where the

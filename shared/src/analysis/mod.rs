@@ -19,7 +19,7 @@ pub mod oom;
 pub mod pools;
 pub mod steps;
 #[cfg(test)]
-mod testing;
+pub(crate) mod testing;
 
 use serde::{Deserialize, Serialize};
 

@@ -356,25 +356,12 @@ fn remove_range<T: Copy>(live: &mut Live<T>, start: u64, end: u64) -> Vec<usize>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::snapshot::trace::TraceBuilder;
     use crate::snapshot::{Block, BlockState, EMPTY_STACK, Segment, SegmentType};
 
     const MIB: u64 = 1 << 20;
 
     fn device(rows: &[(Action, u64, u64)], segments: Vec<Segment>) -> DeviceSnapshot {
-        let mut trace = TraceBuilder { streams: vec![0], ..Default::default() };
-        for (i, &(action, addr, size)) in rows.iter().enumerate() {
-            let code = Action::KNOWN.iter().position(|(_, a)| *a == action).expect("a known action");
-            trace.action.push(code as u16);
-            trace.addr.push(addr);
-            trace.size.push(size);
-            trace.stream.push(0);
-            trace.time_us.push(1000 + i as i64);
-            trace.stack.push(0);
-            trace.compile_context.push(0);
-            trace.user_metadata.push(0);
-        }
-        DeviceSnapshot { device: 0, segments, trace: trace.into(), has_trace: true }
+        crate::analysis::testing::rows_device(rows, segments)
     }
 
     fn segment(address: u64, total_size: u64, pool_id: PoolId) -> Segment {

@@ -8,6 +8,24 @@ use crate::snapshot::{
     FrameTable, Segment, SegmentType, Snapshot, StackId, Strings,
 };
 
+/// A device whose trace is these (action, address, size) rows on stream 0,
+/// one every µs and with no stacks, and whose final state is `segments`.
+pub(crate) fn rows_device(rows: &[(Action, u64, u64)], segments: Vec<Segment>) -> DeviceSnapshot {
+    let mut trace = crate::snapshot::trace::TraceBuilder { streams: vec![0], ..Default::default() };
+    for (i, &(action, addr, size)) in rows.iter().enumerate() {
+        let code = Action::KNOWN.iter().position(|(_, a)| *a == action).expect("a known action");
+        trace.action.push(code as u16);
+        trace.addr.push(addr);
+        trace.size.push(size);
+        trace.stream.push(0);
+        trace.time_us.push(1000 + i as i64);
+        trace.stack.push(0);
+        trace.compile_context.push(0);
+        trace.user_metadata.push(0);
+    }
+    DeviceSnapshot { device: 0, segments, trace: trace.into(), has_trace: true }
+}
+
 /// One device: a trace built entry by entry (one every 10 µs) and the final segments.
 pub(crate) struct Build {
     strings: IndexSet<Box<str>, FxBuildHasher>,

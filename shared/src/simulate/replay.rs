@@ -352,7 +352,6 @@ impl<'a> Replayer<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::snapshot::trace::TraceBuilder;
 
     const MIB: u64 = 1 << 20;
 
@@ -360,19 +359,7 @@ mod tests {
     /// stream 0. The rows must leave nothing allocated and no recorded
     /// segment, or the trace would not look like it starts from empty.
     fn device(rows: &[(Action, u64, u64)]) -> DeviceSnapshot {
-        let mut trace = TraceBuilder { streams: vec![0], ..Default::default() };
-        for (i, &(action, addr, size)) in rows.iter().enumerate() {
-            let code = Action::KNOWN.iter().position(|(_, a)| *a == action).expect("a known action");
-            trace.action.push(code as u16);
-            trace.addr.push(addr);
-            trace.size.push(size);
-            trace.stream.push(0);
-            trace.time_us.push(1000 + i as i64);
-            trace.stack.push(0);
-            trace.compile_context.push(0);
-            trace.user_metadata.push(0);
-        }
-        DeviceSnapshot { device: 0, segments: Vec::new(), trace: trace.into(), has_trace: true }
+        crate::analysis::testing::rows_device(rows, Vec::new())
     }
 
     #[test]
