@@ -427,7 +427,12 @@ impl DeviceCategories {
                     spans.push(Span { start, end, size: a.size, category, other, confidence, stage: stages[i] });
                 }
             };
-            let region_of = |regions: &[Region]| regions.iter().find(|r| r.start <= start && start < r.end).copied();
+            // Regions are sorted and disjoint: binary searches, not scans
+            // (a long run has thousands of steps and millions of allocations).
+            let region_of = |regions: &[Region]| {
+                let i = regions.partition_point(|r| r.start <= start);
+                regions[..i].last().filter(|r| start < r.end).copied()
+            };
             match c {
                 Context::Setup => push(start, end, Category::Parameters, OtherReason::Temporary, Confidence::High),
                 Context::OptimizerInit | Context::Optimizer => {
@@ -446,12 +451,6 @@ impl DeviceCategories {
                     let confidence = if framed { Confidence::High } else { Confidence::Medium };
                     if end > region_end && parameter_sizes.contains(&a.size) {
                         push(start, end, Category::Gradients, OtherReason::Temporary, confidence);
-                    } else if end > region_end
-                        && end == u32::MAX
-                        && region_end == rows
-                        && parameter_sizes.contains(&a.size)
-                    {
-                        push(start, end, Category::Gradients, OtherReason::Temporary, Confidence::Medium);
                     } else if end > region_end {
                         push(start, end, Category::Other, OtherReason::Kept, Confidence::Medium);
                     } else {
@@ -459,8 +458,8 @@ impl DeviceCategories {
                     }
                 }
                 Context::Forward | Context::Plain if a.alloc_row.is_some() => {
-                    let mut next = backward.iter().filter(|r| r.start > start).map(|r| r.start);
-                    match (next.next(), next.next()) {
+                    let i = backward.partition_point(|r| r.start <= start);
+                    match (backward.get(i).map(|r| r.start), backward.get(i + 1).map(|r| r.start)) {
                         (Some(b1), b2) if end > b1 => {
                             let b2 = b2.unwrap_or(u32::MAX);
                             push(start, end.min(b2), Category::Activations, OtherReason::Temporary, Confidence::Medium);
