@@ -77,6 +77,11 @@ enum Command {
     /// Replay the trace under a grid of allocator settings and rank them by
     /// reserved peak, with their trade-offs.
     Tune(cli::simulate::TuneArgs),
+    /// Will it fit? Predict memory at sizes never run (batch size, sequence
+    /// length), from a few small recorded runs of the same job, through the
+    /// caching allocator's model: peaks, where it runs out, and the largest
+    /// size that fits under a capacity.
+    Predict(cli::predict::PredictArgs),
     /// Apply the retention policy once (keep N days / N bytes; never
     /// pinned or commented snapshots), or show with --dry-run what it would
     /// delete and why.
@@ -142,6 +147,7 @@ fn main() -> ExitCode {
         Command::Mcp(a) => cli::mcp::run(&a),
         Command::Simulate(a) => cli::simulate::run(&a),
         Command::Tune(a) => cli::simulate::run_tune(&a),
+        Command::Predict(a) => cli::predict::run(&a),
         Command::Retention(a) => {
             runtime().and_then(|rt| rt.block_on(cli::retention::run(&a)).map_err(cli::Failure::Other))
         }

@@ -8,6 +8,7 @@ pub(crate) mod explain;
 pub(crate) mod input;
 pub(crate) mod leaks;
 pub(crate) mod mcp;
+pub(crate) mod predict;
 pub(crate) mod progress;
 pub(crate) mod report;
 pub(crate) mod retention;

@@ -379,6 +379,33 @@ const NO_STAGE: u32 = 0;
 impl DeviceCategories {
     /// Classify every allocation of a device (see the module doc).
     pub fn build(snapshot: &Snapshot, device: &DeviceSnapshot, index: &DeviceIndex) -> DeviceCategories {
+        DeviceCategories::build_with(snapshot, device, index, |_, _, _| {})
+    }
+
+    /// For each allocation of `index` (in its order), whether its memory
+    /// grows with the batch: what the breakdown classes, when it is made,
+    /// as activations or temporaries (parameters, gradients, optimizer
+    /// state, workspaces and what is kept across steps do not).
+    pub fn grows_with_batch(snapshot: &Snapshot, device: &DeviceSnapshot, index: &DeviceIndex) -> Vec<bool> {
+        let mut grows = vec![false; index.allocations.len()];
+        let mut classified = vec![false; index.allocations.len()];
+        DeviceCategories::build_with(snapshot, device, index, |i, category, other| {
+            if !std::mem::replace(&mut classified[i], true) {
+                grows[i] =
+                    matches!((category, other), (Category::Activations, _) | (Category::Other, OtherReason::Temporary));
+            }
+        });
+        grows
+    }
+
+    /// [`DeviceCategories::build`], telling `seen` each span's allocation
+    /// (its index in `index`), category and reason, in order.
+    fn build_with(
+        snapshot: &Snapshot,
+        device: &DeviceSnapshot,
+        index: &DeviceIndex,
+        mut seen: impl FnMut(usize, Category, OtherReason),
+    ) -> DeviceCategories {
         let rows = device.trace.len() as u32;
         let allocations = index.allocations.as_slice();
         let framed_somewhere = allocations.iter().any(|a| !snapshot.frames.stack(a.stack).is_empty());
@@ -424,6 +451,7 @@ impl DeviceCategories {
             let end = a.free_requested_row.get().or(a.free_completed_row.get()).map_or(u32::MAX, |r| r);
             let mut push = |start: u32, end: u32, category: Category, other: OtherReason, confidence: Confidence| {
                 if start < end {
+                    seen(i, category, other);
                     spans.push(Span { start, end, size: a.size, category, other, confidence, stage: stages[i] });
                 }
             };

@@ -4,7 +4,7 @@
 //!
 //! - The HTTP API under `/api/v1`: [`snapshots`] (the library, uploads and
 //!   signed links), [`review`] (comments), [`jobs`] (a job's ranks side by
-//!   side), [`live`] (telemetry read back) and [`error`] (every refusal's
+//!   side), [`live`] (telemetry read back), [`predict`] (will it fit) and [`error`] (every refusal's
 //!   body). The analyses' answers are the view types of
 //!   [`crate::views`] and [`crate::timeline`], shared the same way.
 //! - The capture path: [`agent`] (job ⇄ agent ⇄ server).
@@ -16,6 +16,7 @@ pub mod agent;
 pub mod error;
 pub mod jobs;
 pub mod live;
+pub mod predict;
 pub mod review;
 pub mod snapshots;
 

@@ -1,0 +1,181 @@
+//! The largest size that fits under a capacity, found by replaying
+//! candidates on a grid of the search's step.
+//!
+//! Fit is not monotonic in the size, so no formula and no plain bisection
+//! can be trusted alone:
+//!
+//! 1. A floor under the reserved peak ([`Model::floor_bytes`], the highest
+//!    sum of live rounded requests, no replay) bounds the search from above:
+//!    a size whose floor is over the capacity runs out for sure.
+//! 2. When the grid below that bound has at most [`SCAN_LIMIT`] sizes, every
+//!    one is replayed: the answer is exact on the grid, dips included.
+//! 3. Otherwise it bisects (two sizes a round, for two cores), then replays
+//!    [`WINDOW`] sizes on each side of the boundary it found, so a dip or a
+//!    fit again close to it is seen; farther ones are not, and the answer
+//!    says so.
+
+use std::collections::BTreeMap;
+
+use super::{Dip, Model, SizePrediction};
+use crate::simulate::AllocatorConfig;
+
+/// Most grid sizes replayed one by one.
+pub const SCAN_LIMIT: u64 = 48;
+/// Grid sizes replayed on each side of a bisection's boundary.
+pub const WINDOW: u64 = 6;
+/// The largest size the search goes to.
+const MAX_SIZE: u64 = 1 << 40;
+
+/// What the search found.
+#[derive(Clone, Debug, Default)]
+pub struct Largest {
+    /// The grid's step.
+    pub step: u64,
+    /// The largest size that fits, replayed.
+    pub largest: Option<SizePrediction>,
+    /// The smallest size above it that does not, replayed.
+    pub first_failure: Option<SizePrediction>,
+    /// Every size replayed, by size.
+    pub tried: Vec<SizePrediction>,
+    /// Sizes that run out below a size that fits.
+    pub dips: Vec<Dip>,
+    /// What to know about the search.
+    pub notes: Vec<String>,
+}
+
+type ReplayMany<'r> = &'r dyn Fn(&Model<'_>, &[u64], &AllocatorConfig, Option<u64>) -> Vec<SizePrediction>;
+
+struct Search<'m, 'a, 'r> {
+    model: &'m Model<'a>,
+    config: &'m AllocatorConfig,
+    capacity: u64,
+    step: u64,
+    replay_many: ReplayMany<'r>,
+    /// Replayed, by grid index (size / step).
+    replayed: BTreeMap<u64, SizePrediction>,
+}
+
+impl Search<'_, '_, '_> {
+    fn fits_floor(&self, k: u64) -> bool {
+        self.model.floor_bytes(k * self.step, self.config) <= self.capacity
+    }
+
+    /// Replay the grid indices not replayed yet (those over the floor fail
+    /// without a replay); true for each that fits.
+    fn run(&mut self, ks: &[u64]) -> Vec<bool> {
+        let todo: Vec<u64> =
+            ks.iter().copied().filter(|k| !self.replayed.contains_key(k) && self.fits_floor(*k)).collect();
+        let sizes: Vec<u64> = todo.iter().map(|k| k * self.step).collect();
+        for (k, p) in todo.iter().zip((self.replay_many)(self.model, &sizes, self.config, Some(self.capacity))) {
+            self.replayed.insert(*k, p);
+        }
+        ks.iter().map(|k| self.replayed.get(k).is_some_and(|p| !p.oom)).collect()
+    }
+
+    fn replay_one(&mut self, k: u64) -> SizePrediction {
+        if let Some(p) = self.replayed.get(&k) {
+            return p.clone();
+        }
+        let p = self.model.replay(k * self.step, self.config, Some(self.capacity));
+        self.replayed.insert(k, p.clone());
+        p
+    }
+}
+
+/// Search the largest size that fits under `capacity` (see the module doc).
+pub(crate) fn largest(
+    model: &Model<'_>,
+    config: &AllocatorConfig,
+    capacity: u64,
+    step: Option<u64>,
+    replay_many: ReplayMany<'_>,
+) -> Largest {
+    let recorded = model.recorded_sizes();
+    let step = step.filter(|s| *s > 0).unwrap_or_else(|| recorded.iter().copied().fold(0, gcd).max(1));
+    let mut s = Search { model, config, capacity, step, replay_many, replayed: BTreeMap::new() };
+    let mut notes = Vec::new();
+
+    // The bound above: the first grid index, doubling from the largest
+    // recorded size, whose floor is over the capacity.
+    let reference_k = (recorded.first().copied().unwrap_or(step) / step).max(1);
+    let mut bound = reference_k;
+    while s.fits_floor(bound) && bound * step < MAX_SIZE {
+        bound *= 2;
+    }
+    let unbounded = s.fits_floor(bound);
+    if unbounded {
+        notes.push(format!(
+            "every size up to {} stays under the capacity by the floor of live requests; the search stops there",
+            bound * step
+        ));
+    }
+    // Grid indices 1..bound may fit.
+    let candidates = bound - 1;
+    if candidates <= SCAN_LIMIT {
+        let all: Vec<u64> = (1..bound).collect();
+        s.run(&all);
+    } else {
+        let (mut lo, mut hi) = if s.run(&[reference_k])[0] { (reference_k, bound) } else { (0, reference_k) };
+        while hi - lo > 1 {
+            let gap = hi - lo;
+            let picks: Vec<u64> = [lo + gap / 3, lo + 2 * gap / 3]
+                .into_iter()
+                .filter(|k| *k > lo && *k < hi)
+                .chain((gap == 2).then_some(lo + 1))
+                .collect::<std::collections::BTreeSet<u64>>()
+                .into_iter()
+                .collect();
+            let fits = s.run(&picks);
+            match picks.iter().zip(&fits).find(|(_, f)| !**f) {
+                Some((&fail, _)) => {
+                    lo =
+                        picks.iter().zip(&fits).filter(|(k, f)| **f && **k < fail).map(|(k, _)| *k).max().unwrap_or(lo);
+                    hi = fail;
+                }
+                None => lo = picks.last().copied().unwrap_or(lo),
+            }
+        }
+        // Around the boundary: a fit again above it, a dip below it.
+        let around: Vec<u64> = (lo.saturating_sub(WINDOW).max(1)..(hi + 1 + WINDOW).min(bound)).collect();
+        s.run(&around);
+        notes.push(format!(
+            "searched by bisection over {candidates} sizes (step {step}), then {WINDOW} sizes on each side of the \
+             boundary; a dip or a fit farther from it is not looked for (a larger --step scans every size)"
+        ));
+    }
+
+    let largest_k = s.replayed.iter().rev().find(|(_, p)| !p.oom).map(|(k, _)| *k);
+    let first_failure_k = match largest_k {
+        Some(k) => ((k + 1)..=bound).find(|i| s.replayed.get(i).is_none_or(|p| p.oom)),
+        None => Some(1),
+    };
+    let first_failure = first_failure_k.filter(|k| !(unbounded && *k == bound)).map(|k| s.replay_one(k));
+    let largest = largest_k.and_then(|k| s.replayed.get(&k).cloned());
+    let tried: Vec<SizePrediction> = s.replayed.values().cloned().collect();
+    let mut dips = Vec::new();
+    if let Some(top) = largest_k {
+        let mut fails: Option<u64> = None;
+        for (k, p) in s.replayed.range(..=top) {
+            match (p.oom, fails) {
+                (true, None) => fails = Some(*k),
+                (false, Some(f)) => {
+                    dips.push(Dip { fails: f * step, fits: k * step });
+                    fails = None;
+                }
+                _ => {}
+            }
+        }
+    }
+    if let Some(d) = dips.first() {
+        notes.push(format!(
+            "not monotonic: size {} runs out of memory while {} fits (the cache holds other blocks at each size; \
+             the allocator frees it and retries before failing)",
+            d.fails, d.fits
+        ));
+    }
+    Largest { step, largest, first_failure, tried, dips, notes }
+}
+
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 { a } else { gcd(b, a % b) }
+}
