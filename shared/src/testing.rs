@@ -19,6 +19,12 @@ pub fn fixture_corpus() -> PathBuf {
     workspace_root().join("tests/fixtures/corpus")
 }
 
+/// The runs recorded on an H200 for `vramscope predict`, with the real runs'
+/// outcomes (`truth.json`), from `tests/gpu/predict_job.py`.
+pub fn fixture_predict() -> PathBuf {
+    workspace_root().join("tests/fixtures/predict")
+}
+
 /// The full corpus beside the checkout: `$VRAMSCOPE_CORPUS`, default
 /// `../shared/corpus`. Panics (fails the test loudly) when it is missing:
 /// the large files are part of the test suite, not optional extras.

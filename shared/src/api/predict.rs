@@ -110,13 +110,13 @@ mod tests {
         let q = PredictQuery { runs: "a:8, b:16".into(), at: Some("64,128".into()), ..Default::default() };
         assert_eq!(q.runs(), Ok(vec![("a".to_owned(), 8), ("b".to_owned(), 16)]));
         assert_eq!(q.at(), Ok(vec![64, 128]));
-        let bad = |runs: &str| PredictQuery { runs: runs.into(), ..Default::default() }.runs().unwrap_err();
+        let bad = |runs: &str| PredictQuery { runs: runs.into(), ..Default::default() }.runs().expect_err("refused");
         assert!(bad("a").contains("ID:SIZE"));
         assert!(bad("a:0").contains("from 1"));
         assert!(bad(":8").contains("no snapshot id"));
         assert!(bad("").contains("at least one"));
         assert!(bad(&(0..9).map(|i| format!("s{i}:{}", i + 1)).collect::<Vec<_>>().join(",")).contains("more than 8"));
         let nothing = PredictQuery { runs: "a:8".into(), ..Default::default() };
-        assert!(nothing.at().unwrap_err().contains("nothing to predict"));
+        assert!(nothing.at().expect_err("refused").contains("nothing to predict"));
     }
 }

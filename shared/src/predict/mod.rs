@@ -213,6 +213,11 @@ pub struct SizePrediction {
     pub oom_stack: Vec<String>,
     /// Allocations retried after freeing the cache (`num_alloc_retries`).
     pub alloc_retries: u64,
+    /// Library workspaces that did not fit and were done without (the run
+    /// goes on, as cuDNN's fallback does; PyTorch counts them in
+    /// `num_ooms`).
+    #[serde(default)]
+    pub survived_ooms: u64,
 }
 
 /// One run as the answer names it.
@@ -305,6 +310,9 @@ pub struct Model<'a> {
     /// One per distinct fit; `fit_of[allocation]` indexes it.
     fits: Vec<Fit>,
     fit_of: Vec<u32>,
+    /// A failure of this allocation is survived (a library workspace: the
+    /// library falls back to a plan that needs less).
+    tolerant: Vec<bool>,
     one_run: bool,
     matched_fraction: f64,
     fit_degrees: Vec<usize>,
@@ -312,6 +320,9 @@ pub struct Model<'a> {
     unmatched: Vec<Unmatched>,
     notes: Vec<String>,
 }
+
+/// The largest request a fitted size may stand for.
+const MAX_REQUEST_BYTES: u64 = 1 << 50;
 
 /// The diff's time limit per pair of runs: past it the alignment is coarser
 /// (fewer allocations matched, which the answer reports), never wrong.
@@ -383,20 +394,22 @@ impl<'a> Model<'a> {
         }];
         let mut unmatched = Vec::new();
         let mut matched_in_all = vec![true; n];
-        let reference_keys = reference_program.keys();
+        // Paired by place only (see `pair_gaps`): a library's workspace.
+        let mut loose = vec![false; n];
+        let reference_items = aligned(reference_program, reference.size);
         for (k, (run, program)) in runs.iter().zip(&programs).enumerate().skip(1) {
-            let pairs = align(&program.keys(), &reference_keys);
+            let pairs = align(&aligned(program, run.size), &reference_items);
+            let by_place = pair_gaps(&pairs, program, reference_program);
             let mut used = vec![false; program.allocations.len()];
-            for (a, pair) in pairs.iter().enumerate() {
-                match pair {
+            for (a, (pair, place)) in pairs.iter().zip(&by_place).enumerate() {
+                matched_in_all[a] &= pair.is_some();
+                loose[a] |= place.is_some();
+                match pair.or(*place) {
                     Some(o) => {
-                        used[*o as usize] = true;
-                        sizes[a].push(Some(program.allocations[*o as usize].size));
+                        used[o as usize] = true;
+                        sizes[a].push(Some(program.allocations[o as usize].size));
                     }
-                    None => {
-                        matched_in_all[a] = false;
-                        sizes[a].push(None);
-                    }
+                    None => sizes[a].push(None),
                 }
             }
             let matched = used.iter().filter(|u| **u).count();
@@ -427,6 +440,19 @@ impl<'a> Model<'a> {
             let points: Vec<(u64, u64)> = match &scales {
                 // Scaled by the knob: a line through the origin.
                 Some(scales) if scales[a] => vec![(0, 0), (reference.size, row[0].unwrap_or(0))],
+                // A size no single polynomial term links across the runs (a
+                // library workspace chosen per shape, as cuDNN does): a
+                // line when every run has it and its sizes lie on one (a
+                // workspace growing with the batch plus a constant), else
+                // in proportion to the knob from the reference.
+                None if loose[a] || (!one_run && row[1..].iter().all(Option::is_none)) => {
+                    let known: Vec<(u64, u64)> = knobs.iter().zip(row).filter_map(|(&x, s)| Some((x, (*s)?))).collect();
+                    if known.len() == knobs.len() && known.len() > 2 && Fit::through(&known).degree() <= 1 {
+                        known
+                    } else {
+                        vec![(0, 0), (reference.size, row[0].unwrap_or(0))]
+                    }
+                }
                 _ => knobs.iter().zip(row).filter_map(|(&x, s)| Some((x, (*s)?))).collect(),
             };
             let fit = Fit::through(&points);
@@ -443,6 +469,20 @@ impl<'a> Model<'a> {
                 next
             });
             fit_of.push(id);
+        }
+        let tolerant: Vec<bool> = sizes
+            .iter()
+            .zip(&loose)
+            .map(|(row, loose)| !one_run && (*loose || row[1..].iter().all(Option::is_none)))
+            .collect();
+        let workspaces = tolerant.iter().filter(|t| **t).count();
+        if workspaces > 0 {
+            notes.push(format!(
+                "{workspaces} allocations of the reference run follow no polynomial of the size across the runs \
+                 (library workspaces chosen per shape, as cuDNN's): each on a line where its sizes in every run lie \
+                 on one, else in proportion to the size; under a capacity a failed one is survived, as cuDNN falls \
+                 back to a plan with a smaller workspace"
+            ));
         }
         let most = run_summaries.iter().map(|r| r.allocations).max().unwrap_or(0);
         let matched_count = matched_in_all.iter().filter(|m| **m).count();
@@ -462,11 +502,11 @@ impl<'a> Model<'a> {
                     .to_owned(),
             );
         }
-        if matched_count < n && !one_run {
+        let partly = n - matched_count - workspaces;
+        if partly > 0 && !one_run {
             notes.push(format!(
-                "{} of the reference run's {n} allocations are not in every run: predicted at the reference's size \
-                 (see `unmatched`)",
-                n - matched_count
+                "{partly} of the reference run's {n} allocations are in some runs only: fitted through the runs \
+                 that have them (see the allocations not in every run)"
             ));
         }
         for (run, p) in runs.iter().zip(&programs) {
@@ -499,6 +539,7 @@ impl<'a> Model<'a> {
             program: programs.into_iter().next().unwrap_or_default(),
             fits,
             fit_of,
+            tolerant,
             one_run,
             matched_fraction,
             fit_degrees,
@@ -524,20 +565,24 @@ impl<'a> Model<'a> {
         let values: Vec<fit::Value> = self.fits.iter().map(|f| f.at(size)).collect();
         let clamped = self.fit_of.iter().filter(|&&f| values[f as usize].clamped).count();
         let approximate = self.fit_of.iter().filter(|&&f| values[f as usize].approximate).count();
-        (self.fit_of.iter().map(|&f| values[f as usize].bytes).collect(), clamped, approximate)
+        // No request is larger than a GPU (the model refuses over 2^50
+        // bytes anyway); the bound keeps sums of them from overflowing.
+        let bytes = self.fit_of.iter().map(|&f| values[f as usize].bytes.min(MAX_REQUEST_BYTES)).collect();
+        (bytes, clamped, approximate)
     }
 
     /// The highest sum of live rounded requests at `size`: a floor under
     /// any allocator's reserved peak, found without replaying (a size whose
-    /// floor is over the capacity runs out for sure).
+    /// floor is over the capacity runs out for sure). Library workspaces,
+    /// which the replay may do without, are left out of it.
     pub fn floor_bytes(&self, size: u64, config: &AllocatorConfig) -> u64 {
         let (sizes, ..) = self.sizes_at(size);
         let (mut live, mut peak) = (0u64, 0u64);
-        for e in &self.program.events {
+        for e in self.program.events.iter().filter(|e| !self.tolerant[e.allocation as usize]) {
             let s = sizes[e.allocation as usize];
             match e.op {
                 Op::Alloc => {
-                    live += round_size(s, config);
+                    live = live.saturating_add(round_size(s, config));
                     peak = peak.max(live);
                 }
                 Op::FreeCompleted => live = live.saturating_sub(round_size(s, config)),
@@ -554,11 +599,13 @@ impl<'a> Model<'a> {
         let mut allocator = CachingAllocator::new(config.clone(), capacity);
         let mut live: Vec<Option<crate::simulate::Allocation>> = vec![None; allocations.len()];
         let mut failed = None;
+        let mut survived = 0;
         for e in &self.program.events {
             let a = e.allocation as usize;
             match e.op {
                 Op::Alloc => match allocator.malloc(sizes[a], allocations[a].stream) {
                     Ok(block) => live[a] = Some(block),
+                    Err(_) if self.tolerant[a] => survived += 1,
                     Err(oom) => {
                         failed = Some((a, oom));
                         break;
@@ -604,6 +651,7 @@ impl<'a> Model<'a> {
             oom_requested_bytes,
             oom_stack,
             alloc_retries: stats.num_alloc_retries,
+            survived_ooms: survived,
         }
     }
 }
@@ -614,7 +662,7 @@ impl<'a> Model<'a> {
 pub fn predict(
     runs: &[Run<'_>],
     options: &PredictOptions,
-    replay_many: &dyn Fn(&Model<'_>, &[u64], &AllocatorConfig, Option<u64>) -> Vec<SizePrediction>,
+    replay_many: search::ReplayMany<'_>,
 ) -> Result<PredictReport, PredictError> {
     if options.at.is_empty() && !options.largest {
         return Err(PredictError::NothingAsked);
@@ -751,9 +799,38 @@ pub fn replay_in_parallel(
     out.into_iter().zip(sizes).map(|(p, &s)| p.unwrap_or_else(|| model.replay(s, config, capacity))).collect()
 }
 
-/// For each reference allocation, the allocation of `other` it matches.
-fn align(other: &[u64], reference: &[u64]) -> Vec<Option<u32>> {
-    if other == reference {
+/// One allocation as the alignment compares it: its stack, its size, and
+/// the knob of its run.
+#[derive(Clone, Copy, Debug)]
+struct Aligned {
+    key: u64,
+    size: u64,
+    knob: u64,
+}
+
+impl PartialEq for Aligned {
+    /// The same stack, and sizes that one polynomial term of the knob links:
+    /// equal (a constant), in the knobs' ratio (a batch of activations), or
+    /// in its square (attention scores over a sequence). Frameless
+    /// allocations (autograd's backward thread under `stacks="python"`)
+    /// share one stack, so the sizes are what tells them apart; a size that
+    /// follows none of these (a library workspace chosen per shape) is left
+    /// unmatched, and taken to grow with the knob.
+    fn eq(&self, other: &Aligned) -> bool {
+        let (a, b) = (self.size as u128, other.size as u128);
+        let (x, y) = (self.knob as u128, other.knob as u128);
+        self.key == other.key && (a == b || a * y == b * x || a * y * y == b * x * x)
+    }
+}
+
+fn aligned(program: &Program, knob: u64) -> Vec<Aligned> {
+    program.allocations.iter().map(|a| Aligned { key: a.key, size: a.size, knob }).collect()
+}
+
+/// For each reference allocation, the allocation of `other` it matches:
+/// Myers' diff over the allocations, equal when [`Aligned`] says so.
+fn align(other: &[Aligned], reference: &[Aligned]) -> Vec<Option<u32>> {
+    if other.len() == reference.len() && other.iter().zip(reference).all(|(o, r)| o == r) {
         return (0..reference.len() as u32).map(Some).collect();
     }
     #[cfg(not(target_arch = "wasm32"))]
@@ -761,9 +838,18 @@ fn align(other: &[u64], reference: &[u64]) -> Vec<Option<u32>> {
     // No clock in the browser: no limit.
     #[cfg(target_arch = "wasm32")]
     let deadline = None;
-    let ops = similar::capture_diff_slices_deadline(similar::Algorithm::Myers, other, reference, deadline);
+    let mut capture = similar::algorithms::Capture::new();
+    // The hook only collects: it cannot fail.
+    let _ = similar::algorithms::myers::diff_deadline_raw(
+        &mut capture,
+        other,
+        0..other.len(),
+        reference,
+        0..reference.len(),
+        deadline,
+    );
     let mut pairs = vec![None; reference.len()];
-    for op in ops {
+    for op in capture.into_ops() {
         if let similar::DiffOp::Equal { old_index, new_index, len } = op {
             for k in 0..len {
                 pairs[new_index + k] = Some((old_index + k) as u32);
@@ -771,6 +857,33 @@ fn align(other: &[u64], reference: &[u64]) -> Vec<Option<u32>> {
         }
     }
     pairs
+}
+
+/// Pairs by place what the alignment left unpaired: between two aligned
+/// allocations, a run of the reference's and a run of `other`'s of the
+/// same length and the same stacks, one by one, whatever their sizes (a
+/// library's workspaces: same call, size chosen per shape).
+fn pair_gaps(pairs: &[Option<u32>], other: &Program, reference: &Program) -> Vec<Option<u32>> {
+    let mut by_place = vec![None; pairs.len()];
+    // Anchors: (reference index, other index), in order, with sentinels.
+    let anchors: Vec<(i64, i64)> = std::iter::once((-1, -1))
+        .chain(pairs.iter().enumerate().filter_map(|(a, o)| Some((a as i64, i64::from((*o)?)))))
+        .chain(std::iter::once((reference.allocations.len() as i64, other.allocations.len() as i64)))
+        .collect();
+    for w in anchors.windows(2) {
+        let (r0, o0) = ((w[0].0 + 1) as usize, (w[0].1 + 1) as usize);
+        let (r1, o1) = (w[1].0 as usize, w[1].1 as usize);
+        if r1 <= r0 || o1 < o0 || r1 - r0 != o1 - o0 {
+            continue;
+        }
+        let same_calls = (0..r1 - r0).all(|i| reference.allocations[r0 + i].key == other.allocations[o0 + i].key);
+        if same_calls {
+            for i in 0..r1 - r0 {
+                by_place[r0 + i] = Some((o0 + i) as u32);
+            }
+        }
+    }
+    by_place
 }
 
 /// The allocations of `program` that `missing` picks, grouped by stack.

@@ -114,11 +114,6 @@ impl Program {
         }
         p
     }
-
-    /// The allocations' keys, in program order: what runs are matched by.
-    pub(crate) fn keys(&self) -> Vec<u64> {
-        self.allocations.iter().map(|a| a.key).collect()
-    }
 }
 
 /// Stacks hashed by their frames' text, each stack once.

@@ -43,7 +43,9 @@ pub struct Largest {
     pub notes: Vec<String>,
 }
 
-type ReplayMany<'r> = &'r dyn Fn(&Model<'_>, &[u64], &AllocatorConfig, Option<u64>) -> Vec<SizePrediction>;
+/// Replays a batch of sizes: [`super::replay_sequentially`], or in
+/// parallel where the caller can ([`super::replay_in_parallel`]).
+pub type ReplayMany<'r> = &'r dyn Fn(&Model<'_>, &[u64], &AllocatorConfig, Option<u64>) -> Vec<SizePrediction>;
 
 struct Search<'m, 'a, 'r> {
     model: &'m Model<'a>,

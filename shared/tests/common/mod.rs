@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use vramscope_shared::{ReadOptions, Snapshot, read_snapshot};
 
-pub use vramscope_shared::testing::{corpus_bytes, fixture_corpus, large_corpus, workspace_root};
+pub use vramscope_shared::testing::{corpus_bytes, fixture_corpus, fixture_predict, large_corpus, workspace_root};
 
 /// Read a snapshot file with default options.
 pub fn read(path: &Path) -> Snapshot {
