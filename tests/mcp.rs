@@ -32,8 +32,19 @@ fn cli_json(args: &[&str]) -> Value {
 }
 
 /// The read-only tools, in the order `tools/list` gives them.
-const TOOL_NAMES: [&str; 10] =
-    ["list_snapshots", "stats", "explain", "leaks", "diff", "simulate", "tune", "breakdown", "state_at_row", "check"];
+const TOOL_NAMES: [&str; 11] = [
+    "list_snapshots",
+    "stats",
+    "explain",
+    "leaks",
+    "diff",
+    "simulate",
+    "tune",
+    "breakdown",
+    "state_at_row",
+    "check",
+    "predict",
+];
 
 /// An MCP client session with a `vramscope mcp` child.
 struct Session {
@@ -175,6 +186,13 @@ fn a_session_lists_the_tools_and_each_answers_as_the_cli_does() {
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(checked, serde_json::from_slice::<Value>(&out.stdout).expect("JSON"));
     assert_eq!(checked["passed"], false);
+
+    let small = path(&crate::common::fixture_predict().join("transformer_4.pickle"));
+    let large = path(&crate::common::fixture_predict().join("transformer_6.pickle"));
+    assert_eq!(
+        s.answer("predict", json!({ "runs": format!("{small}=4,{large}=6"), "at": "24,48", "capacity": "8GiB" })),
+        cli_json(&["predict", &format!("{small}=4"), &format!("{large}=6"), "--at", "24,48", "--capacity", "8GiB"])
+    );
 
     // A failing tool is a result the assistant reads, not a protocol error.
     let failed = s.call("stats", json!({ "snapshot": "/nonexistent/x.pickle" }));

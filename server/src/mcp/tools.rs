@@ -212,6 +212,35 @@ pub(crate) const TOOLS: &[ToolSpec] = &[
         run: |c| Box::pin(check(c)),
     },
     ToolSpec {
+        name: "predict",
+        description: "Will it fit? Memory at sizes never run (batch size, sequence length), from a few small runs \
+                      of the same job recorded at different sizes: each allocation's size fitted as a polynomial \
+                      of the size, the program replayed through the caching allocator's model; peaks, where it \
+                      runs out, and the largest size that fits under a capacity (vramscope predict --json)",
+        params: &[
+            param(
+                "runs",
+                Kind::Str,
+                true,
+                "The recorded runs, each a path or stored id with its size after '=', comma-separated: \
+                 run_b8.pickle=8,run_b16.pickle=16",
+            ),
+            param("at", Kind::Str, false, "Sizes to predict, comma-separated, e.g. 64,128"),
+            param("largest", Kind::Bool, false, "Find the largest size that fits under the capacity"),
+            param(
+                "capacity",
+                Kind::Str,
+                false,
+                "Memory the process may reserve, e.g. 80GiB (default: the recorded memory fraction)",
+            ),
+            param("step", Kind::Int, false, "Step of the largest-size search (default: the sizes' common divisor)"),
+            param("alloc_conf", Kind::Str, false, "PYTORCH_CUDA_ALLOC_CONF to predict with"),
+            DEVICE,
+        ],
+        read_only: true,
+        run: |c| Box::pin(predict(c)),
+    },
+    ToolSpec {
         name: "upload",
         description: "Upload a snapshot file to the server's library (needs --allow-write and an uploader token)",
         params: &[
@@ -368,7 +397,12 @@ impl Call {
 
     /// The snapshot named by argument `name`: a file, or a stored id.
     async fn snapshot(&self, name: &str) -> Result<Loaded, String> {
-        let text = self.str(name)?;
+        self.load(name, self.str(name)?).await
+    }
+
+    /// Read the snapshot `text` names (a path, or a stored id), for the
+    /// argument `name`.
+    async fn load(&self, name: &str, text: String) -> Result<Loaded, String> {
         if let Some(store) = &self.context.store {
             // Inside the server: stored snapshots by id, never a path of its disk.
             let (meta, analyzed) = store.load(text).await.map_err(|e| format!("{name}: {e}"))?;
@@ -553,6 +587,59 @@ async fn simulate(c: Call) -> Result<Answer, String> {
     let json = c
         .blocking(&key, move || {
             let report = answers::simulate_json(l.snapshot(), &options).map_err(|e| format!("{e} ({})", l.label))?;
+            to_json(&report)
+        })
+        .await?;
+    Ok(Answer { json, more: Some(more) })
+}
+
+async fn predict(c: Call) -> Result<Answer, String> {
+    use vramscope_shared::api::predict::{MAX_AT, MAX_RUNS, MAX_SIZE};
+    use vramscope_shared::predict::{PredictOptions, Run, replay_sequentially};
+    let knob = |what: &str, text: &str| match text.trim().parse::<u64>() {
+        Ok(n) if (1..=MAX_SIZE).contains(&n) => Ok(n),
+        _ => Err(format!("{what}: {text:?} is not a size from 1 to {MAX_SIZE}")),
+    };
+    let mut named = Vec::new();
+    for part in c.str("runs")?.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (what, size) =
+            part.rsplit_once('=').ok_or_else(|| format!("runs: {part:?} is not FILE=SIZE (a run and its size)"))?;
+        named.push((what.to_owned(), knob("runs", size)?));
+    }
+    if named.is_empty() || named.len() > MAX_RUNS {
+        return Err(format!("runs: give 1 to {MAX_RUNS} runs, FILE=SIZE"));
+    }
+    let at = match c.opt_str("at")? {
+        Some(text) => text.split(',').map(str::trim).filter(|p| !p.is_empty()).map(|p| knob("at", p)).collect(),
+        None => Ok(Vec::new()),
+    }?;
+    if at.len() > MAX_AT {
+        return Err(format!("at: more than {MAX_AT} sizes"));
+    }
+    let options = PredictOptions {
+        at,
+        largest: c.opt_bool("largest")?,
+        capacity: c.opt_size("capacity")?,
+        alloc_conf: c.opt_str("alloc_conf")?,
+        device: c.opt_u32("device")?,
+        step: c.opt_u64("step")?.filter(|s| *s > 0),
+    };
+    let mut loaded = Vec::new();
+    for (what, size) in named {
+        loaded.push((c.load("runs", what).await?, size));
+    }
+    let key = loaded.first().and_then(|(l, _)| l.id.clone()).unwrap_or_default();
+    let more = format!(
+        "vramscope predict {} --json",
+        loaded.iter().map(|(l, s)| format!("{}={s}", shell_word(&l.label))).collect::<Vec<_>>().join(" ")
+    );
+    let json = c
+        .blocking(&key, move || {
+            let runs: Vec<Run<'_>> =
+                loaded.iter().map(|(l, size)| Run { name: &l.label, size: *size, snapshot: l.snapshot() }).collect();
+            // One thread: the analysis pool bounds what a client may take.
+            let report =
+                vramscope_shared::predict::predict(&runs, &options, &replay_sequentially).map_err(|e| e.to_string())?;
             to_json(&report)
         })
         .await?;
