@@ -53,6 +53,8 @@ pub(crate) struct AgentConfig {
     pub(crate) max_dumps_per_hour: u32,
     /// The job's name on the server.
     pub(crate) job: String,
+    /// `KEY=VALUE` tags on every snapshot (`--label batch=8`).
+    pub(crate) labels: Vec<String>,
     /// Where snapshots wait for the server.
     pub(crate) spool_dir: PathBuf,
     /// Most bytes of snapshots kept waiting in the spool.
@@ -87,7 +89,8 @@ pub(crate) async fn run(config: AgentConfig) -> Result<u8> {
     }
     let stop = Arc::new(AtomicBool::new(false));
     let accept = tokio::spawn(job::accept(listener, hub.clone(), config.job.clone(), config.spool_dir.clone()));
-    let uploader = Uploader::new(&config.server, config.token.clone(), config.job.clone());
+    let uploader =
+        Uploader::new(&config.server, config.token.clone(), config.job.clone()).with_labels(config.labels.clone());
     let uploads = tokio::spawn(upload_loop(
         uploader,
         config.spool_dir.clone(),

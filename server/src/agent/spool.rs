@@ -132,6 +132,8 @@ pub(crate) struct Uploader {
     url: String,
     token: Option<String>,
     job: String,
+    /// `KEY=VALUE` labels every snapshot carries as tags (`--label`).
+    labels: Vec<String>,
 }
 
 impl Uploader {
@@ -141,7 +143,14 @@ impl Uploader {
             .connect_timeout(Duration::from_secs(5))
             .build()
             .unwrap_or_else(|_| reqwest::Client::new());
-        Uploader { client, url: format!("{}/api/v1/snapshots", server.trim_end_matches('/')), token, job }
+        let url = format!("{}/api/v1/snapshots", server.trim_end_matches('/'));
+        Uploader { client, url, token, job, labels: Vec::new() }
+    }
+
+    /// Every snapshot uploaded also carries these `KEY=VALUE` tags.
+    pub(crate) fn with_labels(mut self, labels: Vec<String>) -> Uploader {
+        self.labels = labels;
+        self
     }
 
     /// Uploads the snapshot of the manifest entry at `manifest`, then deletes
@@ -179,6 +188,7 @@ impl Uploader {
         };
         let mut tags = vec!["agent".to_owned()];
         tags.extend(entry.tags.iter().cloned());
+        tags.extend(self.labels.iter().cloned());
         let mut query: Vec<(&str, String)> = vec![
             ("trigger", entry.trigger.clone()),
             ("name", format!("{job} {who} {} {}", entry.trigger, entry.file)),

@@ -44,6 +44,11 @@ pub(crate) struct AgentArgs {
     /// The job's name on the server (default: the script's name and the start time).
     #[arg(long)]
     job: Option<String>,
+    /// A label every snapshot of the run carries, KEY=VALUE (a tag on the
+    /// server, filterable): --label batch=8 --label seq=2048. `vramscope
+    /// predict` and the job page's "Will it fit?" read sizes from them.
+    #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label)]
+    labels: Vec<String>,
     /// Where snapshots wait until the server has them (default:
     /// ~/.cache/vramscope/spool).
     #[arg(long, env = "VRAMSCOPE_SPOOL_DIR")]
@@ -88,6 +93,27 @@ fn parse_bytes(text: &str) -> Result<u64, String> {
     vramscope_shared::simulate::parse_size(text).map_err(|e| format!("{e} (e.g. 20GiB)"))
 }
 
+/// Most `--label`s (a snapshot carries at most 32 tags, the agent's own
+/// among them).
+const MAX_LABELS: usize = 16;
+
+/// `KEY=VALUE`: a key of letters, digits, `_`, `-` or `.`, a value without
+/// a comma (tags are comma-separated), 64 bytes at most in all (a tag's
+/// limit).
+fn parse_label(text: &str) -> Result<String, String> {
+    let (key, value) = text.split_once('=').ok_or_else(|| format!("{text:?}: expected KEY=VALUE, e.g. batch=8"))?;
+    if key.is_empty() || !key.chars().all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c)) {
+        return Err(format!("{text:?}: the key must be letters, digits, '_', '-' or '.', e.g. batch=8"));
+    }
+    if value.is_empty() || value.contains(',') {
+        return Err(format!("{text:?}: the value must be non-empty and without a comma"));
+    }
+    if text.len() > 64 {
+        return Err(format!("{text:?}: longer than 64 bytes"));
+    }
+    Ok(text.to_owned())
+}
+
 fn parse_fraction(text: &str) -> Result<f64, String> {
     match text.parse::<f64>() {
         Ok(v) if v > 0.0 && v <= 1.0 => Ok(v),
@@ -99,6 +125,10 @@ fn parse_fraction(text: &str) -> Result<f64, String> {
 /// agent itself could not start, with one line on stderr).
 pub(crate) fn run(args: AgentArgs) -> ExitCode {
     let job = args.job.unwrap_or_else(|| default_job_name(&args.command));
+    if args.labels.len() > MAX_LABELS {
+        eprintln!("vramscope agent: error: --label: {} of them, at most {MAX_LABELS}", args.labels.len());
+        return ExitCode::from(2);
+    }
     let config = AgentConfig {
         server: args.server,
         token: args.token,
@@ -108,6 +138,7 @@ pub(crate) fn run(args: AgentArgs) -> ExitCode {
         interval: args.interval,
         max_dumps_per_hour: args.max_dumps_per_hour,
         job,
+        labels: args.labels,
         spool_dir: args.spool_dir.unwrap_or_else(default_spool_dir),
         spool_max_bytes: args.spool_max_bytes,
         drain_timeout: args.drain_timeout,
@@ -130,5 +161,20 @@ pub(crate) fn run(args: AgentArgs) -> ExitCode {
             eprintln!("vramscope agent: error: {e:#}");
             ExitCode::from(1)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_label;
+
+    #[test]
+    fn labels_are_key_equals_value() {
+        assert_eq!(parse_label("batch=8"), Ok("batch=8".to_owned()));
+        assert!(parse_label("batch").expect_err("refused").contains("KEY=VALUE"));
+        assert!(parse_label("=8").expect_err("refused").contains("key"));
+        assert!(parse_label("a b=8").expect_err("refused").contains("key"));
+        assert!(parse_label("batch=8,9").expect_err("refused").contains("comma"));
+        assert!(parse_label(&format!("k={}", "9".repeat(70))).expect_err("refused").contains("64 bytes"));
     }
 }
