@@ -271,6 +271,9 @@ try:
         raise RuntimeError("CUDA out of memory")
 except RuntimeError as e:
     print("raised:", e)
+from vramscope_memory import snapshot_name
+assert snapshot_name("test_step") == "test_step.pickle"
+assert snapshot_name("test_step", {"batch": 4}) == "test_step.batch-4.pickle"
 "#;
     let out = Command::new("python3")
         .arg("-c")
