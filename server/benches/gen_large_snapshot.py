@@ -452,11 +452,16 @@ def build_workload(rng: random.Random, fr: Frames):
     }
 
 
-def simulate(target: int, seed: int):
+def simulate(target: int, seed: int, batch: int | None = None, steps: int | None = None):
+    """The run; with `batch`, the same program at any batch size (the
+    allocator draws from a generator of its own, so its decisions, which
+    depend on sizes, leave the program's draws alone), `steps` steps long
+    when given."""
     rng = random.Random(seed)
     fr = Frames(rng)
     w = build_workload(rng, fr)
-    a = Allocator(rng)
+    a = Allocator(rng if batch is None else random.Random(seed ^ 0x5EED))
+    batch = batch or 8
     annotations: list[dict] = []
     layers, d, tokens_max = w["layers"], w["d"], w["tokens_max"]
     ops, flat = w["ops"], w["flat"]
@@ -478,17 +483,17 @@ def simulate(target: int, seed: int):
     kept: list[Block] = []  # losses kept for logging, cleared every 20 steps
     step = 0
     n_steps_hint = max(target // 850, 20)
-    while len(a.trace) < target:
+    while (len(a.trace) < target) if steps is None else (step < steps):
         # Curriculum: maximum sequence length grows over the first 40% of the run.
         ramp = min(1.0, 0.25 + 0.75 * step / (0.4 * n_steps_hint))
         seq = max(64, int(rng.randint(2, 16) * 64 * ramp) // 64 * 64)
-        f = 8 * seq / tokens_max
+        f = batch * seq / tokens_max
         eval_step = step % 50 == 49
         name = f"step{step}"
         annotate("START", name)
         a.idle(rng.randrange(200, 5000))
 
-        batch = [a.malloc(8 * seq * 8, fr_(pick(w["data_sites"]))) for _ in range(2)]
+        inputs = [a.malloc(batch * seq * 8, fr_(pick(w["data_sites"]))) for _ in range(2)]
         saved: list[tuple[Block, int, int]] = []
         pending: list[tuple[Block, int, int]] = []
         emb = a.malloc(aligned(tokens_max * d * 4 * f), fr_(pick(w["data_sites"])))
@@ -510,8 +515,8 @@ def simulate(target: int, seed: int):
         pending.clear()
 
         # Loss.
-        logits = a.malloc(aligned(8 * seq * 50304 * 2), fr_(w["loss_sites"][0]))
-        loss_tmp = [a.malloc(aligned(8 * seq * 4), fr_(pick(w["loss_sites"]))) for _ in range(3)]
+        logits = a.malloc(aligned(batch * seq * 50304 * 2), fr_(w["loss_sites"][0]))
+        loss_tmp = [a.malloc(aligned(batch * seq * 4), fr_(pick(w["loss_sites"]))) for _ in range(3)]
         loss = a.malloc(4, fr_(pick(w["loss_sites"])))
         for t in loss_tmp:
             a.free(t, fr_(pick(w["loss_sites"])))
@@ -570,7 +575,7 @@ def simulate(target: int, seed: int):
                     grads[i] = None
             annotate("END", "Optimizer.zero_grad#AdamW.zero_grad")
 
-        for b in batch:
+        for b in inputs:
             a.free(b, fr_(pick(w["data_sites"])))
         if len(kept) >= 20:
             for b in kept:
@@ -609,10 +614,13 @@ def main(argv=None) -> int:
     ap.add_argument("out", help="output .pickle path")
     ap.add_argument("--entries", type=int, default=1_500_000, help="minimum trace entries (default 1500000)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--batch", type=int, default=None,
+                    help="the batch size (default 8); given, the program is the same at every batch")
+    ap.add_argument("--steps", type=int, default=None, help="run exactly this many steps (default: until --entries)")
     args = ap.parse_args(argv)
 
     t0 = time.perf_counter()
-    snapshot, info = simulate(args.entries, args.seed)
+    snapshot, info = simulate(args.entries, args.seed, args.batch, args.steps)
     t1 = time.perf_counter()
     out_dir = os.path.dirname(os.path.abspath(args.out))
     os.makedirs(out_dir, exist_ok=True)

@@ -107,17 +107,24 @@ pub(crate) fn ensure_large(dir: &Path, python: &str) -> Result<PathBuf, String> 
 /// `dir/name`, a snapshot of `entries` trace entries generated (seed 0) by
 /// `gen_large_snapshot.py` when absent.
 pub(crate) fn ensure_generated(dir: &Path, name: &str, entries: u64, python: &str) -> Result<PathBuf, String> {
+    ensure_generated_with(dir, name, python, &["--entries", &entries.to_string()])
+}
+
+/// `dir/name`, generated (seed 0) by `gen_large_snapshot.py` with `args`
+/// when absent.
+pub(crate) fn ensure_generated_with(dir: &Path, name: &str, python: &str, args: &[&str]) -> Result<PathBuf, String> {
     let path = dir.join(name);
     if path.is_file() {
         return Ok(path);
     }
     std::fs::create_dir_all(dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/gen_large_snapshot.py");
-    println!("generating {} ({entries} entries) with {} ...", path.display(), script.display());
+    println!("generating {} ({}) with {} ...", path.display(), args.join(" "), script.display());
     let status = Command::new(python)
         .arg(&script)
         .arg(&path)
-        .args(["--entries", &entries.to_string(), "--seed", "0"])
+        .args(args)
+        .args(["--seed", "0"])
         .status()
         .map_err(|e| format!("run {python}: {e}"))?;
     if !status.success() || !path.is_file() {
