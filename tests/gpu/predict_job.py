@@ -492,6 +492,42 @@ def trace_summary(pickle_path):
     return {"actions": actions, "allocs": len(alloc_sizes), "segments_at_end": len(snap.get("segments", []))}
 
 
+# Source paths of the machine that ran the job, renamed in fixtures (as the
+# corpus's are): the repository holds no machine's paths.
+NEUTRAL_PATHS = [(os.path.dirname(os.path.abspath(__file__)) + "/", "/srv/jobs/")]
+
+
+def copy_with_neutral_paths(src, dst):
+    """Copy a snapshot, renaming frames' file paths: this folder to
+    /srv/jobs/, site-packages to /usr/lib/python3.12/site-packages/."""
+    import pickle
+
+    with open(src, "rb") as f:
+        snap = pickle.load(f)
+
+    def fix(frame):
+        name = frame.get("filename", "")
+        for old, new in NEUTRAL_PATHS:
+            if name.startswith(old):
+                name = new + name[len(old):]
+        if "/site-packages/" in name:
+            name = "/usr/lib/python3.12/site-packages/" + name.split("/site-packages/", 1)[1]
+        frame["filename"] = name
+
+    for trace in snap.get("device_traces", []):
+        for entry in trace:
+            for frame in entry.get("frames", []):
+                fix(frame)
+    for segment in snap.get("segments", []):
+        for frame in segment.get("frames", []):
+            fix(frame)
+        for block in segment.get("blocks", []):
+            for frame in block.get("frames", []):
+                fix(frame)
+    with open(dst, "wb") as f:
+        pickle.dump(snap, f, protocol=4)
+
+
 def assemble(args):
     everything = load_runs(args.workdirs)
     runs = [r for r in everything if not r.get("crashed")]
@@ -510,7 +546,7 @@ def assemble(args):
                 if os.path.exists(p):
                     src = p
                     break
-            shutil.copyfile(src, os.path.join(fx, stem + ".pickle"))
+            copy_with_neutral_paths(src, os.path.join(fx, stem + ".pickle"))
             stats = {k: v for k, v in r.items() if not k.startswith("_")}
             with open(os.path.join(fx, stem + ".stats.json"), "w") as f:
                 json.dump(stats, f, indent=1)

@@ -144,7 +144,7 @@ fn write_report(out: &mut impl Write, r: &PredictReport) -> std::io::Result<()> 
         writeln!(out)?;
         match r.largest_fitting_size {
             Some(n) => {
-                let next = r.predictions.iter().find(|p| p.oom && p.size > n).map(|p| p.size);
+                let next = r.predictions.iter().filter(|p| p.oom && p.size > n).map(|p| p.size).min();
                 write!(out, "largest size that fits: {n} (step {step})")?;
                 match next {
                     Some(next) => writeln!(out, "; {next} runs out")?,
