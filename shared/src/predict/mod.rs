@@ -36,6 +36,7 @@
 //! the default pool, and the answer says so when a run used one.
 
 mod fit;
+mod matching;
 mod program;
 pub mod search;
 
@@ -324,158 +325,23 @@ pub struct Model<'a> {
 /// The largest request a fitted size may stand for.
 const MAX_REQUEST_BYTES: u64 = 1 << 50;
 
-/// The diff's time limit per pair of runs: past it the alignment is coarser
-/// (fewer allocations matched, which the answer reports), never wrong.
-#[cfg(not(target_arch = "wasm32"))]
-const MATCH_DEADLINE: std::time::Duration = std::time::Duration::from_secs(5);
-
 impl<'a> Model<'a> {
     /// Match the runs and fit every allocation's size.
     pub fn build(runs: &[Run<'a>], device: Option<u32>) -> Result<Model<'a>, PredictError> {
-        let mut runs = runs.to_vec();
-        if runs.is_empty() {
-            return Err(PredictError::NoRuns);
-        }
-        if let Some(r) = runs.iter().find(|r| r.size == 0) {
-            return Err(PredictError::ZeroSize { run: r.name.to_owned() });
-        }
-        runs.sort_by_key(|r| std::cmp::Reverse(r.size));
-        if let Some(w) = runs.windows(2).find(|w| w[0].size == w[1].size) {
-            return Err(PredictError::SameSize {
-                first: w[1].name.to_owned(),
-                second: w[0].name.to_owned(),
-                size: w[0].size,
-            });
-        }
-        let reference = runs[0];
-        let device = match device {
-            Some(d) => d,
-            None => reference
-                .snapshot
-                .devices
-                .iter()
-                .find(|d| !d.trace.is_empty())
-                .map(|d| d.device)
-                .ok_or_else(|| PredictError::NoDevice { run: reference.name.to_owned() })?,
-        };
-        let devices: Vec<&DeviceSnapshot> = runs
-            .iter()
-            .map(|r| {
-                let d = r.snapshot.device(device).filter(|d| !d.trace.is_empty());
-                d.ok_or_else(|| PredictError::NoTrace { run: r.name.to_owned(), device })
-            })
-            .collect::<Result<_, _>>()?;
-        let stats: Vec<DeviceStats> = devices.iter().map(|d| DeviceStats::of(d)).collect();
-        let longest_whole =
-            runs.iter().zip(&stats).filter(|(_, s)| !s.trace_wrapped).map(|(_, s)| s.trace_entries).max();
-        if let Some((r, s)) = runs.iter().zip(&stats).find(|(_, s)| s.trace_wrapped) {
-            let wanted = (4 * s.trace_entries).max(2 * longest_whole.unwrap_or(0)) as u64;
-            return Err(PredictError::TraceWrapped {
-                run: r.name.to_owned(),
-                device,
-                entries: s.trace_entries,
-                suggested: round_up_to_leading_digit(wanted.max(100_000)),
-            });
-        }
+        let (runs, device, devices, stats) = checked_runs(runs, device)?;
         let programs: Vec<Program> = runs.iter().zip(&devices).map(|(r, d)| Program::of(r.snapshot, d)).collect();
-        let reference_program = &programs[0];
-        let n = reference_program.allocations.len();
-        let mut notes = Vec::new();
-
-        // sizes[a][k]: allocation a's size in run k, where matched.
-        let mut sizes: Vec<Vec<Option<u64>>> =
-            reference_program.allocations.iter().map(|a| vec![Some(a.size); 1]).collect();
-        let mut run_summaries = vec![RunSummary {
-            name: reference.name.to_owned(),
-            size: reference.size,
-            allocations: n,
-            matched: n,
-            reserved_peak_bytes: stats[0].reserved_peak_bytes,
-        }];
-        let mut unmatched = Vec::new();
-        let mut matched_in_all = vec![true; n];
-        // Paired by place only (see `pair_gaps`): a library's workspace.
-        let mut loose = vec![false; n];
-        let reference_items = aligned(reference_program, reference.size);
-        for (k, (run, program)) in runs.iter().zip(&programs).enumerate().skip(1) {
-            let pairs = align(&aligned(program, run.size), &reference_items);
-            let by_place = pair_gaps(&pairs, program, reference_program);
-            let mut used = vec![false; program.allocations.len()];
-            for (a, (pair, place)) in pairs.iter().zip(&by_place).enumerate() {
-                matched_in_all[a] &= pair.is_some();
-                loose[a] |= place.is_some();
-                match pair.or(*place) {
-                    Some(o) => {
-                        used[o as usize] = true;
-                        sizes[a].push(Some(program.allocations[o as usize].size));
-                    }
-                    None => sizes[a].push(None),
-                }
-            }
-            let matched = used.iter().filter(|u| **u).count();
-            run_summaries.push(RunSummary {
-                name: run.name.to_owned(),
-                size: run.size,
-                allocations: program.allocations.len(),
-                matched,
-                reserved_peak_bytes: stats[k].reserved_peak_bytes,
-            });
-            // What this run has and the reference has not.
-            unmatched.extend(name_unmatched(run, program, |i| !used[i]));
-        }
-        // What the reference has and some run has not.
-        unmatched.extend(name_unmatched(&reference, reference_program, |a| !matched_in_all[a]));
-        unmatched.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| b.bytes.cmp(&a.bytes)));
-        unmatched.truncate(20);
-
-        // The fits: one per distinct tuple of sizes.
+        let reference = runs[0];
+        let matching = matching::match_runs(&runs, &programs, &stats);
         let one_run = runs.len() == 1;
+        let scales = one_run.then(|| scaled_allocations(reference, devices[0], &programs[0]));
         let knobs: Vec<u64> = runs.iter().map(|r| r.size).collect();
-        let scales = if one_run { Some(scaled_allocations(reference, devices[0], reference_program)) } else { None };
-        let mut fit_ids: FxHashMap<Fit, u32> = FxHashMap::default();
-        let mut fits = Vec::new();
-        let mut fit_of = Vec::with_capacity(n);
-        let mut fit_degrees = Vec::new();
-        for (a, row) in sizes.iter().enumerate() {
-            let points: Vec<(u64, u64)> = match &scales {
-                // Scaled by the knob: a line through the origin.
-                Some(scales) if scales[a] => vec![(0, 0), (reference.size, row[0].unwrap_or(0))],
-                // A size no single polynomial term links across the runs (a
-                // library workspace chosen per shape, as cuDNN does): a
-                // line when every run has it and its sizes lie on one (a
-                // workspace growing with the batch plus a constant), else
-                // in proportion to the knob from the reference.
-                None if loose[a] || (!one_run && row[1..].iter().all(Option::is_none)) => {
-                    let known: Vec<(u64, u64)> = knobs.iter().zip(row).filter_map(|(&x, s)| Some((x, (*s)?))).collect();
-                    if known.len() == knobs.len() && known.len() > 2 && Fit::through(&known).degree() <= 1 {
-                        known
-                    } else {
-                        vec![(0, 0), (reference.size, row[0].unwrap_or(0))]
-                    }
-                }
-                _ => knobs.iter().zip(row).filter_map(|(&x, s)| Some((x, (*s)?))).collect(),
-            };
-            let fit = Fit::through(&points);
-            if matched_in_all[a] && !one_run {
-                let d = fit.degree();
-                if fit_degrees.len() <= d {
-                    fit_degrees.resize(d + 1, 0);
-                }
-                fit_degrees[d] += 1;
-            }
-            let next = fits.len() as u32;
-            let id = *fit_ids.entry(fit.clone()).or_insert_with(|| {
-                fits.push(fit);
-                next
-            });
-            fit_of.push(id);
-        }
-        let tolerant: Vec<bool> = sizes
-            .iter()
-            .zip(&loose)
-            .map(|(row, loose)| !one_run && (*loose || row[1..].iter().all(Option::is_none)))
-            .collect();
-        let workspaces = tolerant.iter().filter(|t| **t).count();
+        let fitted = fit_sizes(&matching, &knobs, scales.as_deref());
+        let n = programs[0].allocations.len();
+        let most = matching.runs.iter().map(|r| r.allocations).max().unwrap_or(0);
+        let matched_count = matching.matched_in_all.iter().filter(|m| **m).count();
+        let matched_fraction = if one_run || most == 0 { 1.0 } else { matched_count as f64 / most as f64 };
+        let workspaces = fitted.tolerant.iter().filter(|t| **t).count();
+        let mut notes = Vec::new();
         if workspaces > 0 {
             notes.push(format!(
                 "{workspaces} allocations of the reference run follow no polynomial of the size across the runs \
@@ -484,12 +350,8 @@ impl<'a> Model<'a> {
                  back to a plan with a smaller workspace"
             ));
         }
-        let most = run_summaries.iter().map(|r| r.allocations).max().unwrap_or(0);
-        let matched_count = matched_in_all.iter().filter(|m| **m).count();
-        let matched_fraction = if one_run || most == 0 { 1.0 } else { matched_count as f64 / most as f64 };
-
-        if one_run {
-            let scaled = scales.as_ref().map_or(0, |s| s.iter().filter(|s| **s).count());
+        if let Some(scales) = &scales {
+            let scaled = scales.iter().filter(|s| **s).count();
             notes.push(format!(
                 "one run: {scaled} of {n} allocations (what the breakdown classes as activations and temporaries) \
                  are scaled by the size's ratio, the rest (parameters, gradients, optimizer state, workspaces) stays; \
@@ -509,42 +371,19 @@ impl<'a> Model<'a> {
                  that have them (see the allocations not in every run)"
             ));
         }
-        for (run, p) in runs.iter().zip(&programs) {
-            if p.recorded_ooms > 0 {
-                notes.push(format!(
-                    "{}: {} requests ran out of memory in the recorded run; they are left out",
-                    run.name, p.recorded_ooms
-                ));
-            }
-            if p.unmatched_frees > 0 {
-                notes.push(format!("{}: {} frees of unknown addresses are left out", run.name, p.unmatched_frees));
-            }
-        }
-        if programs.iter().any(|p| p.private_pools) {
-            notes.push(
-                "a run used a CUDA graph's private pool: predictions send every request to the default pool".to_owned(),
-            );
-        }
-        let confs: Vec<Option<&str>> =
-            runs.iter().map(|r| r.snapshot.allocator_settings.as_ref().and_then(|s| s.alloc_conf.as_deref())).collect();
-        if confs.windows(2).any(|w| w[0] != w[1]) {
-            notes.push(format!(
-                "the runs were recorded with different allocator settings; predicting with {}'s",
-                reference.name
-            ));
-        }
+        notes.extend(recording_notes(&runs, &programs));
         Ok(Model {
             reference,
             device,
             program: programs.into_iter().next().unwrap_or_default(),
-            fits,
-            fit_of,
-            tolerant,
+            fits: fitted.fits,
+            fit_of: fitted.fit_of,
+            tolerant: fitted.tolerant,
             one_run,
             matched_fraction,
-            fit_degrees,
-            runs: run_summaries,
-            unmatched,
+            fit_degrees: fitted.degrees,
+            runs: matching.runs,
+            unmatched: matching.unmatched,
             notes,
         })
     }
@@ -654,6 +493,151 @@ impl<'a> Model<'a> {
             survived_ooms: survived,
         }
     }
+}
+
+/// The runs' traces of one device, after the checks every prediction
+/// needs: sizes positive and distinct (sorted largest first: the first is
+/// the reference), a trace on the device in every run, none wrapped.
+type CheckedRuns<'a> = (Vec<Run<'a>>, u32, Vec<&'a DeviceSnapshot>, Vec<DeviceStats>);
+
+fn checked_runs<'a>(runs: &[Run<'a>], device: Option<u32>) -> Result<CheckedRuns<'a>, PredictError> {
+    let mut runs = runs.to_vec();
+    if runs.is_empty() {
+        return Err(PredictError::NoRuns);
+    }
+    if let Some(r) = runs.iter().find(|r| r.size == 0) {
+        return Err(PredictError::ZeroSize { run: r.name.to_owned() });
+    }
+    runs.sort_by_key(|r| std::cmp::Reverse(r.size));
+    if let Some(w) = runs.windows(2).find(|w| w[0].size == w[1].size) {
+        return Err(PredictError::SameSize {
+            first: w[1].name.to_owned(),
+            second: w[0].name.to_owned(),
+            size: w[0].size,
+        });
+    }
+    let reference = runs[0];
+    let device = match device {
+        Some(d) => d,
+        None => reference
+            .snapshot
+            .devices
+            .iter()
+            .find(|d| !d.trace.is_empty())
+            .map(|d| d.device)
+            .ok_or_else(|| PredictError::NoDevice { run: reference.name.to_owned() })?,
+    };
+    let devices: Vec<&DeviceSnapshot> = runs
+        .iter()
+        .map(|r| {
+            let d = r.snapshot.device(device).filter(|d| !d.trace.is_empty());
+            d.ok_or_else(|| PredictError::NoTrace { run: r.name.to_owned(), device })
+        })
+        .collect::<Result<_, _>>()?;
+    let stats: Vec<DeviceStats> = devices.iter().map(|d| DeviceStats::of(d)).collect();
+    let longest_whole = runs.iter().zip(&stats).filter(|(_, s)| !s.trace_wrapped).map(|(_, s)| s.trace_entries).max();
+    if let Some((r, s)) = runs.iter().zip(&stats).find(|(_, s)| s.trace_wrapped) {
+        let wanted = (4 * s.trace_entries).max(2 * longest_whole.unwrap_or(0)) as u64;
+        return Err(PredictError::TraceWrapped {
+            run: r.name.to_owned(),
+            device,
+            entries: s.trace_entries,
+            suggested: round_up_to_leading_digit(wanted.max(100_000)),
+        });
+    }
+    Ok((runs, device, devices, stats))
+}
+
+/// The fits of a matching: one per distinct fit, and which each allocation
+/// follows.
+struct Fitted {
+    fits: Vec<Fit>,
+    fit_of: Vec<u32>,
+    /// Matched allocations by the degree of their fit.
+    degrees: Vec<usize>,
+    /// Library workspaces: a failure is survived.
+    tolerant: Vec<bool>,
+}
+
+/// Each reference allocation's size as a function of the knob: the exact
+/// polynomial through the runs that have it; a library workspace (paired by
+/// place, or in the reference only) on a line where its sizes in every run
+/// lie on one, else in proportion to the knob; with one run (`scales`),
+/// what grows with the batch in proportion, the rest constant.
+fn fit_sizes(m: &matching::Matching, knobs: &[u64], scales: Option<&[bool]>) -> Fitted {
+    let reference = knobs[0];
+    let one_run = knobs.len() == 1;
+    let mut ids: FxHashMap<Fit, u32> = FxHashMap::default();
+    let mut out = Fitted {
+        fits: Vec::new(),
+        fit_of: Vec::with_capacity(m.sizes.len()),
+        degrees: Vec::new(),
+        tolerant: Vec::new(),
+    };
+    for (a, row) in m.sizes.iter().enumerate() {
+        let known: Vec<(u64, u64)> = knobs.iter().zip(row).filter_map(|(&x, s)| Some((x, (*s)?))).collect();
+        let in_proportion = vec![(0, 0), (reference, row[0].unwrap_or(0))];
+        let workspace = !one_run && (m.loose[a] || row[1..].iter().all(Option::is_none));
+        let points = match scales {
+            Some(scales) if scales[a] => in_proportion,
+            Some(_) => known,
+            None if workspace => {
+                if known.len() == knobs.len() && known.len() > 2 && Fit::through(&known).degree() <= 1 {
+                    known
+                } else {
+                    in_proportion
+                }
+            }
+            None => known,
+        };
+        let fit = Fit::through(&points);
+        if m.matched_in_all[a] && !one_run {
+            let d = fit.degree();
+            if out.degrees.len() <= d {
+                out.degrees.resize(d + 1, 0);
+            }
+            out.degrees[d] += 1;
+        }
+        let next = out.fits.len() as u32;
+        let id = *ids.entry(fit.clone()).or_insert_with(|| {
+            out.fits.push(fit);
+            next
+        });
+        out.fit_of.push(id);
+        out.tolerant.push(workspace);
+    }
+    out
+}
+
+/// What the runs' recordings say that the answer should: failed requests,
+/// lost frees, CUDA graph pools, differing settings.
+fn recording_notes(runs: &[Run<'_>], programs: &[Program]) -> Vec<String> {
+    let mut notes = Vec::new();
+    for (run, p) in runs.iter().zip(programs) {
+        if p.recorded_ooms > 0 {
+            notes.push(format!(
+                "{}: {} requests ran out of memory in the recorded run; they are left out",
+                run.name, p.recorded_ooms
+            ));
+        }
+        if p.unmatched_frees > 0 {
+            notes.push(format!("{}: {} frees of unknown addresses are left out", run.name, p.unmatched_frees));
+        }
+    }
+    if programs.iter().any(|p| p.private_pools) {
+        notes.push(
+            "a run used a CUDA graph's private pool: predictions send every request to the default pool".to_owned(),
+        );
+    }
+    let confs: Vec<Option<&str>> =
+        runs.iter().map(|r| r.snapshot.allocator_settings.as_ref().and_then(|s| s.alloc_conf.as_deref())).collect();
+    if confs.windows(2).any(|w| w[0] != w[1]) {
+        notes.push(format!(
+            "the runs were recorded with different allocator settings; predicting with {}'s",
+            runs[0].name
+        ));
+    }
+    notes
 }
 
 /// Predict: build the model, replay at each size asked for, and search for
@@ -799,114 +783,8 @@ pub fn replay_in_parallel(
     out.into_iter().zip(sizes).map(|(p, &s)| p.unwrap_or_else(|| model.replay(s, config, capacity))).collect()
 }
 
-/// One allocation as the alignment compares it: its stack, its size, and
-/// the knob of its run.
-#[derive(Clone, Copy, Debug)]
-struct Aligned {
-    key: u64,
-    size: u64,
-    knob: u64,
-}
-
-impl PartialEq for Aligned {
-    /// The same stack, and sizes that one polynomial term of the knob links:
-    /// equal (a constant), in the knobs' ratio (a batch of activations), or
-    /// in its square (attention scores over a sequence). Frameless
-    /// allocations (autograd's backward thread under `stacks="python"`)
-    /// share one stack, so the sizes are what tells them apart; a size that
-    /// follows none of these (a library workspace chosen per shape) is left
-    /// unmatched, and taken to grow with the knob.
-    fn eq(&self, other: &Aligned) -> bool {
-        let (a, b) = (self.size as u128, other.size as u128);
-        let (x, y) = (self.knob as u128, other.knob as u128);
-        self.key == other.key && (a == b || a * y == b * x || a * y * y == b * x * x)
-    }
-}
-
-fn aligned(program: &Program, knob: u64) -> Vec<Aligned> {
-    program.allocations.iter().map(|a| Aligned { key: a.key, size: a.size, knob }).collect()
-}
-
-/// For each reference allocation, the allocation of `other` it matches:
-/// Myers' diff over the allocations, equal when [`Aligned`] says so.
-fn align(other: &[Aligned], reference: &[Aligned]) -> Vec<Option<u32>> {
-    if other.len() == reference.len() && other.iter().zip(reference).all(|(o, r)| o == r) {
-        return (0..reference.len() as u32).map(Some).collect();
-    }
-    #[cfg(not(target_arch = "wasm32"))]
-    let deadline = std::time::Instant::now().checked_add(MATCH_DEADLINE);
-    // No clock in the browser: no limit.
-    #[cfg(target_arch = "wasm32")]
-    let deadline = None;
-    let mut capture = similar::algorithms::Capture::new();
-    // The hook only collects: it cannot fail.
-    let _ = similar::algorithms::myers::diff_deadline_raw(
-        &mut capture,
-        other,
-        0..other.len(),
-        reference,
-        0..reference.len(),
-        deadline,
-    );
-    let mut pairs = vec![None; reference.len()];
-    for op in capture.into_ops() {
-        if let similar::DiffOp::Equal { old_index, new_index, len } = op {
-            for k in 0..len {
-                pairs[new_index + k] = Some((old_index + k) as u32);
-            }
-        }
-    }
-    pairs
-}
-
-/// Pairs by place what the alignment left unpaired: between two aligned
-/// allocations, a run of the reference's and a run of `other`'s of the
-/// same length and the same stacks, one by one, whatever their sizes (a
-/// library's workspaces: same call, size chosen per shape).
-fn pair_gaps(pairs: &[Option<u32>], other: &Program, reference: &Program) -> Vec<Option<u32>> {
-    let mut by_place = vec![None; pairs.len()];
-    // Anchors: (reference index, other index), in order, with sentinels.
-    let anchors: Vec<(i64, i64)> = std::iter::once((-1, -1))
-        .chain(pairs.iter().enumerate().filter_map(|(a, o)| Some((a as i64, i64::from((*o)?)))))
-        .chain(std::iter::once((reference.allocations.len() as i64, other.allocations.len() as i64)))
-        .collect();
-    for w in anchors.windows(2) {
-        let (r0, o0) = ((w[0].0 + 1) as usize, (w[0].1 + 1) as usize);
-        let (r1, o1) = (w[1].0 as usize, w[1].1 as usize);
-        if r1 <= r0 || o1 < o0 || r1 - r0 != o1 - o0 {
-            continue;
-        }
-        let same_calls = (0..r1 - r0).all(|i| reference.allocations[r0 + i].key == other.allocations[o0 + i].key);
-        if same_calls {
-            for i in 0..r1 - r0 {
-                by_place[r0 + i] = Some((o0 + i) as u32);
-            }
-        }
-    }
-    by_place
-}
-
-/// The allocations of `program` that `missing` picks, grouped by stack.
-fn name_unmatched(run: &Run<'_>, program: &Program, missing: impl Fn(usize) -> bool) -> Vec<Unmatched> {
-    let mut by_stack: FxHashMap<u64, (usize, u64, crate::snapshot::StackId)> = FxHashMap::default();
-    for (_, a) in program.allocations.iter().enumerate().filter(|(i, _)| missing(*i)) {
-        let e = by_stack.entry(a.key).or_insert((0, 0, a.stack));
-        e.0 += 1;
-        e.1 += a.size;
-    }
-    by_stack
-        .into_values()
-        .map(|(count, bytes, stack)| Unmatched {
-            run: run.name.to_owned(),
-            count,
-            bytes,
-            stack: shown_frames(&stack_text(run.snapshot, stack)),
-        })
-        .collect()
-}
-
 /// Up to eight frames worth reading, innermost first.
-fn shown_frames(stack: &[FrameText]) -> Vec<String> {
+pub(crate) fn shown_frames(stack: &[FrameText]) -> Vec<String> {
     stack.iter().filter(|f| !f.is_noise()).take(8).map(FrameText::display).collect()
 }
 
