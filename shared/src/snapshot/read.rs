@@ -987,6 +987,10 @@ fn py_value_inner(
                 }
                 ObjKind::Dict(items) => {
                     let mut out: Vec<(String, PyValue)> = Vec::with_capacity(items.len());
+                    // Where each key went: a later duplicate replaces the
+                    // value in O(1), not by a scan of the keys so far (a flat
+                    // dict of 200,000 keys took minutes).
+                    let mut slots: rustc_hash::FxHashMap<String, usize> = rustc_hash::FxHashMap::default();
                     for (k, val) in items {
                         let key = match k.get() {
                             V::Str(s) => heap.str(s).to_owned(),
@@ -996,9 +1000,12 @@ fn py_value_inner(
                             },
                         };
                         let value = py_value_inner(heap, *val, &format!("{path}.{key}"), depth + 1, visits, on_path)?;
-                        match out.iter_mut().find(|(k2, _)| *k2 == key) {
-                            Some(slot) => slot.1 = value,
-                            None => out.push((key, value)),
+                        match slots.get(&key) {
+                            Some(&slot) => out[slot].1 = value,
+                            None => {
+                                slots.insert(key.clone(), out.len());
+                                out.push((key, value));
+                            }
                         }
                     }
                     PyValue::Dict(out)
