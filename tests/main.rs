@@ -21,6 +21,7 @@ mod cli;
 mod hostile;
 mod ingest;
 mod mcp;
+mod predict;
 mod report;
 mod server;
 mod simulate;
