@@ -12,7 +12,8 @@
 //!   zoom (`viewport`), where allocations sit on the plot (`layout`) and the
 //!   drawing itself (`plot`, `chart`, generic over plotters' backends, with
 //!   `hidpi` scaling), the segment and state geometry (`blocks`), the
-//!   minimap's brush (`brush`), stack frames grouped (`frames`), the view in
+//!   minimap's brush (`brush`), "Will it fit?"'s form and chart (`predict`,
+//!   `predict_chart`), stack frames grouped (`frames`), the view in
 //!   the URL (`permalink`), query strings (`url`) and the one `palette`.
 //! - `infra`: the browser's services: the one HTTP client (`api`, with the
 //!   token, handing `local-` ids to the worker), "latest request wins"

@@ -32,6 +32,8 @@ pub(crate) struct Metrics {
     pub(crate) cached_snapshots: Gauge,
     /// Report pages rendered (not served from the kept ones).
     pub(crate) reports_rendered: Counter,
+    /// Predictions computed (`GET /api/v1/predict` not answered from the kept ones).
+    pub(crate) predictions_computed: Counter,
     /// About how many bytes the cached snapshots hold (set when scraped).
     pub(crate) cached_bytes: Gauge,
     /// Token secrets checked with argon2 (set from `Auth` when scraped).
@@ -58,6 +60,7 @@ impl Metrics {
         let token_hashes = Gauge::default();
         let cached_bytes = Gauge::default();
         let reports_rendered = Counter::default();
+        let predictions_computed = Counter::default();
         let index_opens = Counter::default();
         let index_open_seconds = Histogram::new(exponential_buckets(0.001, 2.0, 16));
         let index_writes = Counter::default();
@@ -73,6 +76,11 @@ impl Metrics {
         registry.register("errors", "Requests that failed, by kind", errors.clone());
         registry.register("cached_snapshots", "Snapshots held parsed in memory", cached_snapshots.clone());
         registry.register("reports_rendered", "Report pages rendered", reports_rendered.clone());
+        registry.register(
+            "predictions_computed",
+            "Predictions computed (not from the cache)",
+            predictions_computed.clone(),
+        );
         registry.register("cached_bytes", "About how many bytes the cached snapshots hold", cached_bytes.clone());
         registry.register("token_hashes", "Token secrets checked with argon2 since start", token_hashes.clone());
         Metrics {
@@ -84,6 +92,7 @@ impl Metrics {
             errors,
             cached_snapshots,
             reports_rendered,
+            predictions_computed,
             cached_bytes,
             token_hashes,
             index_opens,

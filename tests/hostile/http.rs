@@ -424,6 +424,38 @@ async fn regression_analyses_take_only_settings_a_user_can_name_and_wait_in_line
     assert_eq!(first["figures"], second["figures"]);
 }
 
+#[tokio::test]
+async fn regression_predictions_take_only_bounded_queries_checked_before_any_load() {
+    let server = TestServer::start("predict-hostile", &[]);
+    let id = victim(&server).await;
+    let nine: Vec<String> = (1..=9).map(|k| format!("{id}:{k}")).collect();
+    let nine = nine.join(",");
+    let at33: Vec<String> = (1..=33).map(|k| k.to_string()).collect();
+    let at33 = at33.join(",");
+    let two = format!("{id}:4,{id}:8");
+    let long_conf = "x".repeat(600);
+    // Unknown ids in these queries: each is refused for its parameter
+    // before any snapshot is looked up.
+    let refused: [(&[(&str, &str)], &str); 8] = [
+        (&[("runs", &nine), ("at", "16")], "runs"),
+        (&[("runs", &two), ("at", &at33)], "at"),
+        (&[("runs", "nosuch:0,other:8"), ("at", "16")], "runs"),
+        (&[("runs", "nosuch:4,other:8"), ("at", "16"), ("step", "0")], "step"),
+        (&[("runs", "nosuch:4,other:8"), ("largest", "true"), ("capacity", "1B")], "capacity"),
+        (&[("runs", "nosuch:4,other:8")], "nothing to predict"),
+        (&[("runs", "nosuch:4,other:8"), ("at", "16"), ("alloc_conf", &long_conf)], "alloc_conf"),
+        (&[("runs", "nosuch:4,other:4"), ("at", "16")], "size 4"),
+    ];
+    for (query, what) in refused {
+        let (status, refusal) = server.get_query("/predict", query).await;
+        assert_eq!((status, kind(&refusal)), (StatusCode::BAD_REQUEST, "bad_request"), "{query:?}: {refusal}");
+        assert!(refusal["error"].as_str().is_some_and(|e| e.contains(what)), "{query:?}: {refusal}");
+    }
+    let (status, missing) = server.get_query("/predict", &[("runs", "nosuch:4"), ("at", "16")]).await;
+    assert_eq!((status, kind(&missing)), (StatusCode::NOT_FOUND, "not_found"), "{missing}");
+    still_serves(&server, &id).await;
+}
+
 #[test]
 fn regression_the_capture_module_spaces_the_snapshots_it_is_asked_for() {
     // The module the agent injects into the job: commands relayed in a

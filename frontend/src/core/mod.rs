@@ -14,6 +14,8 @@ pub mod model;
 pub mod palette;
 pub mod permalink;
 pub mod plot;
+pub mod predict;
+pub mod predict_chart;
 #[cfg(test)]
 pub(crate) mod recorder;
 pub mod url;

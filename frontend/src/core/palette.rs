@@ -138,6 +138,16 @@ pub const FRAGMENTATION: Colour = ORANGE;
 /// An uploaded snapshot on the live charts.
 pub const SNAPSHOT_MARKER: Colour = PURPLE;
 
+/// A recorded run's peak ("Will it fit?").
+pub const RECORDED_RUN: Colour = DARK_BLUE;
+/// The capacity a prediction is made under ("Will it fit?"; not red, which
+/// marks the sizes that run out).
+pub const PREDICT_CAPACITY: Colour = ORANGE;
+/// The largest size that fits ("Will it fit?").
+pub const LARGEST_FIT: Colour = GREEN;
+/// A size that runs out below one that fits ("Will it fit?").
+pub const DIP: Colour = YELLOW;
+
 /// Lines of ranked series (the leaks chart's top stacks), in rank order.
 pub const SERIES: [Colour; 5] = [RED, BLUE, ORANGE, GREEN, PURPLE];
 

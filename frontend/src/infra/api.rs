@@ -17,6 +17,7 @@ use wasm_bindgen::JsCast;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
 
+use vramscope_shared::api::predict::{PredictQuery, PredictReport};
 use vramscope_shared::views::analysis::{DiffAnswer, ExplainAnswer, LeaksAnswer, TuneAnswer, WhatIfAnswer};
 
 use super::{draws, local};
@@ -501,6 +502,14 @@ pub(crate) async fn jobs() -> Result<Vec<JobSummary>, ApiError> {
 /// One job's ranks side by side.
 pub(crate) async fn job(name: &str) -> Result<JobReport, ApiError> {
     get("loading the job", &format!("/api/v1/jobs/{}", encode(name))).await
+}
+
+/// Will it fit? A prediction over stored snapshots of one job
+/// (`GET /api/v1/predict`, the query serialised by serde).
+pub(crate) async fn predict(q: &PredictQuery) -> Result<PredictReport, ApiError> {
+    let query = serde_urlencoded::to_string(q)
+        .map_err(|e| ApiError { status: 0, message: format!("predicting: the query could not be written ({e})") })?;
+    get("predicting", &format!("/api/v1/predict?{query}")).await
 }
 
 /// The processes that streamed telemetry, and their hosts.

@@ -14,6 +14,8 @@ use plotters::prelude::IntoDrawingArea;
 use plotters_canvas::CanvasBackend;
 
 use crate::core::chart::{self, Area, Chart};
+use crate::core::predict::Outcome;
+use crate::core::predict_chart;
 use crate::core::viewport::Window;
 
 /// `window.devicePixelRatio`, at least 1.
@@ -221,6 +223,20 @@ pub(crate) fn paint_chart(
     let backend = CanvasBackend::with_canvas_object(canvas.clone())
         .ok_or_else(|| "this browser gives no 2D drawing context for the canvas".to_owned())?;
     chart::draw(&backend.into_drawing_area(), chart, x_label)
+}
+
+/// Draw the "Will it fit?" chart on `canvas`, `width` × `height` pixels.
+pub(crate) fn paint_predict(
+    canvas: &HtmlCanvasElement,
+    width: u32,
+    height: u32,
+    outcome: &Outcome,
+) -> Result<(), String> {
+    canvas.set_width(width.max(200));
+    canvas.set_height(height);
+    let backend = CanvasBackend::with_canvas_object(canvas.clone())
+        .ok_or_else(|| "this browser gives no 2D drawing context for the canvas".to_owned())?;
+    predict_chart::draw(&backend.into_drawing_area(), outcome)
 }
 
 /// The width available to a chart inside `wrap`, at least 320 pixels.

@@ -63,6 +63,7 @@ mod component {
     use crate::core::model::jobs::{JobReport, JobSummary};
     use crate::infra::api;
     use crate::infra::clock;
+    use crate::pages::predict::WillItFit;
 
     /// `/jobs`: every job, most recent first.
     #[component]
@@ -143,7 +144,10 @@ mod component {
                 {move || match report.get() {
                     None => view! { <p class="hint">"Loading…"</p> }.into_any(),
                     Some(Err(e)) => view! { <p class="notice error">{e}</p> }.into_any(),
-                    Some(Ok(r)) => view! { <JobTable report=r/> }.into_any(),
+                    Some(Ok(r)) => {
+                        let name = r.job.clone();
+                        view! { <JobTable report=r/> <WillItFit job=name/> }.into_any()
+                    }
                 }}
             </section>
         }

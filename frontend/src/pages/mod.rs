@@ -18,6 +18,8 @@ pub(crate) mod jobs;
 pub(crate) mod library;
 pub(crate) mod live;
 #[cfg(target_arch = "wasm32")]
+pub(crate) mod predict;
+#[cfg(target_arch = "wasm32")]
 pub(crate) mod report;
 pub(crate) mod review;
 #[cfg(target_arch = "wasm32")]

@@ -38,6 +38,15 @@ pub(crate) enum AppError {
     },
     /// The snapshot exists but could not be parsed (an earlier background parse failed).
     Unprocessable(String),
+    /// The snapshots are readable but cannot answer the question asked (a
+    /// prediction over a wrapped trace, a device without one): the
+    /// analysis's stable kind and message.
+    Unanswerable {
+        /// Stable kind (`trace_wrapped`, `no_trace`, …).
+        kind: &'static str,
+        /// What was wrong, and where.
+        message: String,
+    },
     /// Anything else: storage, database. Logged, and answered without details.
     Internal(anyhow::Error),
 }
@@ -56,6 +65,7 @@ impl AppError {
             AppError::TooManyRequests(_) => (StatusCode::TOO_MANY_REQUESTS, "rate_limited"),
             AppError::Unreadable { kind, .. } => (StatusCode::UNPROCESSABLE_ENTITY, kind),
             AppError::Unprocessable(_) => (StatusCode::UNPROCESSABLE_ENTITY, "parse_failed"),
+            AppError::Unanswerable { kind, .. } => (StatusCode::UNPROCESSABLE_ENTITY, kind),
             AppError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         }
     }
@@ -79,7 +89,7 @@ impl AppError {
                 "refused {what}: without API tokens this server takes changes only from its own pages and from \
                  clients that are not web pages"
             ),
-            AppError::Unreadable { message, .. } => message.clone(),
+            AppError::Unreadable { message, .. } | AppError::Unanswerable { message, .. } => message.clone(),
             AppError::Unprocessable(why) => why.clone(),
             AppError::Internal(_) => "internal error (see the server log)".to_owned(),
         }

@@ -36,17 +36,17 @@ const REPLAYS_KEPT: usize = 8;
 const RANKINGS_KEPT: usize = 16;
 
 /// A small least-recently-used map; the most recently used entry last.
-struct Lru<K, V> {
+pub(super) struct Lru<K, V> {
     capacity: usize,
     entries: Mutex<Vec<(K, Arc<V>)>>,
 }
 
 impl<K: PartialEq, V> Lru<K, V> {
-    const fn new(capacity: usize) -> Lru<K, V> {
+    pub(super) const fn new(capacity: usize) -> Lru<K, V> {
         Lru { capacity, entries: Mutex::new(Vec::new()) }
     }
 
-    fn get(&self, key: &K) -> Option<Arc<V>> {
+    pub(super) fn get(&self, key: &K) -> Option<Arc<V>> {
         let mut entries = self.entries.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let i = entries.iter().position(|(k, _)| k == key)?;
         let entry = entries.remove(i);
@@ -55,7 +55,7 @@ impl<K: PartialEq, V> Lru<K, V> {
         Some(value)
     }
 
-    fn put(&self, key: K, value: Arc<V>) {
+    pub(super) fn put(&self, key: K, value: Arc<V>) {
         let mut entries = self.entries.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         entries.retain(|(k, _)| k != &key);
         entries.push((key, value));
@@ -121,7 +121,7 @@ const CAPACITY_STEP: u64 = 1 << 20;
 const CAPACITY_RANGE: std::ops::RangeInclusive<u64> = (64 << 20)..=(16 << 40);
 
 /// The capacity of a replay, checked (see [`CAPACITY_RANGE`]).
-fn capacity(text: Option<&str>) -> AppResult<Option<u64>> {
+pub(super) fn capacity(text: Option<&str>) -> AppResult<Option<u64>> {
     let capacity = analysis::parse_capacity(text)?;
     if let Some(c) = capacity
         && (!c.is_multiple_of(CAPACITY_STEP) || !CAPACITY_RANGE.contains(&c))
@@ -137,7 +137,7 @@ fn capacity(text: Option<&str>) -> AppResult<Option<u64>> {
 /// The allocator settings of a replay, checked, in one spelling: the
 /// cache key of `expandable_segments:True` and ` expandable_segments:True,`
 /// is the same.
-fn alloc_conf(text: Option<&str>) -> AppResult<Option<String>> {
+pub(super) fn alloc_conf(text: Option<&str>) -> AppResult<Option<String>> {
     let Some(text) = text else { return Ok(None) };
     if text.len() > MAX_ALLOC_CONF_BYTES {
         return Err(AppError::BadRequest(format!("alloc_conf: longer than {MAX_ALLOC_CONF_BYTES} bytes")));

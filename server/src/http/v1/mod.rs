@@ -3,6 +3,7 @@
 mod analysis;
 mod jobs;
 pub(crate) mod mcp;
+mod predict;
 mod review;
 mod snapshots;
 mod telemetry;
@@ -61,6 +62,7 @@ pub(super) fn routes(timeout: Duration) -> Router<AppState> {
         .route("/api/v1/compare", get(analysis::compare))
         .route("/api/v1/snapshots/{id}/check", get(analysis::check_snapshot))
         .route("/api/v1/jobs/{job}/check", get(analysis::check_job))
+        .route("/api/v1/predict", get(predict::predict))
         .layer(TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, timeout));
     let streaming = Router::new()
         .route("/api/v1/snapshots", post(upload::upload).layer(axum::extract::DefaultBodyLimit::disable()))

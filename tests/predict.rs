@@ -1,0 +1,102 @@
+//! `GET /api/v1/predict` on a real server: two real snapshots of one job
+//! at two sizes, uploaded, answer what `vramscope predict --json` answers
+//! for the same files; a repeat is answered from the kept answers. The
+//! refusals of hostile queries are in `hostile/http.rs`.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use reqwest::StatusCode;
+use serde_json::Value;
+
+use crate::common::server::TestServer;
+
+/// Two runs of one small transformer, batch 4 and batch 6 (H200,
+/// `tests/gpu`), each under 1.5 MB.
+pub(crate) fn predict_fixture(name: &str) -> PathBuf {
+    crate::common::workspace_root().join("tests/fixtures/predict").join(name)
+}
+
+/// The report with the runs' names blanked: the CLI names a run by its
+/// file, the server by its snapshot id.
+fn without_names(mut report: Value) -> Value {
+    for list in ["runs", "unmatched"] {
+        if let Some(items) = report[list].as_array_mut() {
+            for item in items {
+                for key in ["name", "run"] {
+                    if item.get(key).is_some() {
+                        item[key] = Value::Null;
+                    }
+                }
+            }
+        }
+    }
+    report
+}
+
+#[tokio::test]
+async fn a_prediction_over_two_uploaded_snapshots_is_the_command_lines() {
+    let server = TestServer::start("predict", &[]);
+    let (small, large) = (predict_fixture("transformer_4.pickle"), predict_fixture("transformer_6.pickle"));
+    let a = server.upload_file(&small).await;
+    let b = server.upload_file(&large).await;
+    let runs = format!("{a}:4,{b}:6");
+    let query = [("runs", runs.as_str()), ("at", "8,16"), ("largest", "true"), ("capacity", "2GiB")];
+    let (status, answer) = server.get_query("/predict", &query).await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+
+    let out = Command::new(env!("CARGO_BIN_EXE_vramscope"))
+        .arg("predict")
+        .arg(format!("{}=4", small.display()))
+        .arg(format!("{}=6", large.display()))
+        .args(["--at", "8,16", "--largest", "--capacity", "2GiB", "--json"])
+        .output()
+        .expect("run vramscope predict");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let cli: Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+
+    // Runs are named by their snapshot ids, largest size first.
+    let names: Vec<&str> = answer["runs"].as_array().expect("runs").iter().filter_map(|r| r["name"].as_str()).collect();
+    assert_eq!(names, vec![b.as_str(), a.as_str()]);
+    assert_eq!(without_names(answer.clone()), without_names(cli));
+    assert_eq!(answer["predictions"][0]["size"], 8);
+    assert_eq!(answer["capacity_bytes"], 2u64 << 30);
+    assert!(answer["largest_fitting_size"].as_u64().is_some_and(|n| n >= 6), "{}", answer["largest_fitting_size"]);
+}
+
+#[tokio::test]
+async fn a_repeat_is_answered_from_the_kept_predictions() {
+    let server = TestServer::start("predict-cache", &[]);
+    let id = server.upload_file(&crate::common::fixture_corpus().join("mlp_train_all.pickle")).await;
+    // The same file under two labels: a constant (and valid) input.
+    let (status, again) = server
+        .upload(
+            std::fs::read(crate::common::fixture_corpus().join("mlp_train_all.pickle")).expect("fixture"),
+            "name=again",
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{again}");
+    let other = again["id"].as_str().expect("id").to_owned();
+    assert_ne!(id, other);
+    let runs = format!("{id}:4,{other}:8");
+    assert_eq!(server.metric("predictions_computed_total", None).await, 0);
+    let (status, first) = server.get_query("/predict", &[("runs", &runs), ("at", "16,32"), ("capacity", "4GiB")]).await;
+    assert_eq!(status, StatusCode::OK, "{first}");
+    assert_eq!(server.metric("predictions_computed_total", None).await, 1);
+    // The same query spelled otherwise (spaces, the capacity in MiB).
+    let spelled = format!(" {id}:4 , {other}:8");
+    let (status, second) =
+        server.get_query("/predict", &[("runs", &spelled), ("at", "16, 32"), ("capacity", "4096MiB")]).await;
+    assert_eq!(status, StatusCode::OK, "{second}");
+    assert_eq!(second, first);
+    assert_eq!(server.metric("predictions_computed_total", None).await, 1, "the repeat was not computed again");
+    // Constant between two identical runs.
+    let peaks: Vec<u64> = first["predictions"]
+        .as_array()
+        .expect("predictions")
+        .iter()
+        .filter_map(|p| p["reserved_peak_bytes"].as_u64())
+        .collect();
+    assert_eq!(peaks.len(), 2);
+    assert_eq!(peaks[0], peaks[1]);
+}
