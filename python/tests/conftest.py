@@ -7,7 +7,6 @@ The `vramscope` binary is the installed wheel's, else $VRAMSCOPE_BIN, else
 one on PATH (see vramscope.find_binary)."""
 
 import importlib.metadata
-import os
 import sys
 from pathlib import Path
 

@@ -1,7 +1,6 @@
 """The pytest plugin, run by pytester on CPU: the fake torch writes a real
 corpus snapshot and `vramscope check` really runs on it."""
 
-import pytest
 
 from conftest import CORPUS, PLUGIN_ARGS, logged
 

@@ -101,7 +101,7 @@ def _decode(command, process):
             command=command,
             returncode=process.returncode,
             stderr=process.stderr.decode("utf-8", "replace"),
-        )
+        ) from None
 
 
 def run_json(args, env=None):
