@@ -61,6 +61,8 @@ def test_growth_against_a_baseline_names_the_stacks_that_grew(pytester, torch_lo
             "*+1.12 GiB  linear.py:134 forward < /srv/jobs/train.py:96 run",
         ]
     )
+    assert leaked.stdout.str().count("memory budget broken") == 1
+    leaked.stdout.no_fnmatch_line("*During handling of the above exception*")
 
 
 def test_a_missing_baseline_fails_saying_how_to_record_one(pytester, torch_log):

@@ -182,8 +182,11 @@ def _check(item, options, path):
         return
     try:
         check(path, top=options.get("top", 5), **rules)
+        return
     except MemoryBudgetExceeded as broken:
-        pytest.fail(str(broken), pytrace=False)
+        message = str(broken)
+    # Outside the except block: the failure is the verdict alone, not chained to the exception.
+    pytest.fail(message, pytrace=False)
 
 
 @pytest.fixture
