@@ -1,6 +1,7 @@
 """The pytest plugin, run by pytester on CPU: the fake torch writes a real
 corpus snapshot and `vramscope check` really runs on it."""
 
+import pytest
 
 from conftest import CORPUS, PLUGIN_ARGS, logged
 
@@ -80,7 +81,9 @@ def test_without_cuda_marked_tests_are_skipped_with_the_reason(pytester, torch_l
     )
     result = run(pytester, "-rs")
     result.assert_outcomes(passed=1, skipped=2)
-    result.stdout.fnmatch_lines(["*SKIPPED*vramscope: CUDA is not available (torch 2.11.0+fake sees no GPU)*"])
+    result.stdout.fnmatch_lines(
+        ["SKIPPED [[]1[]] test_without_cuda_marked_tests_are_skipped_with_the_reason.py:3: vramscope: CUDA is not available (torch 2.11.0+fake sees no GPU)"]
+    )
     assert logged(torch_log) == []
 
 
@@ -120,12 +123,12 @@ def test_the_fixture_names_a_parametrized_tests_snapshot_after_its_size(pytester
     ]
 
 
-def test_a_misspelt_rule_errors_even_without_cuda(pytester, torch_log, monkeypatch):
+def test_a_misspelt_rule_stops_the_run_even_without_cuda(pytester, torch_log, monkeypatch):
     monkeypatch.setenv("FAKE_TORCH_CUDA", "0")
     pytester.makepyfile(TRAIN_STEP.format(rules='max_reserve_peak="1GiB"'))
     result = run(pytester)
-    result.assert_outcomes(errors=1)
-    result.stdout.fnmatch_lines(["*cuda_memory takes keyword arguments*; got max_reserve_peak*"])
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*::test_train_step: @pytest.mark.cuda_memory takes keyword arguments*; got max_reserve_peak"])
 
 
 def test_the_marker_is_registered(pytester):

@@ -108,17 +108,18 @@ def snapshot_path(item):
     return snapshot_dir(item.config) / name
 
 
-def _marker_options(item, marker):
+def marker_problem(item, marker):
+    """What is wrong with a cuda_memory marker's arguments (None when nothing)."""
     unknown = set(marker.kwargs) - set(_OPTIONS)
     if marker.args or unknown:
-        pytest.fail(
-            "%s: @pytest.mark.cuda_memory takes keyword arguments %s; got %s"
-            % (item.nodeid, ", ".join(_OPTIONS), ", ".join(sorted(unknown)) or "positional arguments"),
-            pytrace=False,
+        return "%s: @pytest.mark.cuda_memory takes keyword arguments %s; got %s" % (
+            item.nodeid,
+            ", ".join(_OPTIONS),
+            ", ".join(sorted(unknown)) or "positional arguments",
         )
     if marker.kwargs.get("max_growth") is not None and not marker.kwargs.get("baseline"):
-        pytest.fail("%s: cuda_memory(max_growth=...) needs baseline=NAME or a path" % item.nodeid, pytrace=False)
-    return dict(marker.kwargs)
+        return "%s: cuda_memory(max_growth=...) needs baseline=NAME or a path" % item.nodeid
+    return None
 
 
 def baseline_path(item, baseline):
@@ -136,14 +137,20 @@ def baseline_path(item, baseline):
     return folder / ("%s.pickle" % text)
 
 
-def pytest_runtest_setup(item):
-    marker = item.get_closest_marker(MARKER)
-    if marker is None:
+def pytest_collection_modifyitems(session, config, items):
+    # A misspelt rule stops the run here, also on a machine without CUDA.
+    problems = [p for p in (marker_problem(i, i.get_closest_marker(MARKER)) for i in items if i.get_closest_marker(MARKER)) if p]
+    if problems:
+        raise pytest.UsageError("\n".join(problems))
+    # A skip mark (rather than pytest.skip in a hook) reports the test's own
+    # file and line as the skip's place.
+    needing_cuda = [i for i in items if i.get_closest_marker(MARKER) or "memory_snapshot" in getattr(i, "fixturenames", ())]
+    if not needing_cuda:
         return
-    _marker_options(item, marker)  # a misspelt rule fails here, also on a machine without CUDA
     reason = cuda_unavailable_reason()
     if reason is not None:
-        pytest.skip(reason)
+        for item in needing_cuda:
+            item.add_marker(pytest.mark.skip(reason=reason))
 
 
 @pytest.hookimpl(wrapper=True)
@@ -151,7 +158,7 @@ def pytest_runtest_call(item):
     marker = item.get_closest_marker(MARKER)
     if marker is None:
         return (yield)
-    options = _marker_options(item, marker)
+    options = dict(marker.kwargs)
     path = snapshot_path(item)
     with recorded_memory(path, **({"max_entries": options["max_entries"]} if "max_entries" in options else {})):
         result = yield  # the test; if it raises, the snapshot is written all the same
