@@ -7,7 +7,12 @@ The `vramscope` binary is the installed wheel's, else $VRAMSCOPE_BIN, else
 one on PATH (see vramscope.find_binary)."""
 
 import importlib.metadata
+import json
+import socket
+import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -59,3 +64,38 @@ def fake_cuda(torch_log):
     torch.cuda.memory._recording = False
     yield torch.cuda._fake
     torch._C.observers.clear()
+
+
+@pytest.fixture
+def server(tmp_path):
+    """A real `vramscope serve` on a free loopback port, with its own data folder."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = "http://127.0.0.1:%d" % port
+    process = subprocess.Popen(
+        [__import__("vramscope").find_binary(), "serve", "--bind", "127.0.0.1:%d" % port, "--data-dir", str(tmp_path / "data")],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        for _ in range(300):  # until it answers (a readiness wait, not a timing)
+            try:
+                with urllib.request.urlopen(url + "/healthz") as answer:
+                    if json.load(answer).get("status") == "ok":
+                        break
+            except OSError:
+                time.sleep(0.05)
+        else:
+            pytest.fail("vramscope serve did not answer at %s" % url)
+        yield url
+    finally:
+        process.terminate()
+        process.wait()
+
+
+
+def stored_snapshots(server):
+    """The server's library: one dict per stored snapshot (id, job, rank, tags, trigger, ...)."""
+    with urllib.request.urlopen(server + "/api/v1/snapshots") as listing:
+        return json.load(listing)["items"]

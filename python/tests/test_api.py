@@ -8,7 +8,7 @@ import sys
 import pytest
 
 import vramscope
-from conftest import CORPUS, PREDICT_RUNS, logged
+from conftest import CORPUS, PREDICT_RUNS, logged, stored_snapshots
 
 
 def test_importing_the_package_does_not_import_torch():
@@ -130,3 +130,12 @@ def test_python_m_vramscope_version_prints_both_versions():
 def test_the_package_version_is_the_workspaces():
     cargo = (CORPUS.parent.parent.parent / "Cargo.toml").read_text()
     assert 'version = "%s"' % vramscope.__version__ in cargo
+
+
+def test_upload_stores_the_snapshot_with_its_labels(server):
+    answer = vramscope.upload(CORPUS / "oom_leak.pickle", server=server, job="train", rank=1, tags=["step=3"], trigger="oom")
+    assert answer["status"] == "ready"
+    stored = stored_snapshots(server)
+    assert [(s["id"], s["job"], s["rank"], s["tags"], s["trigger"]) for s in stored] == [
+        (answer["id"], "train", 1, ["step=3"], "oom")
+    ]

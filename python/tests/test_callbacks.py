@@ -10,7 +10,7 @@ import types
 
 import pytest
 
-from conftest import CORPUS, logged
+from conftest import CORPUS, logged, stored_snapshots
 from vramscope.integrations.monitor import MemoryMonitor
 
 GiB = 1 << 30
@@ -118,6 +118,20 @@ def test_a_failed_upload_keeps_the_file_and_training_goes_on(tmp_path, fake_cuda
         monitor.step_end(1)
     assert monitor.snapshots[0]["upload"] is None
     assert (tmp_path / "train-rank0-step1-step.pickle").is_file()
+
+
+def test_each_snapshot_is_uploaded_with_its_step_rank_and_job(tmp_path, fake_cuda, torch_log, server):
+    fake_cuda.reserved = 75 * GiB  # of 80: past the threshold at the first step's end
+    monitor = MemoryMonitor(snapshot_dir=tmp_path, threshold=0.9, at_steps=[1], server=server)
+    monitor.start(rank=2, job="train")
+    monitor.step_begin(1)
+    monitor.step_end(1)
+    assert [(s["trigger"], s["upload"]["status"]) for s in monitor.snapshots] == [("step", "ready"), ("threshold", "ready")]
+    stored = sorted(stored_snapshots(server), key=lambda s: s["trigger"])
+    assert [(s["name"], s["job"], s["rank"], s["tags"], s["trigger"]) for s in stored] == [
+        ("train-rank2-step1-step.pickle", "train", 2, ["step=1"], "manual"),
+        ("train-rank2-step1-threshold.pickle", "train", 2, ["step=1"], "threshold"),
+    ]
 
 
 def test_without_cuda_the_monitor_warns_and_records_nothing(tmp_path, fake_cuda, torch_log, monkeypatch):
