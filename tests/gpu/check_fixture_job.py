@@ -40,6 +40,15 @@ from vramscope import recorded_memory  # noqa: E402
 STEPS = 6
 
 
+def plugin_args():
+    """`-p vramscope.pytest_plugin` unless an installed wheel's entry point
+    loads the plugin already (asking for it twice is an error)."""
+    import importlib.metadata
+
+    installed = any(ep.name == "vramscope" for ep in importlib.metadata.entry_points(group="pytest11"))
+    return [] if installed else ["-p", "vramscope.pytest_plugin"]
+
+
 def model():
     return torch.nn.Sequential(
         torch.nn.Linear(4096, 4096), torch.nn.ReLU(), torch.nn.Linear(4096, 4096)
@@ -130,7 +139,7 @@ def main():
         )
         env = dict(os.environ, VRAMSCOPE_SNAPSHOTS=str(out / "pytest"), PYTHONPATH=str(ROOT / "python"))
         run = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "vramscope.pytest_plugin", str(tests)],
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *plugin_args(), str(tests)],
             env=env, capture_output=True, text=True,
         )
         (out / "pytest.log").write_text(run.stdout + run.stderr)
