@@ -1,8 +1,9 @@
 //! `vramscope check` as CI runs it: exit codes, the verdict's text, JSON
 //! and JUnit, a baseline's grown stacks, the server's `check` routes with a
-//! pinned baseline, and the documented pytest fixture's code
-//! (`docs/ci/vramscope_memory.py`) run by plain `python3` with a fake
-//! `torch` (`tests/fixtures/fake_torch`) writing a real corpus snapshot.
+//! pinned baseline, and the Python package's `recorded_memory`
+//! (`python/vramscope`, what the pytest plugin records with) run by plain
+//! `python3` with a fake `torch` (`tests/fixtures/fake_torch`) writing a
+//! real corpus snapshot.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -250,19 +251,18 @@ async fn a_jobs_newest_snapshot_is_checked_against_its_last_pinned_one() {
     assert_eq!(status, StatusCode::BAD_REQUEST, "{answer}");
 }
 
-/// The documented fixture's code (`docs/ci/vramscope_memory.py`), run by
-/// plain `python3` with the fake `torch` on `PYTHONPATH`; its snapshot then
-/// checked as the documented CI step does.
+/// The Python package's `recorded_memory` (`python/vramscope`, which the
+/// pytest plugin records with), run by plain `python3` with the fake `torch`
+/// on `PYTHONPATH`; its snapshot then checked as the documented CI step does.
 #[test]
 fn the_documented_fixture_writes_a_snapshot_that_check_reads() {
     let root = crate::common::workspace_root();
     let dir = unique_dir("check-fixture");
     let log = dir.join("torch.log");
-    let python_path =
-        format!("{}:{}", root.join("tests/fixtures/fake_torch").display(), root.join("docs/ci").display());
+    let python_path = format!("{}:{}", root.join("tests/fixtures/fake_torch").display(), root.join("python").display());
     let script = r#"
 import sys
-from vramscope_memory import recorded_memory
+from vramscope import recorded_memory
 
 with recorded_memory(sys.argv[1] + "/memory-snapshots/test_step.pickle") as path:
     assert path.name == "test_step.pickle"
@@ -271,7 +271,8 @@ try:
         raise RuntimeError("CUDA out of memory")
 except RuntimeError as e:
     print("raised:", e)
-from vramscope_memory import snapshot_name
+from vramscope import snapshot_name
+assert "torch" in sys.modules  # imported by recorded_memory, not by the package
 assert snapshot_name("test_step") == "test_step.pickle"
 assert snapshot_name("test_step", {"batch": 4}) == "test_step.batch-4.pickle"
 "#;

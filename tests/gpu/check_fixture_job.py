@@ -3,11 +3,11 @@ the device tool):
 
     python3 tests/gpu/check_fixture_job.py --vramscope target/release/vramscope --out "$OUT"
 
-1. fixture: the documented `recorded_memory` (docs/ci/vramscope_memory.py)
+1. fixture: the Python package's `recorded_memory` (python/vramscope)
    around a training step (baseline.pickle) and around the same step that
    keeps every output (leak.pickle); and, when pytest is installed, the
-   documented `memory_snapshot` fixture (docs/ci/conftest.py) through
-   pytest itself (pytest/test_train_step.pickle).
+   pytest plugin's `memory_snapshot` fixture (python/vramscope/pytest_plugin.py)
+   through pytest itself (pytest/test_train_step.pickle).
 2. pass: `vramscope check baseline.pickle` against itself with every rule
    (peaks under the GPU's memory, no growth) exits 0.
 3. fail: `vramscope check leak.pickle --baseline baseline.pickle
@@ -31,13 +31,22 @@ import textwrap
 
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
-sys.path.insert(0, str(ROOT / "docs" / "ci"))
+sys.path.insert(0, str(ROOT / "python"))
 
 import torch  # noqa: E402
 
-from vramscope_memory import recorded_memory  # noqa: E402
+from vramscope import recorded_memory  # noqa: E402
 
 STEPS = 6
+
+
+def plugin_args():
+    """`-p vramscope.pytest_plugin` unless an installed wheel's entry point
+    loads the plugin already (asking for it twice is an error)."""
+    import importlib.metadata
+
+    installed = any(ep.name == "vramscope" for ep in importlib.metadata.entry_points(group="pytest11"))
+    return [] if installed else ["-p", "vramscope.pytest_plugin"]
 
 
 def model():
@@ -116,7 +125,6 @@ def main():
 
         tests = out / "pytest-project"
         tests.mkdir(exist_ok=True)
-        (tests / "conftest.py").write_text((ROOT / "docs" / "ci" / "conftest.py").read_text())
         (tests / "test_train_step.py").write_text(
             textwrap.dedent(
                 f"""
@@ -129,9 +137,9 @@ def main():
                 """
             )
         )
-        env = dict(os.environ, VRAMSCOPE_SNAPSHOTS=str(out / "pytest"), PYTHONPATH=str(ROOT / "docs" / "ci"))
+        env = dict(os.environ, VRAMSCOPE_SNAPSHOTS=str(out / "pytest"), PYTHONPATH=str(ROOT / "python"))
         run = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tests)],
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *plugin_args(), str(tests)],
             env=env, capture_output=True, text=True,
         )
         (out / "pytest.log").write_text(run.stdout + run.stderr)

@@ -1,0 +1,141 @@
+"""The package's functions: recording with the fake torch, and the binary's
+answers on real corpus snapshots."""
+
+import pickle
+import subprocess
+import sys
+
+import pytest
+
+import vramscope
+from conftest import CORPUS, PREDICT_RUNS, logged, stored_snapshots
+
+
+def test_importing_the_package_does_not_import_torch():
+    code = "import sys, vramscope, vramscope.pytest_plugin; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], stdout=subprocess.PIPE, check=True)
+    assert out.stdout.decode().strip() == "False"
+
+
+def test_recorded_memory_records_around_the_block_and_writes_the_snapshot_also_when_it_raises(tmp_path, torch_log):
+    with vramscope.recorded_memory(tmp_path / "snaps" / "step.pickle", max_entries=5000) as path:
+        assert path.name == "step.pickle"
+    with pytest.raises(RuntimeError, match="CUDA out of memory"):
+        with vramscope.recorded_memory(tmp_path / "snaps" / "oom.pickle"):
+            raise RuntimeError("CUDA out of memory")
+    one = ["synchronize", "clear_cublas", "empty_cache"]
+    assert logged(torch_log) == (
+        one + ["record enabled=all max_entries=5000", "synchronize", "dump step.pickle", "record stop"]
+        + one + ["record enabled=all max_entries=1000000", "synchronize", "dump oom.pickle", "record stop"]
+    )
+    assert (tmp_path / "snaps" / "oom.pickle").read_bytes() == (CORPUS / "mlp_train_all.pickle").read_bytes()
+
+
+def test_snapshot_names_a_parametrized_test_after_its_sizes():
+    assert vramscope.snapshot_name("test_step") == "test_step.pickle"
+    assert vramscope.snapshot_name("test_step", {"batch": 4, "seq": 128}) == "test_step.batch-4.seq-128.pickle"
+
+
+def test_snapshot_adds_the_agents_capture_context(tmp_path, fake_cuda, monkeypatch):
+    fake_cuda.reserved = 3 << 30
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+    path = vramscope.snapshot(tmp_path / "now.pickle")
+    with open(path, "rb") as f:
+        taken = pickle.load(f)
+    capture = taken["vramscope_capture"]
+    assert capture["torch_version"] == "2.11.0+fake"
+    assert capture["backend"] == "native"
+    assert (capture["alloc_conf_var"], capture["alloc_conf"]) == ("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+    assert capture["devices"][0]["device"] == 0
+    assert capture["devices"][0]["cuda_total_bytes"] == 80 << 30
+    # The binary reads the added key, and the snapshot's own figures are untouched.
+    assert vramscope.stats(path)["devices"][0]["reserved_peak_bytes"] == vramscope.stats(
+        CORPUS / "mlp_train_all.pickle"
+    )["devices"][0]["reserved_peak_bytes"]
+
+
+def test_check_returns_the_verdict_when_every_rule_holds():
+    peak = vramscope.stats(CORPUS / "oom_leak.pickle")["devices"][0]["reserved_peak_bytes"]
+    verdict = vramscope.check(CORPUS / "oom_leak.pickle", max_reserved_peak=peak)
+    assert verdict["passed"] is True
+    assert verdict["rules"][0]["bytes"] == peak
+
+
+def test_a_broken_rule_raises_with_the_figures_and_the_stacks_that_grew():
+    with pytest.raises(vramscope.MemoryBudgetExceeded) as raised:
+        vramscope.check(
+            CORPUS / "oom_leak.pickle", baseline=CORPUS / "mlp_train_all.pickle", max_growth="10%", top=2
+        )
+    broken = raised.value
+    assert [r["rule"] for r in broken.broken] == ["max_growth_reserved_peak", "max_growth_requested_peak"]
+    assert broken.broken[0]["bytes"] == 2915041280
+    assert broken.grown_stacks[0]["delta"] == 1207680000
+    text = str(broken)
+    assert "FAIL  --max-growth (reserved peak)   device 0: reserved peak 2.71 GiB against 236 MiB in the baseline, +1078.0%, limit +10%" in text
+    assert "+1.12 GiB  linear.py:134 forward < /srv/jobs/train.py:96 run" in text
+    assert isinstance(broken, AssertionError)
+
+
+def test_check_can_return_a_broken_verdict_instead_of_raising():
+    verdict = vramscope.check(CORPUS / "oom_leak.pickle", max_reserved_peak="1GiB", raise_on_failure=False)
+    assert verdict["passed"] is False and verdict["failures"] == 1
+
+
+def test_bad_input_raises_with_the_binarys_message(tmp_path):
+    with pytest.raises(vramscope.VramscopeError, match=r"vramscope check: cannot open .*missing\.pickle") as raised:
+        vramscope.check(tmp_path / "missing.pickle", max_reserved_peak="1GiB")
+    assert raised.value.returncode == 2
+    with pytest.raises(vramscope.VramscopeError, match="ambiguous|12G") as raised:
+        vramscope.check(CORPUS / "oom_leak.pickle", max_reserved_peak="12G")
+    with pytest.raises(vramscope.VramscopeError, match="baseline"):
+        vramscope.check(CORPUS / "oom_leak.pickle", max_growth=5)
+
+
+def test_stats_answers_the_binarys_json():
+    devices = vramscope.stats(CORPUS / "oom_leak.pickle")["devices"]
+    assert devices[0]["reserved_peak_bytes"] == 2915041280
+    assert devices[0]["ooms"] == 1
+
+
+def test_predict_takes_runs_with_their_sizes():
+    runs = {PREDICT_RUNS / ("attention_%d.pickle" % n): n for n in (128, 256, 384)}
+    answer = vramscope.predict(runs, at=[512])
+    assert answer["predictions"][0]["size"] == 512
+    assert answer["predictions"][0]["reserved_peak_bytes"] == 811597824
+    largest = vramscope.predict(runs, largest=True, capacity="8GiB")
+    assert largest["largest_fitting_size"] == 2688
+    with pytest.raises(TypeError, match="must be an integer"):
+        vramscope.predict({"a.pickle": "8"}, at=[16])
+
+
+def test_upload_to_an_unreachable_server_raises_naming_it():
+    with pytest.raises(vramscope.VramscopeError, match="cannot reach http://127.0.0.1:9/api/v1/snapshots") as raised:
+        vramscope.upload(CORPUS / "oom_leak.pickle", server="http://127.0.0.1:9", token="secret", job="train")
+    assert "secret" not in " ".join(raised.value.command)
+
+
+def test_a_missing_binary_says_where_it_looked(monkeypatch, tmp_path):
+    monkeypatch.setenv("VRAMSCOPE_BIN", str(tmp_path / "nothing"))
+    with pytest.raises(vramscope.BinaryNotFound, match="VRAMSCOPE_BIN=.*nothing is not an executable file"):
+        vramscope.stats(CORPUS / "oom_leak.pickle")
+
+
+def test_python_m_vramscope_version_prints_both_versions():
+    out = subprocess.run([sys.executable, "-m", "vramscope", "--version"], stdout=subprocess.PIPE, check=True)
+    lines = out.stdout.decode().splitlines()
+    assert lines[0] == "vramscope (Python package) %s" % vramscope.__version__
+    assert lines[1].startswith("vramscope %s (" % vramscope.__version__)
+
+
+def test_the_package_version_is_the_workspaces():
+    cargo = (CORPUS.parent.parent.parent / "Cargo.toml").read_text()
+    assert 'version = "%s"' % vramscope.__version__ in cargo
+
+
+def test_upload_stores_the_snapshot_with_its_labels(server):
+    answer = vramscope.upload(CORPUS / "oom_leak.pickle", server=server, job="train", rank=1, tags=["step=3"], trigger="oom")
+    assert answer["status"] == "ready"
+    stored = stored_snapshots(server)
+    assert [(s["id"], s["job"], s["rank"], s["tags"], s["trigger"]) for s in stored] == [
+        (answer["id"], "train", 1, ["step=3"], "oom")
+    ]

@@ -1,0 +1,1 @@
+../../assets/capture/vramscope_capture/__init__.py

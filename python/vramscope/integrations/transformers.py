@@ -1,0 +1,71 @@
+"""`VramscopeCallback` for the Hugging Face `transformers.Trainer`:
+
+    from vramscope.integrations.transformers import VramscopeCallback
+
+    trainer = Trainer(..., callbacks=[VramscopeCallback(snapshot_dir="memory-snapshots", at_steps=[1])])
+
+Needs `transformers` (not a dependency of vramscope). See
+`vramscope.integrations.monitor` for what is recorded and written.
+"""
+
+try:
+    from transformers import TrainerCallback
+except ImportError as e:
+    raise ImportError(
+        "vramscope.integrations.transformers needs the `transformers` package, which is not installed "
+        "(pip install transformers): %s" % e
+    ) from e
+
+from ._options import CALLBACK_OPTIONS
+from .monitor import DEFAULT_MAX_ENTRIES, DEFAULT_THRESHOLD, MemoryMonitor
+
+__all__ = ["VramscopeCallback"]
+
+
+class VramscopeCallback(TrainerCallback):
+    __doc__ = (
+        "Records CUDA memory from train start and writes snapshots on OOM, past "
+        "`threshold` of capacity and at `at_steps`, labelled with the step, the "
+        "global rank (`args.process_index`) and the job (default `args.run_name`). "
+        "Each optimizer step is a `record_function` range `step{N}` in the trace.\n"
+        + CALLBACK_OPTIONS
+    )
+
+    def __init__(
+        self,
+        snapshot_dir="memory-snapshots",
+        server=None,
+        token=None,
+        threshold=DEFAULT_THRESHOLD,
+        at_steps=(),
+        on_oom=True,
+        job=None,
+        max_entries=DEFAULT_MAX_ENTRIES,
+    ):
+        self.monitor = MemoryMonitor(
+            snapshot_dir=snapshot_dir,
+            server=server,
+            token=token,
+            threshold=threshold,
+            at_steps=at_steps,
+            on_oom=on_oom,
+            job=job,
+            max_entries=max_entries,
+        )
+
+    @property
+    def snapshots(self):
+        """The snapshots written so far (path, trigger, step, rank, job, reason, upload)."""
+        return self.monitor.snapshots
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.monitor.start(rank=getattr(args, "process_index", None), job=getattr(args, "run_name", None))
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self.monitor.step_begin(state.global_step + 1)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.monitor.step_end(state.global_step)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self.monitor.stop()
