@@ -107,9 +107,24 @@ fn aligned(program: &Program, knob: u64) -> Vec<Aligned> {
 
 /// For each reference allocation, the allocation of `other` it matches:
 /// Myers' diff over the allocations, equal when [`Aligned`] says so.
+///
+/// Two runs of one program usually make the same calls in the same order:
+/// then the pairs are by place (O(n)), and those whose sizes no term links
+/// are left to [`pair_gaps`]. Otherwise the common head and tail are paired
+/// first and only the middle is diffed: Myers' cost grows with the length
+/// times the differences.
 fn align(other: &[Aligned], reference: &[Aligned]) -> Vec<Option<u32>> {
-    if other.len() == reference.len() && other.iter().zip(reference).all(|(o, r)| o == r) {
-        return (0..reference.len() as u32).map(Some).collect();
+    if other.len() == reference.len() && other.iter().zip(reference).all(|(o, r)| o.key == r.key) {
+        return other.iter().zip(reference).enumerate().map(|(i, (o, r))| (o == r).then_some(i as u32)).collect();
+    }
+    let mut pairs = vec![None; reference.len()];
+    let head = other.iter().zip(reference).take_while(|(o, r)| o == r).count();
+    let tail = other[head..].iter().rev().zip(reference[head..].iter().rev()).take_while(|(o, r)| o == r).count();
+    for i in 0..head {
+        pairs[i] = Some(i as u32);
+    }
+    for k in 0..tail {
+        pairs[reference.len() - 1 - k] = Some((other.len() - 1 - k) as u32);
     }
     #[cfg(not(target_arch = "wasm32"))]
     let deadline = std::time::Instant::now().checked_add(MATCH_DEADLINE);
@@ -121,12 +136,11 @@ fn align(other: &[Aligned], reference: &[Aligned]) -> Vec<Option<u32>> {
     let _ = similar::algorithms::myers::diff_deadline_raw(
         &mut capture,
         other,
-        0..other.len(),
+        head..other.len() - tail,
         reference,
-        0..reference.len(),
+        head..reference.len() - tail,
         deadline,
     );
-    let mut pairs = vec![None; reference.len()];
     for op in capture.into_ops() {
         if let similar::DiffOp::Equal { old_index, new_index, len } = op {
             for k in 0..len {

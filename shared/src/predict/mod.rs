@@ -393,6 +393,11 @@ impl<'a> Model<'a> {
         self.device
     }
 
+    /// Events of the program replayed at each size.
+    pub fn events(&self) -> u64 {
+        self.program.events.len() as u64
+    }
+
     /// The recorded sizes, largest first.
     pub fn recorded_sizes(&self) -> Vec<u64> {
         self.runs.iter().map(|r| r.size).collect()

@@ -7,12 +7,13 @@
 //! 1. A floor under the reserved peak ([`Model::floor_bytes`], the highest
 //!    sum of live rounded requests, no replay) bounds the search from above:
 //!    a size whose floor is over the capacity runs out for sure.
-//! 2. When the grid below that bound has at most [`SCAN_LIMIT`] sizes, every
-//!    one is replayed: the answer is exact on the grid, dips included.
+//! 2. When the grid below that bound has at most [`SCAN_LIMIT`] sizes (and
+//!    replaying them all stays under [`SCAN_EVENTS`]), every one is
+//!    replayed: the answer is exact on the grid, dips included.
 //! 3. Otherwise it bisects (two sizes a round, for two cores), then replays
-//!    [`WINDOW`] sizes on each side of the boundary it found, so a dip or a
-//!    fit again close to it is seen; farther ones are not, and the answer
-//!    says so.
+//!    a few sizes on each side of the boundary it found ([`WINDOW_BELOW`],
+//!    [`WINDOW_ABOVE`]), so a dip or a fit again close to it is seen;
+//!    farther ones are not, and the answer says so.
 
 use std::collections::BTreeMap;
 
@@ -21,8 +22,15 @@ use crate::simulate::AllocatorConfig;
 
 /// Most grid sizes replayed one by one.
 pub const SCAN_LIMIT: u64 = 48;
-/// Grid sizes replayed on each side of a bisection's boundary.
-pub const WINDOW: u64 = 6;
+/// Most program events replayed by a scan of every grid size (sizes ×
+/// events): past it (a long trace), bisection. About 3 s of replays on
+/// two cores.
+pub const SCAN_EVENTS: u64 = 12_000_000;
+/// Grid sizes replayed below a bisection's boundary (each a whole replay:
+/// they fit) and above it (each stops where it runs out: cheap).
+pub const WINDOW_BELOW: u64 = 2;
+/// See [`WINDOW_BELOW`].
+pub const WINDOW_ABOVE: u64 = 6;
 /// The largest size the search goes to.
 const MAX_SIZE: u64 = 1 << 40;
 
@@ -113,7 +121,7 @@ pub(crate) fn largest(
     }
     // Grid indices 1..bound may fit.
     let candidates = bound - 1;
-    if candidates <= SCAN_LIMIT {
+    if candidates <= SCAN_LIMIT && candidates * model.events() <= SCAN_EVENTS {
         let all: Vec<u64> = (1..bound).collect();
         s.run(&all);
     } else {
@@ -138,11 +146,12 @@ pub(crate) fn largest(
             }
         }
         // Around the boundary: a fit again above it, a dip below it.
-        let around: Vec<u64> = (lo.saturating_sub(WINDOW).max(1)..(hi + 1 + WINDOW).min(bound)).collect();
+        let around: Vec<u64> = (lo.saturating_sub(WINDOW_BELOW).max(1)..(hi + 1 + WINDOW_ABOVE).min(bound)).collect();
         s.run(&around);
         notes.push(format!(
-            "searched by bisection over {candidates} sizes (step {step}), then {WINDOW} sizes on each side of the \
-             boundary; a dip or a fit farther from it is not looked for (a larger --step scans every size)"
+            "searched by bisection over {candidates} sizes (step {step}), then {WINDOW_BELOW} sizes below the \
+             boundary and {WINDOW_ABOVE} above; a dip or a fit farther from it is not looked for (a larger --step \
+             scans every size)"
         ));
     }
 

@@ -214,3 +214,15 @@ fn a_size_that_runs_out_below_one_that_fits_is_found_and_said() {
     let fits: Vec<u64> = r.searched.iter().filter(|(_, f)| *f).map(|(s, _)| *s).collect();
     assert_eq!(fits, (1..=12).chain([16]).collect::<Vec<u64>>(), "every size scanned, as the job replays");
 }
+
+#[test]
+fn a_long_grid_is_bisected_and_finds_the_same_largest_size() {
+    let recorded: Vec<(u64, Snapshot)> = [2, 4].iter().map(|&s| (s, LINEAR.record(s))).collect();
+    let capacity = 1200 * MIB;
+    let options = PredictOptions { largest: true, capacity: Some(capacity), step: Some(1), ..Default::default() };
+    let r = predict(&runs(&recorded), &options, &replay_sequentially).expect("predicted");
+    assert!(r.notes.iter().any(|n| n.starts_with("searched by bisection")), "{:?}", r.notes);
+    let real = (1..200).rev().find(|&s| !truth(LINEAR, s, Some(capacity)).1).expect("some size fits");
+    assert_eq!(r.largest_fitting_size, Some(real));
+    assert!(r.searched.len() < 30, "{} sizes replayed", r.searched.len());
+}
