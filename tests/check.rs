@@ -311,3 +311,60 @@ assert snapshot_name("test_step", {"batch": 4}) == "test_step.batch-4.pickle"
         .expect("check");
     assert_eq!(over.status.code(), Some(1), "{}", text(&over.stderr));
 }
+
+#[test]
+fn regression_junit_into_a_missing_folder_and_an_unreachable_server_are_not_broken_rules() {
+    let file = corpus("oom_leak.pickle");
+    let peak = reserved_peak(&file);
+    // A passing budget with its JUnit report in a folder that does not exist
+    // yet: the folder is made, the report written, exit 0 (it printed only
+    // the write error and exited 1).
+    let dir = unique_dir("check-junit-folder");
+    let report = dir.join("reports/memory/check.xml");
+    let out = run(&["--max-reserved-peak", &peak.to_string(), "--junit", report.to_str().expect("utf-8")], &[&file]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(std::fs::read_to_string(&report).expect("the report").contains("<testsuite"));
+    // A report that cannot be written (its folder is a file) is 2, not 1.
+    let blocked = dir.join("file");
+    std::fs::write(&blocked, b"").expect("write");
+    let out = run(&["--max-reserved-peak", "1B", "--junit", blocked.join("x.xml").to_str().expect("utf-8")], &[&file]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    // A server that cannot be reached is 2 (it was 1, "a rule is broken").
+    let out = vramscope()
+        .args(["check", "--server", "http://127.0.0.1:9", "--job", "ci", "--max-reserved-peak", "1GiB"])
+        .output()
+        .expect("check --server");
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("cannot reach"), "{}", text(&out.stderr));
+}
+
+#[test]
+fn regression_small_inputs_of_check_are_refused_or_read() {
+    let file = corpus("oom_leak.pickle");
+    // --max-fragmentation over 100 % of reserved cannot be.
+    let out = run(&["--max-fragmentation", "150"], &[&file]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("give 0 to 100"), "{}", text(&out.stderr));
+    // --baseline without --max-growth says what is missing.
+    let out = run(&["--baseline", file.to_str().expect("utf-8"), "--max-reserved-peak", "1GiB"], &[&file]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("--baseline is compared by --max-growth"), "{}", text(&out.stderr));
+    // `check -` reads the snapshot from stdin, with the same verdict.
+    let peak = reserved_peak(&file);
+    let mut child = vramscope()
+        .args(["check", "-", "--json", "--max-reserved-peak", &peak.to_string()])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().expect("stdin");
+        stdin.write_all(&std::fs::read(&file).expect("read")).expect("write stdin");
+    }
+    let out = child.wait_with_output().expect("wait");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let verdict: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(verdict["passed"], true, "{verdict}");
+}

@@ -22,7 +22,7 @@ use super::text::{bytes, finish, write_json};
 /// Arguments of `vramscope check`.
 #[derive(Debug, Args)]
 pub(crate) struct CheckArgs {
-    /// Snapshot file to check (not with --server).
+    /// Snapshot file to check (not with --server); - reads it from stdin.
     #[arg(required_unless_present = "server", conflicts_with = "server")]
     file: Option<PathBuf>,
     /// Most bytes any device may reserve at its peak, e.g. 12GiB.
@@ -33,8 +33,8 @@ pub(crate) struct CheckArgs {
     #[arg(long, value_name = "SIZE", value_parser = size)]
     max_allocated_peak: Option<u64>,
     /// Most memory cached but not in use at the end (reserved minus
-    /// allocated), in percent of reserved.
-    #[arg(long, value_name = "PCT", value_parser = percent)]
+    /// allocated), in percent of reserved (0 to 100).
+    #[arg(long, value_name = "PCT", value_parser = share_of_reserved)]
     max_fragmentation: Option<f64>,
     /// Snapshot to compare against (e.g. the main branch's run).
     #[arg(long, value_name = "OLD_FILE", conflicts_with = "server")]
@@ -69,6 +69,14 @@ fn size(text: &str) -> Result<u64, String> {
     parse_size(text).map_err(|e| e.to_string())
 }
 
+/// A percentage of reserved memory: 0 to 100.
+fn share_of_reserved(text: &str) -> Result<f64, String> {
+    match percent(text)? {
+        p if p <= 100.0 => Ok(p),
+        p => Err(format!("{p}% of reserved memory cannot be cached but not in use: give 0 to 100")),
+    }
+}
+
 fn percent(text: &str) -> Result<f64, String> {
     let number = text.trim().trim_end_matches('%');
     match number.parse::<f64>() {
@@ -77,8 +85,21 @@ fn percent(text: &str) -> Result<f64, String> {
     }
 }
 
-/// Run the subcommand.
+/// Run the subcommand. Exit 1 means a broken rule and nothing else: a file
+/// that cannot be read or written, or a server that cannot be reached, is 2.
 pub(crate) fn run(args: &CheckArgs) -> Result<(), Failure> {
+    match verdict(args) {
+        Err(Failure::Other(e)) => Err(Failure::BadInput(e)),
+        other => other,
+    }
+}
+
+fn verdict(args: &CheckArgs) -> Result<(), Failure> {
+    if args.baseline.is_some() && args.max_growth.is_none() {
+        return Err(Failure::BadInput(anyhow!(
+            "--baseline is compared by --max-growth: give the most growth allowed against it, e.g. --max-growth 5"
+        )));
+    }
     let budget = CheckBudget {
         max_reserved_peak_bytes: args.max_reserved_peak,
         max_allocated_peak_bytes: args.max_allocated_peak,
@@ -96,6 +117,11 @@ pub(crate) fn run(args: &CheckArgs) -> Result<(), Failure> {
         _ => return Err(Failure::BadInput(anyhow!("give a snapshot FILE, or --server URL and --job NAME"))),
     };
     if let Some(path) = &args.junit {
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent)
+                .with_context(|| format!("cannot create the folder of the JUnit report {}", parent.display()))
+                .map_err(Failure::Other)?;
+        }
         std::fs::write(path, junit(&name, &report))
             .with_context(|| format!("cannot write the JUnit report {}", path.display()))
             .map_err(Failure::Other)?;

@@ -28,8 +28,14 @@ impl MemoryBudget {
     }
 }
 
-/// Open and read a snapshot file, with a progress bar for slow reads.
+/// Open and read a snapshot file, with a progress bar for slow reads; `-`
+/// reads standard input.
 pub(crate) fn load(path: &Path, budget: MemoryBudget) -> Result<Snapshot, Failure> {
+    if path.as_os_str() == "-" {
+        let mut stdin = std::io::stdin().lock();
+        return read_snapshot(BufReader::with_capacity(1 << 20, &mut stdin), &budget.options())
+            .map_err(|e| Failure::BadInput(anyhow!("{e} (standard input)")));
+    }
     let file =
         File::open(path).with_context(|| format!("cannot open {}", path.display())).map_err(Failure::BadInput)?;
     let size = file.metadata().map(|m| m.len()).unwrap_or(0);
