@@ -4,9 +4,10 @@ network, so the wheel is carried):
 
     python3 tests/gpu/python_package_job.py --wheel target/wheels/vramscope-*.whl --out "$OUT"
 
-It makes a venv that sees the machine's packages (--system-site-packages:
-torch, transformers, lightning, pytest), installs the wheel into it without
-the network, and re-runs itself there. Then:
+It installs the wheel without the network into OUT/site (`pip install
+--target`: the machine's torch, transformers, lightning and pytest live in
+a venv of their own), puts it first on PYTHONPATH and its binary first on
+PATH, and re-runs itself there. Then:
 
 1. install: `python -m vramscope --version` names the package's version
    and the wheel's binary.
@@ -44,18 +45,24 @@ import urllib.request
 GiB = 1 << 30
 
 
-def in_venv(wheel, out):
-    """Makes OUT/venv (seeing the system's packages), installs the wheel, re-runs this file there."""
-    venv = out / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
-    python = venv / "bin" / "python"
+def installed(wheel, out):
+    """Installs the wheel into OUT/site (pip --target: the machine's torch
+    lives in a venv of its own, which a new venv would not see), puts its
+    package and its binary first on PYTHONPATH and PATH, and re-runs this
+    file there."""
+    site = out / "site"
     subprocess.run(
-        [str(python), "-m", "pip", "install", "--no-index", "--no-deps", "--force-reinstall", "--quiet", str(wheel)],
+        [sys.executable, "-m", "pip", "install", "--no-index", "--no-deps", "--force-reinstall", "--quiet",
+         "--target", str(site), str(wheel)],
         check=True,
     )
-    env = dict(os.environ, PATH="%s:%s" % (venv / "bin", os.environ.get("PATH", "")))
+    env = dict(
+        os.environ,
+        PATH="%s:%s" % (site / "bin", os.environ.get("PATH", "")),
+        PYTHONPATH=os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p),
+    )
     env.pop("VRAMSCOPE_BIN", None)
-    return subprocess.run([str(python), __file__, "--inner", "--out", str(out)], env=env).returncode
+    return subprocess.run([sys.executable, __file__, "--inner", "--out", str(out)], env=env).returncode
 
 
 def annotation_names(path):
@@ -278,7 +285,8 @@ def inner(out):
     version = subprocess.run([sys.executable, "-m", "vramscope", "--version"], capture_output=True, text=True)
     summary["version"] = version.stdout
     checks["version"] = version.returncode == 0 and "vramscope (Python package) %s" % vramscope.__version__ in version.stdout
-    checks["binary_from_wheel"] = vramscope.find_binary() == str(pathlib.Path(sys.executable).parent / "vramscope")
+    # The wheel installed into OUT/site (see `installed`): its binary is OUT/site/bin/vramscope.
+    checks["binary_from_wheel"] = vramscope.find_binary() == str(out / "site" / "bin" / "vramscope")
     try:
         import transformers
         import lightning
@@ -326,7 +334,7 @@ def main():
         return inner(out)
     if not a.wheel:
         p.error("--wheel is needed (or --inner inside a venv with the wheel installed)")
-    return in_venv(pathlib.Path(a.wheel), out)
+    return installed(pathlib.Path(a.wheel), out)
 
 
 if __name__ == "__main__":
