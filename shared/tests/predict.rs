@@ -122,3 +122,30 @@ fn the_largest_sequence_that_fits_under_each_of_29_caps_is_the_h200_one() {
     assert!(checked >= 30, "{checked} grids");
     assert!(misses.is_empty(), "{misses:?}");
 }
+
+/// Fit is not monotonic: under 3488 MiB and 3520 MiB the model said,
+/// before any of these runs, that sequence 1664 and 1696 run out of memory
+/// while 1728 fits (and 1760 on runs out again). Each size then ran on the
+/// H200 in a process of its own, under each cap: exactly so
+/// (`tests/fixtures/predict/nonmonotonic.json`). The search finds 1728 and
+/// says that 1664 runs out below it.
+#[test]
+fn a_sequence_that_runs_out_below_one_that_fits_is_predicted_as_the_h200_ran_it() {
+    let truth = common::json(&common::fixture_predict().join("nonmonotonic.json"));
+    let files = recorded("attention");
+    let runs: Vec<Run<'_>> = files.iter().map(|(size, s)| Run { name: "attention", size: *size, snapshot: s }).collect();
+    for grid in truth["grids"].as_array().expect("grids") {
+        let capacity = grid["capacity"].as_u64().expect("capacity");
+        let points = grid["points"].as_array().expect("points");
+        let at: Vec<u64> = points.iter().map(|p| p["size"].as_u64().expect("size")).collect();
+        let options = PredictOptions { at, capacity: Some(capacity), ..Default::default() };
+        let report = predict(&runs, &options, &replay_in_parallel).expect("predicted");
+        for (p, real) in report.predictions.iter().zip(points) {
+            assert_eq!(!p.oom, real["ok"].as_bool().expect("ok"), "size {} under {capacity}", p.size);
+        }
+        let options = PredictOptions { largest: true, capacity: Some(capacity), step: Some(32), ..Default::default() };
+        let report = predict(&runs, &options, &replay_in_parallel).expect("predicted");
+        assert_eq!(report.largest_fitting_size, Some(1728), "under {capacity}");
+        assert!(report.non_monotonic.iter().any(|d| d.fails == 1664 && d.fits == 1728), "{:?}", report.non_monotonic);
+    }
+}

@@ -159,7 +159,8 @@ fn write_report(out: &mut impl Write, r: &PredictReport) -> std::io::Result<()> 
     }
     if !r.notes.is_empty() {
         writeln!(out)?;
-        for n in &r.notes {
+        // The dips have their lines above.
+        for n in r.notes.iter().filter(|n| !n.starts_with("not monotonic:")) {
             writeln!(out, "note: {n}")?;
         }
     }
