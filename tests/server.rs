@@ -572,3 +572,39 @@ async fn the_upload_command_sends_a_file() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("GLOBAL"));
 }
+
+#[tokio::test]
+async fn regression_a_tokenless_loopback_server_takes_a_request_that_carries_a_token() {
+    // A user with VRAMSCOPE_TOKEN exported for a team's server got 401 from
+    // a local one for any Bearer token.
+    let server = TestServer::start("bearer-local", &[]);
+    let response =
+        client().get(server.api("/snapshots")).bearer_auth("vs_someid_not-a-secret-here").send().await.expect("get");
+    assert_eq!(response.status(), StatusCode::OK);
+    let file = crate::common::fixture_corpus().join("mlp_train_all.pickle");
+    let out = Command::new(env!("CARGO_BIN_EXE_vramscope"))
+        .args(["upload", "--server", &server.url, "--token", "vs_someid_not-a-secret-here"])
+        .arg(&file)
+        .output()
+        .expect("upload");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // The page for people, on stderr; stdout stays the JSON.
+    let answer: Value = serde_json::from_slice(&out.stdout).expect("json answer");
+    let page = format!("snapshot page: {}/snapshots/{}", server.url, answer["id"].as_str().expect("id"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains(&page), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[tokio::test]
+async fn regression_upload_refused_for_its_token_says_why_and_exits_2() {
+    let dir = unique_dir("upload-401");
+    let server = TestServer::start_in(&dir, &[("VRAMSCOPE_REQUIRE_TOKENS", "true")]);
+    let file = crate::common::fixture_corpus().join("mlp_train_all.pickle");
+    let out = Command::new(env!("CARGO_BIN_EXE_vramscope"))
+        .args(["upload", "--server", &server.url, "--token", "vs_someid_wrong"])
+        .arg(&file)
+        .output()
+        .expect("upload");
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("401") && err.contains("a valid API token is required"), "{err}");
+}

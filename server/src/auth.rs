@@ -141,15 +141,21 @@ impl Auth {
         self.required
     }
 
-    /// Check a bearer token. `Ok(None)`: no valid token.
+    /// Check a bearer token. `Ok(None)`: no valid token. A server without
+    /// tokens (loopback only) takes every local request, with a token or
+    /// not: a user who exports `VRAMSCOPE_TOKEN` for a team's server can
+    /// still use a local one (a token it knows still names its holder).
     pub(crate) async fn identify(&self, token: Option<&str>) -> anyhow::Result<Option<Identity>> {
-        let Some(token) = token else {
-            return Ok((!self.required).then(|| Identity {
-                name: "local".to_owned(),
-                role: Role::Admin,
-                token_id: None,
-            }));
+        let local = || Identity { name: "local".to_owned(), role: Role::Admin, token_id: None };
+        let found = match token {
+            Some(token) => self.identify_token(token).await?,
+            None => None,
         };
+        Ok(found.or_else(|| (!self.required).then(local)))
+    }
+
+    /// The holder of a bearer token, if it is one.
+    async fn identify_token(&self, token: &str) -> anyhow::Result<Option<Identity>> {
         let key: [u8; 32] = Sha256::digest(token.as_bytes()).into();
         if let Ok(cache) = self.verified.lock()
             && let Some((identity, at)) = cache.get(&key)

@@ -79,7 +79,13 @@ pub(crate) async fn run(args: &UploadArgs) -> Result<(), Failure> {
     let status = response.status();
     let body = response.text().await.unwrap_or_default();
     if status.is_success() {
+        // The JSON for scripts on stdout; the page for people on stderr.
         println!("{body}");
+        if let Some(id) =
+            serde_json::from_str::<serde_json::Value>(&body).ok().and_then(|v| v["id"].as_str().map(str::to_owned))
+        {
+            eprintln!("snapshot page: {}/snapshots/{id}", args.server.trim_end_matches('/'));
+        }
         return Ok(());
     }
     let message = serde_json::from_str::<serde_json::Value>(&body)
@@ -87,5 +93,6 @@ pub(crate) async fn run(args: &UploadArgs) -> Result<(), Failure> {
         .and_then(|v| v["error"].as_str().map(str::to_owned))
         .unwrap_or(body);
     let error = anyhow!("the server refused the upload ({status}): {message} (file: {})", args.file.display());
-    Err(if status.as_u16() == 422 || status.as_u16() == 413 { Failure::BadInput(error) } else { Failure::Other(error) })
+    // The request's fault (a token, a label, the file) is 2, as `check --server` says it.
+    Err(if status.is_client_error() { Failure::BadInput(error) } else { Failure::Other(error) })
 }
