@@ -101,12 +101,70 @@ fn json_and_junit_carry_the_same_verdict() {
     assert_eq!(rules[1]["passed"], true);
 
     let xml = std::fs::read_to_string(&junit).expect("the JUnit file");
-    assert!(xml.contains("<testsuites name=\"vramscope check\" tests=\"2\" failures=\"1\">"), "{xml}");
+    assert!(xml.contains("<testsuites name=\"vramscope check\" tests=\"2\" failures=\"1\" errors=\"0\""), "{xml}");
     assert!(
-        xml.contains("name=\"--max-allocated-peak device 0\">\n      <failure message=\"device 0: allocated peak"),
+        xml.contains(
+            "name=\"--max-allocated-peak device 0\" time=\"0\">\n      <failure type=\"--max-allocated-peak\" \
+             message=\"device 0: allocated peak"
+        ),
         "{xml}"
     );
-    assert!(xml.contains("name=\"--max-fragmentation device 0\"></testcase>"), "{xml}");
+    assert!(xml.contains("name=\"--max-fragmentation device 0\" time=\"0\"></testcase>"), "{xml}");
+    // As a CI system reads it: a real JUnit parser.
+    let parsed = junit_parsed(&junit);
+    assert_eq!(parsed["tests"], 2, "{parsed}");
+    assert_eq!(parsed["failures"], 1, "{parsed}");
+    assert!(parsed["failure_texts"][0].as_str().expect("text").contains("allocated peak"), "{parsed}");
+    assert!(parsed["timestamp"].as_str().expect("timestamp").starts_with("20"), "{parsed}");
+}
+
+/// The report as `junitparser` (a JUnit library of Python's) reads it:
+/// tests, failures, errors, the suite's timestamp and time, and each
+/// failure's type and text.
+fn junit_parsed(path: &Path) -> Value {
+    const READ: &str = "import json, sys\n\
+        from junitparser import JUnitXml, Failure, Error\n\
+        xml = JUnitXml.fromfile(sys.argv[1])\n\
+        suite = next(iter(xml))\n\
+        results = [r for case in suite for r in case.result]\n\
+        print(json.dumps({'tests': suite.tests, 'failures': suite.failures, 'errors': suite.errors,\n\
+            'time': suite.time, 'timestamp': suite.timestamp,\n\
+            'failure_types': [r.type for r in results if isinstance(r, Failure)],\n\
+            'failure_texts': [r.text for r in results if isinstance(r, Failure)],\n\
+            'error_texts': [r.text for r in results if isinstance(r, Error)]}))\n";
+    let out = Command::new("python3").args(["-c", READ]).arg(path).output().expect("python3");
+    assert!(out.status.success(), "junitparser: {}", text(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("JSON")
+}
+
+#[test]
+fn regression_junit_failures_carry_their_rule_the_figures_and_the_stacks_that_grew() {
+    let base = corpus("mlp_train_all.pickle");
+    let file = corpus("oom_leak.pickle");
+    let dir = unique_dir("check-junit-stacks");
+    let junit = dir.join("memory.xml");
+    let out = run(
+        &["--baseline", base.to_str().expect("utf-8"), "--max-growth", "10", "--junit", junit.to_str().expect("utf-8")],
+        &[&file],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let parsed = junit_parsed(&junit);
+    assert!(parsed["failures"].as_u64().expect("failures") >= 1, "{parsed}");
+    assert!(parsed["failure_types"][0].as_str().expect("type").starts_with("--max-growth"), "{parsed}");
+    let failure = parsed["failure_texts"][0].as_str().expect("text");
+    assert!(failure.contains("stacks that grew most against the baseline"), "{failure}");
+    assert!(failure.contains("linear.py:134 forward"), "{failure}");
+    assert!(parsed["time"].as_f64().is_some(), "{parsed}");
+
+    // No verdict (not a snapshot): exit 2, and the report says why.
+    let bad = dir.join("notes.pickle");
+    std::fs::write(&bad, b"not a pickle").expect("write");
+    let report = dir.join("error.xml");
+    let out = run(&["--max-reserved-peak", "1GiB", "--junit", report.to_str().expect("utf-8")], &[&bad]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    let parsed = junit_parsed(&report);
+    assert_eq!((parsed["tests"].as_u64(), parsed["errors"].as_u64()), (Some(1), Some(1)), "{parsed}");
+    assert!(parsed["error_texts"][0].as_str().expect("text").contains("notes.pickle"), "{parsed}");
 }
 
 #[test]

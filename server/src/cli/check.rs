@@ -88,13 +88,30 @@ fn percent(text: &str) -> Result<f64, String> {
 /// Run the subcommand. Exit 1 means a broken rule and nothing else: a file
 /// that cannot be read or written, or a server that cannot be reached, is 2.
 pub(crate) fn run(args: &CheckArgs) -> Result<(), Failure> {
-    match verdict(args) {
+    let (started, started_ms) = (std::time::Instant::now(), crate::now_ms());
+    let result = match verdict(args, started, started_ms) {
         Err(Failure::Other(e)) => Err(Failure::BadInput(e)),
         other => other,
+    };
+    // No verdict: the report says why, for a CI step that reads it always.
+    if let (Err(Failure::BadInput(e)), Some(path)) = (&result, &args.junit) {
+        let name = args.file.as_ref().map_or_else(|| "vramscope check".to_owned(), |f| f.display().to_string());
+        let xml = junit_error(&name, &format!("{e:#}"), started.elapsed().as_secs_f64(), started_ms);
+        let _ = write_report(path, &xml);
     }
+    result
 }
 
-fn verdict(args: &CheckArgs) -> Result<(), Failure> {
+/// Write a report, making its folder.
+fn write_report(path: &Path, text: &str) -> anyhow::Result<()> {
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent)
+            .with_context(|| format!("cannot create the folder of the JUnit report {}", parent.display()))?;
+    }
+    std::fs::write(path, text).with_context(|| format!("cannot write the JUnit report {}", path.display()))
+}
+
+fn verdict(args: &CheckArgs, started: std::time::Instant, started_ms: i64) -> Result<(), Failure> {
     if args.baseline.is_some() && args.max_growth.is_none() {
         return Err(Failure::BadInput(anyhow!(
             "--baseline is compared by --max-growth: give the most growth allowed against it, e.g. --max-growth 5"
@@ -117,13 +134,7 @@ fn verdict(args: &CheckArgs) -> Result<(), Failure> {
         _ => return Err(Failure::BadInput(anyhow!("give a snapshot FILE, or --server URL and --job NAME"))),
     };
     if let Some(path) = &args.junit {
-        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-            std::fs::create_dir_all(parent)
-                .with_context(|| format!("cannot create the folder of the JUnit report {}", parent.display()))
-                .map_err(Failure::Other)?;
-        }
-        std::fs::write(path, junit(&name, &report))
-            .with_context(|| format!("cannot write the JUnit report {}", path.display()))
+        write_report(path, &junit(&name, &report, started.elapsed().as_secs_f64(), started_ms))
             .map_err(Failure::Other)?;
     }
     let mut out = std::io::stdout().lock();
@@ -273,32 +284,80 @@ fn xml(text: &str) -> String {
     text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;").replace('\'', "&apos;")
 }
 
-/// The verdict as JUnit XML, which CI systems show as test results.
+/// The verdict as JUnit XML, which CI systems show as test results: one
+/// test case per rule and device; a broken rule's `<failure>` carries its
+/// rule as `type`, its figures as `message`, and as text the figures and
+/// the stacks that grew against the baseline. `seconds` is the check's
+/// time, `started_ms` its start (for `timestamp`).
 /// Written by hand: one suite of flat test cases is a few lines, where a
 /// JUnit crate (quick-junit) would add an XML writer and a date library to
 /// every build.
-fn junit(name: &str, report: &CheckReport) -> String {
-    let mut s = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
-    s += &format!(
-        "<testsuites name=\"vramscope check\" tests=\"{}\" failures=\"{}\">\n  <testsuite name=\"{}\" tests=\"{}\" \
-         failures=\"{}\">\n",
-        report.rules.len(),
-        report.failures,
-        xml(name),
-        report.rules.len(),
-        report.failures
-    );
+fn junit(name: &str, report: &CheckReport, seconds: f64, started_ms: i64) -> String {
+    let mut grown = String::new();
+    for g in report.grown.iter().filter(|g| !g.stacks.is_empty()) {
+        grown += &format!("stacks that grew most against the baseline (all stacks {}):\n", signed(g.total_delta));
+        for st in &g.stacks {
+            grown += &format!("  {:>12}  {}\n", signed(st.delta), stack_label(&st.frames));
+        }
+    }
+    let mut s = suite_head(name, report.rules.len(), report.failures as usize, 0, seconds, started_ms);
     for r in &report.rules {
         let case = format!("{} device {}", r.rule.option(), r.device);
-        s += &format!("    <testcase classname=\"vramscope.check\" name=\"{}\">", xml(&case));
+        s += &format!("    <testcase classname=\"vramscope.check\" name=\"{}\" time=\"0\">", xml(&case));
         if r.passed {
             s += "</testcase>\n";
         } else {
-            s += &format!("\n      <failure message=\"{}\"/>\n    </testcase>\n", xml(&describe(r)));
+            let text = format!("{}\n{grown}", describe(r));
+            s += &format!(
+                "\n      <failure type=\"{}\" message=\"{}\">{}</failure>\n    </testcase>\n",
+                xml(r.rule.option()),
+                xml(&describe(r)),
+                xml(&text)
+            );
         }
     }
-    s += "  </testsuite>\n</testsuites>\n";
-    s
+    s + "  </testsuite>\n</testsuites>\n"
+}
+
+/// A JUnit report of a check that could not be made (exit 2): one test case
+/// in error, so that a CI step reading the report (`if: always()`) shows why.
+fn junit_error(name: &str, error: &str, seconds: f64, started_ms: i64) -> String {
+    let mut s = suite_head(name, 1, 0, 1, seconds, started_ms);
+    s += &format!(
+        "    <testcase classname=\"vramscope.check\" name=\"check\" time=\"0\">\n      <error type=\"input\" \
+         message=\"{}\">{}</error>\n    </testcase>\n",
+        xml(error),
+        xml(error)
+    );
+    s + "  </testsuite>\n</testsuites>\n"
+}
+
+fn suite_head(name: &str, tests: usize, failures: usize, errors: usize, seconds: f64, started_ms: i64) -> String {
+    let (time, stamp) = (format!("{seconds:.3}"), timestamp(started_ms));
+    format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"vramscope check\" tests=\"{tests}\" \
+         failures=\"{failures}\" errors=\"{errors}\" time=\"{time}\">\n  <testsuite name=\"{}\" tests=\"{tests}\" \
+         failures=\"{failures}\" errors=\"{errors}\" time=\"{time}\" timestamp=\"{stamp}\">\n",
+        xml(name)
+    )
+}
+
+/// `ms` since the epoch as JUnit's `timestamp`, UTC: `2026-12-04T18:22:34`
+/// (days to a civil date by Howard Hinnant's algorithm: a few lines where a
+/// date crate would be a dependency of every build).
+fn timestamp(ms: i64) -> String {
+    let secs = ms.div_euclid(1000);
+    let (days, rest) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}", rest / 3600, rest % 3600 / 60, rest % 60)
 }
 
 #[cfg(test)]
@@ -331,9 +390,15 @@ mod tests {
             }],
             grown: vec![],
         };
-        let x = junit("a<b>&\"c\".pickle", &report);
+        let x = junit("a<b>&\"c\".pickle", &report, 0.25, 1_796_408_554_000);
         assert!(x.contains("name=\"a&lt;b&gt;&amp;&quot;c&quot;.pickle\""), "{x}");
-        assert!(x.contains("tests=\"1\" failures=\"1\""), "{x}");
-        assert!(x.contains("<failure message=\"device 0: reserved peak 2 GiB, limit 1 GiB\"/>"), "{x}");
+        assert!(x.contains("tests=\"1\" failures=\"1\" errors=\"0\" time=\"0.250\""), "{x}");
+        assert!(x.contains("timestamp=\"2026-12-04T18:22:34\""), "{x}");
+        assert!(
+            x.contains("<failure type=\"--max-reserved-peak\" message=\"device 0: reserved peak 2 GiB, limit 1 GiB\">"),
+            "{x}"
+        );
+        assert_eq!(timestamp(0), "1970-01-01T00:00:00");
+        assert_eq!(timestamp(951_782_400_000), "2000-02-29T00:00:00");
     }
 }
