@@ -194,6 +194,21 @@ fn a_session_lists_the_tools_and_each_answers_as_the_cli_does() {
         cli_json(&["predict", &format!("{small}=4"), &format!("{large}=6"), "--at", "24,48", "--capacity", "8GiB"])
     );
 
+    // Regressions: what the tools said of bad arguments.
+    let said = |s: &mut Session, tool: &str, args: Value| {
+        let failed = s.call(tool, args);
+        assert_eq!(failed["isError"], true, "{failed}");
+        failed["content"][0]["text"].as_str().expect("text").to_owned()
+    };
+    let folder = path(&crate::common::fixture_corpus());
+    assert!(said(&mut s, "stats", json!({ "snapshot": folder })).contains("is a folder, not a snapshot file"));
+    assert!(said(&mut s, "stats", json!({ "snapshot": "/dev/zero" })).contains("not a regular file"));
+    let growth = said(&mut s, "check", json!({ "snapshot": oom, "max_growth": 5 }));
+    assert!(growth.contains("max_growth: give a baseline"), "{growth}");
+    assert!(!growth.contains("--max-growth"), "the tool's argument, not the CLI's flag: {growth}");
+    let job = said(&mut s, "list_snapshots", json!({ "job": "ci" }));
+    assert!(job.contains("filtering by job needs the library"), "{job}");
+
     // A failing tool is a result the assistant reads, not a protocol error.
     let failed = s.call("stats", json!({ "snapshot": "/nonexistent/x.pickle" }));
     assert_eq!(failed["isError"], true, "{failed}");
@@ -285,7 +300,8 @@ async fn stored_snapshots_are_read_by_id_with_dashboard_links_and_writing_needs_
         let uploaded = s.answer("upload", json!({ "file": mlp, "job": "train" }));
         let new_id = uploaded["id"].as_str().expect("id").to_owned();
         assert_eq!(uploaded["dashboard"], format!("{url}/snapshots/{new_id}"));
-        let comment = s.answer("comment", json!({ "id": new_id, "text": "peak from the optimizer step", "row": 5 }));
+        let comment =
+            s.answer("comment", json!({ "snapshot": new_id, "text": "peak from the optimizer step", "row": 5 }));
         assert_eq!(comment["body"], "peak from the optimizer step", "{comment}");
         assert_eq!(comment["row"], 5);
         s.close();

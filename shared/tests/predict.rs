@@ -133,7 +133,8 @@ fn the_largest_sequence_that_fits_under_each_of_29_caps_is_the_h200_one() {
 fn a_sequence_that_runs_out_below_one_that_fits_is_predicted_as_the_h200_ran_it() {
     let truth = common::json(&common::fixture_predict().join("nonmonotonic.json"));
     let files = recorded("attention");
-    let runs: Vec<Run<'_>> = files.iter().map(|(size, s)| Run { name: "attention", size: *size, snapshot: s }).collect();
+    let runs: Vec<Run<'_>> =
+        files.iter().map(|(size, s)| Run { name: "attention", size: *size, snapshot: s }).collect();
     for grid in truth["grids"].as_array().expect("grids") {
         let capacity = grid["capacity"].as_u64().expect("capacity");
         let points = grid["points"].as_array().expect("points");

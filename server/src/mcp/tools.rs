@@ -255,7 +255,7 @@ pub(crate) const TOOLS: &[ToolSpec] = &[
         name: "comment",
         description: "Comment on a stored snapshot, optionally about one trace row (needs --allow-write and a token)",
         params: &[
-            param("id", Kind::Str, true, "The stored snapshot's id"),
+            param("snapshot", Kind::Str, true, "The stored snapshot's id (as every tool names a snapshot)"),
             param("text", Kind::Str, true, "The comment"),
             param("row", Kind::Int, false, "The trace row it is about"),
         ],
@@ -410,6 +410,13 @@ impl Call {
         }
         let path = PathBuf::from(&text);
         let options = self.context.read.clone();
+        match std::fs::metadata(&path) {
+            Ok(m) if m.is_dir() => return Err(format!("{name}: {text} is a folder, not a snapshot file")),
+            Ok(m) if !m.is_file() => {
+                return Err(format!("{name}: {text} is not a regular file (a device or a pipe), not a snapshot file"));
+            }
+            _ => {}
+        }
         if path.is_file() {
             let label = text.clone();
             return blocking(move || {
@@ -501,6 +508,11 @@ async fn list_snapshots(c: Call) -> Result<Answer, String> {
             more: Some(format!("the dashboard's library: {server}/")),
         });
     }
+    if c.opt_str("job")?.is_some() {
+        return Err(
+            "job: a folder's files have no job; filtering by job needs the library (start with --server)".to_owned()
+        );
+    }
     let dir = folder.map_or_else(|| c.context.folder.clone(), PathBuf::from);
     let json = blocking(move || list_folder(&dir)).await?;
     Ok(Answer { json, more: None })
@@ -554,7 +566,11 @@ async fn leaks(c: Call) -> Result<Answer, String> {
     let top = c.opt_u64("top")?.unwrap_or(10) as usize;
     let l = c.snapshot("snapshot").await?;
     let key = l.id.clone().unwrap_or_default();
-    let more = c.more(&l, "leaks", "");
+    // The caller's `top`, in what gives the whole answer.
+    let more = match (&l.id, c.dashboard()) {
+        (Some(id), Some(base)) => format!("the dashboard: {base}/snapshots/{id}"),
+        _ => format!("vramscope leaks {} --top {top} --json", shell_word(&l.label)),
+    };
     let json = c.blocking(&key, move || to_json(&answers::leaks_json(&l.label, l.snapshot(), top))).await?;
     Ok(Answer { json, more: Some(more) })
 }
@@ -566,7 +582,7 @@ async fn diff(c: Call) -> Result<Answer, String> {
     let key = a.id.clone().unwrap_or_default();
     let more = match (&a.id, &b.id, c.dashboard()) {
         (Some(ia), Some(ib), Some(base)) => format!("the dashboard: {base}/compare/{ia}/{ib}"),
-        _ => format!("vramscope diff {} {} --json", shell_word(&a.label), shell_word(&b.label)),
+        _ => format!("vramscope diff {} {} --top {top} --json", shell_word(&a.label), shell_word(&b.label)),
     };
     let json = c
         .blocking(&key, move || to_json(&answers::diff_json(&a.label, a.snapshot(), &b.label, b.snapshot(), top)))
@@ -717,6 +733,9 @@ async fn check(c: Call) -> Result<Answer, String> {
             "no rule to check: give max_reserved_peak, max_allocated_peak, max_fragmentation or max_growth".to_owned()
         );
     }
+    if budget.max_growth_pct.is_some() && c.opt_str("baseline")?.is_none() {
+        return Err("max_growth: give a baseline (a path or a stored id) to compare against".to_owned());
+    }
     let top = c.opt_u64("top")?.unwrap_or(5) as usize;
     let l = c.snapshot("snapshot").await?;
     let key = l.id.clone().unwrap_or_default();
@@ -773,7 +792,7 @@ async fn upload(c: Call) -> Result<Answer, String> {
 
 async fn comment(c: Call) -> Result<Answer, String> {
     let server = c.server()?.to_owned();
-    let id = c.str("id")?;
+    let id = c.str("snapshot")?;
     let body = PostComment { body: c.str("text")?, row: c.opt_u32("row")?, time_us: None, addr: None };
     let url = format!("{server}/api/v1/snapshots/{}/comments", url_segment(&id));
     let response =
