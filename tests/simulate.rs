@@ -90,3 +90,24 @@ fn cli_tune_ranks_settings_by_reserved_peak() {
         "{text}"
     );
 }
+
+#[test]
+fn regression_tune_of_a_snapshot_that_ran_out_replays_under_the_cap_explain_infers() {
+    // Without --capacity, tune honoured the recorded OOM in every row ("OOM
+    // yes" for all 13): its table could not say which setting avoids it.
+    let file = crate::common::fixture_corpus().join("oom_leak.pickle");
+    let explain = vramscope().args(["explain", "--json"]).arg(&file).output().expect("explain");
+    let explain: serde_json::Value = serde_json::from_slice(&explain.stdout).expect("explain JSON");
+    let least = explain["ooms"][0]["capacity_bytes_range"][0].as_u64().expect("the cap's lower bound");
+    let out = vramscope().args(["tune", "--json"]).arg(&file).output().expect("tune");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    assert_eq!(v["capacity_bytes"].as_u64(), Some(least));
+    assert_eq!(v["capacity_inferred"], true);
+    let rows = v["rows"].as_array().expect("rows");
+    let recorded = rows.iter().find(|r| r["recorded"] == true).expect("the recorded row");
+    assert!(!recorded["oom"].is_null(), "the recorded settings run out, as they did");
+    assert!(rows.iter().any(|r| r["oom"].is_null()), "some setting fits: {v}");
+    let text = vramscope().args(["tune"]).arg(&file).output().expect("tune");
+    assert!(String::from_utf8_lossy(&text.stdout).contains("inferred from the recorded OOM"));
+}

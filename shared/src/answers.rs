@@ -10,11 +10,12 @@ use crate::analysis::check::{CheckBudget, CheckError, CheckReport, check};
 use crate::analysis::diff::{DeviceDiff, SnapshotDiff};
 use crate::analysis::leaks::{DeviceLeaks, LeakReport};
 use crate::analysis::oom::{OomReport, explain_with};
-use crate::simulate::tune::{DEFAULT_GRID, TuneReport, tune};
+use crate::simulate::tune::{DEFAULT_GRID, TuneReport};
 use crate::simulate::{SimError, SimulateOptions, SimulationReport, simulate};
 use crate::snapshot::Snapshot;
 use crate::stats::StatsReport;
 use crate::views::analysis::avoided_by;
+use crate::views::analysis::tune_with_inferred_capacity;
 
 /// `vramscope stats --json`.
 pub fn stats_json(file: &str, snapshot: &Snapshot) -> StatsReport {
@@ -114,7 +115,7 @@ pub struct TuneJson {
 
 /// `vramscope tune --json`: the default grid of settings, ranked.
 pub fn tune_json(file: &str, snapshot: &Snapshot, capacity: Option<u64>) -> Result<TuneJson, SimError> {
-    Ok(TuneJson { file: file.to_owned(), report: tune(snapshot, capacity, DEFAULT_GRID)? })
+    Ok(TuneJson { file: file.to_owned(), report: tune_with_inferred_capacity(snapshot, capacity, DEFAULT_GRID)? })
 }
 
 /// The JSON object of `vramscope check --json`.

@@ -201,6 +201,12 @@ fn write_tune(out: &mut impl Write, path: &Path, snap: &Snapshot, report: &TuneR
     let entries: usize = snap.devices.iter().map(|d| d.trace.len()).sum();
     write!(out, "{}: {} allocator settings replayed over {entries} trace entries", path.display(), report.rows.len())?;
     match report.capacity_bytes {
+        Some(c) if report.capacity_inferred => writeln!(
+            out,
+            ", capacity {} per device: the least the process had when it ran out (inferred from the recorded \
+             OOM; --capacity for another)",
+            bytes(c)
+        )?,
         Some(c) => writeln!(out, ", capacity {} per device", bytes(c))?,
         None => writeln!(out, ", unlimited memory")?,
     }

@@ -240,6 +240,18 @@ impl OomReport {
     }
 }
 
+/// The memory a process that ran out had, at least: the lower bound of its
+/// first OOM's [`OomReport::capacity_bytes_range`]. `None` without a
+/// recorded OOM. What-ifs of such a snapshot replay under it by default, so
+/// that each setting's row says whether it would have fitted (without it,
+/// the recorded failure is honoured in every row).
+pub fn inferred_capacity(snapshot: &Snapshot) -> Option<u64> {
+    if !snapshot.devices.iter().any(|d| d.trace.count(Action::Oom) > 0) {
+        return None;
+    }
+    explain(snapshot).first().map(|r| r.capacity_bytes_range.0)
+}
+
 /// Post-mortems of every `oom` entry of a snapshot, all devices, in trace order.
 pub fn explain(snapshot: &Snapshot) -> Vec<OomReport> {
     snapshot.devices.iter().flat_map(|d| explain_device(snapshot, d)).collect()

@@ -61,6 +61,10 @@ pub struct TuneRow {
 pub struct TuneReport {
     /// The capacity tried under.
     pub capacity_bytes: Option<u64>,
+    /// It was not given: the least the process had when it ran out,
+    /// inferred from the recorded OOM.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub capacity_inferred: bool,
     /// Ranked candidates.
     pub rows: Vec<TuneRow>,
 }
@@ -87,7 +91,7 @@ pub fn tune(snapshot: &Snapshot, capacity: Option<u64>, grid: &[&str]) -> Result
         rows.push(row(&sim, false));
     }
     rows.sort_by_key(|r| (r.oom.is_some(), r.reserved_peak_bytes, r.allocated_peak_bytes, r.device_allocs));
-    Ok(TuneReport { capacity_bytes: capacity, rows })
+    Ok(TuneReport { capacity_bytes: capacity, capacity_inferred: false, rows })
 }
 
 fn row(sim: &Simulation, recorded: bool) -> TuneRow {

@@ -30,6 +30,9 @@ pub struct TuneCandidate {
 pub struct TuneAnswer {
     /// The capacity tried under.
     pub capacity_bytes: Option<u64>,
+    /// Not given: inferred from the recorded OOM (the least the process had).
+    #[serde(default)]
+    pub capacity_inferred: bool,
     /// Reserved peak of the recorded settings' replay.
     pub recorded_reserved_peak_bytes: u64,
     /// Best first.
@@ -39,10 +42,31 @@ pub struct TuneAnswer {
 /// Replay the recorded settings and each of [`DEFAULT_GRID`], and rank them.
 pub fn tune(a: &Analyzed, p: &TuneParams) -> Result<TuneAnswer, ViewError> {
     let capacity = parse_capacity(p.capacity.as_deref())?;
-    let report = crate::simulate::tune::tune(&a.snapshot, capacity, DEFAULT_GRID)?;
+    let report = tune_with_inferred_capacity(&a.snapshot, capacity, DEFAULT_GRID)?;
     let rows: Vec<TuneCandidate> =
         report.rows.iter().enumerate().map(|(k, r)| TuneCandidate { rank: k as u32 + 1, outcome: r.clone() }).collect();
     let recorded_reserved_peak_bytes =
         rows.iter().find(|r| r.outcome.recorded).map_or(0, |r| r.outcome.reserved_peak_bytes);
-    Ok(TuneAnswer { capacity_bytes: capacity, recorded_reserved_peak_bytes, rows })
+    Ok(TuneAnswer {
+        capacity_bytes: report.capacity_bytes,
+        capacity_inferred: report.capacity_inferred,
+        recorded_reserved_peak_bytes,
+        rows,
+    })
+}
+
+/// [`crate::simulate::tune::tune`] under `capacity`, or, when none is given
+/// and the snapshot records an OOM, under the least the process had when it
+/// ran out ([`crate::analysis::oom::inferred_capacity`]), said in the
+/// report: without it every row would honour the recorded failure and say
+/// nothing of which setting avoids it.
+pub fn tune_with_inferred_capacity(
+    snapshot: &crate::snapshot::Snapshot,
+    capacity: Option<u64>,
+    grid: &[&str],
+) -> Result<crate::simulate::tune::TuneReport, crate::simulate::SimError> {
+    let inferred = capacity.is_none().then(|| crate::analysis::oom::inferred_capacity(snapshot)).flatten();
+    let mut report = crate::simulate::tune::tune(snapshot, capacity.or(inferred), grid)?;
+    report.capacity_inferred = inferred.is_some();
+    Ok(report)
 }
