@@ -208,6 +208,7 @@ pub(crate) mod tests {
             oom_requested_bytes: None,
             oom_stack: Vec::new(),
             alloc_retries: 0,
+            survived_ooms: 0,
         }
     }
 
