@@ -37,6 +37,7 @@ const SETTING_NAMES: &[&str] = &[
     "index_cache_bytes",
     "request_timeout_secs",
     "header_read_timeout_secs",
+    "upload_idle_timeout_secs",
     "cors_allowed_origins",
     "require_tokens",
     "retention_days",
@@ -106,6 +107,9 @@ pub(crate) struct Settings {
     /// Seconds a client has to send a request's headers before its
     /// connection is closed (slowloris).
     pub(crate) header_read_timeout_secs: f64,
+    /// Seconds an upload may send nothing before it is cut off and its
+    /// staged bytes removed (a client that declared a size and stalled).
+    pub(crate) upload_idle_timeout_secs: f64,
     /// Origins allowed by CORS; empty (the default) means same-origin only.
     pub(crate) cors_allowed_origins: Vec<String>,
     /// Require API tokens even on a loopback address (always required on others).
@@ -145,6 +149,7 @@ impl Default for Settings {
             index_cache_bytes: 16 << 30,
             request_timeout_secs: 60,
             header_read_timeout_secs: 30.0,
+            upload_idle_timeout_secs: 60.0,
             cors_allowed_origins: Vec::new(),
             require_tokens: false,
             retention_days: None,
@@ -220,6 +225,7 @@ impl Settings {
         for (name, secs) in [
             ("parse_timeout_secs", settings.parse_timeout_secs),
             ("header_read_timeout_secs", settings.header_read_timeout_secs),
+            ("upload_idle_timeout_secs", settings.upload_idle_timeout_secs),
         ] {
             anyhow::ensure!(secs.is_finite() && secs > 0.0, "{name} must be a positive number of seconds");
         }

@@ -634,3 +634,74 @@ async fn regression_what_the_breakdown_and_pools_build_later_counts_in_the_cache
     assert_eq!(status, StatusCode::OK);
     assert!(metric(&server, "cached_bytes", None).await >= with_breakdown);
 }
+
+#[tokio::test]
+async fn regression_a_stalled_upload_is_cut_off_and_its_staging_removed() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    // 1 GB declared, 4 MB sent, then nothing: twenty of these held their
+    // staging for as long as the clients liked.
+    let server = TestServer::start("stalled", &[("VRAMSCOPE_UPLOAD_IDLE_TIMEOUT_SECS", "1")]);
+    let id = victim(&server).await;
+    let address = server.url.trim_start_matches("http://").to_owned();
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        let mut stream = tokio::net::TcpStream::connect(&address).await.expect("connect");
+        let head = "POST /api/v1/snapshots HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/octet-stream\r\n\
+                    Content-Length: 1000000000\r\n\r\n";
+        stream.write_all(head.as_bytes()).await.expect("head");
+        stream.write_all(&vec![0x80u8; 4 << 20]).await.expect("some of the body");
+        held.push(stream);
+    }
+    for (i, mut stream) in held.into_iter().enumerate() {
+        let mut answer = Vec::new();
+        let closed = tokio::time::timeout(Duration::from_secs(20), stream.read_to_end(&mut answer)).await;
+        assert!(closed.is_ok(), "upload {i} still open 20 s after it stalled");
+        let text = String::from_utf8_lossy(&answer);
+        assert!(text.starts_with("HTTP/1.1 400") && text.contains("upload_idle_timeout_secs"), "{text}");
+    }
+    let staging = server.data_dir.join("blobs/staging");
+    assert_eq!(std::fs::read_dir(&staging).map(|d| d.count()).unwrap_or(0), 0, "staging emptied");
+    still_serves(&server, &id).await;
+}
+
+#[tokio::test]
+async fn regression_multipart_part_headers_are_bounded_and_never_echoed() {
+    // A part whose Content-Disposition name is 16 MB passed the field limit
+    // (it bounds a field's value) and was echoed back in the error; the
+    // parser kept it whole and searched it again at every chunk.
+    let server = TestServer::start("part-headers", &[]);
+    let id = victim(&server).await;
+    let name = "n".repeat(16 << 20);
+    let body = format!(
+        "--XyZ\r\nContent-Disposition: form-data; name=\"{name}\"\r\n\r\nvalue\r\n--XyZ\r\nContent-Disposition: \
+         form-data; name=\"file\"; filename=\"a.pickle\"\r\n\r\nabc\r\n--XyZ--\r\n"
+    );
+    let response = client()
+        .post(server.api("/snapshots"))
+        .header("content-type", "multipart/form-data; boundary=XyZ")
+        .body(body)
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    let text = response.text().await.expect("text");
+    assert!(text.contains("headers are longer than 8192 bytes"), "{}", &text[..text.len().min(300)]);
+    assert!(text.len() < 1024, "the name is not echoed: {} bytes", text.len());
+    // A field with a long but legal name, unknown: said, cut to 64 characters.
+    let long = "m".repeat(4000);
+    let body = format!(
+        "--XyZ\r\nContent-Disposition: form-data; name=\"{long}\"\r\n\r\nv\r\n--XyZ\r\nContent-Disposition: \
+         form-data; name=\"file\"; filename=\"a.pickle\"\r\n\r\nabc\r\n--XyZ--\r\n"
+    );
+    let response = client()
+        .post(server.api("/snapshots"))
+        .header("content-type", "multipart/form-data; boundary=XyZ")
+        .body(body)
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    let text = response.text().await.expect("text");
+    assert!(text.contains("unknown form field") && text.len() < 1024, "{}", &text[..text.len().min(300)]);
+    still_serves(&server, &id).await;
+}

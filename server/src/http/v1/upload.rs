@@ -17,6 +17,98 @@ use vramscope_shared::api::UploadAnswer;
 
 /// Longest multipart text field (a label or the tag list), in bytes.
 const MAX_FIELD_BYTES: usize = 4096;
+/// Longest header section of one multipart part, in bytes: its
+/// `Content-Disposition` and `Content-Type` take a few hundred.
+const MAX_PART_HEADER_BYTES: usize = 8192;
+/// Most of a client's text quoted back in an error.
+const QUOTED: usize = 64;
+
+/// `text`, cut to [`QUOTED`] characters for an error message.
+fn quoted(text: &str) -> String {
+    match text.char_indices().nth(QUOTED) {
+        Some((at, _)) => format!("{}… ({} bytes)", &text[..at], text.len()),
+        None => text.to_owned(),
+    }
+}
+
+/// Watches a multipart body as it streams, before the multipart parser
+/// buffers it: a part's header section (from a boundary to its blank line)
+/// longer than [`MAX_PART_HEADER_BYTES`] is refused. The parser keeps a
+/// header section whole in memory and searches it again at every chunk, so
+/// a huge one cost memory and time growing faster than its size.
+/// Hand-written: no multipart crate bounds the header section.
+struct PartHeaders {
+    /// `--BOUNDARY`, then `\r\n--BOUNDARY` for every later part.
+    delimiter: Vec<u8>,
+    in_headers: bool,
+    /// Header bytes of the current part so far.
+    header_len: usize,
+    /// The end of the last chunk, for a pattern split across chunks.
+    carry: Vec<u8>,
+}
+
+impl PartHeaders {
+    fn new(boundary: &str) -> PartHeaders {
+        PartHeaders {
+            delimiter: format!("--{boundary}").into_bytes(),
+            in_headers: false,
+            header_len: 0,
+            carry: Vec::new(),
+        }
+    }
+
+    fn check(&mut self, chunk: &[u8]) -> Result<(), String> {
+        let mut data = std::mem::take(&mut self.carry);
+        data.extend_from_slice(chunk);
+        let mut at = 0;
+        loop {
+            if self.in_headers {
+                match memchr::memmem::find(&data[at..], b"\r\n\r\n") {
+                    Some(i) => {
+                        self.header_len += i;
+                        at += i + 4;
+                        self.in_headers = false;
+                    }
+                    None => {
+                        self.header_len += data.len() - at;
+                        if self.header_len > MAX_PART_HEADER_BYTES {
+                            return Err(format!(
+                                "a part's headers are longer than {MAX_PART_HEADER_BYTES} bytes (a form field's name \
+                                 takes a few)"
+                            ));
+                        }
+                        // Keep 3 bytes: a blank line may straddle chunks.
+                        let keep = (data.len() - at).min(3);
+                        self.header_len -= keep;
+                        self.carry = data[data.len() - keep..].to_vec();
+                        return Ok(());
+                    }
+                }
+                if self.header_len > MAX_PART_HEADER_BYTES {
+                    return Err(format!("a part's headers are longer than {MAX_PART_HEADER_BYTES} bytes"));
+                }
+            } else {
+                match memchr::memmem::find(&data[at..], &self.delimiter) {
+                    Some(i) => {
+                        at += i + self.delimiter.len();
+                        self.in_headers = true;
+                        self.header_len = 0;
+                        if !self.delimiter.starts_with(b"\r\n") {
+                            let mut d = b"\r\n".to_vec();
+                            d.extend_from_slice(&self.delimiter);
+                            self.delimiter = d;
+                        }
+                    }
+                    None => {
+                        let keep = (data.len() - at).min(self.delimiter.len() - 1);
+                        self.carry = data[data.len() - keep..].to_vec();
+                        return Ok(());
+                    }
+                }
+            }
+        }
+    }
+}
 
 /// Receives chunks into a staged upload, enforcing the size limit.
 struct Receiver {
@@ -71,10 +163,11 @@ pub(crate) async fn upload(
     }
 
     let mut receiver = Receiver { staged: Some(state.blobs.begin_upload().await?), size: 0, max };
+    let idle = std::time::Duration::from_secs_f64(state.settings.upload_idle_timeout_secs);
     let received = if multipart {
-        receive_multipart(&state, request, &mut receiver, &mut meta).await
+        receive_multipart(&state, request, &mut receiver, &mut meta, idle).await
     } else {
-        receive_raw(request, &mut receiver).await
+        receive_raw(request, &mut receiver, idle).await
     };
     if let Err(e) = received {
         receiver.abort().await;
@@ -102,9 +195,19 @@ pub(crate) async fn upload(
     }
 }
 
-async fn receive_raw(request: Request, receiver: &mut Receiver) -> AppResult<()> {
+/// The next of `next`, unless the client sends nothing for `idle`.
+async fn within<T>(idle: std::time::Duration, next: impl std::future::Future<Output = T>) -> AppResult<T> {
+    tokio::time::timeout(idle, next).await.map_err(|_| {
+        AppError::BadRequest(format!(
+            "the upload sent nothing for {} s and was cut off (upload_idle_timeout_secs)",
+            idle.as_secs_f64()
+        ))
+    })
+}
+
+async fn receive_raw(request: Request, receiver: &mut Receiver, idle: std::time::Duration) -> AppResult<()> {
     let mut body = request.into_body().into_data_stream();
-    while let Some(chunk) = body.next().await {
+    while let Some(chunk) = within(idle, body.next()).await? {
         let chunk = chunk.map_err(|e| AppError::BadRequest(format!("the upload broke off: {e}")))?;
         receiver.push(chunk).await?;
     }
@@ -137,15 +240,31 @@ async fn receive_multipart(
     request: Request,
     receiver: &mut Receiver,
     meta: &mut Labels,
+    idle: std::time::Duration,
 ) -> AppResult<()> {
+    // The body watched for oversized part headers on its way to the parser.
+    let (parts, body) = request.into_parts();
+    let boundary = parts
+        .headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|t| multer::parse_boundary(t).ok())
+        .ok_or_else(|| AppError::BadRequest("multipart/form-data without a boundary".to_owned()))?;
+    let mut watch = PartHeaders::new(&boundary);
+    let watched = body.into_data_stream().map(move |chunk| {
+        let chunk = chunk.map_err(std::io::Error::other)?;
+        watch.check(&chunk).map_err(std::io::Error::other)?;
+        Ok::<_, std::io::Error>(chunk)
+    });
+    let request = Request::from_parts(parts, axum::body::Body::from_stream(watched));
     let mut form = Multipart::from_request(request, state)
         .await
         .map_err(|e| AppError::BadRequest(format!("bad multipart body: {e}")))?;
     let mut saw_file = false;
     while let Some(mut field) =
-        form.next_field().await.map_err(|e| AppError::BadRequest(format!("bad multipart body: {e}")))?
+        within(idle, form.next_field()).await?.map_err(|e| AppError::BadRequest(format!("bad multipart body: {e}")))?
     {
-        let name = field.name().unwrap_or_default().to_owned();
+        let name = quoted(field.name().unwrap_or_default());
         if name == "file" {
             if saw_file {
                 return Err(AppError::BadRequest("more than one `file` part".to_owned()));
@@ -154,14 +273,15 @@ async fn receive_multipart(
             if meta.name.is_none() {
                 meta.name = field.file_name().map(str::to_owned);
             }
-            while let Some(chunk) =
-                field.chunk().await.map_err(|e| AppError::BadRequest(format!("the upload broke off: {e}")))?
+            while let Some(chunk) = within(idle, field.chunk())
+                .await?
+                .map_err(|e| AppError::BadRequest(format!("the upload broke off: {e}")))?
             {
                 receiver.push(chunk).await?;
             }
             continue;
         }
-        let value = field_text(&mut field, &name, receiver).await?;
+        let value = within(idle, field_text(&mut field, &name, receiver)).await??;
         match name.as_str() {
             "name" => meta.name = Some(value),
             "job" => meta.job = Some(value),
@@ -173,7 +293,7 @@ async fn receive_multipart(
                     value
                         .trim()
                         .parse()
-                        .map_err(|_| AppError::BadRequest(format!("rank is not an integer: {value}")))?,
+                        .map_err(|_| AppError::BadRequest(format!("rank is not an integer: {}", quoted(&value))))?,
                 )
             }
             other => return Err(AppError::BadRequest(format!("unknown form field `{other}`"))),
@@ -183,4 +303,40 @@ async fn receive_multipart(
         return Err(AppError::BadRequest("the form has no `file` part".to_owned()));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FORM: &[u8] = b"preamble\r\n--B\r\nContent-Disposition: form-data; name=\"job\"\r\n\r\nci\r\n--B\r\n\
+        Content-Disposition: form-data; name=\"file\"\r\n\r\n\x80\x04some\r\n\r\nbytes\r\n--B--\r\n";
+
+    #[test]
+    fn a_form_passes_in_chunks_of_any_size() {
+        for size in [1, 2, 3, 5, 7, 64, FORM.len()] {
+            let mut watch = PartHeaders::new("B");
+            for chunk in FORM.chunks(size) {
+                watch.check(chunk).expect("a form with small headers");
+            }
+        }
+    }
+
+    #[test]
+    fn a_long_header_section_is_refused_however_it_is_cut() {
+        let mut form = b"--B\r\nContent-Disposition: form-data; name=\"".to_vec();
+        form.extend(std::iter::repeat_n(b'n', 10_000));
+        form.extend_from_slice(b"\"\r\n\r\nv\r\n--B--\r\n");
+        for size in [1, 100, 4096, form.len()] {
+            let mut watch = PartHeaders::new("B");
+            let refused = form.chunks(size).map(|c| watch.check(c)).find(Result::is_err);
+            assert!(refused.is_some(), "chunks of {size}");
+        }
+    }
+
+    #[test]
+    fn quotes_are_cut() {
+        assert_eq!(quoted("job"), "job");
+        assert!(quoted(&"x".repeat(100)).ends_with("… (100 bytes)"));
+    }
 }
