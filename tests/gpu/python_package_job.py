@@ -175,13 +175,16 @@ def transformers_run(out):
         checks["hf_capture_key"] = taken.get("vramscope_capture", {}).get("torch_version") == torch.__version__
         checks["hf_step_ranges"] = all((("step%d" % n, stage) in names) for n in (1, 2, 3, 4) for stage in ("START", "END"))
         checks["hf_stats_read"] = all(stats(pathlib.Path(s["path"]))[0]["trace_entries"] > 0 for s in callback.snapshots)
+        # `vramscope stats` on each snapshot equals memory_stats() read at the
+        # same moment (the callback keeps it beside its record).
+        checks["hf_stats_equal_memory_stats"] = all(same_counters(s) for s in callback.snapshots)
     return checks, {"hf_snapshots": callback.snapshots, "hf_threshold": threshold}
 
 
 # -- 4, 5. lightning --------------------------------------------------------------
 
 
-def lightning_module(oom_at_step=None):
+def lightning_module(oom_at_step=None, oom_bytes=None):
     import lightning.pytorch as pl
     import torch
 
@@ -193,7 +196,8 @@ def lightning_module(oom_at_step=None):
         def training_step(self, batch, batch_idx):
             if oom_at_step is not None and self.trainer.global_step + 1 == oom_at_step:
                 total = torch.cuda.get_device_properties(0).total_memory
-                torch.empty(2 * total, dtype=torch.uint8, device="cuda")  # more than the GPU has
+                # More than the GPU has, or than the cap allows.
+                torch.empty(oom_bytes or 2 * total, dtype=torch.uint8, device="cuda")
             (x,) = batch
             return self.net(x).square().mean()
 
@@ -257,6 +261,47 @@ def lightning_run(out):
         server.wait()
 
 
+def same_counters(record):
+    """`vramscope stats --json` of a callback's snapshot against the
+    memory_stats() its callback read at the same moment."""
+    device = stats(pathlib.Path(record["path"]))[0]
+    want = record.get("memory_stats") or {}
+    pairs = [("reserved_bytes", "reserved_bytes"), ("allocated_bytes", "allocated_bytes"),
+             ("active_bytes", "active_bytes"), ("requested_bytes", "requested_bytes")]
+    record["stats_vs_memory_stats"] = {k: (device.get(d), want.get(k)) for k, d in pairs}
+    return bool(want) and all(device.get(d) == want.get(k) for k, d in pairs)
+
+
+def capped_oom_run(out):
+    """An OOM forced by a cap (set_per_process_memory_fraction): the
+    callback's snapshot, read by `vramscope explain --json`, names it."""
+    import torch
+    from vramscope.integrations.lightning import VramscopeCallback
+
+    total = torch.cuda.get_device_properties(0).total_memory
+    torch.cuda.set_per_process_memory_fraction((1 << 30) / total, 0)  # 1 GiB
+    callback = VramscopeCallback(snapshot_dir=out / "capped", threshold=None, job="capped")
+    trainer, data = lightning_trainer(callback)
+    raised = None
+    try:
+        trainer.fit(lightning_module(oom_at_step=3, oom_bytes=2 << 30), data)
+    except torch.cuda.OutOfMemoryError as e:
+        raised = str(e).splitlines()[0]
+    finally:
+        torch.cuda.set_per_process_memory_fraction(1.0, 0)
+    checks = {"capped_oom_raised": raised is not None}
+    path = out / "capped" / "capped-rank0-step3-oom.pickle"
+    explained = None
+    if path.is_file():
+        import vramscope
+
+        run = subprocess.run([vramscope.find_binary(), "explain", "--json", str(path)], capture_output=True, text=True)
+        explained = json.loads(run.stdout) if run.returncode == 0 else {"error": run.stderr}
+        ooms = explained.get("ooms", [])
+        checks["capped_oom_explained"] = len(ooms) >= 1 and ooms[0].get("limit") == "process_cap"
+    return checks, {"capped_oom_error": raised, "capped_explain": explained}
+
+
 def oom_run(out):
     import torch
     from vramscope.integrations.lightning import VramscopeCallback
@@ -302,6 +347,7 @@ def inner(out):
         ("transformers", lambda: transformers_run(out)),
         ("lightning", lambda: lightning_run(out)),
         ("oom", lambda: oom_run(out)),
+        ("capped_oom", lambda: capped_oom_run(out)),
     ]:
         try:
             part_checks, details = part()

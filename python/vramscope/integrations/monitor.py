@@ -168,7 +168,11 @@ class MemoryMonitor:
         Returns its record (see `snapshots`), or None when it failed."""
         record = {"trigger": trigger, "step": self.step, "rank": self.rank, "job": self.job, "reason": reason}
         try:
-            path = write_snapshot(take_snapshot(self._torch), self.snapshot_path(trigger))
+            taken = take_snapshot(self._torch)
+            # The allocator's own counters at the same moment, beside the
+            # record: what `vramscope stats` recomputes from the file.
+            record["memory_stats"] = _current_counters(self._torch)
+            path = write_snapshot(taken, self.snapshot_path(trigger))
         except Exception as e:
             warnings.warn("vramscope: could not write a %s snapshot at step %d: %s" % (trigger, self.step, e), RuntimeWarning)
             return None
@@ -225,3 +229,17 @@ class MemoryMonitor:
         if self._range is not None:
             opened, self._range = self._range, None
             opened.__exit__(None, None, None)
+
+
+def _current_counters(torch):
+    """`torch.cuda.memory_stats()`'s current reserved, allocated, active and
+    requested bytes (all pools), or {} where there are none."""
+    stats = getattr(torch.cuda, "memory_stats", None)
+    if stats is None:
+        return {}
+    try:
+        s = stats()
+    except Exception:  # noqa: BLE001 - a counter read never fails a training step
+        return {}
+    keys = ("reserved_bytes", "allocated_bytes", "active_bytes", "requested_bytes")
+    return {k: s.get("%s.all.current" % k) for k in keys if "%s.all.current" % k in s}
