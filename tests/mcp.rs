@@ -239,7 +239,8 @@ fn a_large_answer_is_cut_with_a_pointer_to_the_rest() {
     let note = &cut["truncated"];
     let arrays = note["arrays"].as_array().expect("arrays");
     assert!(arrays.iter().any(|a| a["path"] == "/devices/0/stacks" && a["of"] == whole_stacks), "{note}");
-    assert_eq!(note["full_answer"], format!("vramscope diff {mlp} {oom} --json"));
+    // Regression: the pointer keeps the caller's top (it dropped it).
+    assert_eq!(note["full_answer"], format!("vramscope diff {mlp} {oom} --top 1000 --json"));
     s.close();
 }
 

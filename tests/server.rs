@@ -597,6 +597,8 @@ async fn regression_a_tokenless_loopback_server_takes_a_request_that_carries_a_t
 #[tokio::test]
 async fn regression_upload_refused_for_its_token_says_why_and_exits_2() {
     let dir = unique_dir("upload-401");
+    // Token mode starts only once a token exists.
+    let _ = create_token(&dir, "uploader");
     let server = TestServer::start_in(&dir, &[("VRAMSCOPE_REQUIRE_TOKENS", "true")]);
     let file = crate::common::fixture_corpus().join("mlp_train_all.pickle");
     let out = Command::new(env!("CARGO_BIN_EXE_vramscope"))

@@ -251,19 +251,29 @@ async fn receive_multipart(
         .and_then(|t| multer::parse_boundary(t).ok())
         .ok_or_else(|| AppError::BadRequest("multipart/form-data without a boundary".to_owned()))?;
     let mut watch = PartHeaders::new(&boundary);
+    // The parser says only that it could not read the stream; the watcher's
+    // own words are kept here for the answer.
+    let refusal = std::sync::Arc::new(std::sync::Mutex::new(None::<String>));
+    let said = refusal.clone();
     let watched = body.into_data_stream().map(move |chunk| {
         let chunk = chunk.map_err(std::io::Error::other)?;
-        watch.check(&chunk).map_err(std::io::Error::other)?;
+        if let Err(why) = watch.check(&chunk) {
+            if let Ok(mut slot) = said.lock() {
+                *slot = Some(why.clone());
+            }
+            return Err(std::io::Error::other(why));
+        }
         Ok::<_, std::io::Error>(chunk)
     });
     let request = Request::from_parts(parts, axum::body::Body::from_stream(watched));
-    let mut form = Multipart::from_request(request, state)
-        .await
-        .map_err(|e| AppError::BadRequest(format!("bad multipart body: {e}")))?;
+    let said_or = |fallback: String| {
+        let why = refusal.lock().ok().and_then(|r| r.clone());
+        AppError::BadRequest(why.unwrap_or(fallback))
+    };
+    let bad = |e: &dyn std::fmt::Display| said_or(format!("bad multipart body: {e}"));
+    let mut form = Multipart::from_request(request, state).await.map_err(|e| bad(&e))?;
     let mut saw_file = false;
-    while let Some(mut field) =
-        within(idle, form.next_field()).await?.map_err(|e| AppError::BadRequest(format!("bad multipart body: {e}")))?
-    {
+    while let Some(mut field) = within(idle, form.next_field()).await?.map_err(|e| bad(&e))? {
         let name = quoted(field.name().unwrap_or_default());
         if name == "file" {
             if saw_file {
@@ -273,9 +283,8 @@ async fn receive_multipart(
             if meta.name.is_none() {
                 meta.name = field.file_name().map(str::to_owned);
             }
-            while let Some(chunk) = within(idle, field.chunk())
-                .await?
-                .map_err(|e| AppError::BadRequest(format!("the upload broke off: {e}")))?
+            while let Some(chunk) =
+                within(idle, field.chunk()).await?.map_err(|e| said_or(format!("the upload broke off: {e}")))?
             {
                 receiver.push(chunk).await?;
             }
