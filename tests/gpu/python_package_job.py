@@ -162,12 +162,26 @@ def transformers_run(out):
     held = torch.cuda.memory_reserved(0)
     total = torch.cuda.mem_get_info(0)[1]
     threshold = max(held / total / 2, 1e-6)
-    callback = VramscopeCallback(snapshot_dir=out / "hf", at_steps=[2, 5], threshold=threshold, job="hf-tiny")
-    trainer.add_callback(callback)
-    trainer.train()
+    server, url = start_server(out, port=18932, name="hf-server")
+    try:
+        callback = VramscopeCallback(
+            snapshot_dir=out / "hf", at_steps=[2, 5], threshold=threshold, job="hf-tiny", server=url
+        )
+        trainer.add_callback(callback)
+        trainer.train()
+        stored = []
+        if url is not None:
+            with urllib.request.urlopen(url + "/api/v1/snapshots") as listing:
+                stored = json.load(listing)["items"]
+    finally:
+        server.terminate()
+        server.wait()
     written = [(s["trigger"], s["step"], s["rank"], s["job"]) for s in callback.snapshots]
     checks = {
         "hf_snapshots": written == [("threshold", 1, 0, "hf-tiny"), ("step", 2, 0, "hf-tiny"), ("step", 5, 0, "hf-tiny")],
+        # Uploaded as written, each labelled with its job, rank and step.
+        "hf_uploaded": sorted((s["job"], s["rank"], tuple(s["tags"])) for s in stored)
+        == [("hf-tiny", 0, ("step=1",)), ("hf-tiny", 0, ("step=2",)), ("hf-tiny", 0, ("step=5",))],
     }
     step5 = out / "hf" / "hf-tiny-rank0-step5-step.pickle"
     if step5.is_file():
@@ -219,13 +233,12 @@ def lightning_trainer(callback):
     return trainer, data
 
 
-def start_server(out):
+def start_server(out, port=18931, name="server"):
     import vramscope
 
-    port = 18931
     server = subprocess.Popen(
-        [vramscope.find_binary(), "serve", "--bind", "127.0.0.1:%d" % port, "--data-dir", str(out / "server-data")],
-        stdout=open(out / "server.log", "w"), stderr=subprocess.STDOUT,
+        [vramscope.find_binary(), "serve", "--bind", "127.0.0.1:%d" % port, "--data-dir", str(out / (name + "-data"))],
+        stdout=open(out / (name + ".log"), "w"), stderr=subprocess.STDOUT,
     )
     url = "http://127.0.0.1:%d" % port
     for _ in range(200):
