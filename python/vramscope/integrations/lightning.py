@@ -21,12 +21,12 @@ except ImportError as lightning_missing:
         ) from lightning_missing
 
 from ._options import CALLBACK_OPTIONS
-from .monitor import DEFAULT_MAX_ENTRIES, DEFAULT_THRESHOLD, MemoryMonitor
+from .monitor import Monitored
 
 __all__ = ["VramscopeCallback"]
 
 
-class VramscopeCallback(Callback):
+class VramscopeCallback(Monitored, Callback):
     __doc__ = (
         "Records CUDA memory from train start and writes snapshots on OOM, past "
         "`threshold` of capacity and at `at_steps`, labelled with the step "
@@ -34,34 +34,6 @@ class VramscopeCallback(Callback):
         "the job (default the logger's name). Each optimizer step is a "
         "`record_function` range `step{N}` in the trace.\n" + CALLBACK_OPTIONS
     )
-
-    def __init__(
-        self,
-        snapshot_dir="memory-snapshots",
-        server=None,
-        token=None,
-        threshold=DEFAULT_THRESHOLD,
-        at_steps=(),
-        on_oom=True,
-        job=None,
-        max_entries=DEFAULT_MAX_ENTRIES,
-    ):
-        super().__init__()
-        self.monitor = MemoryMonitor(
-            snapshot_dir=snapshot_dir,
-            server=server,
-            token=token,
-            threshold=threshold,
-            at_steps=at_steps,
-            on_oom=on_oom,
-            job=job,
-            max_entries=max_entries,
-        )
-
-    @property
-    def snapshots(self):
-        """The snapshots written so far (path, trigger, step, rank, job, reason, upload)."""
-        return self.monitor.snapshots
 
     def on_train_start(self, trainer, pl_module):
         logger = getattr(trainer, "logger", None)

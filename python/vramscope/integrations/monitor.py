@@ -243,3 +243,37 @@ def _current_counters(torch):
         return {}
     keys = ("reserved_bytes", "allocated_bytes", "active_bytes", "requested_bytes")
     return {k: s.get("%s.all.current" % k) for k in keys if "%s.all.current" % k in s}
+
+
+class Monitored:
+    """What both framework callbacks share: their options, the
+    `MemoryMonitor` they drive, and its snapshots. Cooperative: it calls the
+    next `__init__` of the callback's bases."""
+
+    def __init__(
+        self,
+        snapshot_dir="memory-snapshots",
+        server=None,
+        token=None,
+        threshold=DEFAULT_THRESHOLD,
+        at_steps=(),
+        on_oom=True,
+        job=None,
+        max_entries=DEFAULT_MAX_ENTRIES,
+    ):
+        super().__init__()
+        self.monitor = MemoryMonitor(
+            snapshot_dir=snapshot_dir,
+            server=server,
+            token=token,
+            threshold=threshold,
+            at_steps=at_steps,
+            on_oom=on_oom,
+            job=job,
+            max_entries=max_entries,
+        )
+
+    @property
+    def snapshots(self):
+        """The snapshots written so far (path, trigger, step, rank, job, reason, upload)."""
+        return self.monitor.snapshots

@@ -17,12 +17,12 @@ except ImportError as e:
     ) from e
 
 from ._options import CALLBACK_OPTIONS
-from .monitor import DEFAULT_MAX_ENTRIES, DEFAULT_THRESHOLD, MemoryMonitor
+from .monitor import Monitored
 
 __all__ = ["VramscopeCallback"]
 
 
-class VramscopeCallback(TrainerCallback):
+class VramscopeCallback(Monitored, TrainerCallback):
     __doc__ = (
         "Records CUDA memory from train start and writes snapshots on OOM, past "
         "`threshold` of capacity and at `at_steps`, labelled with the step, the "
@@ -30,33 +30,6 @@ class VramscopeCallback(TrainerCallback):
         "Each optimizer step is a `record_function` range `step{N}` in the trace.\n"
         + CALLBACK_OPTIONS
     )
-
-    def __init__(
-        self,
-        snapshot_dir="memory-snapshots",
-        server=None,
-        token=None,
-        threshold=DEFAULT_THRESHOLD,
-        at_steps=(),
-        on_oom=True,
-        job=None,
-        max_entries=DEFAULT_MAX_ENTRIES,
-    ):
-        self.monitor = MemoryMonitor(
-            snapshot_dir=snapshot_dir,
-            server=server,
-            token=token,
-            threshold=threshold,
-            at_steps=at_steps,
-            on_oom=on_oom,
-            job=job,
-            max_entries=max_entries,
-        )
-
-    @property
-    def snapshots(self):
-        """The snapshots written so far (path, trigger, step, rank, job, reason, upload)."""
-        return self.monitor.snapshots
 
     def on_train_begin(self, args, state, control, **kwargs):
         self.monitor.start(rank=getattr(args, "process_index", None), job=getattr(args, "run_name", None))
