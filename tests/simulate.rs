@@ -118,3 +118,17 @@ fn regression_tune_of_a_snapshot_that_ran_out_replays_under_the_cap_explain_infe
     let text = vramscope().args(["tune"]).arg(&file).output().expect("tune");
     assert!(String::from_utf8_lossy(&text.stdout).contains("inferred from the recorded OOM"));
 }
+
+#[test]
+fn regression_simulate_says_in_words_why_a_recorded_oom_stays_and_when_it_was() {
+    // It said "unlimited memory" and then "out of memory … (time_us
+    // 1796216267168571)", an epoch time, with no word of why.
+    let file = crate::common::fixture_corpus().join("oom_leak.pickle");
+    let out = vramscope().arg("simulate").arg(&file).output().expect("simulate");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!text.contains("time_us"), "{text}");
+    assert!(text.contains(" s into the trace"), "{text}");
+    assert!(text.contains("the recorded run ran out of memory here"), "{text}");
+    assert!(text.contains("--capacity SIZE replays under a cap"), "{text}");
+}

@@ -173,22 +173,32 @@ fn write_simulation(out: &mut impl Write, path: &Path, snap: &Snapshot, sim: &Si
         )?;
         match &d.oom {
             None => writeln!(out, "  out of memory        {:>12}", "no")?,
-            Some(o) => writeln!(
-                out,
-                "  out of memory        at trace entry {} (time_us {}): {} requested, a {} segment did not fit with {} \
-                 reserved{}",
-                o.row,
-                o.time_us,
-                bytes(o.requested_bytes),
-                bytes(o.allocation_bytes),
-                bytes(o.reserved_bytes),
-                match (o.recorded, sim.capacity) {
-                    (true, None) =>
-                        " (the recorded run failed there; so does the replay: --grant-recorded-ooms serves it)",
-                    (true, Some(_)) => " (the recorded run failed there too)",
-                    (false, _) => "; the replay stops there",
-                }
-            )?,
+            Some(o) => {
+                // When, from the trace's first entry (its times are µs since the epoch).
+                let start = snap.device(d.device).and_then(|dev| dev.trace.times_us().first().copied());
+                let when = match start.filter(|_| o.time_us > 0) {
+                    Some(t0) => format!(", {:.3} s into the trace", (o.time_us - t0) as f64 / 1e6),
+                    None => String::new(),
+                };
+                writeln!(
+                    out,
+                    "  out of memory        at trace entry {}{when}: {} requested, a {} segment did not fit with {} \
+                     reserved{}",
+                    o.row,
+                    bytes(o.requested_bytes),
+                    bytes(o.allocation_bytes),
+                    bytes(o.reserved_bytes),
+                    match (o.recorded, sim.capacity) {
+                        (true, None) => {
+                            "\n                       the recorded run ran out of memory here (its trace has an oom \
+                             entry); without --capacity the replay cannot know the memory it had, so it keeps that \
+                             failure: --capacity SIZE replays under a cap, --grant-recorded-ooms serves the request"
+                        }
+                        (true, Some(_)) => " (the recorded run failed there too)",
+                        (false, _) => "; the replay stops there",
+                    }
+                )?
+            }
         }
         if d.unmatched_frees > 0 {
             writeln!(out, "  note: {} frees had no matching allocation in the trace", d.unmatched_frees)?;
