@@ -116,7 +116,7 @@ fn table(a: &PoolsAnswer) -> impl IntoView + use<> {
         )
     });
     view! {
-        <p class="hint" id="pools-at">{format!("{} pools and streams, {at}.", a.bands.len())}</p>
+        <p class="hint" id="pools-at">{format!("{} {}, {at}.", a.bands.len(), if a.bands.len() == 1 { "pool and stream" } else { "pools and streams" })}</p>
         <table class="pools-table" id="pools-table">
             <thead>
                 <tr><th>"pool"</th><th>"stream"</th><th>"reserved"</th><th>"allocated"</th><th>"reserved, unused"</th><th>"reserved peak"</th></tr>

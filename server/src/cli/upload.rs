@@ -15,7 +15,8 @@ pub(crate) struct UploadArgs {
     /// Snapshot file (plain, gzip or zstd pickle).
     file: PathBuf,
     /// Server URL, e.g. http://127.0.0.1:8080.
-    #[arg(long, env = "VRAMSCOPE_SERVER")]
+    // The value is not shown in --help: an empty one printed a stray `=`.
+    #[arg(long, env = "VRAMSCOPE_SERVER", hide_env_values = true)]
     server: String,
     /// API token (needed unless the server runs loopback-only).
     #[arg(long, env = "VRAMSCOPE_TOKEN", hide_env_values = true)]
