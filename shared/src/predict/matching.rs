@@ -120,8 +120,8 @@ fn align(other: &[Aligned], reference: &[Aligned]) -> Vec<Option<u32>> {
     let mut pairs = vec![None; reference.len()];
     let head = other.iter().zip(reference).take_while(|(o, r)| o == r).count();
     let tail = other[head..].iter().rev().zip(reference[head..].iter().rev()).take_while(|(o, r)| o == r).count();
-    for i in 0..head {
-        pairs[i] = Some(i as u32);
+    for (i, pair) in pairs.iter_mut().enumerate().take(head) {
+        *pair = Some(i as u32);
     }
     for k in 0..tail {
         pairs[reference.len() - 1 - k] = Some((other.len() - 1 - k) as u32);
