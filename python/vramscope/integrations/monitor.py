@@ -250,28 +250,10 @@ class Monitored:
     `MemoryMonitor` they drive, and its snapshots. Cooperative: it calls the
     next `__init__` of the callback's bases."""
 
-    def __init__(
-        self,
-        snapshot_dir="memory-snapshots",
-        server=None,
-        token=None,
-        threshold=DEFAULT_THRESHOLD,
-        at_steps=(),
-        on_oom=True,
-        job=None,
-        max_entries=DEFAULT_MAX_ENTRIES,
-    ):
+    def __init__(self, *args, **options):
+        # The options and their defaults are MemoryMonitor's, declared once.
         super().__init__()
-        self.monitor = MemoryMonitor(
-            snapshot_dir=snapshot_dir,
-            server=server,
-            token=token,
-            threshold=threshold,
-            at_steps=at_steps,
-            on_oom=on_oom,
-            job=job,
-            max_entries=max_entries,
-        )
+        self.monitor = MemoryMonitor(*args, **options)
 
     @property
     def snapshots(self):
