@@ -610,28 +610,13 @@ async fn simulate(c: Call) -> Result<Answer, String> {
 }
 
 async fn predict(c: Call) -> Result<Answer, String> {
-    use vramscope_shared::api::predict::{MAX_AT, MAX_RUNS, MAX_SIZE};
+    use vramscope_shared::api::predict::{RunForm, parse_runs, parse_sizes};
     use vramscope_shared::predict::{PredictOptions, Run, replay_sequentially};
-    let knob = |what: &str, text: &str| match text.trim().parse::<u64>() {
-        Ok(n) if (1..=MAX_SIZE).contains(&n) => Ok(n),
-        _ => Err(format!("{what}: {text:?} is not a size from 1 to {MAX_SIZE}")),
-    };
-    let mut named = Vec::new();
-    for part in c.str("runs")?.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let (what, size) =
-            part.rsplit_once('=').ok_or_else(|| format!("runs: {part:?} is not FILE=SIZE (a run and its size)"))?;
-        named.push((what.to_owned(), knob("runs", size)?));
-    }
-    if named.is_empty() || named.len() > MAX_RUNS {
-        return Err(format!("runs: give 1 to {MAX_RUNS} runs, FILE=SIZE"));
-    }
-    let at = match c.opt_str("at")? {
-        Some(text) => text.split(',').map(str::trim).filter(|p| !p.is_empty()).map(|p| knob("at", p)).collect(),
-        None => Ok(Vec::new()),
-    }?;
-    if at.len() > MAX_AT {
-        return Err(format!("at: more than {MAX_AT} sizes"));
-    }
+    // The HTTP query's checks, with the tool's `FILE=SIZE` (a path may hold a `:`).
+    let form =
+        RunForm { separator: '=', form: "FILE=SIZE", what: "a path or stored id", example: "a.pickle=8,b.pickle=16" };
+    let named = parse_runs(&c.str("runs")?, form)?;
+    let at = parse_sizes(&c.opt_str("at")?.unwrap_or_default())?;
     let options = PredictOptions {
         at,
         largest: c.opt_bool("largest")?,

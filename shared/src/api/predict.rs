@@ -43,41 +43,16 @@ impl PredictQuery {
     /// The runs as `(snapshot id, size)`, checked: at least one, at most
     /// [`MAX_RUNS`], sizes from 1 to [`MAX_SIZE`].
     pub fn runs(&self) -> Result<Vec<(String, u64)>, String> {
-        let mut out = Vec::new();
-        for part in self.runs.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            let (id, size) = part.rsplit_once(':').ok_or_else(|| {
-                "runs: each run is ID:SIZE (a snapshot and its size), e.g. runs=12:8,13:16".to_owned()
-            })?;
-            let size = parse_knob("runs", size)?;
-            if id.is_empty() {
-                return Err("runs: a run has no snapshot id before ':'".to_owned());
-            }
-            out.push((id.to_owned(), size));
-            if out.len() > MAX_RUNS {
-                return Err(format!("runs: more than {MAX_RUNS}"));
-            }
-        }
-        if out.is_empty() {
-            return Err("runs: give at least one run, ID:SIZE".to_owned());
-        }
-        Ok(out)
+        parse_runs(
+            &self.runs,
+            RunForm { separator: ':', form: "ID:SIZE", what: "a snapshot id", example: "12:8,13:16" },
+        )
     }
 
     /// The sizes to predict, checked: at most [`MAX_AT`], each from 1 to
     /// [`MAX_SIZE`].
     pub fn at(&self) -> Result<Vec<u64>, String> {
-        let at: Vec<u64> = match &self.at {
-            Some(text) => text
-                .split(',')
-                .map(str::trim)
-                .filter(|p| !p.is_empty())
-                .map(|p| parse_knob("at", p))
-                .collect::<Result<_, _>>()?,
-            None => Vec::new(),
-        };
-        if at.len() > MAX_AT {
-            return Err(format!("at: more than {MAX_AT} sizes"));
-        }
+        let at = parse_sizes(self.at.as_deref().unwrap_or_default())?;
         if at.is_empty() && self.largest != Some(true) {
             return Err("nothing to predict: give at=N,N or largest=true".to_owned());
         }
@@ -92,6 +67,58 @@ impl PredictQuery {
             other => Ok(other),
         }
     }
+}
+
+/// How a list of runs is written: `ID:SIZE` in the HTTP query,
+/// `FILE=SIZE` for the MCP tool (a path may hold a `:`).
+#[derive(Clone, Copy, Debug)]
+pub struct RunForm {
+    /// Between a run and its size (the last one counts).
+    pub separator: char,
+    /// The form, for messages (`ID:SIZE`).
+    pub form: &'static str,
+    /// What names a run, for messages (`a snapshot id`).
+    pub what: &'static str,
+    /// An example list.
+    pub example: &'static str,
+}
+
+/// Comma-separated runs with their sizes, checked: at least one, at most
+/// [`MAX_RUNS`], sizes from 1 to [`MAX_SIZE`].
+pub fn parse_runs(text: &str, f: RunForm) -> Result<Vec<(String, u64)>, String> {
+    let mut out = Vec::new();
+    for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (name, size) = part.rsplit_once(f.separator).ok_or_else(|| {
+            format!("runs: each run is {} ({} and its size), e.g. runs={}", f.form, f.what, f.example)
+        })?;
+        let size = parse_knob("runs", size)?;
+        if name.is_empty() {
+            return Err(format!("runs: a run has no {} before '{}'", f.what.trim_start_matches("a "), f.separator));
+        }
+        out.push((name.to_owned(), size));
+        if out.len() > MAX_RUNS {
+            return Err(format!("runs: more than {MAX_RUNS}"));
+        }
+    }
+    if out.is_empty() {
+        return Err(format!("runs: give at least one run, {}", f.form));
+    }
+    Ok(out)
+}
+
+/// Comma-separated sizes to predict, checked: at most [`MAX_AT`], each from
+/// 1 to [`MAX_SIZE`].
+pub fn parse_sizes(text: &str) -> Result<Vec<u64>, String> {
+    let at: Vec<u64> = text
+        .split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .map(|p| parse_knob("at", p))
+        .collect::<Result<_, _>>()?;
+    if at.len() > MAX_AT {
+        return Err(format!("at: more than {MAX_AT} sizes"));
+    }
+    Ok(at)
 }
 
 fn parse_knob(what: &str, text: &str) -> Result<u64, String> {
