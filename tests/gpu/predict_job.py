@@ -24,6 +24,8 @@ Modes of one run (`one`):
   peaks, knob, family, K, torch version, total memory, step times).
 - `real`: K steps, no recording; `STEM.json` with the peaks, retries, OOMs
   and per-step times (synchronize + perf_counter).
+- `record` with `--cap-bytes`: recorded under the cap (the trace of a run
+  that runs out, to set beside the model's replay of it).
 - `capped`: `set_per_process_memory_fraction(CAP / total_memory)` first,
   then K steps; an OOM is caught and recorded. `STEM.json` as `real`, with
   the fraction, the total memory and the exact capacity
@@ -222,7 +224,7 @@ def one(args):
     out = {"family": family, "knob": FAMILIES[family]["knob"], "size": size, "mode": mode,
            "steps": args.steps, "torch": torch.__version__}
     wall0 = time.perf_counter()
-    if mode == "capped":
+    if mode == "capped" or (mode == "record" and args.cap_bytes):
         total = torch.cuda.get_device_properties(0).total_memory
         fraction = args.cap_bytes / total
         torch.cuda.set_per_process_memory_fraction(fraction, 0)
@@ -236,9 +238,9 @@ def one(args):
                 out["fraction_read_back"] = getter(0)
             except Exception as e:  # noqa: BLE001
                 out["fraction_read_back"] = "error: %s" % e
-    elif mode == "record":
+    if mode == "record":
         torch.cuda.memory._record_memory_history(max_entries=1_000_000, stacks="python")
-    elif mode != "real":
+    elif mode not in ("real", "capped"):
         raise SystemExit("unknown mode %r" % mode)
 
     torch.backends.cudnn.benchmark = False
