@@ -86,6 +86,14 @@ impl Session {
         self.stdin.flush().expect("flush");
     }
 
+    /// The next message the server writes.
+    fn read_message(&mut self) -> Value {
+        let mut line = String::new();
+        let n = self.stdout.read_line(&mut line).expect("read from the server");
+        assert!(n > 0, "the server closed stdout");
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"))
+    }
+
     /// Send a request and read until its response (skipping notifications).
     fn request(&mut self, method: &str, params: Value) -> Value {
         let id = self.next_id;
@@ -219,6 +227,43 @@ fn a_session_lists_the_tools_and_each_answers_as_the_cli_does() {
     assert!(failed["content"][0]["text"].as_str().expect("text").contains("no argument \"bogus\""), "{failed}");
     let unknown = s.request("tools/call", json!({ "name": "upload", "arguments": { "file": oom } }));
     assert!(unknown["error"]["message"].as_str().expect("error").contains("no tool \"upload\""), "{unknown}");
+    s.close();
+}
+
+/// Found with a hand-written JSON-RPC client: a line that is not JSON got
+/// no reply, error replies lacked `"id": null`, `tools/call` without params
+/// was answered -32601, and a line over the limit was dropped silently (the
+/// client hung). Every line now gets its answer, and the session goes on.
+#[test]
+fn regression_every_line_on_stdio_gets_a_json_rpc_answer() {
+    let mut s = Session::start(&[]);
+    let error_of = |m: &Value| (m["id"].clone(), m["error"]["code"].clone());
+
+    writeln!(s.stdin, "this is not JSON").expect("write");
+    let m = s.read_message();
+    assert_eq!(error_of(&m), (Value::Null, json!(-32700)), "{m}");
+    assert!(m.as_object().expect("object").contains_key("id"), "\"id\": null is written: {m}");
+
+    s.send(&json!({ "jsonrpc": "2.0", "id": 41, "method": "tools/call" }));
+    let m = s.read_message();
+    assert_eq!(error_of(&m), (json!(41), json!(-32602)), "{m}");
+
+    s.send(&json!({ "jsonrpc": "2.0", "id": 42, "params": {} }));
+    let m = s.read_message();
+    assert_eq!(error_of(&m), (json!(42), json!(-32600)), "{m}");
+
+    // 6 MB: over the limit, answered rather than dropped.
+    let huge = json!({ "jsonrpc": "2.0", "id": 43, "method": "tools/call",
+        "params": { "name": "stats", "arguments": { "snapshot": "x".repeat(6 << 20) } } });
+    s.send(&huge);
+    let m = s.read_message();
+    assert_eq!(error_of(&m), (Value::Null, json!(-32600)), "{}", &m.to_string()[..200.min(m.to_string().len())]);
+    assert!(m["error"]["message"].as_str().expect("message").contains("over 262144 bytes"), "{m}");
+    assert!(m.to_string().len() < 1000, "the line is not echoed");
+
+    // The session goes on.
+    let stats = s.answer("stats", json!({ "snapshot": path(&corpus("oom_leak.pickle")) }));
+    assert!(stats["devices"].is_array(), "{stats}");
     s.close();
 }
 
@@ -381,4 +426,112 @@ async fn the_server_answers_the_tools_over_http_behind_its_tokens() {
     assert!(refused["result"]["content"][0]["text"].as_str().expect("text").contains("not found"), "{refused}");
     let (_, refused) = call("list_snapshots", json!({ "folder": "/" })).await;
     assert_eq!(refused["result"]["isError"], true, "{refused}");
+}
+
+/// A tokenless server with `oom_leak.pickle` stored, and its id.
+async fn server_with_oom_leak(tag: &str) -> (TestServer, String) {
+    let server = TestServer::start(tag, &[]);
+    let response = client()
+        .post(server.api("/snapshots?job=train&name=oom_leak.pickle"))
+        .header("content-type", "application/octet-stream")
+        .body(std::fs::read(corpus("oom_leak.pickle")).expect("read"))
+        .send()
+        .await
+        .expect("upload");
+    let id = response.json::<Value>().await.expect("JSON")["id"].as_str().expect("id").to_owned();
+    (server, id)
+}
+
+/// POST a JSON-RPC body to `/api/v1/mcp`: the status and the raw answer.
+async fn post_mcp(server: &TestServer, body: String) -> (reqwest::StatusCode, String) {
+    let response = client()
+        .post(server.api("/mcp"))
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .expect("post");
+    (response.status(), response.text().await.unwrap_or_default())
+}
+
+async fn mcp_tool(server: &TestServer, name: &str, arguments: Value) -> Value {
+    let body = json!({ "jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": { "name": name, "arguments": arguments } });
+    let (status, text) = post_mcp(server, body.to_string()).await;
+    assert_eq!(status, reqwest::StatusCode::OK, "{text}");
+    serde_json::from_str::<Value>(&text).expect("JSON")["result"].clone()
+}
+
+/// Found: a 1 MB JSON-RPC id and a 3 MB argument were accepted and echoed
+/// back, past the 256 KiB body limit of every other API request (rmcp reads
+/// the body itself, and axum's limit binds only its extractors).
+#[tokio::test]
+async fn regression_the_mcp_route_refuses_a_body_over_the_api_limit() {
+    let (server, id) = server_with_oom_leak("mcp-limit").await;
+    let huge_id = "7".repeat(1 << 20);
+    let body = format!(
+        r#"{{"jsonrpc":"2.0","id":"{huge_id}","method":"tools/call","params":{{"name":"stats","arguments":{{"snapshot":"{id}"}}}}}}"#
+    );
+    let (status, text) = post_mcp(&server, body).await;
+    assert_eq!(status, reqwest::StatusCode::PAYLOAD_TOO_LARGE, "{}", &text[..text.len().min(200)]);
+    assert!(!text.contains(&huge_id[..1000]), "the id is not echoed");
+    let big_argument = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": { "name": "stats", "arguments": { "snapshot": "x".repeat(3 << 20) } } });
+    let (status, text) = post_mcp(&server, big_argument.to_string()).await;
+    assert_eq!(status, reqwest::StatusCode::PAYLOAD_TOO_LARGE, "{}", &text[..text.len().min(200)]);
+    assert!(text.len() < 4096, "a short refusal, not the argument: {} bytes", text.len());
+    // A request within the limit is still answered.
+    let stats = mcp_tool(&server, "stats", json!({ "snapshot": id })).await;
+    assert_ne!(stats["isError"], true, "{stats}");
+}
+
+/// Found: `tune` over MCP took `capacity` "1B" and "0", which the HTTP
+/// route refuses with 400. Both now check it with one function.
+#[tokio::test]
+async fn regression_mcp_tools_refuse_the_capacities_the_http_routes_refuse() {
+    let (server, id) = server_with_oom_leak("mcp-capacity").await;
+    for capacity in ["1B", "0", "100MB", "17TiB"] {
+        let http = client().get(server.api(&format!("/snapshots/{id}/tune?capacity={capacity}"))).send().await.expect("get");
+        assert_eq!(http.status(), reqwest::StatusCode::BAD_REQUEST, "{capacity}");
+        let http_reason = http.json::<Value>().await.expect("JSON")["error"].as_str().expect("error").to_owned();
+        for tool in ["tune", "simulate"] {
+            let result = mcp_tool(&server, tool, json!({ "snapshot": id, "capacity": capacity })).await;
+            assert_eq!(result["isError"], true, "{tool} {capacity}: {result}");
+            let text = result["content"][0]["text"].as_str().expect("text");
+            assert!(text.contains("capacity") && http_reason.contains("capacity"), "{text} / {http_reason}");
+            assert!(text.contains("whole number of MiB from 64MiB to 16TiB") || capacity == "0", "{text}");
+        }
+    }
+    let result = mcp_tool(&server, "predict", json!({ "runs": format!("{id}=8"), "at": "16", "capacity": "1B" })).await;
+    assert_eq!(result["isError"], true, "{result}");
+    let result = mcp_tool(&server, "tune", json!({ "snapshot": id, "capacity": "3GiB" })).await;
+    assert_ne!(result["isError"], true, "{result}");
+}
+
+/// Found: `/api/v1/mcp` replayed on every call (0.64–0.71 s for `tune` on
+/// gpt_long) where the HTTP route answers a repeat from its cache. The
+/// server counts the answers it computes.
+#[tokio::test]
+async fn regression_a_repeated_mcp_call_is_answered_from_the_cache() {
+    let (server, id) = server_with_oom_leak("mcp-cache").await;
+    let computed = || async {
+        let text = client().get(format!("{}/metrics", server.url)).send().await.expect("metrics").text().await.expect("text");
+        text.lines()
+            .find_map(|l| l.strip_prefix("vramscope_mcp_answers_computed_total "))
+            .map(|v| v.trim().parse::<u64>().expect("a count"))
+            .expect("the counter")
+    };
+    assert_eq!(computed().await, 0);
+    let first = mcp_tool(&server, "tune", json!({ "snapshot": id, "capacity": "3GiB" })).await;
+    assert_eq!(computed().await, 1);
+    // The same arguments in another order: the same call.
+    let again = mcp_tool(&server, "tune", json!({ "capacity": "3GiB", "snapshot": id })).await;
+    assert_eq!(computed().await, 1, "answered from the cache");
+    assert_eq!(first["structuredContent"], again["structuredContent"]);
+    assert_ne!(first["isError"], true, "{first}");
+    mcp_tool(&server, "tune", json!({ "snapshot": id, "capacity": "4GiB" })).await;
+    assert_eq!(computed().await, 2, "other arguments are another answer");
+    // A refused call is not kept.
+    mcp_tool(&server, "tune", json!({ "snapshot": "no-such-id" })).await;
+    assert_eq!(computed().await, 2);
 }

@@ -34,6 +34,8 @@ pub(crate) struct Metrics {
     pub(crate) reports_rendered: Counter,
     /// Predictions computed (`GET /api/v1/predict` not answered from the kept ones).
     pub(crate) predictions_computed: Counter,
+    /// MCP tool answers computed at `/api/v1/mcp` (not answered from the kept ones).
+    pub(crate) mcp_answers_computed: Counter,
     /// About how many bytes the cached snapshots hold (set when scraped).
     pub(crate) cached_bytes: Gauge,
     /// Token secrets checked with argon2 (set from `Auth` when scraped).
@@ -61,6 +63,7 @@ impl Metrics {
         let cached_bytes = Gauge::default();
         let reports_rendered = Counter::default();
         let predictions_computed = Counter::default();
+        let mcp_answers_computed = Counter::default();
         let index_opens = Counter::default();
         let index_open_seconds = Histogram::new(exponential_buckets(0.001, 2.0, 16));
         let index_writes = Counter::default();
@@ -81,6 +84,11 @@ impl Metrics {
             "Predictions computed (not from the cache)",
             predictions_computed.clone(),
         );
+        registry.register(
+            "mcp_answers_computed",
+            "MCP tool answers computed (not from the cache)",
+            mcp_answers_computed.clone(),
+        );
         registry.register("cached_bytes", "About how many bytes the cached snapshots hold", cached_bytes.clone());
         registry.register("token_hashes", "Token secrets checked with argon2 since start", token_hashes.clone());
         Metrics {
@@ -93,6 +101,7 @@ impl Metrics {
             cached_snapshots,
             reports_rendered,
             predictions_computed,
+            mcp_answers_computed,
             cached_bytes,
             token_hashes,
             index_opens,

@@ -20,6 +20,7 @@ use axum::{Json, Router};
 use tower_http::CompressionLevel;
 use tower_http::compression::CompressionLayer;
 use tower_http::cors::{AllowOrigin, CorsLayer};
+use tower_http::timeout::TimeoutLayer;
 use tower_http::trace::TraceLayer;
 
 use crate::auth::{Auth, Identity, LinkSigner, Role};
@@ -88,7 +89,16 @@ impl AppState {
 pub(crate) fn app(state: AppState) -> Router {
     let timeout = Duration::from_secs(state.settings.request_timeout_secs);
     let api = v1::routes(timeout)
-        .nest_service(v1::mcp::PATH, v1::mcp::service(state.clone(), state.settings.read_options()))
+        .nest_service(
+            v1::mcp::PATH,
+            // rmcp reads the body itself, past `DefaultBodyLimit` (which
+            // only axum's extractors honour): the same limit and timeout
+            // as every other API request, as layers.
+            tower::ServiceBuilder::new()
+                .layer(tower_http::limit::RequestBodyLimitLayer::new(state.settings.max_body_bytes))
+                .layer(TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, timeout))
+                .service(v1::mcp::service(state.clone(), state.settings.read_options())),
+        )
         .route("/metrics", get(metrics_text))
         .layer(middleware::from_fn_with_state(state.clone(), authorize));
     Router::new()

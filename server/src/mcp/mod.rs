@@ -21,6 +21,7 @@
 //! of the server's disk, and never write.
 
 pub(crate) mod cut;
+mod stdio;
 pub(crate) mod tools;
 
 use std::path::PathBuf;
@@ -50,6 +51,11 @@ pub(crate) trait Store: Send + Sync {
     fn list(&self, job: Option<String>) -> BoxFuture<'static, Result<Vec<SnapshotMeta>, String>>;
     /// Run `work` in the server's analysis pool, in `snapshot`'s queue.
     fn run(&self, snapshot: String, work: Work) -> BoxFuture<'static, Result<(), String>>;
+    /// The answer kept for `key` (a tool and its arguments), as the HTTP
+    /// routes answer a repeated query from their cache.
+    fn cached(&self, key: &str) -> Option<Value>;
+    /// Keep a computed answer for [`Store::cached`].
+    fn remember(&self, key: String, answer: Value);
 }
 
 /// What every tool call may use.
@@ -155,7 +161,7 @@ impl ServerHandler for Assistant {
         if let Some(unknown) = args.keys().find(|k| !spec.params.iter().any(|p| p.name == k.as_str())) {
             return Ok(error_result(format!("{}: no argument {unknown:?}", spec.name)).into());
         }
-        let call = tools::Call { context: self.context.clone(), args };
+        let call = tools::Call { context: self.context.clone(), tool: spec.name, args };
         Ok(match (spec.run)(call).await {
             Ok(answer) => {
                 let value = cut::cut(answer.json, cut::MAX_ANSWER_CHARS, answer.more.as_deref());
@@ -195,12 +201,28 @@ pub(crate) fn http_service(
     StreamableHttpService::new(move || Ok(Assistant::new(context.clone())), Arc::default(), config)
 }
 
-/// Serve MCP over this process's stdin and stdout until the client leaves.
+/// Serve MCP over this process's stdin and stdout until the client leaves:
+/// the client's lines pass [`stdio::screen_requests`] on their way to
+/// rmcp, and every answer leaves through one writer.
 pub(crate) async fn serve_stdio(context: Context) -> anyhow::Result<()> {
+    let (rmcp_input, to_rmcp) = tokio::io::duplex(1 << 20);
+    let (from_rmcp, rmcp_output) = tokio::io::duplex(1 << 20);
+    let (replies, messages) = tokio::sync::mpsc::channel(64);
+    let writer = tokio::spawn(stdio::write_lines(tokio::io::stdout(), messages));
+    let relay = tokio::spawn(stdio::relay_answers(from_rmcp, replies.clone()));
+    let screen = tokio::spawn(stdio::screen_requests(tokio::io::stdin(), to_rmcp, replies));
     let service = Assistant::new(context)
-        .serve(rmcp::transport::stdio())
+        .serve((rmcp_input, rmcp_output))
         .await
         .map_err(|e| anyhow::anyhow!("the MCP session did not start: {e}"))?;
     service.waiting().await.map_err(|e| anyhow::anyhow!("the MCP session stopped: {e}"))?;
+    let joined = |r: Result<std::io::Result<()>, tokio::task::JoinError>, what: &str| {
+        r.map_err(|e| anyhow::anyhow!("{what}: {e}"))?.map_err(|e| anyhow::anyhow!("{what}: {e}"))
+    };
+    // rmcp has ended (the client closed stdin): its output is closed, so
+    // the relay ends, then the writer once every answer is written.
+    screen.abort();
+    joined(relay.await, "relaying the answers")?;
+    joined(writer.await, "writing to stdout")?;
     Ok(())
 }

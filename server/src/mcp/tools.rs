@@ -16,6 +16,7 @@ use vramscope_shared::api::review::PostComment;
 use vramscope_shared::api::{Page, SnapshotMeta};
 use vramscope_shared::simulate::{SimulateOptions, parse_size};
 use vramscope_shared::views::Analyzed;
+use vramscope_shared::views::analysis;
 use vramscope_shared::views::state::{StateParams, state};
 use vramscope_shared::{Snapshot, read_snapshot, read_snapshot_bytes};
 
@@ -269,6 +270,8 @@ pub(crate) const TOOLS: &[ToolSpec] = &[
 pub(crate) struct Call {
     /// What every call may use.
     pub(crate) context: Arc<Context>,
+    /// The tool called.
+    pub(crate) tool: &'static str,
     /// The arguments.
     pub(crate) args: Map<String, Value>,
 }
@@ -343,6 +346,17 @@ impl Call {
         self.opt_str(name)?.map(|t| parse_size(&t).map_err(|e| format!("{name}: {e}"))).transpose()
     }
 
+    /// `capacity`, as a replay takes it: the HTTP API's check (whole MiB,
+    /// 64 MiB to 16 TiB), so that a tool refuses what the route refuses.
+    fn capacity(&self) -> Result<Option<u64>, String> {
+        analysis::replay_capacity(self.opt_str("capacity")?.as_deref()).map_err(|e| e.to_string())
+    }
+
+    /// `alloc_conf`, checked and in one spelling, as the HTTP API takes it.
+    fn alloc_conf(&self) -> Result<Option<String>, String> {
+        analysis::replay_alloc_conf(self.opt_str("alloc_conf")?.as_deref()).map_err(|e| e.to_string())
+    }
+
     fn server(&self) -> Result<&str, String> {
         self.context.server.as_deref().map(|s| s.trim_end_matches('/')).ok_or_else(|| {
             "no server configured: start vramscope mcp with --server URL (or VRAMSCOPE_SERVER)".to_owned()
@@ -383,6 +397,32 @@ impl Call {
             )
             .await?;
         rx.await.map_err(|_| "the analysis stopped".to_owned())?
+    }
+
+    /// The answer `work` computes, off the protocol's task (see
+    /// [`Call::blocking`]). Inside the server it is kept, by the tool and
+    /// its arguments, and a repeated call is answered from there: stored
+    /// snapshots never change under their id, and every snapshot named was
+    /// loaded (so it still exists) before this is called.
+    async fn answer(
+        &self,
+        snapshot: &str,
+        work: impl FnOnce() -> Result<Value, String> + Send + 'static,
+    ) -> Result<Value, String> {
+        let Some(store) = self.context.store.clone() else { return self.blocking(snapshot, work).await };
+        let key = self.cache_key();
+        if let Some(answer) = store.cached(&key) {
+            return Ok(answer);
+        }
+        let answer = self.blocking(snapshot, work).await?;
+        store.remember(key, answer.clone());
+        Ok(answer)
+    }
+
+    /// The tool and its arguments, in one spelling whatever their order.
+    fn cache_key(&self) -> String {
+        let sorted: std::collections::BTreeMap<&String, &Value> = self.args.iter().collect();
+        format!("{}\u{1f}{}", self.tool, serde_json::to_string(&sorted).unwrap_or_default())
     }
 
     /// The base of the dashboard's links: the server's URL, or nothing
@@ -558,7 +598,7 @@ async fn explain(c: Call) -> Result<Answer, String> {
     let l = c.snapshot("snapshot").await?;
     let key = l.id.clone().unwrap_or_default();
     let more = c.more(&l, "explain", "");
-    let json = c.blocking(&key, move || to_json(&answers::explain_json(&l.label, l.snapshot()))).await?;
+    let json = c.answer(&key, move || to_json(&answers::explain_json(&l.label, l.snapshot()))).await?;
     Ok(Answer { json, more: Some(more) })
 }
 
@@ -571,7 +611,7 @@ async fn leaks(c: Call) -> Result<Answer, String> {
         (Some(id), Some(base)) => format!("the dashboard: {base}/snapshots/{id}"),
         _ => format!("vramscope leaks {} --top {top} --json", shell_word(&l.label)),
     };
-    let json = c.blocking(&key, move || to_json(&answers::leaks_json(&l.label, l.snapshot(), top))).await?;
+    let json = c.answer(&key, move || to_json(&answers::leaks_json(&l.label, l.snapshot(), top))).await?;
     Ok(Answer { json, more: Some(more) })
 }
 
@@ -585,15 +625,15 @@ async fn diff(c: Call) -> Result<Answer, String> {
         _ => format!("vramscope diff {} {} --top {top} --json", shell_word(&a.label), shell_word(&b.label)),
     };
     let json = c
-        .blocking(&key, move || to_json(&answers::diff_json(&a.label, a.snapshot(), &b.label, b.snapshot(), top)))
+        .answer(&key, move || to_json(&answers::diff_json(&a.label, a.snapshot(), &b.label, b.snapshot(), top)))
         .await?;
     Ok(Answer { json, more: Some(more) })
 }
 
 async fn simulate(c: Call) -> Result<Answer, String> {
     let options = SimulateOptions {
-        alloc_conf: c.opt_str("alloc_conf")?,
-        capacity: c.opt_size("capacity")?,
+        alloc_conf: c.alloc_conf()?,
+        capacity: c.capacity()?,
         record_series: false,
         grant_recorded_ooms: c.opt_bool("grant_recorded_ooms")?,
     };
@@ -601,7 +641,7 @@ async fn simulate(c: Call) -> Result<Answer, String> {
     let key = l.id.clone().unwrap_or_default();
     let more = c.more(&l, "simulate", "");
     let json = c
-        .blocking(&key, move || {
+        .answer(&key, move || {
             let report = answers::simulate_json(l.snapshot(), &options).map_err(|e| format!("{e} ({})", l.label))?;
             to_json(&report)
         })
@@ -620,8 +660,8 @@ async fn predict(c: Call) -> Result<Answer, String> {
     let options = PredictOptions {
         at,
         largest: c.opt_bool("largest")?,
-        capacity: c.opt_size("capacity")?,
-        alloc_conf: c.opt_str("alloc_conf")?,
+        capacity: c.capacity()?,
+        alloc_conf: c.alloc_conf()?,
         device: c.opt_u32("device")?,
         step: c.opt_u64("step")?.filter(|s| *s > 0),
     };
@@ -635,7 +675,7 @@ async fn predict(c: Call) -> Result<Answer, String> {
         loaded.iter().map(|(l, s)| format!("{}={s}", shell_word(&l.label))).collect::<Vec<_>>().join(" ")
     );
     let json = c
-        .blocking(&key, move || {
+        .answer(&key, move || {
             let runs: Vec<Run<'_>> =
                 loaded.iter().map(|(l, size)| Run { name: &l.label, size: *size, snapshot: l.snapshot() }).collect();
             // One thread: the analysis pool bounds what a client may take.
@@ -648,12 +688,12 @@ async fn predict(c: Call) -> Result<Answer, String> {
 }
 
 async fn tune(c: Call) -> Result<Answer, String> {
-    let capacity = c.opt_size("capacity")?;
+    let capacity = c.capacity()?;
     let l = c.snapshot("snapshot").await?;
     let key = l.id.clone().unwrap_or_default();
     let more = c.more(&l, "tune", "");
     let json = c
-        .blocking(&key, move || {
+        .answer(&key, move || {
             let report =
                 answers::tune_json(&l.label, l.snapshot(), capacity).map_err(|e| format!("{e} ({})", l.label))?;
             to_json(&report)
@@ -668,7 +708,7 @@ async fn breakdown(c: Call) -> Result<Answer, String> {
     let key = l.id.clone().unwrap_or_default();
     let more = c.more(&l, "breakdown", "");
     let json = c
-        .blocking(&key, move || {
+        .answer(&key, move || {
             let label = l.label.clone();
             let analyzed = match l.held {
                 Held::Read(snapshot) => Arc::new(Analyzed::build(*snapshot)),
@@ -730,7 +770,7 @@ async fn check(c: Call) -> Result<Answer, String> {
     };
     let more = c.more(&l, "check", "");
     let json = c
-        .blocking(&key, move || {
+        .answer(&key, move || {
             let baseline = base.as_ref().map(|b| (b.label.as_str(), b.snapshot()));
             let report = answers::check_json(&l.label, l.snapshot(), baseline, &budget, top)
                 .map_err(|e| format!("{e} ({})", l.label))?;

@@ -112,39 +112,15 @@ impl AnalysisQueue {
     }
 }
 
-/// Most bytes of an `alloc_conf` query.
-const MAX_ALLOC_CONF_BYTES: usize = 512;
-/// The capacities a replay takes: whole MiB from 64 MiB to 16 TiB (every
-/// GPU's memory is one), so a capacity is a setting a user can name rather
-/// than any of 2^64 cache keys.
-const CAPACITY_STEP: u64 = 1 << 20;
-const CAPACITY_RANGE: std::ops::RangeInclusive<u64> = (64 << 20)..=(16 << 40);
-
-/// The capacity of a replay, checked (see [`CAPACITY_RANGE`]).
+/// The capacity of a replay, checked ([`analysis::replay_capacity`]).
 pub(super) fn capacity(text: Option<&str>) -> AppResult<Option<u64>> {
-    let capacity = analysis::parse_capacity(text)?;
-    if let Some(c) = capacity
-        && (!c.is_multiple_of(CAPACITY_STEP) || !CAPACITY_RANGE.contains(&c))
-    {
-        return Err(AppError::BadRequest(format!(
-            "capacity: {c} bytes; a replay's capacity is a whole number of MiB from 64MiB to 16TiB (e.g. 80GiB, \
-             143771MiB)"
-        )));
-    }
-    Ok(capacity)
+    Ok(analysis::replay_capacity(text)?)
 }
 
-/// The allocator settings of a replay, checked, in one spelling: the
-/// cache key of `expandable_segments:True` and ` expandable_segments:True,`
-/// is the same.
+/// The allocator settings of a replay, checked and in one spelling
+/// ([`analysis::replay_alloc_conf`]).
 pub(super) fn alloc_conf(text: Option<&str>) -> AppResult<Option<String>> {
-    let Some(text) = text else { return Ok(None) };
-    if text.len() > MAX_ALLOC_CONF_BYTES {
-        return Err(AppError::BadRequest(format!("alloc_conf: longer than {MAX_ALLOC_CONF_BYTES} bytes")));
-    }
-    analysis::check_alloc_conf(Some(text))?;
-    let parts: Vec<&str> = text.split(',').map(str::trim).filter(|p| !p.is_empty()).collect();
-    Ok(Some(parts.join(",")))
+    Ok(analysis::replay_alloc_conf(text)?)
 }
 
 /// `GET /api/v1/snapshots/{id}/whatif?alloc_conf=&capacity=&device=&axis=&start=&end=&px=`:

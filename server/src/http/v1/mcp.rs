@@ -11,6 +11,7 @@ use vramscope_shared::api::SnapshotMeta;
 use vramscope_shared::api::SnapshotStatus;
 use vramscope_shared::views::Analyzed;
 
+use super::analysis::Lru;
 use super::snapshots::record;
 use super::views::analyzed;
 use crate::http::AppState;
@@ -25,6 +26,12 @@ pub(crate) const PATH: &str = "/api/v1/mcp";
 pub(crate) fn role_override(method: &axum::http::Method, path: &str) -> Option<crate::auth::Role> {
     (path == PATH && method == axum::http::Method::POST).then_some(crate::auth::Role::Viewer)
 }
+
+/// Tool answers kept: a repeated call (an assistant asks again as it
+/// reasons) is answered without a replay, as the HTTP routes answer theirs.
+const ANSWERS_KEPT: usize = 32;
+
+static ANSWERS: Lru<String, serde_json::Value> = Lru::new(ANSWERS_KEPT);
 
 /// This server's stored snapshots, for the tools.
 struct ServerStore(AppState);
@@ -64,6 +71,15 @@ impl Store for ServerStore {
                 .await
                 .map_err(|e| message(&e))
         })
+    }
+
+    fn cached(&self, key: &str) -> Option<serde_json::Value> {
+        ANSWERS.get(&key.to_owned()).map(|answer| serde_json::Value::clone(&answer))
+    }
+
+    fn remember(&self, key: String, answer: serde_json::Value) {
+        self.0.metrics.mcp_answers_computed.inc();
+        ANSWERS.put(key, Arc::new(answer));
     }
 }
 

@@ -47,6 +47,44 @@ pub fn parse_capacity(text: Option<&str>) -> Result<Option<u64>, ViewError> {
     }
 }
 
+/// Most bytes of an `alloc_conf` a replay takes.
+pub const MAX_ALLOC_CONF_BYTES: usize = 512;
+/// The capacities a replay takes: whole MiB from 64 MiB to 16 TiB (every
+/// GPU's memory is one), so that a capacity is a setting a user can name
+/// rather than any of 2^64 cache keys.
+pub const REPLAY_CAPACITY_STEP: u64 = 1 << 20;
+/// See [`REPLAY_CAPACITY_STEP`].
+pub const REPLAY_CAPACITY_RANGE: std::ops::RangeInclusive<u64> = (64 << 20)..=(16 << 40);
+
+/// The capacity of a replay asked for by a client of the server (the
+/// HTTP API or an MCP tool), parsed and checked (see
+/// [`REPLAY_CAPACITY_STEP`]).
+pub fn replay_capacity(text: Option<&str>) -> Result<Option<u64>, ViewError> {
+    let capacity = parse_capacity(text)?;
+    if let Some(c) = capacity
+        && (!c.is_multiple_of(REPLAY_CAPACITY_STEP) || !REPLAY_CAPACITY_RANGE.contains(&c))
+    {
+        return Err(ViewError::BadRequest(format!(
+            "capacity: {c} bytes; a replay's capacity is a whole number of MiB from 64MiB to 16TiB (e.g. 80GiB, \
+             143771MiB)"
+        )));
+    }
+    Ok(capacity)
+}
+
+/// The allocator settings of a replay asked for by a client of the server,
+/// checked, in one spelling: `expandable_segments:True` and
+/// ` expandable_segments:True,` are the same setting (and cache key).
+pub fn replay_alloc_conf(text: Option<&str>) -> Result<Option<String>, ViewError> {
+    let Some(text) = text else { return Ok(None) };
+    if text.len() > MAX_ALLOC_CONF_BYTES {
+        return Err(ViewError::BadRequest(format!("alloc_conf: longer than {MAX_ALLOC_CONF_BYTES} bytes")));
+    }
+    check_alloc_conf(Some(text))?;
+    let parts: Vec<&str> = text.split(',').map(str::trim).filter(|p| !p.is_empty()).collect();
+    Ok(Some(parts.join(",")))
+}
+
 /// The allocator settings a replay uses: `None` for the recorded ones.
 /// Checked before any replay, so that a typo is answered at once.
 pub fn check_alloc_conf(conf: Option<&str>) -> Result<(), ViewError> {
