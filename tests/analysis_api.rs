@@ -113,6 +113,42 @@ async fn explain_and_leaks_on_oom_leak() {
     assert_eq!(d["leaks"]["steps"]["steps"].as_array().map(Vec::len), Some(12));
 }
 
+/// Found: a what-if of a snapshot that ran out, without a capacity,
+/// honoured the recorded OOM whatever the settings (every setting "ran
+/// out" where the run did), and the dashboard's panel could not say which
+/// setting avoids it. It now replays under the least the process had, says
+/// so, and each setting's OOM is the model's own.
+#[tokio::test]
+async fn regression_a_whatif_of_a_snapshot_that_ran_out_replays_under_the_inferred_capacity() {
+    let server = TestServer::start("whatif-inferred", &[]);
+    let id = server.upload_file(&fixture("oom_leak.pickle")).await;
+    let (_, e) = server.get_query(&format!("/snapshots/{id}/explain"), &[]).await;
+    let least = u64_of(&e["ooms"][0]["capacity_bytes_range"][0]);
+    let whatif = format!("/snapshots/{id}/whatif");
+    let (status, recorded) = server.get_query(&whatif, &[("px", "50")]).await;
+    assert_eq!(status, StatusCode::OK, "{recorded}");
+    assert_eq!(
+        (u64_of(&recorded["capacity_bytes"]), recorded["capacity_inferred"].clone()),
+        (least, Value::Bool(true))
+    );
+    // The recorded settings under it fail at the recorded row, by the
+    // model's own decision.
+    assert_eq!(u64_of(&recorded["oom"]["row"]), 6677, "{}", recorded["oom"]);
+    // A setting that needs less memory gets further before failing: the
+    // recorded failure is not carried into its row.
+    let (_, expandable) = server.get_query(&whatif, &[("px", "50"), ("alloc_conf", "expandable_segments:True")]).await;
+    assert_eq!(expandable["capacity_inferred"], true);
+    assert!(
+        u64_of(&expandable["figures"]["reserved_peak_bytes"]) < u64_of(&recorded["figures"]["reserved_peak_bytes"]),
+        "{}",
+        expandable["figures"]
+    );
+    // A capacity given is the one used.
+    let (_, given) = server.get_query(&whatif, &[("px", "50"), ("capacity", "64GiB")]).await;
+    assert_eq!((u64_of(&given["capacity_bytes"]), given["capacity_inferred"].clone()), (64 << 30, Value::Bool(false)));
+    assert!(given["oom"].is_null(), "64 GiB is enough: {}", given["oom"]);
+}
+
 #[tokio::test]
 async fn tune_ranks_the_settings_under_a_capacity() {
     let server = TestServer::start("tune", &[]);

@@ -491,7 +491,8 @@ async fn regression_the_mcp_route_refuses_a_body_over_the_api_limit() {
 async fn regression_mcp_tools_refuse_the_capacities_the_http_routes_refuse() {
     let (server, id) = server_with_oom_leak("mcp-capacity").await;
     for capacity in ["1B", "0", "100MB", "17TiB"] {
-        let http = client().get(server.api(&format!("/snapshots/{id}/tune?capacity={capacity}"))).send().await.expect("get");
+        let http =
+            client().get(server.api(&format!("/snapshots/{id}/tune?capacity={capacity}"))).send().await.expect("get");
         assert_eq!(http.status(), reqwest::StatusCode::BAD_REQUEST, "{capacity}");
         let http_reason = http.json::<Value>().await.expect("JSON")["error"].as_str().expect("error").to_owned();
         for tool in ["tune", "simulate"] {
@@ -515,7 +516,8 @@ async fn regression_mcp_tools_refuse_the_capacities_the_http_routes_refuse() {
 async fn regression_a_repeated_mcp_call_is_answered_from_the_cache() {
     let (server, id) = server_with_oom_leak("mcp-cache").await;
     let computed = || async {
-        let text = client().get(format!("{}/metrics", server.url)).send().await.expect("metrics").text().await.expect("text");
+        let text =
+            client().get(format!("{}/metrics", server.url)).send().await.expect("metrics").text().await.expect("text");
         text.lines()
             .find_map(|l| l.strip_prefix("vramscope_mcp_answers_computed_total "))
             .map(|v| v.trim().parse::<u64>().expect("a count"))

@@ -129,6 +129,40 @@ fn regression_simulate_says_in_words_why_a_recorded_oom_stays_and_when_it_was() 
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(!text.contains("time_us"), "{text}");
     assert!(text.contains(" s into the trace"), "{text}");
-    assert!(text.contains("the recorded run ran out of memory here"), "{text}");
-    assert!(text.contains("--capacity SIZE replays under a cap"), "{text}");
+    // Without --capacity it replays under the least the process had (see
+    // the next test), and its own failure meets the recorded one.
+    assert!(text.contains("the least the process had when it ran out"), "{text}");
+    assert!(text.contains("(the recorded run failed there too)"), "{text}");
+}
+
+/// Found: `simulate` (and the what-if) of a snapshot that ran out, without
+/// `--capacity`, replayed with unlimited memory and kept the recorded OOM
+/// whatever the settings, so a setting's replay could not say whether it
+/// avoids it. Like `tune`, it now replays under the least the process had.
+#[test]
+fn regression_simulate_of_a_snapshot_that_ran_out_replays_under_the_inferred_capacity() {
+    let file = crate::common::fixture_corpus().join("oom_leak.pickle");
+    let json = |args: &[&str]| -> serde_json::Value {
+        let out = vramscope().arg("simulate").arg(&file).args(args).arg("--json").output().expect("simulate");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).expect("JSON")
+    };
+    let explain = vramscope().arg("explain").arg(&file).arg("--json").output().expect("explain");
+    let explain: serde_json::Value = serde_json::from_slice(&explain.stdout).expect("JSON");
+    let least = explain["ooms"][0]["capacity_bytes_range"][0].as_u64().expect("range");
+    let inferred = json(&[]);
+    assert_eq!(
+        (inferred["capacity_bytes"].as_u64(), &inferred["capacity_source"]),
+        (Some(least), &serde_json::json!("inferred"))
+    );
+    assert_eq!(inferred["devices"][0]["oom"]["trace_row"], 6677);
+    let other = json(&["--alloc-conf", "expandable_segments:True"]);
+    assert_eq!(other["capacity_source"], "inferred");
+    assert!(
+        other["devices"][0]["reserved_peak_bytes"].as_u64() < inferred["devices"][0]["reserved_peak_bytes"].as_u64()
+    );
+    let given = json(&["--capacity", "64GiB"]);
+    assert_eq!((given["capacity_source"].as_str(), given["devices"][0]["oom"].is_null()), (Some("given"), true));
+    let granted = json(&["--grant-recorded-ooms"]);
+    assert!(granted["capacity_bytes"].is_null() && granted["capacity_source"].is_null(), "{granted}");
 }

@@ -11,11 +11,11 @@ use crate::analysis::diff::{DeviceDiff, SnapshotDiff};
 use crate::analysis::leaks::{DeviceLeaks, LeakReport};
 use crate::analysis::oom::{OomReport, explain_with};
 use crate::simulate::tune::{DEFAULT_GRID, TuneReport};
-use crate::simulate::{SimError, SimulateOptions, SimulationReport, simulate};
+use crate::simulate::{SimError, SimulateOptions, SimulationReport};
 use crate::snapshot::Snapshot;
 use crate::stats::StatsReport;
 use crate::views::analysis::avoided_by;
-use crate::views::analysis::tune_with_inferred_capacity;
+use crate::views::analysis::{simulate_with_inferred_capacity, tune_with_inferred_capacity};
 
 /// `vramscope stats --json`.
 pub fn stats_json(file: &str, snapshot: &Snapshot) -> StatsReport {
@@ -99,8 +99,10 @@ pub fn diff_json(file_a: &str, a: &Snapshot, file_b: &str, b: &Snapshot, top: us
 }
 
 /// `vramscope simulate --json`.
+/// A snapshot that ran out replays under the least the process had unless
+/// a capacity is given ([`simulate_with_inferred_capacity`]).
 pub fn simulate_json(snapshot: &Snapshot, options: &SimulateOptions) -> Result<SimulationReport, SimError> {
-    Ok(simulate(snapshot, options)?.report())
+    Ok(simulate_with_inferred_capacity(snapshot, options)?.report())
 }
 
 /// The JSON object of `vramscope tune --json`.

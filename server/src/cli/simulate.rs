@@ -11,7 +11,8 @@ use clap::Args;
 use vramscope_shared::Snapshot;
 use vramscope_shared::answers::tune_json;
 use vramscope_shared::simulate::tune::TuneReport;
-use vramscope_shared::simulate::{AllocatorConfig, SimulateOptions, Simulation, parse_size, simulate};
+use vramscope_shared::simulate::{AllocatorConfig, SimulateOptions, Simulation, parse_size};
+use vramscope_shared::views::analysis::simulate_with_inferred_capacity;
 
 use super::Failure;
 use super::input::{MemoryBudget, load};
@@ -27,7 +28,8 @@ pub(crate) struct SimulateArgs {
     /// settings the snapshot was recorded with).
     #[arg(long, value_name = "CONF")]
     alloc_conf: Option<String>,
-    /// Memory each GPU may reserve, e.g. 80GiB or 500MB (default: unlimited).
+    /// Memory each GPU may reserve, e.g. 80GiB or 500MB (default: unlimited; for a snapshot that ran out, the
+    /// least the process had then).
     #[arg(long, value_name = "SIZE", value_parser = capacity)]
     capacity: Option<u64>,
     /// Serve the requests that ran out of memory in the recorded run, as if
@@ -48,7 +50,8 @@ pub(crate) struct SimulateArgs {
 pub(crate) struct TuneArgs {
     /// Snapshot file with a trace (`torch.cuda.memory._record_memory_history`).
     file: PathBuf,
-    /// Memory each GPU may reserve, e.g. 80GiB or 500MB (default: unlimited).
+    /// Memory each GPU may reserve, e.g. 80GiB or 500MB (default: unlimited; for a snapshot that ran out, the
+    /// least the process had then).
     #[arg(long, value_name = "SIZE", value_parser = capacity)]
     capacity: Option<u64>,
     /// Print one JSON object instead of the table.
@@ -87,7 +90,7 @@ pub(crate) fn run(args: &SimulateArgs) -> Result<(), Failure> {
         record_series: false,
         grant_recorded_ooms: args.grant_recorded_ooms,
     };
-    let sim = simulate(&snapshot, &options).map_err(|e| bad_input(e, &args.file))?;
+    let sim = simulate_with_inferred_capacity(&snapshot, &options).map_err(|e| bad_input(e, &args.file))?;
     let mut out = std::io::stdout().lock();
     let written = if args.json {
         // The report `vramscope_shared::answers::simulate_json` gives the MCP tool.
@@ -124,6 +127,12 @@ fn write_simulation(out: &mut impl Write, path: &Path, snap: &Snapshot, sim: &Si
     let source = if sim.recorded_settings { "recorded settings" } else { "given settings" };
     write!(out, "{}: replayed with {source} {}", path.display(), conf_label(&sim.alloc_conf))?;
     match (sim.capacity, sim.capacity_from_fraction) {
+        (Some(c), false) if sim.capacity_inferred => writeln!(
+            out,
+            ", capacity {} per device: the least the process had when it ran out (inferred from the recorded \
+             OOM; --capacity for another)",
+            bytes(c)
+        )?,
         (Some(c), false) => writeln!(out, ", capacity {} per device", bytes(c))?,
         (Some(c), true) => writeln!(
             out,

@@ -114,7 +114,8 @@ fn screen(line: &[u8]) -> Verdict {
     }
     match fields.get("method") {
         Some(Value::String(method)) => {
-            let params_ok = matches!(fields.get("params"), Some(Value::Object(p)) if p.get("name").is_some_and(Value::is_string));
+            let params_ok =
+                matches!(fields.get("params"), Some(Value::Object(p)) if p.get("name").is_some_and(Value::is_string));
             if method == "tools/call" && !params_ok {
                 return Verdict::Reply(error_reply(
                     id,
@@ -169,7 +170,10 @@ pub(crate) async fn screen_requests(
 }
 
 /// Pass rmcp's answers, line by line, to the one writer.
-pub(crate) async fn relay_answers(from_rmcp: impl AsyncRead + Unpin, replies: mpsc::Sender<Vec<u8>>) -> std::io::Result<()> {
+pub(crate) async fn relay_answers(
+    from_rmcp: impl AsyncRead + Unpin,
+    replies: mpsc::Sender<Vec<u8>>,
+) -> std::io::Result<()> {
     let mut lines = BufReader::new(from_rmcp).split(b'\n');
     while let Some(line) = lines.next_segment().await? {
         if replies.send(line).await.is_err() {
@@ -180,7 +184,10 @@ pub(crate) async fn relay_answers(from_rmcp: impl AsyncRead + Unpin, replies: mp
 }
 
 /// Write every message to `output`, each as one line.
-pub(crate) async fn write_lines(mut output: impl AsyncWrite + Unpin, mut messages: mpsc::Receiver<Vec<u8>>) -> std::io::Result<()> {
+pub(crate) async fn write_lines(
+    mut output: impl AsyncWrite + Unpin,
+    mut messages: mpsc::Receiver<Vec<u8>>,
+) -> std::io::Result<()> {
     while let Some(message) = messages.recv().await {
         output.write_all(&message).await?;
         output.write_all(b"\n").await?;
@@ -207,7 +214,12 @@ mod tests {
         let got = lines(b"short\nthis one is too long\nok\nlast", 8).await;
         assert_eq!(
             got,
-            vec![Line::Whole(b"short".to_vec()), Line::TooLong, Line::Whole(b"ok".to_vec()), Line::Whole(b"last".to_vec())]
+            vec![
+                Line::Whole(b"short".to_vec()),
+                Line::TooLong,
+                Line::Whole(b"ok".to_vec()),
+                Line::Whole(b"last".to_vec())
+            ]
         );
         assert_eq!(lines(b"0123456789", 8).await, vec![Line::TooLong]);
         assert_eq!(lines(b"", 8).await, Vec::<Line>::new());

@@ -246,10 +246,15 @@ impl OomReport {
 /// that each setting's row says whether it would have fitted (without it,
 /// the recorded failure is honoured in every row).
 pub fn inferred_capacity(snapshot: &Snapshot) -> Option<u64> {
-    if !snapshot.devices.iter().any(|d| d.trace.count(Action::Oom) > 0) {
+    snapshot.devices.iter().find_map(|d| inferred_device_capacity(snapshot, d))
+}
+
+/// [`inferred_capacity`] of one device: from its own first OOM.
+pub fn inferred_device_capacity(snapshot: &Snapshot, device: &DeviceSnapshot) -> Option<u64> {
+    if device.trace.count(Action::Oom) == 0 {
         return None;
     }
-    explain(snapshot).first().map(|r| r.capacity_bytes_range.0)
+    explain_device(snapshot, device).first().map(|r| r.capacity_bytes_range.0)
 }
 
 /// Post-mortems of every `oom` entry of a snapshot, all devices, in trace order.

@@ -122,6 +122,10 @@ pub struct Simulation {
     /// The capacity is `per_process_memory_fraction` of the device's total
     /// memory, not one given.
     pub capacity_from_fraction: bool,
+    /// The capacity is the least a process that ran out had, inferred from
+    /// its recorded OOM by the caller (see
+    /// `views::analysis::simulate_with_inferred_capacity`), not one given.
+    pub capacity_inferred: bool,
     /// One per device with a trace, in the snapshot's order.
     pub devices: Vec<DeviceSimulation>,
 }
@@ -194,6 +198,7 @@ pub fn simulate(snapshot: &Snapshot, options: &SimulateOptions) -> Result<Simula
         config,
         capacity: options.capacity.or(capacity_from_fraction),
         capacity_from_fraction: options.capacity.is_none() && capacity_from_fraction.is_some(),
+        capacity_inferred: false,
         devices,
     })
 }
@@ -212,7 +217,8 @@ pub struct SimulationReport {
     /// `per_process_memory_fraction` (see `capacity_source`).
     pub capacity_bytes: Option<u64>,
     /// Where the capacity came from: `"given"`, `"per_process_memory_fraction"`,
-    /// or absent without one.
+    /// `"inferred"` (the least the process had when it ran out: the default
+    /// for a snapshot that records an OOM), or absent without one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub capacity_source: Option<&'static str>,
     /// Options of the recorded setting string that are not modelled (the
@@ -279,9 +285,11 @@ impl Simulation {
             devices: self.devices.iter().map(DeviceSimulation::report).collect(),
             settings: if self.recorded_settings { "recorded" } else { "given" },
             capacity_bytes: self.capacity,
-            capacity_source: self
-                .capacity
-                .map(|_| if self.capacity_from_fraction { "per_process_memory_fraction" } else { "given" }),
+            capacity_source: self.capacity.map(|_| match (self.capacity_from_fraction, self.capacity_inferred) {
+                (true, _) => "per_process_memory_fraction",
+                (false, true) => "inferred",
+                (false, false) => "given",
+            }),
             not_modelled_settings: self.config.not_modelled.clone(),
         }
     }

@@ -195,7 +195,7 @@ mod ui {
             <div class="panel whatif" id="whatif">
                 <h2>"What if: other allocator settings"</h2>
                 <p class="hint">
-                    "Replays this trace through a model of PyTorch's caching allocator with the settings below (PYTORCH_CUDA_ALLOC_CONF) and draws the simulated curves over the recorded ones. Leave the capacity empty for unlimited memory."
+                    "Replays this trace through a model of PyTorch's caching allocator with the settings below (PYTORCH_CUDA_ALLOC_CONF) and draws the simulated curves over the recorded ones. Leave the capacity empty for unlimited memory (for a snapshot that ran out: the least the process had then)."
                 </p>
                 <div class="toolbar">
                     <label class="field">
@@ -254,7 +254,14 @@ mod ui {
                                         "Replayed with {} ({} settings){}.",
                                         settings_label(&w.alloc_conf),
                                         w.settings,
-                                        w.capacity_bytes.map(|c| format!(", capacity {}", format::bytes(c))).unwrap_or_default(),
+                                        match (w.capacity_bytes, w.capacity_inferred) {
+                                            (Some(c), true) => format!(
+                                                ", capacity {}: the least the process had when it ran out (inferred from the recorded OOM; type a capacity for another)",
+                                                format::bytes(c),
+                                            ),
+                                            (Some(c), false) => format!(", capacity {}", format::bytes(c)),
+                                            (None, _) => String::new(),
+                                        },
                                     )}
                                 </p>
                                 <table class="figures" id="whatif-figures">

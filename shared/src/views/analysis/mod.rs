@@ -13,6 +13,7 @@
 mod breakdown;
 mod diff;
 mod explain;
+mod inferred_capacity;
 mod leaks;
 mod tune;
 mod whatif;
@@ -20,6 +21,7 @@ mod whatif;
 pub use breakdown::*;
 pub use diff::*;
 pub use explain::*;
+pub use inferred_capacity::*;
 pub use leaks::*;
 pub use tune::*;
 pub use whatif::*;

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::parse_capacity;
+use super::{parse_capacity, tune_with_inferred_capacity};
 use crate::simulate::tune::{DEFAULT_GRID, TuneRow};
 use crate::views::{Analyzed, ViewError};
 
@@ -53,20 +53,4 @@ pub fn tune(a: &Analyzed, p: &TuneParams) -> Result<TuneAnswer, ViewError> {
         recorded_reserved_peak_bytes,
         rows,
     })
-}
-
-/// [`crate::simulate::tune::tune`] under `capacity`, or, when none is given
-/// and the snapshot records an OOM, under the least the process had when it
-/// ran out ([`crate::analysis::oom::inferred_capacity`]), said in the
-/// report: without it every row would honour the recorded failure and say
-/// nothing of which setting avoids it.
-pub fn tune_with_inferred_capacity(
-    snapshot: &crate::snapshot::Snapshot,
-    capacity: Option<u64>,
-    grid: &[&str],
-) -> Result<crate::simulate::tune::TuneReport, crate::simulate::SimError> {
-    let inferred = capacity.is_none().then(|| crate::analysis::oom::inferred_capacity(snapshot)).flatten();
-    let mut report = crate::simulate::tune::tune(snapshot, capacity.or(inferred), grid)?;
-    report.capacity_inferred = inferred.is_some();
-    Ok(report)
 }

@@ -62,6 +62,8 @@ pub struct SimulatedDevice {
     pub recorded_settings: bool,
     /// The capacity replayed under.
     pub capacity: Option<u64>,
+    /// The capacity was not given: the least the device had when it ran out.
+    pub capacity_inferred: bool,
     /// Peaks and counts.
     pub figures: SimulatedFigures,
     /// Where it ran out of memory (before its x is known).
@@ -91,6 +93,11 @@ pub fn simulate_device(
     let d = device_snapshot(a, device)?;
     let (config, conf) = settings_for(&a.snapshot, alloc_conf)?;
     let same = config == settings_for(&a.snapshot, None)?.0;
+    // A device that ran out replays under the least it had unless a
+    // capacity is given: the recorded OOM is not carried into other
+    // settings (see `inferred_capacity`'s module).
+    let inferred = capacity.is_none().then(|| crate::analysis::oom::inferred_device_capacity(&a.snapshot, d)).flatten();
+    let capacity = capacity.or(inferred);
     let sim = Replayer::new(d, config, capacity, true)?.recorded_settings(same).finish();
     let s = &sim.stats;
     let series = sim.series.unwrap_or_default();
@@ -99,6 +106,7 @@ pub fn simulate_device(
         alloc_conf: conf,
         recorded_settings: alloc_conf.is_none(),
         capacity,
+        capacity_inferred: inferred.is_some(),
         figures: SimulatedFigures {
             reserved_peak_bytes: s.reserved_bytes.peak,
             allocated_peak_bytes: s.allocated_bytes.peak,
@@ -160,6 +168,9 @@ pub struct WhatIfAnswer {
     pub settings: String,
     /// The capacity replayed under.
     pub capacity_bytes: Option<u64>,
+    /// Not given: inferred from the recorded OOM (the least the device had).
+    #[serde(default)]
+    pub capacity_inferred: bool,
     /// The recorded timeline's window (curves and markers; no allocations).
     /// Its `allocated` curve is requested bytes, the trace's own figure.
     pub recorded: TimelineWindow,
@@ -214,6 +225,7 @@ pub fn whatif_window(a: &Analyzed, sim: &SimulatedDevice, p: &WhatIfParams) -> R
         alloc_conf: sim.alloc_conf.clone(),
         settings: if sim.recorded_settings { "recorded" } else { "given" }.to_owned(),
         capacity_bytes: sim.capacity,
+        capacity_inferred: sim.capacity_inferred,
         figures: sim.figures.clone(),
         recorded_reserved_peak_bytes: stats.reserved_peak_bytes,
         recorded_requested_peak_bytes: stats.requested_peak_bytes,

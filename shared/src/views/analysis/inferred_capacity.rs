@@ -1,0 +1,85 @@
+//! The default capacity of a replay of a snapshot that ran out of memory.
+//!
+//! Without a capacity, a replay honours the recorded OOM: it stops where
+//! the run stopped, whatever the settings, so that every setting's row of a
+//! what-if or a ranking says "OOM" and none says which setting avoids it.
+//! When no capacity is given and the settings name none, a replay of such
+//! a snapshot therefore runs under the least the process had when it ran
+//! out ([`crate::analysis::oom::inferred_capacity`], the lower bound
+//! `explain` gives), and says so. Replaying the recorded settings under it
+//! fails at the recorded row by itself: the reserved peak before the OOM is
+//! the bound, and the failed request did not fit.
+
+use crate::analysis::oom::inferred_capacity;
+use crate::simulate::tune::TuneReport;
+use crate::simulate::{SimError, SimulateOptions, Simulation, settings_for, simulate};
+use crate::snapshot::Snapshot;
+
+/// [`crate::simulate::tune::tune`] under `capacity`, or the inferred one.
+pub fn tune_with_inferred_capacity(
+    snapshot: &Snapshot,
+    capacity: Option<u64>,
+    grid: &[&str],
+) -> Result<TuneReport, SimError> {
+    let inferred = capacity.is_none().then(|| inferred_capacity(snapshot)).flatten();
+    let mut report = crate::simulate::tune::tune(snapshot, capacity.or(inferred), grid)?;
+    report.capacity_inferred = inferred.is_some();
+    Ok(report)
+}
+
+/// [`simulate`] under the options' capacity, or the one their settings'
+/// `per_process_memory_fraction` gives, or else the inferred one. Granting
+/// the recorded OOMs (`grant_recorded_ooms`) asks for no capacity at all,
+/// so none is inferred then.
+pub fn simulate_with_inferred_capacity(snapshot: &Snapshot, options: &SimulateOptions) -> Result<Simulation, SimError> {
+    if options.capacity.is_some() || options.grant_recorded_ooms {
+        return simulate(snapshot, options);
+    }
+    let Some(inferred) = inferred_capacity(snapshot) else { return simulate(snapshot, options) };
+    let (config, _) = settings_for(snapshot, options.alloc_conf.as_deref())?;
+    if config.memory_fraction.is_some() {
+        // The fraction gives the exact capacity when the device's total is
+        // known; only without it does the inferred one stand in.
+        let plain = simulate(snapshot, options)?;
+        if plain.capacity.is_some() {
+            return Ok(plain);
+        }
+    }
+    let mut sim = simulate(snapshot, &SimulateOptions { capacity: Some(inferred), ..options.clone() })?;
+    sim.capacity_inferred = true;
+    Ok(sim)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::corpus;
+
+    #[test]
+    fn a_snapshot_that_ran_out_replays_under_the_least_it_had_and_fails_where_it_failed() {
+        let a = corpus("oom_leak");
+        let recorded = simulate(&a.snapshot, &SimulateOptions::default()).expect("replayed");
+        let inferred = simulate_with_inferred_capacity(&a.snapshot, &SimulateOptions::default()).expect("replayed");
+        assert!(inferred.capacity_inferred);
+        assert_eq!(inferred.capacity, inferred_capacity(&a.snapshot));
+        assert_eq!(inferred.report().capacity_source, Some("inferred"));
+        let (r, i) = (&recorded.devices[0], &inferred.devices[0]);
+        let (r_oom, i_oom) = (r.oom.as_ref().expect("recorded OOM"), i.oom.as_ref().expect("an OOM under the cap"));
+        assert_eq!(i_oom.row, r_oom.row, "the same row, by the model's own decision");
+        assert_eq!(i.stats.reserved_bytes.peak, r.stats.reserved_bytes.peak);
+    }
+
+    #[test]
+    fn a_given_capacity_or_granted_ooms_infer_nothing() {
+        let a = corpus("oom_leak");
+        let given = SimulateOptions { capacity: Some(64 << 30), ..SimulateOptions::default() };
+        let sim = simulate_with_inferred_capacity(&a.snapshot, &given).expect("replayed");
+        assert_eq!((sim.capacity, sim.capacity_inferred), (Some(64 << 30), false));
+        let granted = SimulateOptions { grant_recorded_ooms: true, ..SimulateOptions::default() };
+        let sim = simulate_with_inferred_capacity(&a.snapshot, &granted).expect("replayed");
+        assert_eq!((sim.capacity, sim.capacity_inferred), (None, false));
+        let plain = corpus("streams");
+        let sim = simulate_with_inferred_capacity(&plain.snapshot, &SimulateOptions::default()).expect("replayed");
+        assert_eq!((sim.capacity, sim.capacity_inferred), (None, false), "no OOM, no capacity");
+    }
+}
