@@ -100,3 +100,29 @@ fn imports_point_down_the_layers() {
 fn the_scan_finds_paths_and_ignores_lookalikes() {
     assert_eq!(named_modules("use crate::store::Db; crate::now_ms(); my_crate::x; $crate::y"), ["store", "now_ms"]);
 }
+
+/// The repository keeps no Python bytecode (`__pycache__` is ignored), and
+/// its Python tools put scratch files in the system's temporary folder
+/// (`tempfile.gettempdir()`), not a hard-coded `/tmp`.
+#[test]
+fn no_bytecode_is_tracked_and_python_tools_take_the_systems_temporary_folder() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let listed = std::process::Command::new("git").arg("ls-files").current_dir(&root).output().expect("git ls-files");
+    assert!(listed.status.success(), "git ls-files: {}", String::from_utf8_lossy(&listed.stderr));
+    let files = String::from_utf8_lossy(&listed.stdout).into_owned();
+    let bytecode: Vec<&str> = files.lines().filter(|f| f.ends_with(".pyc") || f.contains("__pycache__/")).collect();
+    assert!(bytecode.is_empty(), "tracked bytecode: {bytecode:?}");
+    let mut hard_coded = Vec::new();
+    for file in files.lines().filter(|f| f.ends_with(".py")) {
+        let Ok(text) = std::fs::read_to_string(root.join(file)) else { continue };
+        for (n, line) in text.lines().enumerate() {
+            // Code, not docs: a path joined or assigned in a string literal
+            // (a recorded frame's `"filename"` is data: Inductor's own path).
+            let code = line.split('#').next().unwrap_or("");
+            if code.contains("\"/tmp\"") || (code.contains("\"/tmp/") && !code.contains("\"filename\"")) {
+                hard_coded.push(format!("{file}:{}", n + 1));
+            }
+        }
+    }
+    assert!(hard_coded.is_empty(), "/tmp written in: {hard_coded:?}");
+}

@@ -27,6 +27,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import traceback
 import urllib.request
@@ -84,7 +85,7 @@ class Driver:
         self.logs = os.path.join(self.out, "logs")
         os.makedirs(self.logs, exist_ok=True)
         self.summary = {"checks": {}, "figures": {}}
-        work = args.work or os.path.join("/tmp", "vramscope-gpu-%d" % os.getpid())
+        work = args.work or os.path.join(tempfile.gettempdir(), "vramscope-gpu-%d" % os.getpid())
         os.makedirs(work, exist_ok=True)
         self.work = work
         self.server = Server(args.vramscope, os.path.join(work, "data"), free_port())

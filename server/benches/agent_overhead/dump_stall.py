@@ -28,6 +28,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -53,7 +54,7 @@ def summary(result):
 class Bench:
     def __init__(self, args):
         self.args = args
-        self.work = os.path.join("/tmp", "vramscope-stall-%d" % os.getpid())
+        self.work = os.path.join(tempfile.gettempdir(), "vramscope-stall-%d" % os.getpid())
         os.makedirs(self.work, exist_ok=True)
         self.server = Server(args.vramscope, os.path.join(self.work, "data"), free_port())
         self.results = {}

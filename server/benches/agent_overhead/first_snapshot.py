@@ -51,7 +51,7 @@ def case(name, enabled="all", context="all", stacks="all", size=LARGE, env=None,
 
 
 # Bytecode written to and read from a cache of our own, as in an ordinary install.
-PYC = {"PYTHONPYCACHEPREFIX": "/tmp/first_snapshot_pyc", "PYTHONDONTWRITEBYTECODE": None}
+PYC = {"PYTHONPYCACHEPREFIX": os.path.join(tempfile.gettempdir(), "first_snapshot_pyc"), "PYTHONDONTWRITEBYTECODE": None}
 
 # Most important first: the parent skips what its time budget leaves no room for.
 CASES = [
