@@ -52,6 +52,42 @@ struct Session {
     stdin: ChildStdin,
     stdout: BufReader<ChildStdout>,
     next_id: u64,
+    /// Each listed tool's output schema: every answer is checked against it.
+    schemas: std::collections::HashMap<String, Value>,
+}
+
+/// Whether `answer` has the top-level fields `schema` declares, each of a
+/// declared type (the schemas declare the top level only).
+fn conforms(schema: &Value, answer: &Value) -> Result<(), String> {
+    let fields = answer.as_object().ok_or("not an object")?;
+    for name in schema["required"].as_array().ok_or("no required list")? {
+        let name = name.as_str().ok_or("a required name")?;
+        if !fields.contains_key(name) {
+            return Err(format!("no {name:?}"));
+        }
+    }
+    let type_of = |v: &Value| match v {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(n) if n.is_u64() || n.is_i64() => "integer",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    };
+    for (name, property) in schema["properties"].as_object().ok_or("no properties")? {
+        let Some(value) = fields.get(name) else { continue };
+        let allowed: Vec<&str> = match &property["type"] {
+            Value::String(t) => vec![t.as_str()],
+            Value::Array(ts) => ts.iter().filter_map(Value::as_str).collect(),
+            other => return Err(format!("{name}: type {other}")),
+        };
+        let t = type_of(value);
+        if !allowed.contains(&t) && !(t == "integer" && allowed.contains(&"number")) {
+            return Err(format!("{name}: {t}, declared {allowed:?}"));
+        }
+    }
+    Ok(())
 }
 
 impl Session {
@@ -66,7 +102,7 @@ impl Session {
             .expect("spawn vramscope mcp");
         let stdin = child.stdin.take().expect("stdin");
         let stdout = BufReader::new(child.stdout.take().expect("stdout"));
-        let mut s = Session { child, stdin, stdout, next_id: 1 };
+        let mut s = Session { child, stdin, stdout, next_id: 1, schemas: Default::default() };
         let init = s.request(
             "initialize",
             json!({
@@ -124,6 +160,9 @@ impl Session {
         let text = result["content"][0]["text"].as_str().expect("text content");
         let from_text: Value = serde_json::from_str(text).expect("JSON text");
         assert_eq!(from_text, result["structuredContent"], "{tool}");
+        if let Some(schema) = self.schemas.get(tool) {
+            conforms(schema, &from_text).unwrap_or_else(|e| panic!("{tool}'s answer against its output schema: {e}"));
+        }
         from_text
     }
 
@@ -133,6 +172,10 @@ impl Session {
         for t in tools {
             assert_eq!(t["inputSchema"]["type"], "object", "{t}");
             assert!(t["description"].as_str().is_some_and(|d| d.len() > 20), "{t}");
+            // Every tool declares the shape of its answer.
+            assert_eq!(t["outputSchema"]["type"], "object", "{t}");
+            assert!(t["outputSchema"]["required"].as_array().is_some_and(|r| !r.is_empty()), "{t}");
+            self.schemas.insert(t["name"].as_str().expect("name").to_owned(), t["outputSchema"].clone());
         }
         tools.iter().map(|t| t["name"].as_str().expect("name").to_owned()).collect()
     }

@@ -121,7 +121,29 @@ fn describe(spec: &tools::ToolSpec) -> Tool {
     schema.insert("additionalProperties".to_owned(), Value::Bool(false));
     let mut tool = Tool::new(spec.name, spec.description, schema);
     tool.annotations = Some(ToolAnnotations::new().read_only(spec.read_only));
+    tool.output_schema = Some(Arc::new(output_schema(spec)));
     tool
+}
+
+/// The JSON Schema of a tool's answer: its top-level fields and their
+/// types (a cut answer adds `truncated`).
+fn output_schema(spec: &tools::ToolSpec) -> Map<String, Value> {
+    let mut properties = Map::new();
+    for f in spec.output {
+        let types: Vec<Value> = f.types.iter().map(|&t| Value::from(t)).collect();
+        let kind = if types.len() == 1 { types[0].clone() } else { Value::Array(types) };
+        properties.insert(f.name.to_owned(), serde_json::json!({ "type": kind }));
+    }
+    properties.insert(
+        "truncated".to_owned(),
+        serde_json::json!({ "type": "object", "description": "What was cut to keep the answer short, and where the whole is" }),
+    );
+    let required: Vec<Value> = spec.output.iter().filter(|f| f.required).map(|f| Value::from(f.name)).collect();
+    let mut schema = Map::new();
+    schema.insert("type".to_owned(), Value::from("object"));
+    schema.insert("properties".to_owned(), Value::Object(properties));
+    schema.insert("required".to_owned(), Value::Array(required));
+    schema
 }
 
 impl ServerHandler for Assistant {

@@ -75,6 +75,21 @@ const DEVICE: Param = param("device", Kind::Int, false, "CUDA device (default: t
 const CAPACITY: Param =
     param("capacity", Kind::Str, false, "Memory each GPU may reserve, e.g. 80GiB (default: unlimited)");
 
+/// One top-level field of a tool's answer.
+#[derive(Debug)]
+pub(crate) struct Field {
+    /// Its name.
+    pub(crate) name: &'static str,
+    /// Its JSON types (`"null"` when it may be null).
+    pub(crate) types: &'static [&'static str],
+    /// Every answer has it.
+    pub(crate) required: bool,
+}
+
+const fn field(name: &'static str, types: &'static [&'static str], required: bool) -> Field {
+    Field { name, types, required }
+}
+
 /// A tool's answer: the JSON, and where the whole of it is when it is cut.
 #[derive(Debug)]
 pub(crate) struct Answer {
@@ -96,6 +111,10 @@ pub(crate) struct ToolSpec {
     pub(crate) description: &'static str,
     /// Its arguments.
     pub(crate) params: &'static [Param],
+    /// The top-level fields of its answer (its output schema): what a
+    /// client may rely on. Answers may carry more, and a cut one carries
+    /// `truncated`.
+    pub(crate) output: &'static [Field],
     /// It changes nothing (the others need `--allow-write`).
     pub(crate) read_only: bool,
     /// The answer.
@@ -112,6 +131,12 @@ pub(crate) const TOOLS: &[ToolSpec] = &[
             param("folder", Kind::Str, false, "Folder to list (default: the working folder, or the library)"),
             param("job", Kind::Str, false, "Library only: the snapshots of this job"),
         ],
+        output: &[
+            field("snapshots", &["array"], true),
+            field("folder", &["string"], false),
+            field("server", &["string"], false),
+            field("more", &["boolean"], false),
+        ],
         read_only: true,
         run: |c| Box::pin(list_snapshots(c)),
     },
@@ -120,6 +145,13 @@ pub(crate) const TOOLS: &[ToolSpec] = &[
         description: "Per device: reserved, allocated, active, requested bytes and their peaks, cached memory not in \
                       use, largest free block, OOM count (vramscope stats --json)",
         params: &[SNAPSHOT],
+        output: &[
+            field("file", &["string"], true),
+            field("format_version", &["string"], true),
+            field("devices", &["array"], true),
+            field("capture", &["object", "null"], false),
+            field("host", &["object", "null"], false),
+        ],
         read_only: true,
         run: |c| Box::pin(stats(c)),
     },
@@ -129,6 +161,11 @@ pub(crate) const TOOLS: &[ToolSpec] = &[
                       the largest live allocations by stack, and allocator settings that would have avoided it \
                       (vramscope explain --json)",
         params: &[SNAPSHOT],
+        output: &[
+            field("file", &["string"], true),
+            field("has_trace", &["boolean"], true),
+            field("ooms", &["array"], true),
+        ],
         read_only: true,
         run: |c| Box::pin(explain(c)),
     },
@@ -137,6 +174,7 @@ pub(crate) const TOOLS: &[ToolSpec] = &[
         description: "Allocations alive at the end grouped by stack, ranked by how steadily they grew: likely leaks \
                       first (vramscope leaks --json)",
         params: &[SNAPSHOT, param("top", Kind::Int, false, "Stacks per device (default 10)")],
+        output: &[field("file", &["string"], true), field("devices", &["array"], true)],
         read_only: true,
         run: |c| Box::pin(leaks(c)),
     },
@@ -148,6 +186,12 @@ pub(crate) const TOOLS: &[ToolSpec] = &[
             param("a", Kind::Str, true, "The first snapshot (before, or one rank): a path or a stored id"),
             param("b", Kind::Str, true, "The second snapshot (after, or another rank): a path or a stored id"),
             param("top", Kind::Int, false, "Stacks per device (default 20)"),
+        ],
+        output: &[
+            field("file_a", &["string"], true),
+            field("file_b", &["string"], true),
+            field("identical", &["boolean"], true),
+            field("devices", &["array"], true),
         ],
         read_only: true,
         run: |c| Box::pin(diff(c)),
@@ -168,6 +212,14 @@ pub(crate) const TOOLS: &[ToolSpec] = &[
             CAPACITY,
             param("grant_recorded_ooms", Kind::Bool, false, "Serve the requests that ran out of memory in the run"),
         ],
+        output: &[
+            field("alloc_conf", &["string"], true),
+            field("settings", &["string"], true),
+            field("devices", &["array"], true),
+            field("capacity_bytes", &["integer", "null"], true),
+            field("capacity_source", &["string"], false),
+            field("not_modelled_settings", &["array"], true),
+        ],
         read_only: true,
         run: |c| Box::pin(simulate(c)),
     },
@@ -176,6 +228,12 @@ pub(crate) const TOOLS: &[ToolSpec] = &[
         description: "Replay the trace under a grid of allocator settings and rank them by reserved peak \
                       (vramscope tune --json)",
         params: &[SNAPSHOT, CAPACITY],
+        output: &[
+            field("file", &["string"], true),
+            field("capacity_bytes", &["integer", "null"], true),
+            field("capacity_inferred", &["boolean"], false),
+            field("rows", &["array"], true),
+        ],
         read_only: true,
         run: |c| Box::pin(tune(c)),
     },
@@ -185,6 +243,7 @@ pub(crate) const TOOLS: &[ToolSpec] = &[
                       activations and other at a trace row (default: the end), each with how sure it is, and by \
                       the record_function range that allocated it (vramscope breakdown --json)",
         params: &[SNAPSHOT, param("row", Kind::Int, false, "Trace row (default: the end of the trace)"), DEVICE],
+        output: &[field("file", &["string"], true), field("devices", &["array"], true)],
         read_only: true,
         run: |c| Box::pin(breakdown(c)),
     },
@@ -193,6 +252,15 @@ pub(crate) const TOOLS: &[ToolSpec] = &[
         description: "The allocator's state right after one trace row: every segment with its blocks (allocated, \
                       pending free, free) and the instant's fragmentation figures",
         params: &[SNAPSHOT, param("row", Kind::Int, false, "Trace row (default: the end of the trace)"), DEVICE],
+        output: &[
+            field("device", &["integer"], true),
+            field("row", &["integer", "null"], true),
+            field("time_us", &["integer", "null"], false),
+            field("rows", &["integer"], true),
+            field("segments", &["array"], true),
+            field("figures", &["object"], true),
+            field("exact", &["boolean"], true),
+        ],
         read_only: true,
         run: |c| Box::pin(state_at_row(c)),
     },
@@ -208,6 +276,15 @@ pub(crate) const TOOLS: &[ToolSpec] = &[
             param("max_fragmentation", Kind::Num, false, "Most memory cached but not in use at the end, % of reserved"),
             param("max_growth", Kind::Num, false, "Most growth of the peaks against the baseline, in %"),
             param("top", Kind::Int, false, "Stacks that grew to name per device (default 5)"),
+        ],
+        output: &[
+            field("file", &["string"], true),
+            field("baseline", &["string", "null"], true),
+            field("passed", &["boolean"], true),
+            field("failures", &["integer"], true),
+            field("rules", &["array"], true),
+            field("grown", &["array"], true),
+            field("budget", &["object"], true),
         ],
         read_only: true,
         run: |c| Box::pin(check(c)),
@@ -238,6 +315,20 @@ pub(crate) const TOOLS: &[ToolSpec] = &[
             param("alloc_conf", Kind::Str, false, "PYTORCH_CUDA_ALLOC_CONF to predict with"),
             DEVICE,
         ],
+        output: &[
+            field("predictions", &["array"], true),
+            field("largest_fitting_size", &["integer", "null"], true),
+            field("matched_fraction", &["number"], true),
+            field("fit", &["string"], true),
+            field("notes", &["array"], true),
+            field("device", &["integer"], true),
+            field("capacity_bytes", &["integer", "null"], true),
+            field("confidence", &["string"], true),
+            field("runs", &["array"], true),
+            field("unmatched", &["array"], true),
+            field("searched", &["array"], true),
+            field("non_monotonic", &["array"], true),
+        ],
         read_only: true,
         run: |c| Box::pin(predict(c)),
     },
@@ -249,6 +340,7 @@ pub(crate) const TOOLS: &[ToolSpec] = &[
             param("job", Kind::Str, false, "Job it belongs to"),
             param("name", Kind::Str, false, "Name in the library (default: the file name)"),
         ],
+        output: &[field("id", &["string"], true), field("dashboard", &["string"], false)],
         read_only: false,
         run: |c| Box::pin(upload(c)),
     },
@@ -260,6 +352,7 @@ pub(crate) const TOOLS: &[ToolSpec] = &[
             param("text", Kind::Str, true, "The comment"),
             param("row", Kind::Int, false, "The trace row it is about"),
         ],
+        output: &[field("id", &["string", "integer"], true)],
         read_only: false,
         run: |c| Box::pin(comment(c)),
     },
