@@ -426,3 +426,28 @@ fn regression_small_inputs_of_check_are_refused_or_read() {
     let verdict: Value = serde_json::from_slice(&out.stdout).expect("JSON");
     assert_eq!(verdict["passed"], true, "{verdict}");
 }
+
+/// Found on the H200: in a pytest run, the second GPU test's snapshot
+/// started with the first test's cuBLAS workspaces alive, its trace "did
+/// not start from an empty allocator", and `--max-allocated-peak` exited 2.
+/// Memory in use before the trace is now a baseline: the replay starts from
+/// the state at the trace's first entry (the final state less the trace's
+/// effects). `ring_overflow` starts mid-run with 40 MiB alive; its window's
+/// allocated peak is PyTorch's `allocated_bytes.all.peak`.
+#[test]
+fn regression_check_takes_memory_in_use_before_the_trace_as_a_baseline() {
+    let file = corpus("ring_overflow.pickle");
+    let oracle: Value =
+        serde_json::from_slice(&std::fs::read(corpus("ring_overflow.stats.json")).expect("oracle")).expect("JSON");
+    let peak = oracle["memory_stats"]["allocated_bytes.all.peak"].as_u64().expect("peak");
+    let out = run(&["--max-allocated-peak", "80GiB", "--json"], &[&file]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let report: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let rule = &report["rules"][0];
+    assert_eq!(rule["bytes"].as_u64(), Some(peak), "{rule}");
+    assert_eq!(rule["window_only"], true, "{rule}");
+    // Under the baseline plus the window's peak, the rule is broken: exit 1, not 2.
+    let out = run(&["--max-allocated-peak", "39MiB"], &[&file]);
+    assert_eq!(out.status.code(), Some(1), "{}{}", text(&out.stdout), text(&out.stderr));
+    assert!(text(&out.stdout).contains("within the trace window"), "{}", text(&out.stdout));
+}

@@ -294,6 +294,73 @@ impl CachingAllocator {
         }
     }
 
+    /// Start from a recorded state: `segment` at its address, with its
+    /// blocks (a trace's first entry's state, see
+    /// [`super::window_start`]). Returns the allocations of its allocated
+    /// and pending blocks, by address, so that the trace's frees find them.
+    /// What it holds counts in the peaks, as memory in use before the
+    /// trace's window does.
+    pub fn seed_segment(&mut self, segment: &super::window_start::StartSegment) -> Vec<(u64, Allocation)> {
+        let pool = if segment.small { SMALL } else { LARGE };
+        let split = segment.blocks.len() > 1;
+        let mut handed = Vec::new();
+        let mut prev = NIL;
+        for b in &segment.blocks {
+            let state = match b.state {
+                BlockState::ActiveAllocated => State::Allocated,
+                BlockState::ActivePendingFree => State::Pending,
+                BlockState::Inactive | BlockState::Unknown => State::Free,
+            };
+            let serial = if state == State::Free {
+                0
+            } else {
+                self.serial += 1;
+                self.serial
+            };
+            let id = self.new_block(Block {
+                addr: b.address,
+                size: b.size,
+                requested: b.requested,
+                stream: segment.stream,
+                prev,
+                next: NIL,
+                expandable: NIL,
+                pool: pool as u32,
+                state,
+                mapped: true,
+                gc_base: 0,
+                serial,
+            });
+            if prev != NIL {
+                self.bm(prev).next = id;
+            }
+            prev = id;
+            match state {
+                State::Free => {
+                    self.insert_free(id);
+                    if split {
+                        self.stats.inactive_split_bytes.add(b.size);
+                    }
+                }
+                State::Allocated | State::Pending => {
+                    if state == State::Allocated {
+                        self.stats.allocated_bytes.add(b.size);
+                    } else {
+                        self.pending += 1;
+                    }
+                    self.stats.active_bytes.add(b.size);
+                    self.stats.requested_bytes.add(b.requested);
+                    handed.push((b.address, Allocation { block: id, serial }));
+                }
+                State::Dead => {}
+            }
+        }
+        self.live.insert(segment.address, segment.address.saturating_add(segment.total_size));
+        self.stats.reserved_bytes.add(segment.total_size);
+        self.stats.segments += 1;
+        handed
+    }
+
     /// The settings.
     pub fn config(&self) -> &AllocatorConfig {
         &self.config

@@ -34,6 +34,7 @@ mod allocator;
 mod config;
 mod replay;
 pub mod tune;
+pub mod window_start;
 
 use serde::Serialize;
 use thiserror::Error;
@@ -62,6 +63,18 @@ pub enum SimError {
     TraceWrapped {
         /// CUDA device index.
         device: u32,
+    },
+    /// The trace does not start from an empty allocator, and its state at
+    /// the first entry could not be worked out from the final state.
+    #[error(
+        "device {device}: the trace does not start from an empty allocator, and its state at the first entry \
+         cannot be worked out ({reason}); record with a larger max_entries from the start of the program"
+    )]
+    WindowStart {
+        /// CUDA device index.
+        device: u32,
+        /// Why.
+        reason: window_start::WindowStartError,
     },
     /// A device has memory but no trace.
     #[error(

@@ -139,6 +139,35 @@ pub struct Replayer<'a> {
 }
 
 impl<'a> Replayer<'a> {
+    /// Start replaying `device` from the state at its trace's first entry:
+    /// an empty allocator when the trace reaches back to one, else the
+    /// final state less the trace's effects ([`super::window_start`]), the
+    /// memory in use before the window counting as a baseline. For the
+    /// figures of a trace's window with the recorded settings (other
+    /// settings would not have made that state).
+    pub fn from_window_start(
+        device: &'a DeviceSnapshot,
+        config: AllocatorConfig,
+        capacity: Option<u64>,
+        record_series: bool,
+    ) -> Result<Replayer<'a>, SimError> {
+        if device.trace.is_empty() {
+            return Err(SimError::NoTrace { device: device.device });
+        }
+        if !DeviceStats::of(device).trace_wrapped {
+            return Replayer::new(device, config, capacity, record_series);
+        }
+        let start = super::window_start::window_start(device, &config)
+            .map_err(|reason| SimError::WindowStart { device: device.device, reason })?;
+        let mut replayer = Replayer::empty(device, config, capacity, record_series);
+        for segment in &start {
+            for (addr, allocation) in replayer.allocator.seed_segment(segment) {
+                replayer.live.insert(addr, allocation);
+            }
+        }
+        Ok(replayer)
+    }
+
     /// Start replaying `device` from an empty allocator. Refuses a device
     /// whose trace does not reach back to an empty allocator.
     pub fn new(
@@ -153,7 +182,16 @@ impl<'a> Replayer<'a> {
         if DeviceStats::of(device).trace_wrapped {
             return Err(SimError::TraceWrapped { device: device.device });
         }
-        Ok(Replayer {
+        Ok(Replayer::empty(device, config, capacity, record_series))
+    }
+
+    fn empty(
+        device: &'a DeviceSnapshot,
+        config: AllocatorConfig,
+        capacity: Option<u64>,
+        record_series: bool,
+    ) -> Replayer<'a> {
+        Replayer {
             device,
             allocator: CachingAllocator::new(config, capacity),
             pools: PoolMap::of(device),
@@ -168,7 +206,7 @@ impl<'a> Replayer<'a> {
             stopped_at: None,
             recorded_oom: None,
             series: record_series.then(Series::default),
-        })
+        }
     }
 
     /// Say whether the settings are the recorded ones (the default). With
