@@ -101,6 +101,26 @@ fn write_one(out: &mut impl Write, path: &std::path::Path, r: &OomReport, depth:
             bytes(r.released_bytes)
         )?;
     }
+    write_cause(out, r, pool, largest)?;
+    writeln!(
+        out,
+        "  state at the OOM: {} (the snapshot's layout with the {} entries after the OOM undone)",
+        if r.exact { "exact" } else { "estimated: sizes of blocks freed after the OOM are guesses" },
+        r.entries_after
+    )?;
+    write_avoidance(out, r)?;
+    writeln!(out, "  live allocations by stack (top {} of {} stacks):", r.top_stacks.len(), r.live_stacks)?;
+    for (k, s) in r.top_stacks.iter().enumerate() {
+        writeln!(out, "    {:>12}  {:>5} allocs  {}", bytes(s.bytes), s.count, stack_label(&s.frames))?;
+        if k == 0 {
+            write_frames(out, &s.frames, depth, "                                ")?;
+        }
+    }
+    Ok(())
+}
+
+/// Why it ran out, in words: fragmentation, exhaustion, or unexplained.
+fn write_cause(out: &mut impl Write, r: &OomReport, pool: &str, largest: u64) -> std::io::Result<()> {
     match r.cause {
         OomCause::Fragmentation => writeln!(
             out,
@@ -127,12 +147,11 @@ fn write_one(out: &mut impl Write, path: &std::path::Path, r: &OomReport, depth:
             bytes(r.request_bytes)
         )?,
     }
-    writeln!(
-        out,
-        "  state at the OOM: {} (the snapshot's layout with the {} entries after the OOM undone)",
-        if r.exact { "exact" } else { "estimated: sizes of blocks freed after the OOM are guesses" },
-        r.entries_after
-    )?;
+    Ok(())
+}
+
+/// Which allocator settings would have avoided it: simulated, or worth trying.
+fn write_avoidance(out: &mut impl Write, r: &OomReport) -> std::io::Result<()> {
     match (&r.avoided_by, r.candidate_settings()) {
         (Some(verdicts), _) => {
             let said: Vec<String> = verdicts
@@ -156,13 +175,6 @@ fn write_one(out: &mut impl Write, path: &std::path::Path, r: &OomReport, depth:
         }
         (None, candidates) => {
             writeln!(out, "  avoided by: not simulated; settings worth trying: {}", candidates.join(", "))?
-        }
-    }
-    writeln!(out, "  live allocations by stack (top {} of {} stacks):", r.top_stacks.len(), r.live_stacks)?;
-    for (k, s) in r.top_stacks.iter().enumerate() {
-        writeln!(out, "    {:>12}  {:>5} allocs  {}", bytes(s.bytes), s.count, stack_label(&s.frames))?;
-        if k == 0 {
-            write_frames(out, &s.frames, depth, "                                ")?;
         }
     }
     Ok(())

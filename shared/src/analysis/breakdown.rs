@@ -420,26 +420,8 @@ impl DeviceCategories {
         let mut marks: Vec<(u32, Pass)> =
             allocations.iter().zip(&ctx).filter_map(|(a, c)| Some((a.alloc_row.get()?, c.pass()?))).collect();
         marks.sort_unstable_by_key(|m| m.0);
-        let regions = |pass: Pass| -> Vec<Region> {
-            let mut out: Vec<Region> = Vec::new();
-            let mut open: Option<u32> = None;
-            for &(row, p) in &marks {
-                match (p == pass, open) {
-                    (true, None) => open = Some(row),
-                    (false, Some(start)) => {
-                        out.push(Region { start, end: row });
-                        open = None;
-                    }
-                    _ => {}
-                }
-            }
-            if let Some(start) = open {
-                out.push(Region { start, end: rows });
-            }
-            out
-        };
-        let backward = regions(Pass::Backward);
-        let optimizer = regions(Pass::Optimizer);
+        let backward = pass_regions(&marks, Pass::Backward, rows);
+        let optimizer = pass_regions(&marks, Pass::Optimizer, rows);
         let ends_in_forward = marks.last().is_some_and(|m| m.1 == Pass::Forward);
         let parameter_sizes: rustc_hash::FxHashSet<u64> =
             allocations.iter().zip(&ctx).filter(|(_, c)| **c == Context::Setup).map(|(a, _)| a.size).collect();
@@ -509,23 +491,7 @@ impl DeviceCategories {
             }
         }
 
-        let mut notes = Vec::new();
-        if !framed_somewhere && !allocations.is_empty() {
-            notes.push(
-                "no allocation has a stack (recorded with context=\"state\" or without frames): nothing can be \
-                 told apart, all is \"other\""
-                    .to_owned(),
-            );
-        }
-        if framed_somewhere && backward.is_empty() && rows > 0 {
-            notes.push(
-                "no backward pass in the trace: no gradients, and activations only for a forward pass in flight"
-                    .to_owned(),
-            );
-        }
-        if !device.has_trace || rows == 0 {
-            notes.push("no trace: only what the final state's blocks tell (their stacks), no lifetimes".to_owned());
-        }
+        let notes = category_notes(framed_somewhere, !allocations.is_empty(), !backward.is_empty(), device, rows);
         DeviceCategories { device: device.device, rows, spans, stage_names, notes }
     }
 
@@ -657,6 +623,49 @@ fn stages_of(snapshot: &Snapshot, device: &DeviceSnapshot, allocations: &[Alloca
         stages[i] = open.last().copied().unwrap_or(NO_STAGE);
     }
     (names, stages)
+}
+
+/// The runs of `pass`'s allocations in row order (`marks`: each
+/// allocation's row and pass, sorted), each cut where another pass's
+/// allocation comes; the last open run ends at `rows`.
+fn pass_regions(marks: &[(u32, Pass)], pass: Pass, rows: u32) -> Vec<Region> {
+    let mut out: Vec<Region> = Vec::new();
+    let mut open: Option<u32> = None;
+    for &(row, p) in marks {
+        match (p == pass, open) {
+            (true, None) => open = Some(row),
+            (false, Some(start)) => {
+                out.push(Region { start, end: row });
+                open = None;
+            }
+            _ => {}
+        }
+    }
+    if let Some(start) = open {
+        out.push(Region { start, end: rows });
+    }
+    out
+}
+
+/// What a breakdown cannot tell, in words.
+fn category_notes(framed: bool, any: bool, has_backward: bool, device: &DeviceSnapshot, rows: u32) -> Vec<String> {
+    let mut notes = Vec::new();
+    if !framed && any {
+        notes.push(
+            "no allocation has a stack (recorded with context=\"state\" or without frames): nothing can be told \
+             apart, all is \"other\""
+                .to_owned(),
+        );
+    }
+    if framed && !has_backward && rows > 0 {
+        notes.push(
+            "no backward pass in the trace: no gradients, and activations only for a forward pass in flight".to_owned(),
+        );
+    }
+    if !device.has_trace || rows == 0 {
+        notes.push("no trace: only what the final state's blocks tell (their stacks), no lifetimes".to_owned());
+    }
+    notes
 }
 
 #[cfg(test)]

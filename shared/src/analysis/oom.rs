@@ -288,6 +288,65 @@ pub fn explain_device(snapshot: &Snapshot, device: &DeviceSnapshot) -> Vec<OomRe
     reports
 }
 
+/// The highest reserved bytes from the trace's start to `row`, walking
+/// back from `reserved` at the OOM.
+fn reserved_peak_before(trace: &crate::snapshot::TraceColumns, row: u32, reserved: u64) -> u64 {
+    let mut at: i128 = reserved as i128;
+    let mut peak = at;
+    for i in (0..row as usize).rev() {
+        let size = trace.sizes()[i] as i128;
+        match trace.action(i) {
+            Action::SegmentAlloc | Action::SegmentMap => at -= size,
+            Action::SegmentFree | Action::SegmentUnmap => at += size,
+            _ => continue,
+        }
+        peak = peak.max(at);
+    }
+    u64::try_from(peak).unwrap_or(u64::MAX)
+}
+
+/// The allocator's last resort before an OOM, released every unused cached
+/// segment: the run of releases just before `row` (segments, bytes).
+fn released_just_before(trace: &crate::snapshot::TraceColumns, row: u32) -> (u32, u64) {
+    let mut released = (0, 0);
+    for i in (0..row as usize).rev() {
+        match trace.action(i) {
+            Action::SegmentFree | Action::SegmentUnmap => {
+                released.0 += 1;
+                released.1 += trace.sizes()[i];
+            }
+            _ => break,
+        }
+    }
+    released
+}
+
+/// The stacks holding the most allocated bytes at the OOM (at most
+/// `TOP_STACKS`), and how many stacks hold any.
+fn top_live_stacks(snapshot: &Snapshot, layout: &Layout) -> (Vec<LiveStack>, u32) {
+    let mut by_stack: FxHashMap<StackId, (u64, u64, u64)> = FxHashMap::default();
+    for (_, b) in layout.blocks().filter(|(_, b)| b.state == BlockState::ActiveAllocated) {
+        let e = by_stack.entry(b.stack).or_default();
+        e.0 += b.size;
+        e.1 += b.requested_size;
+        e.2 += 1;
+    }
+    let live_stacks = by_stack.len() as u32;
+    let mut top: Vec<(StackId, (u64, u64, u64))> = by_stack.into_iter().collect();
+    top.sort_by(|a, b| b.1.0.cmp(&a.1.0).then(a.0.cmp(&b.0)));
+    top.truncate(TOP_STACKS);
+    let top_stacks = top
+        .into_iter()
+        .map(|(stack, (bytes, requested_bytes, count))| LiveStack {
+            frames: stack_text(snapshot, stack),
+            bytes,
+            requested_bytes,
+            count,
+        })
+        .collect();
+    (top_stacks, live_stacks)
+}
+
 fn report(snapshot: &Snapshot, device: &DeviceSnapshot, row: u32, layout: &Layout) -> OomReport {
     let trace = &device.trace;
     let entry = trace.entry(row as usize);
@@ -328,55 +387,11 @@ fn report(snapshot: &Snapshot, device: &DeviceSnapshot, row: u32, layout: &Layou
         Some(f) if f >= segment_request => Limit::ProcessCap,
         Some(_) => Limit::DeviceMemory,
     };
-    // Reserved bytes before each earlier row, walking back from the OOM.
-    let mut at: i128 = reserved as i128;
-    let mut peak = at;
-    for i in (0..row as usize).rev() {
-        let size = trace.sizes()[i] as i128;
-        match trace.action(i) {
-            Action::SegmentAlloc | Action::SegmentMap => at -= size,
-            Action::SegmentFree | Action::SegmentUnmap => at += size,
-            _ => continue,
-        }
-        peak = peak.max(at);
-    }
-    let reserved_peak = u64::try_from(peak).unwrap_or(u64::MAX);
+    let reserved_peak = reserved_peak_before(trace, row, reserved);
     let failed = reserved.saturating_add(segment_request);
     let capacity_bytes_range = (reserved_peak.min(failed), failed);
-
-    // The allocator's last resort before an OOM: release every unused cached segment.
-    let mut released_segments = 0;
-    let mut released_bytes = 0;
-    for i in (0..row as usize).rev() {
-        match trace.action(i) {
-            Action::SegmentFree | Action::SegmentUnmap => {
-                released_segments += 1;
-                released_bytes += trace.sizes()[i];
-            }
-            _ => break,
-        }
-    }
-
-    let mut by_stack: FxHashMap<StackId, (u64, u64, u64)> = FxHashMap::default();
-    for (_, b) in layout.blocks().filter(|(_, b)| b.state == BlockState::ActiveAllocated) {
-        let e = by_stack.entry(b.stack).or_default();
-        e.0 += b.size;
-        e.1 += b.requested_size;
-        e.2 += 1;
-    }
-    let live_stacks = by_stack.len() as u32;
-    let mut top: Vec<(StackId, (u64, u64, u64))> = by_stack.into_iter().collect();
-    top.sort_by(|a, b| b.1.0.cmp(&a.1.0).then(a.0.cmp(&b.0)));
-    top.truncate(TOP_STACKS);
-    let top_stacks = top
-        .into_iter()
-        .map(|(stack, (bytes, requested_bytes, count))| LiveStack {
-            frames: stack_text(snapshot, stack),
-            bytes,
-            requested_bytes,
-            count,
-        })
-        .collect();
+    let (released_segments, released_bytes) = released_just_before(trace, row);
+    let (top_stacks, live_stacks) = top_live_stacks(snapshot, layout);
 
     let first_time = trace.times_us().first().copied();
     OomReport {
