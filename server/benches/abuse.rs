@@ -28,7 +28,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{Server, Table, target_dir, workspace_root};
+use common::{Server, Table, corpus_dir, env_number, target_dir, workspace_root};
 
 const UPLOADERS: usize = 20;
 const VIEWERS: usize = 20;
@@ -96,8 +96,7 @@ fn corpus_files() -> Vec<(String, Vec<u8>)> {
     let mut paths: Vec<PathBuf> = std::fs::read_dir(root.join("tests/fixtures/corpus"))
         .map(|d| d.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "pickle")).collect())
         .unwrap_or_default();
-    let corpus =
-        std::env::var_os("VRAMSCOPE_CORPUS").map(PathBuf::from).unwrap_or_else(|| root.join("../shared/corpus"));
+    let corpus = corpus_dir(&root);
     paths.push(corpus.join("gpt_varlen.pickle"));
     paths.sort();
     paths
@@ -129,7 +128,7 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 4)]
 async fn main() {
-    let secs = std::env::var("VRAMSCOPE_BENCH_SECS").ok().and_then(|v| v.parse().ok()).unwrap_or(60u64);
+    let secs: u64 = env_number("VRAMSCOPE_BENCH_SECS", 60);
     let data = target_dir(&workspace_root()).join(format!("bench-abuse-{}", std::process::id()));
     let program = std::env::var_os("VRAMSCOPE_BENCH_BASELINE")
         .map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_vramscope")), PathBuf::from);

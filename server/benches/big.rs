@@ -35,9 +35,9 @@ use serde_json::Value;
 
 mod common;
 use common::{
-    Cleanup, Latencies, Server, SplitMix, Table, ensure_generated, extent, file_len, fmt_mb, fmt_ms, fmt_secs, get,
-    get_json, load_average, pass, proc_status_bytes, raw_client, target_dir, upload_file, warm_page_cache,
-    workspace_root,
+    Cleanup, Latencies, Server, SplitMix, Table, ensure_generated, env_number, extent, file_len, fmt_mb, fmt_ms,
+    fmt_secs, get, get_json, load_average, pass, proc_status_bytes, python, raw_client, target_dir, upload_file,
+    warm_page_cache, workspace_root,
 };
 
 const PX: u32 = 2000;
@@ -49,8 +49,8 @@ const TARGET_RESTART: Duration = Duration::from_secs(1);
 const TARGET_QUERY: Duration = Duration::from_millis(20);
 
 fn main() {
-    let entries: u64 = std::env::var("VRAMSCOPE_BENCH_ENTRIES").ok().and_then(|v| v.parse().ok()).unwrap_or(16_000_000);
-    let python = std::env::var("VRAMSCOPE_BENCH_PYTHON").unwrap_or_else(|_| "python3".to_owned());
+    let entries: u64 = env_number("VRAMSCOPE_BENCH_ENTRIES", 16_000_000);
+    let python = python();
     let root = workspace_root();
     let bench_data = target_dir(&root).join("bench-data");
     let input = match ensure_generated(&bench_data, &format!("large_{entries}.pickle"), entries, &python) {

@@ -68,7 +68,7 @@ use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::{Value, json};
 
 mod common;
-use common::{LARGE_NAME, Server, Table, ensure_large, file_len, target_dir, workspace_root};
+use common::{LARGE_NAME, Server, Table, corpus_dir, ensure_large, file_len, python, target_dir, workspace_root};
 
 /// Zoom and pan steps scripted per tool.
 const STEPS: usize = 20;
@@ -92,7 +92,7 @@ const RECORDED: &[(&str, &str, &str, &str)] = &[
 fn main() {
     let root = workspace_root();
     let bench_data = target_dir(&root).join("bench-data");
-    let python = std::env::var("VRAMSCOPE_BENCH_PYTHON").unwrap_or_else(|_| "python3".to_owned());
+    let python = python();
     let mut inputs = Vec::new();
     match gpt_long(&root) {
         Some(p) => inputs.push(p),
@@ -132,8 +132,7 @@ fn main() {
 }
 
 fn gpt_long(root: &Path) -> Option<PathBuf> {
-    let corpus =
-        std::env::var_os("VRAMSCOPE_CORPUS").map(PathBuf::from).unwrap_or_else(|| root.join("../shared/corpus"));
+    let corpus = corpus_dir(root);
     let candidates =
         [std::env::var_os("VRAMSCOPE_BENCH_GPT_LONG").map(PathBuf::from), Some(corpus.join("gpt_long.pickle"))];
     candidates.into_iter().flatten().find(|p| p.is_file())

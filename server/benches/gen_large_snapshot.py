@@ -59,17 +59,10 @@ ADDR_TOP = 0x7F7A_0000_0000  # cudaMalloc hands out addresses downward from here
 _NA_HEAD = "N/"
 _NA_TAIL = "A"
 
-ALLOCATOR_SETTINGS = {
-    "PYTORCH_CUDA_ALLOC_CONF": "",
-    "max_split_size": -1,
-    "garbage_collection_threshold": 0.0,
-    "expandable_segments": False,
-    "pinned_num_register_threads": 1,
-    "release_lock_on_cudamalloc": False,
-    "pinned_use_cuda_host_register": False,
-    "graph_capture_record_stream_reuse": False,
-    "roundup_power2_divisions": {str(1 << i): 0 for i in range(16)},
-}
+# The recorded allocator settings of PyTorch 2.11's defaults, as the reader's
+# fixtures write them (one list, in tests/fixtures/synthetic.py).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "fixtures"))
+from synthetic import ALLOCATOR_SETTINGS  # noqa: E402
 
 
 class Block:

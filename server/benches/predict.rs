@@ -22,7 +22,9 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{Table, ensure_generated_with, file_len, fmt_mb, fmt_secs, pass, target_dir, workspace_root};
+use common::{
+    Table, ensure_generated_with, env_number, file_len, fmt_mb, fmt_secs, pass, python, target_dir, workspace_root,
+};
 
 const GNU_TIME: &str = "/usr/bin/time";
 const STEPS: &str = "2050";
@@ -31,8 +33,8 @@ const TARGET: Duration = Duration::from_secs(3);
 fn main() {
     let root = workspace_root();
     let data = target_dir(&root).join("bench-data");
-    let python = std::env::var("VRAMSCOPE_BENCH_PYTHON").unwrap_or_else(|_| "python3".to_owned());
-    let runs: usize = std::env::var("VRAMSCOPE_BENCH_RUNS").ok().and_then(|r| r.parse().ok()).unwrap_or(3);
+    let python = python();
+    let runs: usize = env_number("VRAMSCOPE_BENCH_RUNS", 3);
     let generate = |batch: &str| {
         let name = format!("predict_b{batch}_1500k.pickle");
         ensure_generated_with(&data, &name, &python, &["--batch", batch, "--steps", STEPS])

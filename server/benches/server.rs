@@ -51,9 +51,9 @@ use vramscope_shared::{ReadOptions, read_snapshot};
 
 mod common;
 use common::{
-    Cleanup, LARGE_NAME, Latencies, Server, SplitMix, Table, ensure_large, extent, file_len, fmt_kb, fmt_mb, fmt_ms,
-    fmt_ratio, fmt_secs, get, get_json, load_average, median_len, pass, proc_status_bytes, raw_client, target_dir,
-    upload_file, warm_page_cache, workspace_root,
+    Cleanup, LARGE_NAME, Latencies, Server, SplitMix, Table, ensure_large, env_number, extent, file_len, fmt_kb,
+    fmt_mb, fmt_ms, fmt_ratio, fmt_secs, get, get_json, load_average, median_len, pass, proc_status_bytes, python,
+    raw_client, target_dir, upload_file, warm_page_cache, workspace_root,
 };
 
 const UPLOAD_BYTES: u64 = 1 << 30;
@@ -74,12 +74,8 @@ const TARGET_MAX_ELEMENTS: usize = 2000;
 
 fn main() {
     // `cargo bench` passes `--bench` (and any filter); there is nothing to filter.
-    let runs = std::env::var("VRAMSCOPE_BENCH_RUNS")
-        .ok()
-        .and_then(|v| v.parse::<usize>().ok())
-        .filter(|&n| n > 0)
-        .unwrap_or(3);
-    let python = std::env::var("VRAMSCOPE_BENCH_PYTHON").unwrap_or_else(|_| "python3".to_owned());
+    let runs = env_number("VRAMSCOPE_BENCH_RUNS", 3usize).max(1);
+    let python = python();
     let root = workspace_root();
     let bench_data = target_dir(&root).join("bench-data");
     let work = bench_data.join(format!("server-{}", std::process::id()));

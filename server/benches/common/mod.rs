@@ -22,6 +22,22 @@ pub(crate) fn workspace_root() -> PathBuf {
     manifest.parent().unwrap_or(manifest).to_path_buf()
 }
 
+/// The corpus folder: `VRAMSCOPE_CORPUS`, else `../shared/corpus` beside
+/// the workspace root (whether it exists is the caller's question).
+pub(crate) fn corpus_dir(root: &Path) -> PathBuf {
+    std::env::var_os("VRAMSCOPE_CORPUS").map(PathBuf::from).unwrap_or_else(|| root.join("../shared/corpus"))
+}
+
+/// A number from the environment variable `name`, else `default`.
+pub(crate) fn env_number<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+/// The Python that runs the reference side: `VRAMSCOPE_BENCH_PYTHON`, else `python3`.
+pub(crate) fn python() -> String {
+    std::env::var("VRAMSCOPE_BENCH_PYTHON").unwrap_or_else(|_| "python3".to_owned())
+}
+
 pub(crate) fn target_dir(root: &Path) -> PathBuf {
     match std::env::var_os("CARGO_TARGET_DIR") {
         Some(dir) => {
