@@ -23,7 +23,7 @@ use tower_http::cors::{AllowOrigin, CorsLayer};
 use tower_http::timeout::TimeoutLayer;
 use tower_http::trace::TraceLayer;
 
-use crate::auth::{Auth, Identity, LinkSigner, Role};
+use crate::auth::{Auth, Checked, Identity, LinkSigner, Role};
 use crate::ingest::{AnalysisCache, IndexFiles, Ingest, Parser, Parts as IngestParts};
 use crate::metrics::Metrics;
 use crate::settings::Settings;
@@ -48,6 +48,8 @@ pub(crate) struct Inner {
     pub(crate) analyses: v1::AnalysisQueue,
     /// Signs the dashboard's download links.
     pub(crate) links: LinkSigner,
+    /// `trusted_proxies`, read.
+    pub(crate) proxies: Vec<ipnet::IpNet>,
 }
 
 impl Deref for AppState {
@@ -70,6 +72,7 @@ impl AppState {
         );
         let analyses = v1::AnalysisQueue::new(settings.analysis_concurrency);
         let links = LinkSigner::new(link_key);
+        let proxies = settings.trusted_proxies()?;
         let indexes =
             IndexFiles::new(blobs.clone(), &settings.data_dir.join("index-cache"), settings.index_cache_bytes)?;
         let metrics = Arc::new(Metrics::new());
@@ -81,7 +84,7 @@ impl AppState {
             cache,
             metrics: Arc::clone(&metrics),
         });
-        Ok(AppState(Arc::new(Inner { settings, db, blobs, auth, metrics, ingest, analyses, links })))
+        Ok(AppState(Arc::new(Inner { settings, db, blobs, auth, metrics, ingest, analyses, links, proxies })))
     }
 }
 
@@ -209,11 +212,23 @@ async fn authorize(State(state): State<AppState>, mut request: Request, next: Ne
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .map(str::trim);
-    let identity = match state.auth.identify(token).await {
-        Ok(Some(identity)) => identity,
-        Ok(None) => {
+    let client = guard::client_address(&request, &state.proxies);
+    let identity = match state.auth.identify(token, client).await {
+        Ok(Checked::Holder(identity)) => identity,
+        Ok(Checked::Refused) => {
             state.metrics.error("unauthorized");
             return AppError::Unauthorized.into_response();
+        }
+        Ok(Checked::Limited(wait)) => {
+            state.metrics.error("rate_limited");
+            let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+            let why = format!(
+                "too many wrong secrets for this token id from this address: try again in {secs} s \
+                 (requests from other addresses are not affected)"
+            );
+            let mut response = AppError::TooManyRequests(why).into_response();
+            response.headers_mut().insert(axum::http::header::RETRY_AFTER, axum::http::HeaderValue::from(secs));
+            return response;
         }
         Err(e) => return AppError::Internal(e).into_response(),
     };
