@@ -15,7 +15,7 @@ use crate::auth::{Identity, Role};
 use crate::http::AppState;
 use crate::http::error::{AppError, AppResult};
 use crate::store::NewComment;
-use vramscope_shared::api::review::{Comment, PostComment};
+use vramscope_shared::api::review::{Comment, PostComment, TokenHolder};
 
 /// Longest comment accepted, in bytes: a review note, not a file.
 const MAX_COMMENT_BYTES: usize = 16 * 1024;
@@ -102,6 +102,11 @@ pub(crate) async fn delete(
     }
     state.db.delete_comment(&id, &comment_id).await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// `GET /api/v1/token`: who the request's token names, and its role.
+pub(crate) async fn token_holder(Extension(identity): Extension<Identity>) -> Json<TokenHolder> {
+    Json(TokenHolder { name: identity.name, role: identity.role.as_str().to_owned() })
 }
 
 #[cfg(test)]
