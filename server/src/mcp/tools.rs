@@ -284,6 +284,7 @@ pub(crate) const TOOLS: &[ToolSpec] = &[
             field("file", &["string"], true),
             field("capacity_bytes", &["integer", "null"], true),
             field("capacity_inferred", &["boolean"], false),
+            field("capacity_source", &["string"], false),
             field("rows", &["array"], true),
         ],
         read_only: true,
