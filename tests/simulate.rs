@@ -200,6 +200,11 @@ fn regression_a_cap_the_capture_recorded_is_the_default_capacity_before_the_infe
     let out = vramscope().args(["tune", "--json"]).arg(&source).output().expect("run");
     let plain: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
     assert_eq!(plain["capacity_source"], "inferred", "{plain}");
+    // explain names the recorded cap beside the bracket it infers.
+    let explained = json(&["explain"]).to_string();
+    assert!(explained.contains(&format!("\"recorded_capacity_bytes\":{cap}")), "{explained}");
+    let text = vramscope().arg("explain").arg(&capped).output().expect("run");
+    assert!(String::from_utf8_lossy(&text.stdout).contains("recorded cap"), "{text:?}");
     // The text says where the capacity came from.
     let text = vramscope().arg("tune").arg(&capped).output().expect("run");
     assert!(String::from_utf8_lossy(&text.stdout).contains("recorded by the capture"), "{text:?}");
