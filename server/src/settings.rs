@@ -41,6 +41,7 @@ const SETTING_NAMES: &[&str] = &[
     "cors_allowed_origins",
     "require_tokens",
     "trusted_proxies",
+    "max_comments_per_snapshot",
     "retention_days",
     "retention_max_bytes",
     "retention_interval_secs",
@@ -121,6 +122,9 @@ pub(crate) struct Settings {
     /// wrong-token limits count by. Default: none, so the header is
     /// ignored and every client is its connection's address.
     pub(crate) trusted_proxies: Vec<String>,
+    /// Most comments one snapshot may have: any viewer may comment, and a
+    /// thread is answered whole (at most 16 KiB a comment).
+    pub(crate) max_comments_per_snapshot: u64,
     /// Retention: delete snapshots uploaded more than this many days ago
     /// (never pinned or commented ones). Off when absent.
     pub(crate) retention_days: Option<u64>,
@@ -160,6 +164,7 @@ impl Default for Settings {
             cors_allowed_origins: Vec::new(),
             require_tokens: false,
             trusted_proxies: Vec::new(),
+            max_comments_per_snapshot: 1000,
             retention_days: None,
             retention_max_bytes: None,
             retention_interval_secs: 3600,

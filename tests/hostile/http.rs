@@ -455,6 +455,38 @@ async fn regression_a_client_guessing_secrets_gets_429_with_retry_after() {
 }
 
 #[tokio::test]
+async fn regression_a_snapshots_comment_thread_is_bounded() {
+    // Any viewer may comment, up to 16 KiB each, and a thread is answered
+    // whole: without a bound, one client grew a thread (and every answer
+    // listing it) without end.
+    let server = TestServer::start("comments", &[("VRAMSCOPE_MAX_COMMENTS_PER_SNAPSHOT", "3")]);
+    let id = victim(&server).await;
+    let post = |id: String, body: String| {
+        let url = server.api(&format!("/snapshots/{id}/comments"));
+        async move { client().post(url).header("content-type", "application/json").body(body).send().await.expect("post") }
+    };
+    let long = "x".repeat(16 * 1024);
+    for _ in 0..3 {
+        let response = post(id.clone(), json!({ "body": long }).to_string()).await;
+        assert_eq!(response.status(), StatusCode::CREATED);
+    }
+    let refused = post(id.clone(), json!({ "body": "one more" }).to_string()).await;
+    assert_eq!(refused.status(), StatusCode::CONFLICT);
+    let body: Value = refused.json().await.expect("json");
+    assert_eq!(body["kind"], "limit_reached", "{body}");
+    assert!(body["error"].as_str().is_some_and(|e| e.contains("max_comments_per_snapshot")), "{body}");
+    let (_, thread) = server.get(&format!("/snapshots/{id}/comments")).await;
+    assert_eq!(thread.as_array().map(Vec::len), Some(3));
+    // An unknown snapshot is still 404, and another snapshot takes comments.
+    let missing = post("nope".to_owned(), json!({ "body": "hi" }).to_string()).await;
+    assert_eq!(missing.status(), StatusCode::NOT_FOUND);
+    let (status, other) = server.upload(fixture("state_only.pickle"), "name=other").await;
+    assert_eq!(status, StatusCode::CREATED, "{other}");
+    let other = other["id"].as_str().expect("id").to_owned();
+    assert_eq!(post(other, json!({ "body": "fine" }).to_string()).await.status(), StatusCode::CREATED);
+}
+
+#[tokio::test]
 async fn regression_a_file_the_server_dies_on_is_not_parsed_at_every_start() {
     // A file that kills the server mid-parse would kill it again at every
     // start-up. Stand-in for that death: SIGKILL while the background parse

@@ -28,6 +28,8 @@ pub(crate) enum AppError {
     CrossOrigin(String),
     /// Asked again too soon (capture now).
     TooManyRequests(String),
+    /// A configured count is reached (a snapshot's comments): 409.
+    LimitReached(String),
     /// The file is not a readable snapshot, or its parse was stopped: the
     /// reader's error kind (or `parse_timeout`) and message.
     Unreadable {
@@ -63,6 +65,7 @@ impl AppError {
             AppError::ForeignHost(_) => (StatusCode::FORBIDDEN, "foreign_host"),
             AppError::CrossOrigin(_) => (StatusCode::FORBIDDEN, "cross_origin"),
             AppError::TooManyRequests(_) => (StatusCode::TOO_MANY_REQUESTS, "rate_limited"),
+            AppError::LimitReached(_) => (StatusCode::CONFLICT, "limit_reached"),
             AppError::Unreadable { kind, .. } => (StatusCode::UNPROCESSABLE_ENTITY, kind),
             AppError::Unprocessable(_) => (StatusCode::UNPROCESSABLE_ENTITY, "parse_failed"),
             AppError::Unanswerable { kind, .. } => (StatusCode::UNPROCESSABLE_ENTITY, kind),
@@ -80,7 +83,9 @@ impl AppError {
             AppError::BodyTooLarge(limit) => {
                 format!("request body larger than the limit of {limit} bytes (max_body_bytes)")
             }
-            AppError::UnsupportedMediaType(why) | AppError::TooManyRequests(why) => why.clone(),
+            AppError::UnsupportedMediaType(why) | AppError::TooManyRequests(why) | AppError::LimitReached(why) => {
+                why.clone()
+            }
             AppError::ForeignHost(host) => format!(
                 "Host {host:?} does not name this server: without API tokens it answers only requests to its own \
                  address, localhost or a name in allowed_hosts (this stops DNS rebinding)"

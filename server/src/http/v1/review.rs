@@ -79,8 +79,15 @@ pub(crate) async fn post(
         author_token: identity.token_id,
         author_role: identity.role.as_str().to_owned(),
     };
-    let stored =
-        state.db.insert_comment(&id, &new).await?.ok_or_else(|| AppError::NotFound(format!("snapshot {id}")))?;
+    let limit = state.settings.max_comments_per_snapshot;
+    let Some(stored) = state.db.insert_comment(&id, &new, limit).await? else {
+        if state.db.count_comments(&id).await? >= limit {
+            return Err(AppError::LimitReached(format!(
+                "this snapshot has {limit} comments, the most it may have (max_comments_per_snapshot)"
+            )));
+        }
+        return Err(AppError::NotFound(format!("snapshot {id}")));
+    };
     Ok((StatusCode::CREATED, Json(stored.comment)))
 }
 
