@@ -487,6 +487,31 @@ async fn regression_a_snapshots_comment_thread_is_bounded() {
 }
 
 #[tokio::test]
+async fn regression_errors_never_echo_a_long_input_back() {
+    // A 50 KB query value or path segment came back whole in the error of
+    // search, timeline, stacks, tune and the library's cursor.
+    let server = TestServer::start("echo", &[]);
+    let id = victim(&server).await;
+    let big = "Z".repeat(50_000);
+    for path in [
+        format!("/snapshots/{id}/search?q=0x{big}"),
+        format!("/snapshots/{id}/timeline?axis={big}"),
+        format!("/snapshots/{id}/stacks/{big}"),
+        format!("/snapshots/{id}/tune?capacity={big}"),
+        format!("/snapshots?cursor={big}"),
+        format!("/snapshots/{id}/whatif?capacity={big}"),
+    ] {
+        let response = client().get(server.api(&path)).send().await.expect("get");
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST, "{}", &path[..60]);
+        let body = response.text().await.expect("body");
+        assert!(body.len() < 1000, "{}: {} bytes answered", &path[..60], body.len());
+        let error: Value = serde_json::from_str(&body).expect("the API's JSON error");
+        assert!(error["kind"].is_string() && error["error"].is_string(), "{body}");
+        assert!(error["error"].as_str().is_some_and(|e| !e.contains(&big[..400])), "{body}");
+    }
+}
+
+#[tokio::test]
 async fn regression_a_file_the_server_dies_on_is_not_parsed_at_every_start() {
     // A file that kills the server mid-parse would kill it again at every
     // start-up. Stand-in for that death: SIGKILL while the background parse

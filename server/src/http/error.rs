@@ -107,12 +107,29 @@ impl IntoResponse for AppError {
         if let AppError::Internal(e) = &self {
             tracing::error!(error = format!("{e:#}"), "request failed");
         }
-        let body = vramscope_shared::api::ErrorBody { error: self.message(), kind: kind.to_owned() };
+        let body = vramscope_shared::api::ErrorBody { error: bounded(self.message()), kind: kind.to_owned() };
         let mut response = (status, Json(body)).into_response();
         if status == StatusCode::UNAUTHORIZED {
             response.headers_mut().insert("www-authenticate", axum::http::HeaderValue::from_static("Bearer"));
         }
         response
+    }
+}
+
+/// Most characters of an error message answered: messages name what was
+/// wrong and where, and some quote the client's input (a query value, a
+/// path segment), which must not come back whole (a 50 KB query value was
+/// echoed in full by five routes).
+pub(crate) const MAX_MESSAGE_CHARS: usize = 300;
+
+/// `message`, cut to [`MAX_MESSAGE_CHARS`] with a note saying so.
+pub(crate) fn bounded(message: String) -> String {
+    match message.char_indices().nth(MAX_MESSAGE_CHARS) {
+        None => message,
+        Some((at, _)) => {
+            let left = message[at..].chars().count();
+            format!("{}… ({left} more characters cut)", &message[..at])
+        }
     }
 }
 
