@@ -91,6 +91,20 @@ const REMEMBERED: usize = 10_000;
 /// and a token id.
 type Guesser = (Option<IpAddr>, String);
 
+/// The address the wrong-secret limit counts a client by: an IPv6 client
+/// by its /64 (one host is handed a whole /64 and can take any address in
+/// it, so counting single addresses would not limit it), an IPv4-mapped
+/// one as the IPv4 address it is.
+fn counted_as(client: Option<IpAddr>) -> Option<IpAddr> {
+    client.map(|ip| match ip {
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6(std::net::Ipv6Addr::from(u128::from(v6) & !((1u128 << 64) - 1))),
+        },
+        v4 => v4,
+    })
+}
+
 /// Token checks for the API.
 pub(crate) struct Auth {
     required: bool,
@@ -133,6 +147,7 @@ impl Auth {
     /// How long `client` must wait before a secret for `id` is hashed
     /// again: `None` while it is under [`FAILURES_PER_MINUTE`].
     fn limited(&self, client: Option<IpAddr>, id: &str) -> Option<Duration> {
+        let client = counted_as(client);
         let Ok(failures) = self.failures.lock() else { return Some(FAILURE_WINDOW) };
         let (since, n) = failures.get(&(client, id.to_owned()))?;
         let left = FAILURE_WINDOW.checked_sub(since.elapsed())?;
@@ -142,6 +157,7 @@ impl Auth {
     /// Remember a failed check: the token itself, and one more for this
     /// client and id.
     fn failed(&self, key: [u8; 32], client: Option<IpAddr>, id: &str) {
+        let client = counted_as(client);
         if let Ok(mut refused) = self.refused.lock() {
             if refused.len() >= REMEMBERED {
                 refused.retain(|_, at| at.elapsed() < REFUSED_FOR);
@@ -351,6 +367,17 @@ mod tests {
         assert!(!LinkSigner::new(b"other".to_vec()).verify("/api/v1/snapshots/a/file", expires, sig), "another key");
         let old = signer.mac("/x", 1).expect("mac").finalize().into_bytes();
         assert!(!signer.verify("/x", 1, &hex::encode(old)), "expired");
+    }
+
+    #[test]
+    fn an_ipv6_client_is_counted_by_its_64_and_a_mapped_one_as_ipv4() {
+        let ip = |s: &str| Some(s.parse::<IpAddr>().expect("ip"));
+        assert_eq!(counted_as(ip("2001:db8:1:2:aaaa::1")), ip("2001:db8:1:2::"));
+        assert_eq!(counted_as(ip("2001:db8:1:2:ffff:1:2:3")), counted_as(ip("2001:db8:1:2::9")));
+        assert_ne!(counted_as(ip("2001:db8:1:3::1")), counted_as(ip("2001:db8:1:2::1")));
+        assert_eq!(counted_as(ip("::ffff:192.0.2.7")), ip("192.0.2.7"));
+        assert_eq!(counted_as(ip("192.0.2.7")), ip("192.0.2.7"));
+        assert_eq!(counted_as(None), None);
     }
 
     #[test]

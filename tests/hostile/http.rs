@@ -421,6 +421,34 @@ async fn regression_wrong_secrets_for_a_token_id_do_not_lock_out_its_holder() {
 }
 
 #[tokio::test]
+async fn regression_a_guesser_rotating_ipv6_addresses_of_its_64_is_still_limited() {
+    // One IPv6 host holds a whole /64: a new address per guess used to
+    // start a new count each time.
+    let dir = crate::common::server::unique_dir("ipv6-rotate");
+    let token = create_token(&dir, "uploader");
+    let id = token.split('_').nth(1).expect("token id").to_owned();
+    let env = [("VRAMSCOPE_REQUIRE_TOKENS", "true"), ("VRAMSCOPE_TRUSTED_PROXIES", "[\"127.0.0.1\"]")];
+    let server = TestServer::start_in(&dir, &env);
+    let mut statuses = Vec::new();
+    for i in 0..12 {
+        let answer = guess(&server, &id, &format!("2001:db8:5:7::{:x}", i + 1), 1).await.remove(0);
+        statuses.push(answer.status().as_u16());
+    }
+    assert_eq!(statuses[10..], [429, 429], "{statuses:?}");
+    // Another /64 is another client; so is the holder.
+    let other = guess(&server, &id, "2001:db8:5:8::1", 1).await.remove(0);
+    assert_eq!(other.status(), StatusCode::UNAUTHORIZED);
+    let holder = client()
+        .get(server.api("/snapshots"))
+        .bearer_auth(&token)
+        .header("x-forwarded-for", "2001:db8:9::1")
+        .send()
+        .await
+        .expect("get");
+    assert_eq!(holder.status(), StatusCode::OK);
+}
+
+#[tokio::test]
 async fn regression_a_client_guessing_secrets_gets_429_with_retry_after() {
     // No trusted proxies (the default): X-Forwarded-For is ignored, so a
     // guesser cannot reset its count by claiming another address each time.
