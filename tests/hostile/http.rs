@@ -540,6 +540,27 @@ async fn regression_errors_never_echo_a_long_input_back() {
 }
 
 #[tokio::test]
+async fn regression_the_jobs_list_is_bounded() {
+    // The agent makes each run a job of its own: the whole list came back
+    // in every answer, however many runs a server had seen.
+    let server = TestServer::start("jobs-limit", &[]);
+    for (job, file) in [("j1", "streams.pickle"), ("j2", "state_only.pickle"), ("j3", "oom_leak.pickle")] {
+        let (status, answer) = server.upload(fixture(file), &format!("job={job}")).await;
+        assert_eq!(status, StatusCode::CREATED, "{answer}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let names = |v: &Value| {
+        v.as_array().expect("jobs").iter().map(|j| j["job"].as_str().expect("job").to_owned()).collect::<Vec<_>>()
+    };
+    let (_, all) = server.get("/jobs").await;
+    assert_eq!(names(&all), ["j3", "j2", "j1"]);
+    let (_, two) = server.get("/jobs?limit=2").await;
+    assert_eq!(names(&two), ["j3", "j2"], "the most recent first, at most the limit");
+    let (_, clamped) = server.get("/jobs?limit=0").await;
+    assert_eq!(names(&clamped), ["j3"], "a limit below 1 is 1");
+}
+
+#[tokio::test]
 async fn regression_a_file_the_server_dies_on_is_not_parsed_at_every_start() {
     // A file that kills the server mid-parse would kill it again at every
     // start-up. Stand-in for that death: SIGKILL while the background parse

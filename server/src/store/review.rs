@@ -185,14 +185,16 @@ impl Db {
         Ok(done.rows_affected() > 0)
     }
 
-    /// Every job with its counts, the most recently uploaded to first.
-    pub(crate) async fn list_jobs(&self) -> Result<Vec<JobSummary>> {
+    /// The `limit` jobs most recently uploaded to, with their counts, the
+    /// most recent first.
+    pub(crate) async fn list_jobs(&self, limit: u64) -> Result<Vec<JobSummary>> {
         let rows = sqlx::query(
             "SELECT job, COUNT(*) AS snapshots, COUNT(DISTINCT rank) AS ranks, COUNT(DISTINCT host) AS hosts, \
              MAX(uploaded_at_ms) AS last_upload_ms, \
              SUM(CASE WHEN trigger_kind = 'oom' THEN 1 ELSE 0 END) AS oom_snapshots \
-             FROM snapshots WHERE job IS NOT NULL GROUP BY job ORDER BY MAX(uploaded_at_ms) DESC, job",
+             FROM snapshots WHERE job IS NOT NULL GROUP BY job ORDER BY MAX(uploaded_at_ms) DESC, job LIMIT $1",
         )
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
         .fetch_all(&self.pool)
         .await
         .context("jobs list")?;
@@ -392,7 +394,9 @@ mod tests {
         ] {
             db.insert_snapshot(&snapshot(id, job, rank, at, trigger)).await.expect("insert");
         }
-        let jobs = db.list_jobs().await.expect("jobs");
+        let newest = db.list_jobs(1).await.expect("jobs");
+        assert_eq!(newest.iter().map(|j| j.job.as_str()).collect::<Vec<_>>(), ["bert"], "the most recent first");
+        let jobs = db.list_jobs(100).await.expect("jobs");
         assert_eq!(
             jobs,
             [
