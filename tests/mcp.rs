@@ -633,3 +633,26 @@ async fn regression_writing_tools_are_offered_by_the_tokens_role_and_help_lists_
     .await
     .expect("the session");
 }
+
+#[test]
+fn regression_a_server_that_never_answers_does_not_hang_vramscope_mcp() {
+    // A server that accepts the connection and says nothing: the MCP
+    // tools' requests had no timeout, so `--allow-write`'s start (and every
+    // call by id) waited for ever.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    // Detached: it holds the connection past the client's timeout.
+    let _holder = std::thread::spawn(move || {
+        let (socket, _) = listener.accept().expect("accept");
+        std::thread::sleep(std::time::Duration::from_secs(45));
+        drop(socket);
+    });
+    let out = vramscope()
+        .args(["mcp", "--server", &url, "--allow-write", "--token", "vs_0000000000_secret"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("no answer in 30 s"), "{stderr}");
+}

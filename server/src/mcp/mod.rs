@@ -248,12 +248,11 @@ pub(crate) fn http_service(
 /// the role may not do). A token the server refuses is an error.
 pub(crate) async fn token_role(server: &str, token: &str) -> anyhow::Result<Option<tools::Role>> {
     let url = format!("{}/api/v1/token", server.trim_end_matches('/'));
-    let response = reqwest::Client::new()
-        .get(&url)
-        .bearer_auth(token)
-        .send()
-        .await
-        .map_err(|e| anyhow::anyhow!("cannot ask {url} what the token may do: {e}"))?;
+    let response = tools::http_client().get(&url).bearer_auth(token).send().await.map_err(|e| {
+        let why =
+            if e.is_timeout() { format!("no answer in {} s", tools::READ_TIMEOUT.as_secs()) } else { e.to_string() };
+        anyhow::anyhow!("cannot ask {url} what the token may do: {why}")
+    })?;
     let status = response.status();
     if status == reqwest::StatusCode::NOT_FOUND {
         return Ok(None);

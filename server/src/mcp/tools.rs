@@ -519,7 +519,7 @@ impl Call {
     }
 
     fn request(&self, method: reqwest::Method, url: &str) -> reqwest::RequestBuilder {
-        let request = reqwest::Client::new().request(method, url);
+        let request = http_client().request(method, url);
         match &self.context.token {
             Some(token) => request.bearer_auth(token),
             None => request,
@@ -659,6 +659,27 @@ fn shell_word(text: &str) -> String {
 /// One URL path segment.
 fn url_segment(text: &str) -> String {
     url::form_urlencoded::byte_serialize(text.as_bytes()).collect::<String>().replace('+', "%20")
+}
+
+/// How long connecting to the server may take.
+const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+/// How long the server may send nothing, once asked (a download of a large
+/// snapshot goes on as long as bytes arrive).
+pub(crate) const READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The one HTTP client of the tools: a server that stops answering gives
+/// the assistant an error, not a session that hangs.
+pub(crate) fn http_client() -> reqwest::Client {
+    static CLIENT: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();
+    CLIENT
+        .get_or_init(|| {
+            reqwest::Client::builder()
+                .connect_timeout(CONNECT_TIMEOUT)
+                .read_timeout(READ_TIMEOUT)
+                .build()
+                .unwrap_or_default()
+        })
+        .clone()
 }
 
 /// The server's refusal as one line.
