@@ -189,11 +189,19 @@ class Link:
         self.queue = queue.Queue(maxsize=QUEUE_LIMIT)
         self.sock = None
         self.dropped = 0
+        # Messages put on the queue, and those written (or given up on): at
+        # exit, `flush` waits for the second to reach the first.
+        self.queued = 0
+        self.done = 0
+        self.failed_connects = 0
+        self.counts = threading.Lock()
         self.closed = False
         self.thread = threading.Thread(target=self._write_loop, name="vramscope-link", daemon=True)
         self.thread.start()
 
     def send(self, message):
+        with self.counts:
+            self.queued += 1
         while True:
             try:
                 self.queue.put_nowait(message)
@@ -202,13 +210,20 @@ class Link:
                 try:
                     self.queue.get_nowait()
                     self.dropped += 1
+                    with self.counts:
+                        self.done += 1
                 except queue.Empty:
                     pass
 
     def flush(self, timeout_s):
-        """Waits up to `timeout_s` for the queue to be sent (used at exit)."""
+        """Waits up to `timeout_s` for every message to be written (used at
+        exit), the one being written included; also while the first
+        connection is being made (a job shorter than that still reports
+        itself), but not once connecting has failed (no agent: no wait)."""
         deadline = time.monotonic() + timeout_s
-        while not self.queue.empty() and time.monotonic() < deadline and self.sock is not None:
+        while self.done < self.queued and time.monotonic() < deadline:
+            if self.sock is None and self.failed_connects > 0:
+                return
             time.sleep(0.01)
 
     def _connect(self):
@@ -228,6 +243,7 @@ class Link:
                     self.sock = self._connect()
                 except OSError:
                     self.sock = None
+                    self.failed_connects += 1
                     time.sleep(2.0)
                     continue
             if message is None:
@@ -235,9 +251,13 @@ class Link:
             try:
                 self.sock.sendall((json.dumps(message) + "\n").encode())
                 message = None
+                with self.counts:
+                    self.done += 1
             except (OSError, TypeError, ValueError) as e:
                 if isinstance(e, (TypeError, ValueError)):
                     message = None  # not JSON: drop it, keep the link
+                    with self.counts:
+                        self.done += 1
                     continue
                 try:
                     self.sock.close()
@@ -489,7 +509,7 @@ class Capture:
         if self.dump_lock.acquire(timeout=dump_timeout_s):
             self.dump_lock.release()
         if self.link is not None:
-            self.link.flush(1.0)
+            self.link.flush(3.0)
 
 
 def _safe(text):
