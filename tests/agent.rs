@@ -160,6 +160,56 @@ fn the_job_runs_unchanged_and_its_snapshots_and_telemetry_reach_the_server() {
 }
 
 #[test]
+fn regression_a_threshold_crossed_between_two_samples_is_not_missed() {
+    // Reserved memory reads 10% at every sample, but the allocator's peak
+    // says it reached 97% between two of them (0.3 s in): the sample after
+    // the spike sees the peak move and takes the threshold snapshot.
+    let dir = unique_dir("spike");
+    let server = TestServer::start_on(&dir.join("data"), "127.0.0.1:0", &[], &[]);
+    let spool = dir.join("spool");
+    let job_args = ["--seconds", "1.5", "--spike", "0.97", "--snapshot", fixture("streams.pickle")];
+    let output = run(agent(&server.url, "spike", &spool, &["--threshold", "0.9"], &job_args));
+    assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stderr));
+    let snaps = snapshots(&server.url, "spike");
+    let triggers: Vec<&str> = snaps.iter().map(|s| s["trigger"].as_str().expect("trigger")).collect();
+    assert_eq!(triggers, ["threshold"], "one threshold snapshot for the spike: {snaps:?}");
+    let live = get(&format!("{}/api/v1/live", server.url));
+    let source = live["sources"][0]["source"].as_str().expect("source").to_owned();
+    let reserved: Vec<i64> =
+        samples(&server.url, &source).iter().map(|s| s["reserved"].as_i64().expect("reserved")).collect();
+    assert!(reserved.iter().all(|&r| r == (1 << 30) / 10), "no sample saw the spike itself: {reserved:?}");
+}
+
+#[test]
+fn regression_a_job_shorter_than_one_interval_registers_its_source_and_its_spike() {
+    // The job starts its capture and returns before the first sample (the
+    // interval is 30 s): the capture's exit handler takes a last sample,
+    // which registers the source and, since the peak crossed the
+    // threshold, takes the threshold snapshot on the way out.
+    let dir = unique_dir("quick");
+    let server = TestServer::start_on(&dir.join("data"), "127.0.0.1:0", &[], &[]);
+    let spool = dir.join("spool");
+    let mut command = Command::new(env!("CARGO_BIN_EXE_vramscope"));
+    command
+        .args(["agent", "--server", &server.url, "--job", "quick", "--interval", "30s", "--threshold", "0.9"])
+        .arg("--spool-dir")
+        .arg(&spool)
+        .args(["--", "python3", &fake_job(), "--quick", "--spike", "0.97", "--snapshot", fixture("streams.pickle")])
+        .env_remove("PYTHONPATH")
+        .stdin(Stdio::null());
+    let output = run(command);
+    assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stderr));
+    let live = get(&format!("{}/api/v1/live", server.url));
+    let sources = live["sources"].as_array().expect("sources");
+    assert_eq!(sources.len(), 1, "the job's source is registered: {live}");
+    let source = sources[0]["source"].as_str().expect("source");
+    assert!(!samples(&server.url, source).is_empty(), "its last sample arrived");
+    let snaps = snapshots(&server.url, "quick");
+    let triggers: Vec<&str> = snaps.iter().map(|s| s["trigger"].as_str().expect("trigger")).collect();
+    assert_eq!(triggers, ["threshold"], "{snaps:?}");
+}
+
+#[test]
 fn two_ranks_are_labelled_and_the_leaking_one_captures_both() {
     let dir = unique_dir("ranks");
     let server = TestServer::start_on(&dir.join("data"), "127.0.0.1:0", &[], &[]);

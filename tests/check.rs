@@ -451,3 +451,24 @@ fn regression_check_takes_memory_in_use_before_the_trace_as_a_baseline() {
     assert_eq!(out.status.code(), Some(1), "{}{}", text(&out.stdout), text(&out.stderr));
     assert!(text(&out.stdout).contains("within the trace window"), "{}", text(&out.stdout));
 }
+
+#[test]
+fn regression_check_against_a_server_that_never_answers_exits_2_after_its_timeout() {
+    // A server that takes the connection and says nothing held a CI job's
+    // gate until the CI system killed it: now --timeout (300 s by default)
+    // ends it as an infrastructure error.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    // Detached: it holds the connection past the check's timeout.
+    let _holder = std::thread::spawn(move || {
+        let (socket, _) = listener.accept().expect("accept");
+        std::thread::sleep(std::time::Duration::from_secs(20));
+        drop(socket);
+    });
+    let out = vramscope()
+        .args(["check", "--server", &url, "--job", "ci", "--max-reserved-peak", "1GiB", "--timeout", "2s"])
+        .output()
+        .expect("check --server");
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("sent nothing for 2 s (--timeout)"), "{}", text(&out.stderr));
+}

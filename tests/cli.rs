@@ -125,3 +125,33 @@ fn breakdown_json_keeps_its_interface_and_matches_the_truth_recorded_beside_the_
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("past the end"));
 }
+
+#[test]
+fn regression_upload_to_a_server_that_never_answers_gives_up_after_its_timeout() {
+    // A server that takes the file and says nothing held `vramscope upload`
+    // (a CI step) for ever: --timeout (600 s by default) ends it.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    // Detached: it reads the upload, answers nothing, and holds on.
+    let _holder = std::thread::spawn(move || {
+        use std::io::Read;
+        let (mut socket, _) = listener.accept().expect("accept");
+        let mut sink = [0u8; 1 << 16];
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while std::time::Instant::now() < until {
+            if matches!(socket.read(&mut sink), Ok(0) | Err(_)) {
+                break;
+            }
+        }
+    });
+    let file = crate::common::fixture_corpus().join("state_only.pickle");
+    let out = vramscope()
+        .args(["upload", "--server", &url, "--timeout", "2s"])
+        .arg(&file)
+        .env_remove("VRAMSCOPE_TOKEN")
+        .output()
+        .expect("upload");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("sent nothing for 2 s (--timeout)"), "{stderr}");
+}

@@ -269,7 +269,8 @@ fn a_session_lists_the_tools_and_each_answers_as_the_cli_does() {
     let failed = s.call("stats", json!({ "snapshot": oom, "bogus": 1 }));
     assert!(failed["content"][0]["text"].as_str().expect("text").contains("no argument \"bogus\""), "{failed}");
     let unknown = s.request("tools/call", json!({ "name": "upload", "arguments": { "file": oom } }));
-    assert!(unknown["error"]["message"].as_str().expect("error").contains("no tool \"upload\""), "{unknown}");
+    let message = unknown["error"]["message"].as_str().expect("error");
+    assert!(message.contains("upload writes to the server") && message.contains("--allow-write"), "{unknown}");
     s.close();
 }
 
@@ -376,12 +377,7 @@ async fn stored_snapshots_are_read_by_id_with_dashboard_links_and_writing_needs_
             .output()
             .expect("run");
         assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
-        // A viewer's token lists the tools, and the server refuses the write.
-        let mut s = Session::start(&["--server", &url, "--allow-write", "--token", &viewer]);
-        let refused = s.call("upload", json!({ "file": mlp }));
-        assert_eq!(refused["isError"], true, "{refused}");
-        assert!(refused["content"][0]["text"].as_str().expect("text").contains("403"), "{refused}");
-        s.close();
+        // A viewer's token offers comment, not upload (regression test below).
 
         let mut s = Session::start(&["--server", &url, "--allow-write", "--token", &uploader]);
         let names = s.tool_names();
@@ -579,4 +575,84 @@ async fn regression_a_repeated_mcp_call_is_answered_from_the_cache() {
     // A refused call is not kept.
     mcp_tool(&server, "tune", json!({ "snapshot": "no-such-id" })).await;
     assert_eq!(computed().await, 2);
+}
+
+#[tokio::test]
+async fn regression_writing_tools_are_offered_by_the_tokens_role_and_help_lists_every_tool() {
+    // A viewer's token with --allow-write used to list upload, which the
+    // server then refused with 403; and the help texts left tools out.
+    let dir = unique_dir("mcp-roles");
+    let (viewer, uploader) = (create_token(&dir, "viewer"), create_token(&dir, "uploader"));
+    let server = TestServer::start_in(&dir, &[("VRAMSCOPE_REQUIRE_TOKENS", "true")]);
+    let who: Value =
+        client().get(server.api("/token")).bearer_auth(&viewer).send().await.expect("get").json().await.expect("JSON");
+    assert_eq!(who["role"], "viewer", "{who}");
+    let url = server.url.clone();
+    let mlp = path(&corpus("mlp_train_all.pickle"));
+    tokio::task::spawn_blocking(move || {
+        let mut s = Session::start(&["--server", &url, "--allow-write", "--token", &viewer]);
+        let names = s.tool_names();
+        assert!(names.iter().any(|n| n == "comment"), "a viewer comments: {names:?}");
+        assert!(!names.iter().any(|n| n == "upload"), "a viewer cannot upload: {names:?}");
+        let refused = s.request("tools/call", json!({ "name": "upload", "arguments": { "file": mlp } }));
+        assert_eq!(refused["error"]["code"], -32602, "{refused}");
+        let message = refused["error"]["message"].as_str().expect("message");
+        assert!(message.contains("uploader") && message.contains("viewer"), "{message}");
+        s.close();
+
+        let mut s = Session::start(&["--server", &url, "--allow-write", "--token", &uploader]);
+        let all = s.tool_names();
+        assert!(all.iter().any(|n| n == "upload") && all.iter().any(|n| n == "comment"), "{all:?}");
+        s.close();
+        // Without --allow-write: reading tools only.
+        let mut s = Session::start(&["--server", &url, "--token", &uploader]);
+        let reading = s.tool_names();
+        assert!(reading.iter().all(|n| n != "upload" && n != "comment") && reading.len() + 2 == all.len());
+        s.close();
+
+        // Both help texts name every tool (made from the one table).
+        for args in [&["--help"][..], &["mcp", "--help"][..]] {
+            let out = vramscope().args(args).output().expect("run");
+            assert!(out.status.success());
+            let help = String::from_utf8_lossy(&out.stdout);
+            for name in &all {
+                assert!(help.contains(name.as_str()), "{args:?} leaves out {name}:\n{help}");
+            }
+        }
+
+        // A token the server refuses stops --allow-write at the start, with
+        // the server's reason.
+        let out = vramscope()
+            .args(["mcp", "--server", &url, "--allow-write", "--token", "vs_0000000000_wrong"])
+            .stdin(Stdio::null())
+            .output()
+            .expect("run");
+        assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(String::from_utf8_lossy(&out.stderr).contains("401"), "{}", String::from_utf8_lossy(&out.stderr));
+    })
+    .await
+    .expect("the session");
+}
+
+#[test]
+fn regression_a_server_that_never_answers_does_not_hang_vramscope_mcp() {
+    // A server that accepts the connection and says nothing: the MCP
+    // tools' requests had no timeout, so `--allow-write`'s start (and every
+    // call by id) waited for ever.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    // Detached: it holds the connection past the client's timeout.
+    let _holder = std::thread::spawn(move || {
+        let (socket, _) = listener.accept().expect("accept");
+        std::thread::sleep(std::time::Duration::from_secs(45));
+        drop(socket);
+    });
+    let out = vramscope()
+        .args(["mcp", "--server", &url, "--allow-write", "--token", "vs_0000000000_secret"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("no answer in 30 s"), "{stderr}");
 }

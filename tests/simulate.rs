@@ -166,3 +166,47 @@ fn regression_simulate_of_a_snapshot_that_ran_out_replays_under_the_inferred_cap
     let granted = json(&["--grant-recorded-ooms"]);
     assert!(granted["capacity_bytes"].is_null() && granted["capacity_source"].is_null(), "{granted}");
 }
+
+#[test]
+fn regression_a_cap_the_capture_recorded_is_the_default_capacity_before_the_inferred_one() {
+    // oom_leak with the capture context the agent now writes: the process's
+    // memory fraction and the cap it implies (here 4 GiB).
+    let source = crate::common::fixture_corpus().join("oom_leak.pickle");
+    let dir = std::env::temp_dir().join(format!("vramscope-recorded-cap-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let capped = dir.join("oom_leak_capped.pickle");
+    let script = "import pickle, sys\n\
+                  d = pickle.load(open(sys.argv[1], 'rb'))\n\
+                  total = 80 << 30\n\
+                  d['vramscope_capture'] = {'torch_version': '2.11.0', 'devices': [{'device': 0, \
+                  'cuda_total_bytes': total, 'memory_fraction': 0.05, 'capacity_bytes': int(total * 0.05)}]}\n\
+                  pickle.dump(d, open(sys.argv[2], 'wb'), protocol=4)\n";
+    let made = Command::new("python3").args(["-c", script]).arg(&source).arg(&capped).status().expect("python3");
+    assert!(made.success());
+    let cap = (80u64 << 30) / 20;
+    let json = |args: &[&str]| {
+        let out = vramscope().args(args).arg("--json").arg(&capped).output().expect("run");
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("JSON")
+    };
+    for command in ["simulate", "tune"] {
+        let recorded = json(&[command]);
+        assert_eq!(recorded["capacity_bytes"], cap, "{command}: {recorded}");
+        assert_eq!(recorded["capacity_source"], "recorded", "{command}");
+        let given = json(&[command, "--capacity", "8GiB"]);
+        assert_eq!((given["capacity_bytes"].as_u64(), &given["capacity_source"]), (Some(8 << 30), &"given".into()));
+    }
+    // Without the recorded cap, the capacity inferred from the OOM.
+    let out = vramscope().args(["tune", "--json"]).arg(&source).output().expect("run");
+    let plain: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(plain["capacity_source"], "inferred", "{plain}");
+    // explain names the recorded cap beside the bracket it infers.
+    let explained = json(&["explain"]).to_string();
+    assert!(explained.contains(&format!("\"recorded_capacity_bytes\":{cap}")), "{explained}");
+    let text = vramscope().arg("explain").arg(&capped).output().expect("run");
+    assert!(String::from_utf8_lossy(&text.stdout).contains("recorded cap"), "{text:?}");
+    // The text says where the capacity came from.
+    let text = vramscope().arg("tune").arg(&capped).output().expect("run");
+    assert!(String::from_utf8_lossy(&text.stdout).contains("recorded by the capture"), "{text:?}");
+    drop(std::fs::remove_dir_all(&dir));
+}

@@ -3,8 +3,16 @@
 //! Roles are ordered: a viewer reads, an uploader also uploads and edits
 //! metadata, an admin also deletes. Verified tokens are remembered for a few
 //! minutes (keyed by a SHA-256 of the token) because argon2 is slow by design.
+//!
+//! Wrong secrets are counted per client address and token id together: a
+//! client past [`FAILURES_PER_MINUTE`] for one id is answered 429 (without
+//! hashing) until its minute ends, while the holder, asking from anywhere
+//! else, is checked as usual. A correct secret is never refused for
+//! failures from elsewhere, and one that verified once since start-up is
+//! let through even from the guessing address.
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -67,14 +75,35 @@ const VERIFIED_FOR: Duration = Duration::from_secs(300);
 
 /// How long a token that failed its check is refused without hashing again.
 const REFUSED_FOR: Duration = Duration::from_secs(300);
-/// Most argon2 checks of wrong secrets per token id and minute: past that,
-/// a guessed secret for a real id is refused without hashing (each check
-/// costs 19 MiB and tens of milliseconds, by design).
+/// Most argon2 checks of wrong secrets per client address and token id in
+/// a minute: past that, that client's guesses for that id are answered 429
+/// without hashing (each check costs 19 MiB and tens of milliseconds, by
+/// design) until the minute ends.
 const FAILURES_PER_MINUTE: u32 = 10;
+/// The window [`FAILURES_PER_MINUTE`] counts in.
+const FAILURE_WINDOW: Duration = Duration::from_secs(60);
 /// Most argon2 checks running at once.
 const HASHING_AT_ONCE: usize = 2;
 /// Most entries in each of the remembered-token tables.
 const REMEMBERED: usize = 10_000;
+
+/// Who the wrong-secret limit counts: a client address (`None`: unknown)
+/// and a token id.
+type Guesser = (Option<IpAddr>, String);
+
+/// The address the wrong-secret limit counts a client by: an IPv6 client
+/// by its /64 (one host is handed a whole /64 and can take any address in
+/// it, so counting single addresses would not limit it), an IPv4-mapped
+/// one as the IPv4 address it is.
+fn counted_as(client: Option<IpAddr>) -> Option<IpAddr> {
+    client.map(|ip| match ip {
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6(std::net::Ipv6Addr::from(u128::from(v6) & !((1u128 << 64) - 1))),
+        },
+        v4 => v4,
+    })
+}
 
 /// Token checks for the API.
 pub(crate) struct Auth {
@@ -83,8 +112,14 @@ pub(crate) struct Auth {
     verified: Mutex<HashMap<[u8; 32], (Identity, Instant)>>,
     /// Tokens (by SHA-256) that failed, and when.
     refused: Mutex<HashMap<[u8; 32], Instant>>,
-    /// Failures per token id in the current minute: (window start, count).
-    failures: Mutex<HashMap<String, (Instant, u32)>>,
+    /// Failures per (client address, token id) in the current minute:
+    /// (window start, count). `None`: a request without a known peer.
+    failures: Mutex<HashMap<Guesser, (Instant, u32)>>,
+    /// SHA-256 of the token that last verified, per token id, for as long
+    /// as the process runs: a holder asking from an address that guessed
+    /// too much is still let through (its record is read again each time,
+    /// so a deleted token stops working).
+    known: Mutex<HashMap<String, [u8; 32]>>,
     hashing: tokio::sync::Semaphore,
     hashes: std::sync::atomic::AtomicU64,
 }
@@ -98,6 +133,7 @@ impl Auth {
             verified: Mutex::new(HashMap::new()),
             refused: Mutex::new(HashMap::new()),
             failures: Mutex::new(HashMap::new()),
+            known: Mutex::new(HashMap::new()),
             hashing: tokio::sync::Semaphore::new(HASHING_AT_ONCE),
             hashes: std::sync::atomic::AtomicU64::new(0),
         }
@@ -108,14 +144,20 @@ impl Auth {
         self.hashes.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// Whether a wrong secret for `id` may still be hashed this minute.
-    fn may_hash(&self, id: &str) -> bool {
-        let Ok(failures) = self.failures.lock() else { return false };
-        failures.get(id).is_none_or(|(since, n)| since.elapsed() >= Duration::from_secs(60) || *n < FAILURES_PER_MINUTE)
+    /// How long `client` must wait before a secret for `id` is hashed
+    /// again: `None` while it is under [`FAILURES_PER_MINUTE`].
+    fn limited(&self, client: Option<IpAddr>, id: &str) -> Option<Duration> {
+        let client = counted_as(client);
+        let Ok(failures) = self.failures.lock() else { return Some(FAILURE_WINDOW) };
+        let (since, n) = failures.get(&(client, id.to_owned()))?;
+        let left = FAILURE_WINDOW.checked_sub(since.elapsed())?;
+        (*n >= FAILURES_PER_MINUTE && !left.is_zero()).then_some(left)
     }
 
-    /// Remember a failed check: the token itself, and one more for its id.
-    fn failed(&self, key: [u8; 32], id: &str) {
+    /// Remember a failed check: the token itself, and one more for this
+    /// client and id.
+    fn failed(&self, key: [u8; 32], client: Option<IpAddr>, id: &str) {
+        let client = counted_as(client);
         if let Ok(mut refused) = self.refused.lock() {
             if refused.len() >= REMEMBERED {
                 refused.retain(|_, at| at.elapsed() < REFUSED_FOR);
@@ -126,13 +168,20 @@ impl Auth {
         }
         if let Ok(mut failures) = self.failures.lock() {
             if failures.len() >= REMEMBERED {
-                failures.retain(|_, (since, _)| since.elapsed() < Duration::from_secs(60));
+                failures.retain(|_, (since, _)| since.elapsed() < FAILURE_WINDOW);
             }
-            let entry = failures.entry(id.to_owned()).or_insert((Instant::now(), 0));
-            if entry.0.elapsed() >= Duration::from_secs(60) {
+            if failures.len() >= REMEMBERED {
+                // Every slot is a client guessing now: count this one
+                // under the unknown address rather than grow without end.
+                let entry = failures.entry((None, id.to_owned())).or_insert((Instant::now(), 0));
+                entry.1 = entry.1.saturating_add(1);
+                return;
+            }
+            let entry = failures.entry((client, id.to_owned())).or_insert((Instant::now(), 0));
+            if entry.0.elapsed() >= FAILURE_WINDOW {
                 *entry = (Instant::now(), 0);
             }
-            entry.1 += 1;
+            entry.1 = entry.1.saturating_add(1);
         }
     }
 
@@ -141,37 +190,46 @@ impl Auth {
         self.required
     }
 
-    /// Check a bearer token. `Ok(None)`: no valid token. A server without
-    /// tokens (loopback only) takes every local request, with a token or
-    /// not: a user who exports `VRAMSCOPE_TOKEN` for a team's server can
-    /// still use a local one (a token it knows still names its holder).
-    pub(crate) async fn identify(&self, token: Option<&str>) -> anyhow::Result<Option<Identity>> {
+    /// Check a bearer token sent by `client` (the request's address, see
+    /// `trusted_proxies`). A server without tokens (loopback only) takes
+    /// every local request, with a token or not: a user who exports
+    /// `VRAMSCOPE_TOKEN` for a team's server can still use a local one (a
+    /// token it knows still names its holder).
+    pub(crate) async fn identify(&self, token: Option<&str>, client: Option<IpAddr>) -> anyhow::Result<Checked> {
         let local = || Identity { name: "local".to_owned(), role: Role::Admin, token_id: None };
         let found = match token {
-            Some(token) => self.identify_token(token).await?,
-            None => None,
+            Some(token) => self.identify_token(token, client).await?,
+            None => Checked::Refused,
         };
-        Ok(found.or_else(|| (!self.required).then(local)))
+        Ok(match found {
+            Checked::Holder(identity) => Checked::Holder(identity),
+            _ if !self.required => Checked::Holder(local()),
+            other => other,
+        })
     }
 
     /// The holder of a bearer token, if it is one.
-    async fn identify_token(&self, token: &str) -> anyhow::Result<Option<Identity>> {
+    async fn identify_token(&self, token: &str, client: Option<IpAddr>) -> anyhow::Result<Checked> {
         let key: [u8; 32] = Sha256::digest(token.as_bytes()).into();
         if let Ok(cache) = self.verified.lock()
             && let Some((identity, at)) = cache.get(&key)
             && at.elapsed() < VERIFIED_FOR
         {
-            return Ok(Some(identity.clone()));
+            return Ok(Checked::Holder(identity.clone()));
         }
         if let Ok(refused) = self.refused.lock()
             && refused.get(&key).is_some_and(|at| at.elapsed() < REFUSED_FOR)
         {
-            return Ok(None);
+            return Ok(Checked::Refused);
         }
-        let Some((id, secret)) = split_token(token) else { return Ok(None) };
-        let Some(record) = self.db.get_token(id).await? else { return Ok(None) };
-        if !self.may_hash(id) {
-            return Ok(None);
+        let Some((id, secret)) = split_token(token) else { return Ok(Checked::Refused) };
+        let Some(record) = self.db.get_token(id).await? else { return Ok(Checked::Refused) };
+        if let Some(wait) = self.limited(client, id) {
+            let known = self.known.lock().is_ok_and(|known| known.get(id) == Some(&key));
+            if !known {
+                return Ok(Checked::Limited(wait));
+            }
+            return Ok(self.remember(key, record));
         }
         let secret = secret.to_owned();
         let hash = record.secret_hash.clone();
@@ -182,17 +240,39 @@ impl Auth {
         let valid = tokio::task::spawn_blocking(move || verify_secret(&secret, &hash)).await.context("verify")?;
         drop(permit);
         if !valid {
-            self.failed(key, id);
-            return Ok(None);
+            self.failed(key, client, id);
+            return Ok(Checked::Refused);
         }
-        let Some(role) = Role::parse(&record.role) else { return Ok(None) };
+        if let Ok(mut known) = self.known.lock()
+            && (known.len() < REMEMBERED || known.contains_key(id))
+        {
+            known.insert(id.to_owned(), key);
+        }
+        Ok(self.remember(key, record))
+    }
+
+    /// A verified token's holder, remembered for [`VERIFIED_FOR`].
+    fn remember(&self, key: [u8; 32], record: TokenRecord) -> Checked {
+        let Some(role) = Role::parse(&record.role) else { return Checked::Refused };
         let identity = Identity { name: record.name, role, token_id: Some(record.id) };
         if let Ok(mut cache) = self.verified.lock() {
             cache.retain(|_, (_, at)| at.elapsed() < VERIFIED_FOR);
             cache.insert(key, (identity.clone(), Instant::now()));
         }
-        Ok(Some(identity))
+        Checked::Holder(identity)
     }
+}
+
+/// What a bearer token's check found.
+#[derive(Debug)]
+pub(crate) enum Checked {
+    /// The token's holder (or, without tokens, the local admin).
+    Holder(Identity),
+    /// No token, or one that does not verify: 401.
+    Refused,
+    /// This client sent too many wrong secrets for this token id: 429,
+    /// to be tried again after this long.
+    Limited(Duration),
 }
 
 /// How long a signed link works.
@@ -287,6 +367,17 @@ mod tests {
         assert!(!LinkSigner::new(b"other".to_vec()).verify("/api/v1/snapshots/a/file", expires, sig), "another key");
         let old = signer.mac("/x", 1).expect("mac").finalize().into_bytes();
         assert!(!signer.verify("/x", 1, &hex::encode(old)), "expired");
+    }
+
+    #[test]
+    fn an_ipv6_client_is_counted_by_its_64_and_a_mapped_one_as_ipv4() {
+        let ip = |s: &str| Some(s.parse::<IpAddr>().expect("ip"));
+        assert_eq!(counted_as(ip("2001:db8:1:2:aaaa::1")), ip("2001:db8:1:2::"));
+        assert_eq!(counted_as(ip("2001:db8:1:2:ffff:1:2:3")), counted_as(ip("2001:db8:1:2::9")));
+        assert_ne!(counted_as(ip("2001:db8:1:3::1")), counted_as(ip("2001:db8:1:2::1")));
+        assert_eq!(counted_as(ip("::ffff:192.0.2.7")), ip("192.0.2.7"));
+        assert_eq!(counted_as(ip("192.0.2.7")), ip("192.0.2.7"));
+        assert_eq!(counted_as(None), None);
     }
 
     #[test]

@@ -98,9 +98,8 @@ enum Command {
     /// exit 0 when every rule holds, 1 when one is broken, 2 on bad input.
     Check(cli::check::CheckArgs),
     /// Serve snapshots to coding assistants: a Model Context Protocol
-    /// server over stdio (list_snapshots, stats, explain, leaks, breakdown,
-    /// diff, simulate, tune, predict, state at a row, check). Read-only
-    /// unless --allow-write.
+    /// server over stdio (its help lists the tools, from their table).
+    #[command(about = cli::mcp::about(), long_about = cli::mcp::long_about())]
     Mcp(cli::mcp::McpArgs),
 }
 

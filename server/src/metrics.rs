@@ -48,6 +48,8 @@ pub(crate) struct Metrics {
     pub(crate) index_writes: Counter,
     /// Persisted indexes found unusable (old version, corrupt) and rebuilt.
     pub(crate) index_rebuilds: Counter,
+    /// Of those, indexes of another snapshot file found in this one's place.
+    pub(crate) index_other_snapshot: Counter,
 }
 
 impl Metrics {
@@ -68,10 +70,16 @@ impl Metrics {
         let index_open_seconds = Histogram::new(exponential_buckets(0.001, 2.0, 16));
         let index_writes = Counter::default();
         let index_rebuilds = Counter::default();
+        let index_other_snapshot = Counter::default();
         registry.register("index_opens", "Snapshots opened from their persisted index", index_opens.clone());
         registry.register("index_open_seconds", "Time to open a persisted index", index_open_seconds.clone());
         registry.register("index_writes", "Persisted indexes written", index_writes.clone());
         registry.register("index_rebuilds", "Unusable persisted indexes rebuilt", index_rebuilds.clone());
+        registry.register(
+            "index_other_snapshot",
+            "Persisted indexes of another snapshot file found in a snapshot's place, rebuilt",
+            index_other_snapshot.clone(),
+        );
         registry.register("uploads", "Snapshot uploads by outcome", uploads.clone());
         registry.register("upload_bytes", "Bytes received in uploads", upload_bytes.clone());
         registry.register("bytes_stored", "Bytes of new snapshot files stored", bytes_stored.clone());
@@ -108,6 +116,7 @@ impl Metrics {
             index_open_seconds,
             index_writes,
             index_rebuilds,
+            index_other_snapshot,
         }
     }
 

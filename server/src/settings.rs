@@ -40,6 +40,8 @@ const SETTING_NAMES: &[&str] = &[
     "upload_idle_timeout_secs",
     "cors_allowed_origins",
     "require_tokens",
+    "trusted_proxies",
+    "max_comments_per_snapshot",
     "retention_days",
     "retention_max_bytes",
     "retention_interval_secs",
@@ -114,6 +116,15 @@ pub(crate) struct Settings {
     pub(crate) cors_allowed_origins: Vec<String>,
     /// Require API tokens even on a loopback address (always required on others).
     pub(crate) require_tokens: bool,
+    /// Addresses (`10.0.0.5`) or networks (`10.0.0.0/24`, `::1/128`) of the
+    /// proxies in front of this server (nginx, a load balancer): from them
+    /// alone `X-Forwarded-For` is read for the client's address, which
+    /// wrong-token limits count by. Default: none, so the header is
+    /// ignored and every client is its connection's address.
+    pub(crate) trusted_proxies: Vec<String>,
+    /// Most comments one snapshot may have: any viewer may comment, and a
+    /// thread is answered whole (at most 16 KiB a comment).
+    pub(crate) max_comments_per_snapshot: u64,
     /// Retention: delete snapshots uploaded more than this many days ago
     /// (never pinned or commented ones). Off when absent.
     pub(crate) retention_days: Option<u64>,
@@ -152,6 +163,8 @@ impl Default for Settings {
             upload_idle_timeout_secs: 60.0,
             cors_allowed_origins: Vec::new(),
             require_tokens: false,
+            trusted_proxies: Vec::new(),
+            max_comments_per_snapshot: 1000,
             retention_days: None,
             retention_max_bytes: None,
             retention_interval_secs: 3600,
@@ -229,6 +242,7 @@ impl Settings {
         ] {
             anyhow::ensure!(secs.is_finite() && secs > 0.0, "{name} must be a positive number of seconds");
         }
+        settings.trusted_proxies()?;
         anyhow::ensure!(
             !settings.cors_allowed_origins.iter().any(|o| o == "*") || settings.tokens_required(),
             "cors_allowed_origins = [\"*\"] lets any web page call this server, which without tokens \
@@ -274,6 +288,26 @@ impl Settings {
     /// The blob store location, defaulting to a folder in the data folder.
     pub(crate) fn blob_store(&self) -> String {
         self.blob_store.clone().unwrap_or_else(|| absolute(&self.data_dir.join("blobs")).display().to_string())
+    }
+
+    /// `trusted_proxies` read as networks (an address is its own /32 or
+    /// /128).
+    pub(crate) fn trusted_proxies(&self) -> anyhow::Result<Vec<ipnet::IpNet>> {
+        self.trusted_proxies
+            .iter()
+            .map(|entry| {
+                let entry = entry.trim();
+                entry
+                    .parse::<ipnet::IpNet>()
+                    .or_else(|_| entry.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+                    .map_err(|_| {
+                        anyhow::anyhow!(
+                            "trusted_proxies: {:?} is neither an IP address nor a network (10.0.0.0/24)",
+                            entry.chars().take(64).collect::<String>()
+                        )
+                    })
+            })
+            .collect()
     }
 
     /// Whether requests must carry a token: always off loopback.

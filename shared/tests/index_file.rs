@@ -23,8 +23,12 @@ fn parsed(name: &str) -> Analyzed {
     Analyzed::build(common::read(&common::fixture_corpus().join(format!("{name}.pickle"))))
 }
 
+/// The SHA-256 the tests' index files are written for (the server passes
+/// the file's).
+const SHA: &str = "5e1f00000000000000000000000000000000000000000000000000000000cafe";
+
 fn index_bytes(a: &Analyzed) -> Vec<u8> {
-    write_index(a, Vec::new()).expect("index writes")
+    write_index(a, SHA, Vec::new()).expect("index writes")
 }
 
 /// Every route the dashboard asks, on the first device, at a few rows.
@@ -64,7 +68,7 @@ fn a_snapshot_opened_from_its_index_answers_every_view_as_the_parsed_one() {
     for name in FIXTURES {
         let a = parsed(name);
         let bytes = index_bytes(&a);
-        let b = open_index(Bytes::from(bytes)).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let b = open_index(Bytes::from(bytes), SHA).unwrap_or_else(|e| panic!("{name}: {e}"));
         assert!(b.is_from_index() && !a.is_from_index());
         let mut compared = 0;
         for (r, q) in routes(&a) {
@@ -82,7 +86,7 @@ fn a_snapshot_opened_from_its_index_answers_every_view_as_the_parsed_one() {
 #[test]
 fn an_opened_index_holds_its_columns_off_the_heap() {
     let a = parsed("ring_overflow");
-    let b = open_index(Bytes::from(index_bytes(&a))).expect("opens");
+    let b = open_index(Bytes::from(index_bytes(&a)), SHA).expect("opens");
     assert!(b.approx_bytes() < a.approx_bytes() / 2, "{} vs {}", b.approx_bytes(), a.approx_bytes());
 }
 
@@ -94,7 +98,7 @@ fn every_flipped_byte_region_is_refused_never_trusted() {
     for at in (0..good.len()).step_by(997).chain([8, good.len() - 40, good.len() - 1]) {
         let mut bad = good.clone();
         bad[at] ^= 0x5a;
-        match open_index(Bytes::from(bad)) {
+        match open_index(Bytes::from(bad), SHA) {
             Err(e) => {
                 assert!(["index_not_an_index", "index_version", "index_corrupt"].contains(&e.kind()), "byte {at}: {e}")
             }
@@ -113,16 +117,16 @@ fn every_flipped_byte_region_is_refused_never_trusted() {
 fn truncated_foreign_and_other_version_files_are_refused_with_their_kind() {
     let good = index_bytes(&parsed("streams"));
     for cut in [0, 10, 64, good.len() / 2, good.len() - 1] {
-        let e = open_index(Bytes::copy_from_slice(&good[..cut])).expect_err("a truncated file is refused");
+        let e = open_index(Bytes::copy_from_slice(&good[..cut]), SHA).expect_err("a truncated file is refused");
         assert!(matches!(e, IndexFileError::NotAnIndex { .. } | IndexFileError::Corrupt { .. }), "cut {cut}: {e}");
     }
     let mut other = good.clone();
     other[8..12].copy_from_slice(&(FORMAT_VERSION + 1).to_le_bytes());
-    let e = open_index(Bytes::from(other)).expect_err("another version is refused");
+    let e = open_index(Bytes::from(other), SHA).expect_err("another version is refused");
     assert_eq!(e.kind(), "index_version");
     assert!(e.to_string().contains(&format!("this build reads {FORMAT_VERSION}")), "{e}");
     let pickle = std::fs::read(common::fixture_corpus().join("streams.pickle")).expect("fixture");
-    assert_eq!(open_index(Bytes::from(pickle)).err().map(|e| e.kind()), Some("index_not_an_index"));
+    assert_eq!(open_index(Bytes::from(pickle), SHA).err().map(|e| e.kind()), Some("index_not_an_index"));
 }
 
 #[test]
@@ -143,6 +147,19 @@ fn a_header_that_names_rows_past_the_trace_is_refused() {
     bad.extend_from_slice(&(lying.len() as u64).to_le_bytes());
     bad.extend_from_slice(&xxhash_rust::xxh3::xxh3_64(lying.as_bytes()).to_le_bytes());
     bad.extend_from_slice(b"VSEND\0\0\0");
-    let e = open_index(Bytes::from(bad)).expect_err("a lying header is refused");
+    let e = open_index(Bytes::from(bad), SHA).expect_err("a lying header is refused");
     assert_eq!(e.kind(), "index_corrupt", "{e}");
+}
+
+#[test]
+fn regression_an_index_of_another_snapshot_file_is_refused() {
+    // A good index, opened for another file's SHA-256 (copied over that
+    // file's index): refused with its kind, both hashes named.
+    let good = index_bytes(&parsed("streams"));
+    let other = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+    let e = open_index(Bytes::from(good.clone()), other).expect_err("another snapshot's index is refused");
+    assert_eq!(e.kind(), "index_other_snapshot", "{e}");
+    assert!(e.to_string().contains(SHA) && e.to_string().contains(other), "{e}");
+    // The hash is compared whatever its case.
+    assert!(open_index(Bytes::from(good), &SHA.to_ascii_uppercase()).is_ok());
 }

@@ -237,8 +237,8 @@ fn regression_pinned_host_memory_is_read_counted_and_kept_in_the_index() {
     assert_eq!(view.requested.iter().max().copied(), Some(want("requested_peak_bytes")));
 
     // The persisted index keeps it.
-    let bytes = vramscope_shared::index_file::write_index(&analyzed, Vec::new()).expect("write");
-    let reopened = vramscope_shared::index_file::open_index(bytes.into()).expect("open");
+    let bytes = vramscope_shared::index_file::write_index(&analyzed, "ab", Vec::new()).expect("write");
+    let reopened = vramscope_shared::index_file::open_index(bytes.into(), "ab").expect("open");
     assert_eq!(reopened.snapshot.stats().host, analyzed.snapshot.stats().host);
     let again = vramscope_shared::views::host::host(&reopened, &p).expect("host view");
     assert_eq!(again, view);

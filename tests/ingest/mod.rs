@@ -94,6 +94,34 @@ async fn regression_a_corrupt_or_old_index_is_rebuilt_from_the_pickle_never_trus
 }
 
 #[tokio::test]
+async fn regression_an_index_copied_over_another_snapshots_is_rebuilt() {
+    // Two snapshots, each with its good index; B's index copied over A's
+    // (a restore from the wrong backup, a hand-made copy) used to be served
+    // for A's /segments and /timeline after a restart.
+    let server = TestServer::start("index-other", &[]);
+    let (a, before) = upload_and_view(&server, "oom_leak.pickle").await;
+    let (b, _) = upload_and_view(&server, "streams.pickle").await;
+    let sha_a = server.get(&format!("/snapshots/{a}")).await.1["sha256"].as_str().expect("sha256").to_owned();
+    let sha_b = server.get(&format!("/snapshots/{b}")).await.1["sha256"].as_str().expect("sha256").to_owned();
+    assert_ne!(sha_a, sha_b);
+    let dir = server.kill();
+    let indexes = dir.join("blobs/indexes");
+    std::fs::copy(indexes.join(&sha_b), indexes.join(&sha_a)).expect("copy B's index over A's");
+
+    let server = TestServer::start_in(&dir, &[]);
+    assert_eq!(views(&server, &a).await, before, "A's own answers, not B's");
+    assert_eq!(server.metric("index_other_snapshot_total", None).await, 1);
+    assert_eq!(server.metric("index_rebuilds_total", None).await, 1);
+    assert_eq!(server.metric("parse_seconds_count", None).await, 1, "A parsed again from its pickle");
+    assert_eq!(server.metric("index_writes_total", None).await, 1, "and its index written again");
+    // The rebuilt index is A's: the next start opens it without parsing.
+    let server = TestServer::start_in(&server.kill(), &[]);
+    assert_eq!(views(&server, &a).await, before);
+    assert_eq!(server.metric("index_opens_total", None).await, 1);
+    assert_eq!(server.metric("parse_seconds_count", None).await, 0);
+}
+
+#[tokio::test]
 async fn deleting_the_last_snapshot_of_a_file_deletes_its_index() {
     let server = TestServer::start("index-delete", &[]);
     let (id, _) = upload_and_view(&server, "streams.pickle").await;

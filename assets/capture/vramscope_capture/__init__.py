@@ -17,7 +17,12 @@ What it does, and what it never does:
   watcher thread that samples the allocator once per interval and dumps a
   pre-OOM snapshot when reserved memory crosses the threshold of capacity
   (re-armed only after it falls back below by a margin, and at most
-  `max_dumps_per_hour` times).
+  `max_dumps_per_hour` times). Each sample checks the threshold against the
+  highest reserved memory since the previous one too (PyTorch's
+  `reserved_bytes.all.peak`, read, never reset: the job's own
+  `max_memory_reserved()` stays its own), so a spike between two samples is
+  not missed; and the process takes a last sample as it exits, so a job
+  shorter than one interval still reports itself (and its spike).
 * Snapshots go to files in the spool folder (pickle first, then a small
   JSON manifest entry, each written to a temporary name and renamed), so a
   snapshot is on disk before anyone is told about it. The local socket only
@@ -156,8 +161,11 @@ class ThresholdTrigger:
         self.margin = margin
         self.armed = True
 
-    def update(self, fraction):
-        if self.armed and fraction >= self.threshold:
+    def update(self, fraction, peak=None):
+        """`fraction` now; `peak`, when known, the highest fraction since the
+        previous update (a crossing between two samples fires too)."""
+        highest = fraction if peak is None else max(fraction, peak)
+        if self.armed and highest >= self.threshold:
             self.armed = False
             return True
         if not self.armed and fraction < self.threshold - self.margin:
@@ -181,11 +189,19 @@ class Link:
         self.queue = queue.Queue(maxsize=QUEUE_LIMIT)
         self.sock = None
         self.dropped = 0
+        # Messages put on the queue, and those written (or given up on): at
+        # exit, `flush` waits for the second to reach the first.
+        self.queued = 0
+        self.done = 0
+        self.failed_connects = 0
+        self.counts = threading.Lock()
         self.closed = False
         self.thread = threading.Thread(target=self._write_loop, name="vramscope-link", daemon=True)
         self.thread.start()
 
     def send(self, message):
+        with self.counts:
+            self.queued += 1
         while True:
             try:
                 self.queue.put_nowait(message)
@@ -194,13 +210,20 @@ class Link:
                 try:
                     self.queue.get_nowait()
                     self.dropped += 1
+                    with self.counts:
+                        self.done += 1
                 except queue.Empty:
                     pass
 
     def flush(self, timeout_s):
-        """Waits up to `timeout_s` for the queue to be sent (used at exit)."""
+        """Waits up to `timeout_s` for every message to be written (used at
+        exit), the one being written included; also while the first
+        connection is being made (a job shorter than that still reports
+        itself), but not once connecting has failed (no agent: no wait)."""
         deadline = time.monotonic() + timeout_s
-        while not self.queue.empty() and time.monotonic() < deadline and self.sock is not None:
+        while self.done < self.queued and time.monotonic() < deadline:
+            if self.sock is None and self.failed_connects > 0:
+                return
             time.sleep(0.01)
 
     def _connect(self):
@@ -220,6 +243,7 @@ class Link:
                     self.sock = self._connect()
                 except OSError:
                     self.sock = None
+                    self.failed_connects += 1
                     time.sleep(2.0)
                     continue
             if message is None:
@@ -227,9 +251,13 @@ class Link:
             try:
                 self.sock.sendall((json.dumps(message) + "\n").encode())
                 message = None
+                with self.counts:
+                    self.done += 1
             except (OSError, TypeError, ValueError) as e:
                 if isinstance(e, (TypeError, ValueError)):
                     message = None  # not JSON: drop it, keep the link
+                    with self.counts:
+                        self.done += 1
                     continue
                 try:
                     self.sock.close()
@@ -288,6 +316,8 @@ class Capture:
         # continuously whatever its agent relays.
         self.command_limit = RateLimit(MAX_COMMANDED_DUMPS_PER_HOUR, min_gap_s=MIN_COMMANDED_GAP_S)
         self.triggers = {}
+        # reserved_bytes.all.peak per device at the previous sample.
+        self.peaks = {}
         self.counter = 0
         self.dump_lock = threading.Lock()
         self.requests = queue.Queue(maxsize=16)
@@ -394,8 +424,24 @@ class Capture:
 
     # -- telemetry -----------------------------------------------------
 
-    def sample_once(self):
-        """Samples every device once, sends the samples, checks the threshold."""
+    def _peak_since_last(self, s):
+        """The highest reserved bytes since the previous sample of this
+        device, when the sample says (`reserved_peak`: PyTorch's
+        `reserved_bytes.all.peak`, which only grows until someone resets
+        it): a peak that moved was reached since then; one that did not
+        tells nothing new."""
+        peak = s.get("reserved_peak")
+        if peak is None:
+            return None
+        before = self.peaks.get(s.get("device"))
+        self.peaks[s.get("device")] = peak
+        return peak if peak != before else None
+
+    def sample_once(self, final=False):
+        """Samples every device once, sends the samples, checks the threshold
+        (against the peak since the previous sample too). `final`: the
+        process is exiting, so a threshold snapshot is taken on this thread
+        (the dumper thread is stopping)."""
         try:
             samples = self.sampler()
         except Exception as e:
@@ -410,21 +456,34 @@ class Capture:
             if capacity <= 0:
                 continue
             fraction = s.get("reserved", 0) / float(capacity)
+            peak_bytes = self._peak_since_last(s)
+            peak = None if peak_bytes is None else peak_bytes / float(capacity)
             trigger = self.triggers.setdefault(s.get("device"), ThresholdTrigger(self.threshold))
-            fired = trigger.update(fraction)
-            _debug("sample device %s reserved %d capacity %d (%.3f) armed %s fired %s"
-                   % (s.get("device"), s.get("reserved", 0), capacity, fraction, trigger.armed, fired))
+            fired = trigger.update(fraction, peak)
+            _debug("sample device %s reserved %d peak since %s capacity %d (%.3f) armed %s fired %s"
+                   % (s.get("device"), s.get("reserved", 0), peak_bytes, capacity, fraction, trigger.armed, fired))
             if fired:
-                reason = "reserved %d of %d bytes (%.1f%% >= %.1f%%)" % (
-                    s.get("reserved", 0),
-                    capacity,
-                    100 * fraction,
-                    100 * self.threshold,
-                )
+                if peak is not None and peak > fraction:
+                    reason = "reserved reached %d of %d bytes since the previous sample (%.1f%% >= %.1f%%)" % (
+                        peak_bytes,
+                        capacity,
+                        100 * peak,
+                        100 * self.threshold,
+                    )
+                else:
+                    reason = "reserved %d of %d bytes (%.1f%% >= %.1f%%)" % (
+                        s.get("reserved", 0),
+                        capacity,
+                        100 * fraction,
+                        100 * self.threshold,
+                    )
                 if self.limit.allow():
                     # The agent asks the other ranks for theirs as well.
                     self._send({"type": "threshold", "device": s.get("device"), "reason": reason})
-                    self.request("threshold", reason)
+                    if final:
+                        self.dump("threshold", reason, device=s.get("device"))
+                    else:
+                        self.request("threshold", reason)
                 else:
                     _warn("threshold crossed but the hourly dump limit is reached: " + reason)
         return samples
@@ -434,14 +493,23 @@ class Capture:
             self.sample_once()
 
     def close(self, dump_timeout_s=30.0):
-        """Stops sampling, lets a dump in progress finish, flushes the link."""
+        """Stops sampling, takes a last sample (a job shorter than one
+        interval still registers its source, and a spike since the previous
+        sample still gets its snapshot), lets a dump in progress finish,
+        flushes the link."""
+        first = not self.stopped.is_set()
         self.stopped.set()
         if self.watcher is not threading.current_thread():
             self.watcher.join(5.0)
+        if first:
+            try:
+                self.sample_once(final=True)
+            except Exception as e:
+                _warn("the last sample failed: %s" % e)
         if self.dump_lock.acquire(timeout=dump_timeout_s):
             self.dump_lock.release()
         if self.link is not None:
-            self.link.flush(1.0)
+            self.link.flush(3.0)
 
 
 def _safe(text):
@@ -453,17 +521,25 @@ def _safe(text):
 _fraction = {}
 
 
-def _torch_capacity(torch, device, total):
-    fraction = None
+def _memory_fraction(torch, device):
+    """The process's memory fraction of `device`: PyTorch's getter where it
+    has one (`get_per_process_memory_fraction`, 2.11), else what the job
+    set through `set_per_process_memory_fraction` (seen by `_patch_fraction`),
+    else None (never set: the whole device)."""
     getter = getattr(torch.cuda, "get_per_process_memory_fraction", None)
     if getter is not None:
         try:
-            fraction = float(getter(device))
+            return min(max(float(getter(device)), 0.0), 1.0)
         except Exception:
-            fraction = None
-    if fraction is None:
-        fraction = _fraction.get(device, 1.0)
-    return int(total * min(max(fraction, 0.0), 1.0))
+            pass
+    if device in _fraction:
+        return min(max(_fraction[device], 0.0), 1.0)
+    return None
+
+
+def _torch_capacity(torch, device, total):
+    fraction = _memory_fraction(torch, device)
+    return int(total * (1.0 if fraction is None else fraction))
 
 
 def torch_sampler(torch):
@@ -476,7 +552,8 @@ def torch_sampler(torch):
         for device in range(torch.cuda.device_count()):
             stats = torch.cuda.memory_stats(device)
             reserved = stats.get("reserved_bytes.all.current", 0)
-            if reserved <= 0:
+            peak = stats.get("reserved_bytes.all.peak", 0)
+            if reserved <= 0 and peak <= 0:
                 continue
             free, total = torch.cuda.mem_get_info(device)
             out.append(
@@ -484,6 +561,7 @@ def torch_sampler(torch):
                     "device": device,
                     "allocated": stats.get("allocated_bytes.all.current", 0),
                     "reserved": reserved,
+                    "reserved_peak": peak,
                     "active": stats.get("active_bytes.all.current", 0),
                     "inactive_split": stats.get("inactive_split_bytes.all.current", 0),
                     "alloc_retries": stats.get("num_alloc_retries", 0),
@@ -620,7 +698,15 @@ def capture_context(torch):
                 continue
             # The total PyTorch applies per_process_memory_fraction to
             # (cudaMemGetInfo's, a little under NVML's).
-            entry = {"device": device, "cuda_total_bytes": int(torch.cuda.get_device_properties(device).total_memory)}
+            cuda_total = int(torch.cuda.get_device_properties(device).total_memory)
+            entry = {"device": device, "cuda_total_bytes": cuda_total}
+            # The cap the job runs under: vramscope's replays take it as
+            # their capacity when none is given (`capacity_source: recorded`).
+            fraction = _memory_fraction(torch, device)
+            if fraction is not None and fraction > 0.0:
+                entry["memory_fraction"] = fraction
+                if fraction < 1.0:
+                    entry["capacity_bytes"] = int(cuda_total * fraction)
             handle = nvml.handle(_bus_id(torch, device)) if nvml is not None else None
             if handle is not None:
                 entry.update(nvml.device(handle))

@@ -61,6 +61,10 @@ pub(crate) struct CheckArgs {
     /// API token (needed unless the server runs loopback-only).
     #[arg(long, env = "VRAMSCOPE_TOKEN", hide_env_values = true)]
     token: Option<String>,
+    /// With --server: how long the server may send nothing before the check
+    /// gives up with exit 2 (e.g. 30s, 10m); a CI job never waits for ever.
+    #[arg(long, default_value = "300s", value_parser = crate::agent::parse_duration, requires = "server")]
+    timeout: std::time::Duration,
     #[command(flatten)]
     budget: MemoryBudget,
 }
@@ -180,11 +184,23 @@ fn remote(args: &CheckArgs, server: &str, job: &str) -> Result<Checked, Failure>
         .map_err(|e| Failure::Other(anyhow!("cannot start the async runtime: {e}")))?;
     let (status, body) = runtime
         .block_on(async {
-            let mut request = reqwest::Client::new().get(&url).query(&query);
+            let client = reqwest::Client::builder()
+                .connect_timeout(args.timeout.min(std::time::Duration::from_secs(30)))
+                .read_timeout(args.timeout)
+                .build()
+                .context("the HTTP client")?;
+            let mut request = client.get(&url).query(&query);
             if let Some(token) = &args.token {
                 request = request.bearer_auth(token);
             }
-            let response = request.send().await.with_context(|| format!("cannot reach {url}"))?;
+            let silent = || format!("{url} sent nothing for {} s (--timeout)", args.timeout.as_secs_f64());
+            let response = request.send().await.map_err(|e| {
+                if e.is_timeout() {
+                    anyhow!(silent())
+                } else {
+                    anyhow::Error::from(e).context(format!("cannot reach {url}"))
+                }
+            })?;
             let status = response.status();
             let body = response.text().await.with_context(|| format!("reading the answer of {url}"))?;
             anyhow::Ok((status, body))

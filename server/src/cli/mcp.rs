@@ -8,7 +8,7 @@ use clap::Args;
 
 use super::Failure;
 use super::input::MemoryBudget;
-use crate::mcp::{Context, serve_stdio};
+use crate::mcp::{Context, serve_stdio, token_role};
 
 /// Arguments of `vramscope mcp`.
 #[derive(Debug, Args)]
@@ -17,13 +17,16 @@ pub(crate) struct McpArgs {
     /// and whose library `list_snapshots` lists.
     #[arg(long, env = "VRAMSCOPE_SERVER")]
     server: Option<String>,
-    /// API token for the server (an uploader's for --allow-write).
+    /// API token for the server. With --allow-write, the tools its role
+    /// may run are offered: comment for any token, upload for an
+    /// uploader's or an admin's.
     #[arg(long, env = "VRAMSCOPE_TOKEN", hide_env_values = true)]
     token: Option<String>,
     /// Folder `list_snapshots` lists when no server is given (default: the working folder).
     #[arg(long)]
     folder: Option<PathBuf>,
-    /// Offer the tools that write to the server (upload, comment). Needs
+    /// Offer the tools that write to the server that the token's role may
+    /// run (comment: any token; upload: an uploader's or an admin's). Needs
     /// --server and --token; read-only otherwise.
     #[arg(long, requires_all = ["server", "token"])]
     allow_write: bool,
@@ -40,17 +43,41 @@ pub(crate) fn run(args: &McpArgs) -> Result<(), Failure> {
         Some(f) => f.clone(),
         None => PathBuf::from("."),
     };
-    let context = Context {
-        server: args.server.clone(),
-        token: args.token.clone(),
-        allow_write: args.allow_write,
-        folder,
-        read: args.budget.options(),
-        store: None,
-    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .map_err(|e| Failure::Other(anyhow!("cannot start the async runtime: {e}")))?;
+    let role = match (&args.server, &args.token) {
+        (Some(server), Some(token)) if args.allow_write => {
+            runtime.block_on(token_role(server, token)).map_err(|e| Failure::BadInput(e.context("--allow-write")))?
+        }
+        _ => None,
+    };
+    let context = Context {
+        server: args.server.clone(),
+        token: args.token.clone(),
+        allow_write: args.allow_write,
+        role,
+        folder,
+        read: args.budget.options(),
+        store: None,
+    };
     runtime.block_on(serve_stdio(context)).map_err(Failure::Other)
+}
+
+/// `vramscope mcp`'s one-line description, with every tool of the table.
+pub(crate) fn about() -> String {
+    format!(
+        "Serve snapshots to coding assistants: a Model Context Protocol server over stdio. Tools: {}",
+        crate::mcp::tools::tool_list()
+    )
+}
+
+/// `vramscope mcp --help`'s description.
+pub(crate) fn long_about() -> String {
+    format!(
+        "{}.\n\nRead-only unless --allow-write, which needs --server and --token and offers the writing tools \
+         the token's role may run, as the server names it.",
+        about()
+    )
 }

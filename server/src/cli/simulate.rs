@@ -127,6 +127,12 @@ fn write_simulation(out: &mut impl Write, path: &Path, snap: &Snapshot, sim: &Si
     let source = if sim.recorded_settings { "recorded settings" } else { "given settings" };
     write!(out, "{}: replayed with {source} {}", path.display(), conf_label(&sim.alloc_conf))?;
     match (sim.capacity, sim.capacity_from_fraction) {
+        (Some(c), false) if sim.capacity_recorded => writeln!(
+            out,
+            ", capacity {} per device: the cap the process ran under (its memory fraction, recorded by the \
+             capture; --capacity for another)",
+            bytes(c)
+        )?,
         (Some(c), false) if sim.capacity_inferred => writeln!(
             out,
             ", capacity {} per device: the least the process had when it ran out (inferred from the recorded \
@@ -220,6 +226,12 @@ fn write_tune(out: &mut impl Write, path: &Path, snap: &Snapshot, report: &TuneR
     let entries: usize = snap.devices.iter().map(|d| d.trace.len()).sum();
     write!(out, "{}: {} allocator settings replayed over {entries} trace entries", path.display(), report.rows.len())?;
     match report.capacity_bytes {
+        Some(c) if report.capacity_source == Some("recorded") => writeln!(
+            out,
+            ", capacity {} per device: the cap the process ran under (its memory fraction, recorded by the \
+             capture; --capacity for another)",
+            bytes(c)
+        )?,
         Some(c) if report.capacity_inferred => writeln!(
             out,
             ", capacity {} per device: the least the process had when it ran out (inferred from the recorded \

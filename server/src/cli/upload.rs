@@ -39,6 +39,12 @@ pub(crate) struct UploadArgs {
     /// manual, threshold or oom.
     #[arg(long, default_value = "manual")]
     trigger: String,
+    /// How long the server may send nothing once the file is sent (it
+    /// answers after reading the file, which takes a while for a large
+    /// one) before the upload gives up (e.g. 30s, 20m); a CI job never
+    /// waits for ever.
+    #[arg(long, default_value = "600s", value_parser = crate::agent::parse_duration)]
+    timeout: std::time::Duration,
 }
 
 /// Run the subcommand; prints the server's JSON answer.
@@ -66,7 +72,13 @@ pub(crate) async fn run(args: &UploadArgs) -> Result<(), Failure> {
     let counter = bar.clone();
     let stream = ReaderStream::with_capacity(file, 1 << 20).inspect_ok(move |chunk| counter.inc(chunk.len() as u64));
     let url = format!("{}/api/v1/snapshots", args.server.trim_end_matches('/'));
-    let mut request = reqwest::Client::new()
+    let client = reqwest::Client::builder()
+        .connect_timeout(args.timeout.min(std::time::Duration::from_secs(30)))
+        .read_timeout(args.timeout)
+        .build()
+        .context("the HTTP client")
+        .map_err(Failure::Other)?;
+    let mut request = client
         .post(&url)
         .query(&query)
         .header(reqwest::header::CONTENT_TYPE, "application/octet-stream")
@@ -75,7 +87,17 @@ pub(crate) async fn run(args: &UploadArgs) -> Result<(), Failure> {
     if let Some(token) = &args.token {
         request = request.bearer_auth(token);
     }
-    let response = request.send().await.with_context(|| format!("cannot reach {url}")).map_err(Failure::Other)?;
+    let response = request
+        .send()
+        .await
+        .map_err(|e| {
+            if e.is_timeout() {
+                anyhow!("{url} sent nothing for {} s (--timeout)", args.timeout.as_secs_f64())
+            } else {
+                anyhow::Error::from(e).context(format!("cannot reach {url}"))
+            }
+        })
+        .map_err(Failure::Other)?;
     bar.finish_and_clear();
     let status = response.status();
     let body = response.text().await.unwrap_or_default();

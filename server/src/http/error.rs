@@ -28,6 +28,8 @@ pub(crate) enum AppError {
     CrossOrigin(String),
     /// Asked again too soon (capture now).
     TooManyRequests(String),
+    /// A configured count is reached (a snapshot's comments): 409.
+    LimitReached(String),
     /// The file is not a readable snapshot, or its parse was stopped: the
     /// reader's error kind (or `parse_timeout`) and message.
     Unreadable {
@@ -63,6 +65,7 @@ impl AppError {
             AppError::ForeignHost(_) => (StatusCode::FORBIDDEN, "foreign_host"),
             AppError::CrossOrigin(_) => (StatusCode::FORBIDDEN, "cross_origin"),
             AppError::TooManyRequests(_) => (StatusCode::TOO_MANY_REQUESTS, "rate_limited"),
+            AppError::LimitReached(_) => (StatusCode::CONFLICT, "limit_reached"),
             AppError::Unreadable { kind, .. } => (StatusCode::UNPROCESSABLE_ENTITY, kind),
             AppError::Unprocessable(_) => (StatusCode::UNPROCESSABLE_ENTITY, "parse_failed"),
             AppError::Unanswerable { kind, .. } => (StatusCode::UNPROCESSABLE_ENTITY, kind),
@@ -80,7 +83,9 @@ impl AppError {
             AppError::BodyTooLarge(limit) => {
                 format!("request body larger than the limit of {limit} bytes (max_body_bytes)")
             }
-            AppError::UnsupportedMediaType(why) | AppError::TooManyRequests(why) => why.clone(),
+            AppError::UnsupportedMediaType(why) | AppError::TooManyRequests(why) | AppError::LimitReached(why) => {
+                why.clone()
+            }
             AppError::ForeignHost(host) => format!(
                 "Host {host:?} does not name this server: without API tokens it answers only requests to its own \
                  address, localhost or a name in allowed_hosts (this stops DNS rebinding)"
@@ -102,12 +107,29 @@ impl IntoResponse for AppError {
         if let AppError::Internal(e) = &self {
             tracing::error!(error = format!("{e:#}"), "request failed");
         }
-        let body = vramscope_shared::api::ErrorBody { error: self.message(), kind: kind.to_owned() };
+        let body = vramscope_shared::api::ErrorBody { error: bounded(self.message()), kind: kind.to_owned() };
         let mut response = (status, Json(body)).into_response();
         if status == StatusCode::UNAUTHORIZED {
             response.headers_mut().insert("www-authenticate", axum::http::HeaderValue::from_static("Bearer"));
         }
         response
+    }
+}
+
+/// Most characters of an error message answered: messages name what was
+/// wrong and where, and some quote the client's input (a query value, a
+/// path segment), which must not come back whole (a 50 KB query value was
+/// echoed in full by five routes).
+pub(crate) const MAX_MESSAGE_CHARS: usize = 300;
+
+/// `message`, cut to [`MAX_MESSAGE_CHARS`] with a note saying so.
+pub(crate) fn bounded(message: String) -> String {
+    match message.char_indices().nth(MAX_MESSAGE_CHARS) {
+        None => message,
+        Some((at, _)) => {
+            let left = message[at..].chars().count();
+            format!("{}… ({left} more characters cut)", &message[..at])
+        }
     }
 }
 

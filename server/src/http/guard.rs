@@ -16,7 +16,9 @@
 //! other page can make a browser send, and a load balancer may give the
 //! server any name.
 
-use axum::extract::{Request, State};
+use std::net::{IpAddr, SocketAddr};
+
+use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{HeaderMap, Method, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -82,9 +84,44 @@ fn is_this_server(state: &AppState, name: &str) -> bool {
     state.settings.allowed_hosts.iter().any(|allowed| host_name(allowed).eq_ignore_ascii_case(&name))
 }
 
+/// The address a request came from: its connection's peer, or, when that
+/// peer is one of `trusted` (`trusted_proxies`), the nearest address in
+/// `X-Forwarded-For` that is not a trusted proxy (read from the right: the
+/// entries to the left of an untrusted one are the client's own claims).
+/// `None` when the peer is unknown (a request made in process).
+pub(crate) fn client_address(request: &Request, trusted: &[ipnet::IpNet]) -> Option<IpAddr> {
+    let peer = request.extensions().get::<ConnectInfo<SocketAddr>>()?.0.ip();
+    let is_trusted = |ip: &IpAddr| trusted.iter().any(|net| net.contains(ip));
+    if !is_trusted(&peer) {
+        return Some(peer);
+    }
+    let mut client = peer;
+    for value in request.headers().get_all("x-forwarded-for").iter().rev() {
+        let Ok(value) = value.to_str() else { return Some(client) };
+        for entry in value.rsplit(',') {
+            let Some(ip) = parse_forwarded(entry.trim()) else { return Some(client) };
+            client = ip;
+            if !is_trusted(&ip) {
+                return Some(client);
+            }
+        }
+    }
+    Some(client)
+}
+
+/// One `X-Forwarded-For` entry: an address, possibly with a port
+/// (`1.2.3.4:5`, `[::1]:5`).
+fn parse_forwarded(entry: &str) -> Option<IpAddr> {
+    entry.parse::<IpAddr>().ok().or_else(|| entry.parse::<SocketAddr>().ok().map(|a| a.ip()))
+}
+
 #[cfg(test)]
 mod tests {
-    use super::host_name;
+    use std::net::{IpAddr, SocketAddr};
+
+    use axum::extract::{ConnectInfo, Request};
+
+    use super::{client_address, host_name};
 
     #[test]
     fn host_names_lose_their_port() {
@@ -92,5 +129,38 @@ mod tests {
         assert_eq!(host_name("[::1]:8080"), "[::1]");
         assert_eq!(host_name("[::1]"), "[::1]");
         assert_eq!(host_name("evil.example"), "evil.example");
+    }
+
+    #[test]
+    fn x_forwarded_for_is_read_only_from_trusted_proxies() {
+        let request = |peer: &str, forwarded: &[&str]| {
+            let mut builder = Request::get("/");
+            for value in forwarded {
+                builder = builder.header("x-forwarded-for", *value);
+            }
+            let mut request = builder.body(axum::body::Body::empty()).expect("request");
+            let peer: SocketAddr = peer.parse().expect("peer");
+            request.extensions_mut().insert(ConnectInfo(peer));
+            request
+        };
+        let ip = |s: &str| Some(s.parse::<IpAddr>().expect("ip"));
+        let proxies = ["127.0.0.1/32".parse().expect("net"), "10.0.0.0/24".parse().expect("net")];
+        // No trusted proxies (the default): the header is the client's claim.
+        assert_eq!(client_address(&request("127.0.0.1:1", &["1.2.3.4"]), &[]), ip("127.0.0.1"));
+        // An untrusted peer's header is ignored.
+        assert_eq!(client_address(&request("192.0.2.9:1", &["1.2.3.4"]), &proxies), ip("192.0.2.9"));
+        // Through nginx: the last entry nginx added.
+        assert_eq!(client_address(&request("127.0.0.1:1", &["1.2.3.4"]), &proxies), ip("1.2.3.4"));
+        // A forged entry left of the real one is not believed; trusted hops
+        // to its right are skipped, across header lines too.
+        let hops = request("127.0.0.1:1", &["6.6.6.6, 1.2.3.4", "10.0.0.8"]);
+        assert_eq!(client_address(&hops, &proxies), ip("1.2.3.4"));
+        // Garbage stops the walk at the last address read.
+        assert_eq!(client_address(&request("127.0.0.1:1", &["x, 10.0.0.8"]), &proxies), ip("10.0.0.8"));
+        assert_eq!(client_address(&request("127.0.0.1:1", &[]), &proxies), ip("127.0.0.1"));
+        assert_eq!(client_address(&request("127.0.0.1:1", &["[::1]:80"]), &proxies), ip("::1"));
+        // In process, without a connection.
+        let bare = Request::get("/").body(axum::body::Body::empty()).expect("request");
+        assert_eq!(client_address(&bare, &proxies), None);
     }
 }

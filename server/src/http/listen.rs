@@ -12,6 +12,7 @@ use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
+use tower::ServiceExt;
 
 /// How long connections in flight get to finish after a shutdown signal.
 const DRAIN: Duration = Duration::from_secs(10);
@@ -33,8 +34,8 @@ pub(crate) async fn serve(
     loop {
         tokio::select! {
             accepted = listener.accept() => {
-                let stream = match accepted {
-                    Ok((stream, _)) => {
+                let (stream, peer) = match accepted {
+                    Ok((stream, peer)) => {
                         // Answers go out as several writes (headers, gzip
                         // chunks): with Nagle on, the last one waits for the
                         // client's delayed ACK, 40 ms (seen as p99 outliers
@@ -42,7 +43,7 @@ pub(crate) async fn serve(
                         if let Err(e) = stream.set_nodelay(true) {
                             tracing::debug!(error = %e, "cannot set TCP_NODELAY");
                         }
-                        stream
+                        (stream, peer)
                     }
                     Err(e) => {
                         // Out of file descriptors, say: wait rather than spin.
@@ -51,7 +52,14 @@ pub(crate) async fn serve(
                         continue;
                     }
                 };
-                let service = TowerToHyperService::new(app.clone());
+                // The peer's address, for the wrong-token limits
+                // (`guard::client_address`).
+                let service = TowerToHyperService::new(app.clone().map_request(
+                    move |mut request: axum::http::Request<_>| {
+                        request.extensions_mut().insert(axum::extract::ConnectInfo(peer));
+                        request
+                    },
+                ));
                 let connection = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
                 let connection = graceful.watch(connection.into_owned());
                 tokio::spawn(async move {

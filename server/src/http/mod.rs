@@ -23,7 +23,7 @@ use tower_http::cors::{AllowOrigin, CorsLayer};
 use tower_http::timeout::TimeoutLayer;
 use tower_http::trace::TraceLayer;
 
-use crate::auth::{Auth, Identity, LinkSigner, Role};
+use crate::auth::{Auth, Checked, Identity, LinkSigner, Role};
 use crate::ingest::{AnalysisCache, IndexFiles, Ingest, Parser, Parts as IngestParts};
 use crate::metrics::Metrics;
 use crate::settings::Settings;
@@ -48,6 +48,8 @@ pub(crate) struct Inner {
     pub(crate) analyses: v1::AnalysisQueue,
     /// Signs the dashboard's download links.
     pub(crate) links: LinkSigner,
+    /// `trusted_proxies`, read.
+    pub(crate) proxies: Vec<ipnet::IpNet>,
 }
 
 impl Deref for AppState {
@@ -70,6 +72,7 @@ impl AppState {
         );
         let analyses = v1::AnalysisQueue::new(settings.analysis_concurrency);
         let links = LinkSigner::new(link_key);
+        let proxies = settings.trusted_proxies()?;
         let indexes =
             IndexFiles::new(blobs.clone(), &settings.data_dir.join("index-cache"), settings.index_cache_bytes)?;
         let metrics = Arc::new(Metrics::new());
@@ -81,7 +84,7 @@ impl AppState {
             cache,
             metrics: Arc::clone(&metrics),
         });
-        Ok(AppState(Arc::new(Inner { settings, db, blobs, auth, metrics, ingest, analyses, links })))
+        Ok(AppState(Arc::new(Inner { settings, db, blobs, auth, metrics, ingest, analyses, links, proxies })))
     }
 }
 
@@ -123,6 +126,7 @@ pub(crate) fn app(state: AppState) -> Router {
 /// Extractors refuse an oversized body with a plain-text 413: answer this
 /// API's JSON error instead.
 async fn json_errors(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let api = request.uri().path().starts_with("/api/");
     let response = next.run(request).await;
     let is_json = response
         .headers()
@@ -130,6 +134,19 @@ async fn json_errors(State(state): State<AppState>, request: Request, next: Next
         .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
     if response.status() == StatusCode::PAYLOAD_TOO_LARGE && !is_json {
         return AppError::BodyTooLarge(state.settings.max_body_bytes).into_response();
+    }
+    // axum's extractors refuse a bad query, path or body with plain text
+    // quoting the input (`unknown variant `…``): the API answers its JSON
+    // error, its message bounded like every other.
+    let status = response.status();
+    if api && !is_json && matches!(status.as_u16(), 400 | 415 | 422) {
+        let text = match axum::body::to_bytes(response.into_body(), 1 << 20).await {
+            Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+            Err(_) => "the request was refused".to_owned(),
+        };
+        let mut answer = AppError::BadRequest(text).into_response();
+        *answer.status_mut() = status;
+        return answer;
     }
     response
 }
@@ -209,11 +226,23 @@ async fn authorize(State(state): State<AppState>, mut request: Request, next: Ne
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .map(str::trim);
-    let identity = match state.auth.identify(token).await {
-        Ok(Some(identity)) => identity,
-        Ok(None) => {
+    let client = guard::client_address(&request, &state.proxies);
+    let identity = match state.auth.identify(token, client).await {
+        Ok(Checked::Holder(identity)) => identity,
+        Ok(Checked::Refused) => {
             state.metrics.error("unauthorized");
             return AppError::Unauthorized.into_response();
+        }
+        Ok(Checked::Limited(wait)) => {
+            state.metrics.error("rate_limited");
+            let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+            let why = format!(
+                "too many wrong secrets for this token id from this address: try again in {secs} s \
+                 (requests from other addresses are not affected)"
+            );
+            let mut response = AppError::TooManyRequests(why).into_response();
+            response.headers_mut().insert(axum::http::header::RETRY_AFTER, axum::http::HeaderValue::from(secs));
+            return response;
         }
         Err(e) => return AppError::Internal(e).into_response(),
     };

@@ -11,14 +11,16 @@
 //!   under `index_cache_bytes` (oldest use first out).
 //!
 //! A file that cannot be used (another format version, a bad checksum, a
-//! truncated download) is deleted and rebuilt from the pickle, never read.
+//! truncated download, or a good index of another snapshot: its header
+//! names the SHA-256 of the file it was built from) is deleted and rebuilt
+//! from the pickle, never read.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::Context;
 use bytes::Bytes;
-use vramscope_shared::index_file::{open_index, write_index};
+use vramscope_shared::index_file::{IndexFileError, open_index, write_index};
 use vramscope_shared::views::Analyzed;
 
 use crate::metrics::Metrics;
@@ -48,7 +50,7 @@ impl IndexFiles {
     }
 
     fn path_of(&self, blob_key: &str) -> PathBuf {
-        self.folder.join(blob_key.rsplit('/').next().unwrap_or(blob_key))
+        self.folder.join(sha256_of(blob_key))
     }
 
     /// The snapshot of `blob_key` opened from its persisted index, if it
@@ -69,10 +71,10 @@ impl IndexFiles {
         }
         let started = Instant::now();
         let opened = tokio::task::spawn_blocking({
-            let path = path.clone();
+            let (path, sha256) = (path.clone(), sha256_of(blob_key).to_owned());
             move || -> anyhow::Result<Option<Analyzed>> {
                 let Some(bytes) = map(&path)? else { return Ok(None) };
-                Ok(Some(open_index(bytes)?))
+                Ok(Some(open_index(bytes, &sha256)?))
             }
         })
         .await;
@@ -86,7 +88,12 @@ impl IndexFiles {
             Ok(Ok(None)) => None,
             Ok(Err(e)) => {
                 metrics.index_rebuilds.inc();
-                tracing::warn!(file = %path.display(), error = format!("{e:#}"), "unusable persisted index; rebuilding it from the pickle");
+                if matches!(e.downcast_ref::<IndexFileError>(), Some(IndexFileError::OtherSnapshot { .. })) {
+                    metrics.index_other_snapshot.inc();
+                    tracing::warn!(file = %path.display(), error = format!("{e:#}"), "a persisted index of another snapshot lay in this one's place; rebuilding it from the pickle");
+                } else {
+                    tracing::warn!(file = %path.display(), error = format!("{e:#}"), "unusable persisted index; rebuilding it from the pickle");
+                }
                 drop(tokio::fs::remove_file(&path).await);
                 if self.remote {
                     drop(self.blobs.delete(&remote_key).await);
@@ -108,12 +115,12 @@ impl IndexFiles {
     pub(crate) async fn save(&self, blob_key: &str, analyzed: Analyzed) -> Result<Analyzed, NotSaved> {
         let path = self.path_of(blob_key);
         let written = tokio::task::spawn_blocking({
-            let path = path.clone();
+            let (path, sha256) = (path.clone(), sha256_of(blob_key).to_owned());
             move || -> Result<Analyzed, NotSaved> {
                 let partial = path.with_extension(format!("partial-{}", uuid::Uuid::now_v7()));
                 let result = (|| {
                     let file = std::fs::File::create(&partial)?;
-                    let file = write_index(&analyzed, std::io::BufWriter::with_capacity(1 << 20, file))?
+                    let file = write_index(&analyzed, &sha256, std::io::BufWriter::with_capacity(1 << 20, file))?
                         .into_inner()
                         .map_err(|e| e.into_error())?;
                     // Renamed only once complete: a reader maps a whole file or none.
@@ -129,7 +136,7 @@ impl IndexFiles {
                 drop(analyzed);
                 let reopened = (|| {
                     let bytes = map(&path)?.with_context(|| format!("{} vanished", path.display()))?;
-                    anyhow::Ok(open_index(bytes)?)
+                    anyhow::Ok(open_index(bytes, &sha256)?)
                 })();
                 reopened.map_err(|error| NotSaved { error, parsed: None })
             }
@@ -163,6 +170,11 @@ pub(crate) struct NotSaved {
     pub(crate) error: anyhow::Error,
     /// The parsed snapshot, when the failure came before it was dropped.
     pub(crate) parsed: Option<Box<Analyzed>>,
+}
+
+/// The SHA-256 (hex) a content-addressed key names: `snapshots/<sha256>`.
+fn sha256_of(blob_key: &str) -> &str {
+    blob_key.rsplit('/').next().unwrap_or(blob_key)
 }
 
 /// Map an index file read-only (`None` when there is none).

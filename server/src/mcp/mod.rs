@@ -10,9 +10,10 @@
 //! ([`cut`]), with a pointer to the rest (the dashboard's permalink for a
 //! stored snapshot, the command line for a file).
 //!
-//! Read-only by default: the tools that write (upload, comment) are listed
-//! only with `--allow-write`, which needs a server and a token (the server
-//! checks that the token is an uploader's).
+//! Read-only by default: the tools that write are listed only with
+//! `--allow-write`, which needs a server and a token, and then only those
+//! the token's role may run, as the server names it (`GET /api/v1/token`):
+//! `comment` for any token, `upload` for an uploader's or an admin's.
 //!
 //! The same tools are served by `vramscope serve` at `/api/v1/mcp`
 //! (streamable HTTP, stateless, JSON answers), behind its tokens (a
@@ -67,6 +68,10 @@ pub(crate) struct Context {
     pub(crate) token: Option<String>,
     /// The tools that write are listed and run.
     pub(crate) allow_write: bool,
+    /// The token's role, as the server named it: with `allow_write`, only
+    /// the writing tools it may run are listed (`None`: the server did not
+    /// say, and the server refuses what the role may not do).
+    pub(crate) role: Option<tools::Role>,
     /// The folder `list_snapshots` lists when none is given.
     pub(crate) folder: PathBuf,
     /// The reader's options (memory budget).
@@ -99,7 +104,8 @@ impl Assistant {
     }
 
     fn tools(&self) -> impl Iterator<Item = &'static tools::ToolSpec> + '_ {
-        tools::TOOLS.iter().filter(|t| t.read_only || self.context.allow_write)
+        let may = |t: &tools::ToolSpec| self.context.role.is_none_or(|role| role >= t.role);
+        tools::TOOLS.iter().filter(move |t| t.read_only || (self.context.allow_write && may(t)))
     }
 }
 
@@ -174,10 +180,17 @@ impl ServerHandler for Assistant {
     ) -> Result<CallToolResponse, ErrorData> {
         let Some(spec) = self.tools().find(|t| t.name == request.name) else {
             let known: Vec<&str> = self.tools().map(|t| t.name).collect();
-            return Err(ErrorData::invalid_params(
-                format!("no tool {:?}; the tools are {}", request.name, known.join(", ")),
-                None,
-            ));
+            let why = match tools::TOOLS.iter().find(|t| t.name == request.name) {
+                Some(t) if self.context.allow_write => format!(
+                    "{} needs a token with the {} role; this one is a {}'s",
+                    t.name,
+                    t.role.as_str(),
+                    self.context.role.map_or("?", tools::Role::as_str)
+                ),
+                Some(t) => format!("{} writes to the server: start vramscope mcp with --allow-write", t.name),
+                None => format!("no tool {:?}", request.name.chars().take(64).collect::<String>()),
+            };
+            return Err(ErrorData::invalid_params(format!("{why}; the tools are {}", known.join(", ")), None));
         };
         let args = request.arguments.unwrap_or_default();
         if let Some(unknown) = args.keys().find(|k| !spec.params.iter().any(|p| p.name == k.as_str())) {
@@ -215,12 +228,40 @@ pub(crate) fn http_service(
     rmcp::transport::streamable_http_server::session::never::NeverSessionManager,
 > {
     use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
-    let context =
-        Context { server: None, token: None, allow_write: false, folder: PathBuf::new(), read, store: Some(store) };
+    let context = Context {
+        server: None,
+        token: None,
+        allow_write: false,
+        role: None,
+        folder: PathBuf::new(),
+        read,
+        store: Some(store),
+    };
     let mut config = StreamableHttpServerConfig::default().disable_allowed_hosts();
     config.legacy_session_mode = false;
     config.json_response = true;
     StreamableHttpService::new(move || Ok(Assistant::new(context.clone())), Arc::default(), config)
+}
+
+/// The role of `token` on `server`, as `GET /api/v1/token` names it: `None`
+/// from a server without that route (an older one; it still refuses what
+/// the role may not do). A token the server refuses is an error.
+pub(crate) async fn token_role(server: &str, token: &str) -> anyhow::Result<Option<tools::Role>> {
+    let url = format!("{}/api/v1/token", server.trim_end_matches('/'));
+    let response = tools::http_client().get(&url).bearer_auth(token).send().await.map_err(|e| {
+        let why =
+            if e.is_timeout() { format!("no answer in {} s", tools::READ_TIMEOUT.as_secs()) } else { e.to_string() };
+        anyhow::anyhow!("cannot ask {url} what the token may do: {why}")
+    })?;
+    let status = response.status();
+    if status == reqwest::StatusCode::NOT_FOUND {
+        return Ok(None);
+    }
+    let body = response.bytes().await.map_err(|e| anyhow::anyhow!("{url}: {e}"))?;
+    anyhow::ensure!(status.is_success(), "{}", tools::refusal(&url, status, &body));
+    let holder: vramscope_shared::api::review::TokenHolder =
+        serde_json::from_slice(&body).map_err(|e| anyhow::anyhow!("{url}: not a token's holder: {e}"))?;
+    Ok(tools::Role::parse(&holder.role))
 }
 
 /// Serve MCP over this process's stdin and stdout until the client leaves:

@@ -117,8 +117,54 @@ pub(crate) struct ToolSpec {
     pub(crate) output: &'static [Field],
     /// It changes nothing (the others need `--allow-write`).
     pub(crate) read_only: bool,
+    /// The least role whose token may run it: a tool that writes is listed
+    /// with `--allow-write` only when the server says the token has it.
+    pub(crate) role: Role,
     /// The answer.
     pub(crate) run: Run,
+}
+
+/// A token's role on the server, as the tool table needs it (the server's
+/// own `auth::Role` lies above this module).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Role {
+    /// Reads, and comments.
+    Viewer,
+    /// Also uploads.
+    Uploader,
+    /// Also deletes.
+    Admin,
+}
+
+impl Role {
+    /// The role `GET /api/v1/token` names.
+    pub(crate) fn parse(name: &str) -> Option<Role> {
+        match name {
+            "viewer" => Some(Role::Viewer),
+            "uploader" => Some(Role::Uploader),
+            "admin" => Some(Role::Admin),
+            _ => None,
+        }
+    }
+
+    /// Its name.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Role::Viewer => "viewer",
+            Role::Uploader => "uploader",
+            Role::Admin => "admin",
+        }
+    }
+}
+
+/// The tools' names, reading ones first, then the writing ones with the
+/// role each needs: the text of `vramscope --help` and `vramscope mcp
+/// --help`, made from the table so that neither can leave one out.
+pub(crate) fn tool_list() -> String {
+    let reading: Vec<&str> = TOOLS.iter().filter(|t| t.read_only).map(|t| t.name).collect();
+    let writing: Vec<String> =
+        TOOLS.iter().filter(|t| !t.read_only).map(|t| format!("{} (a {} token)", t.name, t.role.as_str())).collect();
+    format!("{}; with --allow-write: {}", reading.join(", "), writing.join(", "))
 }
 
 /// Every tool. Adding one is adding an entry.
@@ -138,6 +184,7 @@ pub(crate) const TOOLS: &[ToolSpec] = &[
             field("more", &["boolean"], false),
         ],
         read_only: true,
+        role: Role::Viewer,
         run: |c| Box::pin(list_snapshots(c)),
     },
     ToolSpec {
@@ -153,6 +200,7 @@ pub(crate) const TOOLS: &[ToolSpec] = &[
             field("host", &["object", "null"], false),
         ],
         read_only: true,
+        role: Role::Viewer,
         run: |c| Box::pin(stats(c)),
     },
     ToolSpec {
@@ -167,6 +215,7 @@ pub(crate) const TOOLS: &[ToolSpec] = &[
             field("ooms", &["array"], true),
         ],
         read_only: true,
+        role: Role::Viewer,
         run: |c| Box::pin(explain(c)),
     },
     ToolSpec {
@@ -176,6 +225,7 @@ pub(crate) const TOOLS: &[ToolSpec] = &[
         params: &[SNAPSHOT, param("top", Kind::Int, false, "Stacks per device (default 10)")],
         output: &[field("file", &["string"], true), field("devices", &["array"], true)],
         read_only: true,
+        role: Role::Viewer,
         run: |c| Box::pin(leaks(c)),
     },
     ToolSpec {
@@ -194,6 +244,7 @@ pub(crate) const TOOLS: &[ToolSpec] = &[
             field("devices", &["array"], true),
         ],
         read_only: true,
+        role: Role::Viewer,
         run: |c| Box::pin(diff(c)),
     },
     ToolSpec {
@@ -221,6 +272,7 @@ pub(crate) const TOOLS: &[ToolSpec] = &[
             field("not_modelled_settings", &["array"], true),
         ],
         read_only: true,
+        role: Role::Viewer,
         run: |c| Box::pin(simulate(c)),
     },
     ToolSpec {
@@ -232,9 +284,11 @@ pub(crate) const TOOLS: &[ToolSpec] = &[
             field("file", &["string"], true),
             field("capacity_bytes", &["integer", "null"], true),
             field("capacity_inferred", &["boolean"], false),
+            field("capacity_source", &["string"], false),
             field("rows", &["array"], true),
         ],
         read_only: true,
+        role: Role::Viewer,
         run: |c| Box::pin(tune(c)),
     },
     ToolSpec {
@@ -245,6 +299,7 @@ pub(crate) const TOOLS: &[ToolSpec] = &[
         params: &[SNAPSHOT, param("row", Kind::Int, false, "Trace row (default: the end of the trace)"), DEVICE],
         output: &[field("file", &["string"], true), field("devices", &["array"], true)],
         read_only: true,
+        role: Role::Viewer,
         run: |c| Box::pin(breakdown(c)),
     },
     ToolSpec {
@@ -262,6 +317,7 @@ pub(crate) const TOOLS: &[ToolSpec] = &[
             field("exact", &["boolean"], true),
         ],
         read_only: true,
+        role: Role::Viewer,
         run: |c| Box::pin(state_at_row(c)),
     },
     ToolSpec {
@@ -287,6 +343,7 @@ pub(crate) const TOOLS: &[ToolSpec] = &[
             field("budget", &["object"], true),
         ],
         read_only: true,
+        role: Role::Viewer,
         run: |c| Box::pin(check(c)),
     },
     ToolSpec {
@@ -330,11 +387,13 @@ pub(crate) const TOOLS: &[ToolSpec] = &[
             field("non_monotonic", &["array"], true),
         ],
         read_only: true,
+        role: Role::Viewer,
         run: |c| Box::pin(predict(c)),
     },
     ToolSpec {
         name: "upload",
-        description: "Upload a snapshot file to the server's library (needs --allow-write and an uploader token)",
+        description: "Upload a snapshot file to the server's library (needs --allow-write and an uploader's or admin's \
+                      token)",
         params: &[
             param("file", Kind::Str, true, "The snapshot file"),
             param("job", Kind::Str, false, "Job it belongs to"),
@@ -342,11 +401,13 @@ pub(crate) const TOOLS: &[ToolSpec] = &[
         ],
         output: &[field("id", &["string"], true), field("dashboard", &["string"], false)],
         read_only: false,
+        role: Role::Uploader,
         run: |c| Box::pin(upload(c)),
     },
     ToolSpec {
         name: "comment",
-        description: "Comment on a stored snapshot, optionally about one trace row (needs --allow-write and a token)",
+        description: "Comment on a stored snapshot, optionally about one trace row (needs --allow-write and any \
+                      token, a viewer's too)",
         params: &[
             param("snapshot", Kind::Str, true, "The stored snapshot's id (as every tool names a snapshot)"),
             param("text", Kind::Str, true, "The comment"),
@@ -354,6 +415,7 @@ pub(crate) const TOOLS: &[ToolSpec] = &[
         ],
         output: &[field("id", &["string", "integer"], true)],
         read_only: false,
+        role: Role::Viewer,
         run: |c| Box::pin(comment(c)),
     },
 ];
@@ -457,7 +519,7 @@ impl Call {
     }
 
     fn request(&self, method: reqwest::Method, url: &str) -> reqwest::RequestBuilder {
-        let request = reqwest::Client::new().request(method, url);
+        let request = http_client().request(method, url);
         match &self.context.token {
             Some(token) => request.bearer_auth(token),
             None => request,
@@ -599,8 +661,29 @@ fn url_segment(text: &str) -> String {
     url::form_urlencoded::byte_serialize(text.as_bytes()).collect::<String>().replace('+', "%20")
 }
 
+/// How long connecting to the server may take.
+const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+/// How long the server may send nothing, once asked (a download of a large
+/// snapshot goes on as long as bytes arrive).
+pub(crate) const READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The one HTTP client of the tools: a server that stops answering gives
+/// the assistant an error, not a session that hangs.
+pub(crate) fn http_client() -> reqwest::Client {
+    static CLIENT: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();
+    CLIENT
+        .get_or_init(|| {
+            reqwest::Client::builder()
+                .connect_timeout(CONNECT_TIMEOUT)
+                .read_timeout(READ_TIMEOUT)
+                .build()
+                .unwrap_or_default()
+        })
+        .clone()
+}
+
 /// The server's refusal as one line.
-fn refusal(url: &str, status: reqwest::StatusCode, body: &[u8]) -> String {
+pub(crate) fn refusal(url: &str, status: reqwest::StatusCode, body: &[u8]) -> String {
     let text = String::from_utf8_lossy(body);
     let message = serde_json::from_str::<Value>(&text)
         .ok()

@@ -71,6 +71,14 @@ fn write_one(out: &mut impl Write, path: &std::path::Path, r: &OomReport, depth:
         }
         (None, _) => writeln!(out, "  device free                 unknown")?,
     }
+    if let Some(cap) = r.recorded_capacity_bytes {
+        writeln!(
+            out,
+            "  recorded cap           {:>12}   the process's memory fraction of the device, recorded by the \
+             capture: the settings below are judged against it",
+            bytes(cap)
+        )?;
+    }
     writeln!(out, "  reserved               {:>12}", bytes(r.reserved_bytes))?;
     writeln!(out, "  allocated              {:>12}", bytes(r.allocated_bytes))?;
     if r.pending_free_bytes > 0 {

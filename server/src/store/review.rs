@@ -96,11 +96,19 @@ impl Db {
     /// Adds a comment to snapshot `snapshot_id`. `None` when there is no
     /// such snapshot (checked in the same statement, so a snapshot deleted
     /// meanwhile gets no orphan comment).
-    pub(crate) async fn insert_comment(&self, snapshot_id: &str, new: &NewComment) -> Result<Option<CommentRecord>> {
+    pub(crate) async fn insert_comment(
+        &self,
+        snapshot_id: &str,
+        new: &NewComment,
+        limit: u64,
+    ) -> Result<Option<CommentRecord>> {
+        // The count is checked in the statement itself, so instances
+        // inserting at once overshoot by at most one each.
         let done = sqlx::query(
             "INSERT INTO comments (id, snapshot_id, author, body, created_ms, trace_row, time_us, addr, \
              author_token, author_role) \
-             SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10 WHERE EXISTS (SELECT 1 FROM snapshots WHERE id = $2)",
+             SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10 WHERE EXISTS (SELECT 1 FROM snapshots WHERE id = $2) \
+             AND (SELECT COUNT(*) FROM comments WHERE snapshot_id = $2) < $11",
         )
         .bind(new.comment.id.as_str())
         .bind(snapshot_id)
@@ -112,6 +120,7 @@ impl Db {
         .bind(new.comment.addr.map(|a| a.to_string()))
         .bind(new.author_token.as_deref())
         .bind(new.author_role.as_str())
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
         .execute(&self.pool)
         .await
         .with_context(|| format!("comments insert on snapshot {snapshot_id}"))?;
@@ -119,6 +128,16 @@ impl Db {
             return Ok(None);
         }
         Ok(Some(CommentRecord { comment: new.comment.clone(), author_token: new.author_token.clone() }))
+    }
+
+    /// How many comments `snapshot_id` has.
+    pub(crate) async fn count_comments(&self, snapshot_id: &str) -> Result<u64> {
+        let row = sqlx::query("SELECT COUNT(*) AS n FROM comments WHERE snapshot_id = $1")
+            .bind(snapshot_id)
+            .fetch_one(&self.pool)
+            .await
+            .with_context(|| format!("comments count of snapshot {snapshot_id}"))?;
+        Ok(u64::try_from(row.try_get::<i64, _>("n")?).unwrap_or(0))
     }
 
     /// The review thread of `snapshot_id`, oldest first.
@@ -166,14 +185,16 @@ impl Db {
         Ok(done.rows_affected() > 0)
     }
 
-    /// Every job with its counts, the most recently uploaded to first.
-    pub(crate) async fn list_jobs(&self) -> Result<Vec<JobSummary>> {
+    /// The `limit` jobs most recently uploaded to, with their counts, the
+    /// most recent first.
+    pub(crate) async fn list_jobs(&self, limit: u64) -> Result<Vec<JobSummary>> {
         let rows = sqlx::query(
             "SELECT job, COUNT(*) AS snapshots, COUNT(DISTINCT rank) AS ranks, COUNT(DISTINCT host) AS hosts, \
              MAX(uploaded_at_ms) AS last_upload_ms, \
              SUM(CASE WHEN trigger_kind = 'oom' THEN 1 ELSE 0 END) AS oom_snapshots \
-             FROM snapshots WHERE job IS NOT NULL GROUP BY job ORDER BY MAX(uploaded_at_ms) DESC, job",
+             FROM snapshots WHERE job IS NOT NULL GROUP BY job ORDER BY MAX(uploaded_at_ms) DESC, job LIMIT $1",
         )
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
         .fetch_all(&self.pool)
         .await
         .context("jobs list")?;
@@ -315,7 +336,7 @@ mod tests {
         db.insert_snapshot(&snapshot("junk", None, None, 2, Trigger::Manual)).await.expect("insert");
         db.set_failed("junk", "not a snapshot").await.expect("fail");
         let viewer = NewComment { author_role: "viewer".to_owned(), ..comment("v1", 5) };
-        db.insert_comment("s1", &viewer).await.expect("insert").expect("stored");
+        db.insert_comment("s1", &viewer, 1000).await.expect("insert").expect("stored");
         let inventory = db.retention_inventory().await.expect("inventory");
         let seen: Vec<_> = inventory.iter().map(|i| (i.id.as_str(), i.comments, i.size_bytes)).collect();
         assert_eq!(seen, [("s1", 0, 100), ("junk", 0, 0)]);
@@ -330,9 +351,9 @@ mod tests {
         db.insert_snapshot(&snapshot("s1", None, None, 1, Trigger::Manual)).await.expect("insert");
         db.insert_snapshot(&snapshot("s2", None, None, 2, Trigger::Manual)).await.expect("insert");
 
-        assert_eq!(db.insert_comment("missing", &comment("c0", 1)).await.expect("insert"), None);
-        let second = db.insert_comment("s1", &comment("c2", 20)).await.expect("insert").expect("stored");
-        db.insert_comment("s1", &comment("c1", 10)).await.expect("insert").expect("stored");
+        assert_eq!(db.insert_comment("missing", &comment("c0", 1), 1000).await.expect("insert"), None);
+        let second = db.insert_comment("s1", &comment("c2", 20), 1000).await.expect("insert").expect("stored");
+        db.insert_comment("s1", &comment("c1", 10), 1000).await.expect("insert").expect("stored");
         let thread = db.list_comments("s1").await.expect("list");
         assert_eq!(thread.iter().map(|c| c.comment.id.as_str()).collect::<Vec<_>>(), ["c1", "c2"], "oldest first");
         assert_eq!(thread[1], second);
@@ -373,7 +394,9 @@ mod tests {
         ] {
             db.insert_snapshot(&snapshot(id, job, rank, at, trigger)).await.expect("insert");
         }
-        let jobs = db.list_jobs().await.expect("jobs");
+        let newest = db.list_jobs(1).await.expect("jobs");
+        assert_eq!(newest.iter().map(|j| j.job.as_str()).collect::<Vec<_>>(), ["bert"], "the most recent first");
+        let jobs = db.list_jobs(100).await.expect("jobs");
         assert_eq!(
             jobs,
             [

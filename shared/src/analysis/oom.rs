@@ -121,10 +121,13 @@ pub struct SettingVerdict {
 
 impl SettingVerdict {
     /// The verdict for a setting whose replay (no memory limit) reserved at
-    /// most `reserved_peak_bytes`, against the capacity the report brackets.
+    /// most `reserved_peak_bytes`, against the recorded cap when there is
+    /// one, else the capacity the report brackets.
     pub fn judge(report: &OomReport, setting: impl Into<String>, reserved_peak_bytes: u64) -> SettingVerdict {
         let (known, failed) = report.capacity_bytes_range;
-        let avoids = if reserved_peak_bytes <= known {
+        let avoids = if let Some(cap) = report.recorded_capacity_bytes {
+            if reserved_peak_bytes <= cap { Avoidance::Yes } else { Avoidance::No }
+        } else if reserved_peak_bytes <= known {
             Avoidance::Yes
         } else if reserved_peak_bytes < failed {
             Avoidance::IfCapacityAtLeast { bytes: reserved_peak_bytes }
@@ -170,6 +173,12 @@ pub struct OomReport {
     /// the OOM plus the segment that failed. Under [`Limit::ProcessCap`]
     /// this brackets the cap.
     pub capacity_bytes_range: (u64, u64),
+    /// The cap the capture recorded for the process on this device (its
+    /// memory fraction of the device's memory), when the snapshot has one:
+    /// the exact figure `capacity_bytes_range` brackets, which the
+    /// settings' verdicts are judged against.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recorded_capacity_bytes: Option<u64>,
     /// Highest reserved bytes from the trace's start to the OOM.
     pub reserved_peak_bytes: u64,
     /// Bytes reserved from CUDA at the OOM.
@@ -408,6 +417,11 @@ fn report(snapshot: &Snapshot, device: &DeviceSnapshot, row: u32, layout: &Layou
         device_free_bytes: device_free,
         limit,
         capacity_bytes_range,
+        recorded_capacity_bytes: snapshot
+            .capture
+            .as_ref()
+            .and_then(|c| c.devices.iter().find(|d| d.device == device.device))
+            .and_then(|d| d.capacity_bytes),
         reserved_peak_bytes: reserved_peak,
         reserved_bytes: reserved,
         allocated_bytes: allocated,

@@ -1,4 +1,5 @@
-//! A snapshot's review thread (`/api/v1/snapshots/{id}/comments`).
+//! A snapshot's review thread (`/api/v1/snapshots/{id}/comments`), and who
+//! is asking (`/api/v1/token`).
 
 use serde::{Deserialize, Serialize};
 
@@ -36,4 +37,15 @@ pub struct PostComment {
     /// The device address of the allocation it is about.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub addr: Option<u64>,
+}
+
+/// `GET /api/v1/token`: the holder of the request's token and its role,
+/// so that a client (`vramscope mcp --allow-write`) offers only what the
+/// server will let it do. Without tokens: `local`, an admin.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenHolder {
+    /// The token's name (the author shown on its comments).
+    pub name: String,
+    /// `viewer`, `uploader` or `admin`.
+    pub role: String,
 }

@@ -49,7 +49,8 @@ use crate::column::Column;
 /// The version this build writes and reads. Bump it whenever what is
 /// written changes; a file of another version is rebuilt, never read.
 /// 2: pinned host memory (`host`) and the capture's `cuda_total_bytes`.
-pub const FORMAT_VERSION: u32 = 2;
+/// 3: the SHA-256 of the snapshot file the index belongs to.
+pub const FORMAT_VERSION: u32 = 3;
 
 const MAGIC: &[u8; 8] = b"VSINDEX\0";
 const END_MAGIC: &[u8; 8] = b"VSEND\0\0\0";
@@ -95,6 +96,15 @@ pub enum IndexFileError {
     /// The header does not describe an index of this version.
     #[error("corrupt index header: {0}")]
     Header(String),
+    /// A good index, of another snapshot file (copied or renamed over
+    /// this one's).
+    #[error("the index belongs to the snapshot file with SHA-256 {found}, not to {expected}")]
+    OtherSnapshot {
+        /// The SHA-256 its header records.
+        found: String,
+        /// The SHA-256 of the file it was opened for.
+        expected: String,
+    },
     /// Writing failed.
     #[error("writing the index: {0}")]
     Io(#[from] io::Error),
@@ -107,6 +117,7 @@ impl IndexFileError {
             IndexFileError::NotAnIndex { .. } => "index_not_an_index",
             IndexFileError::Version { .. } => "index_version",
             IndexFileError::Corrupt { .. } | IndexFileError::Header(_) => "index_corrupt",
+            IndexFileError::OtherSnapshot { .. } => "index_other_snapshot",
             IndexFileError::Io(_) => "io",
         }
     }

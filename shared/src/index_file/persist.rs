@@ -21,6 +21,9 @@ use crate::views::Analyzed;
 
 #[derive(Serialize, Deserialize)]
 struct Header {
+    /// SHA-256 (hex) of the snapshot file this index was built from: an
+    /// index copied over another snapshot's is refused, not served.
+    snapshot_sha256: String,
     format: FormatVersion,
     protocol: Option<u8>,
     compression: Compression,
@@ -126,9 +129,10 @@ impl Settings {
     }
 }
 
-/// Write `analyzed` as an index file to `out` (front to back, in one
-/// pass, holding no second copy of any column). Returns `out`.
-pub fn write_index<W: Write>(analyzed: &Analyzed, out: W) -> Result<W, IndexFileError> {
+/// Write `analyzed`, parsed from the file whose SHA-256 is
+/// `snapshot_sha256` (hex), as an index file to `out` (front to back, in
+/// one pass, holding no second copy of any column). Returns `out`.
+pub fn write_index<W: Write>(analyzed: &Analyzed, snapshot_sha256: &str, out: W) -> Result<W, IndexFileError> {
     let s = &analyzed.snapshot;
     let mut w = Writer::new(out)?;
     let tables = save_tables(&s.strings, &s.frames, &mut w)?;
@@ -149,6 +153,7 @@ pub fn write_index<W: Write>(analyzed: &Analyzed, out: W) -> Result<W, IndexFile
     let intervals = analyzed.index.save(&mut w)?;
     let timelines = analyzed.timeline.save(&mut w)?;
     let header = Header {
+        snapshot_sha256: snapshot_sha256.to_ascii_lowercase(),
         format: s.format,
         protocol: s.protocol,
         compression: s.compression,
@@ -165,11 +170,19 @@ pub fn write_index<W: Write>(analyzed: &Analyzed, out: W) -> Result<W, IndexFile
     Ok(w.finish(&header)?)
 }
 
-/// Open an index file held in (or mapped into) `bytes`. The trace and
-/// timeline columns view `bytes` in place; the rest is rebuilt. Every
-/// checksum, offset and id the views follow is checked first.
-pub fn open_index(bytes: Bytes) -> Result<Analyzed, IndexFileError> {
+/// Open an index file held in (or mapped into) `bytes`, which must have
+/// been written for the snapshot file whose SHA-256 is `snapshot_sha256`
+/// (hex; else [`IndexFileError::OtherSnapshot`]). The trace and timeline
+/// columns view `bytes` in place; the rest is rebuilt. Every checksum,
+/// offset and id the views follow is checked first.
+pub fn open_index(bytes: Bytes, snapshot_sha256: &str) -> Result<Analyzed, IndexFileError> {
     let (r, header) = Reader::open::<Header>(bytes)?;
+    if !header.snapshot_sha256.eq_ignore_ascii_case(snapshot_sha256) {
+        return Err(IndexFileError::OtherSnapshot {
+            found: header.snapshot_sha256.chars().take(64).collect(),
+            expected: snapshot_sha256.chars().take(64).collect(),
+        });
+    }
     let (strings, frames) = load_tables(&r, &header.tables)?;
     let mut devices = Vec::with_capacity(header.devices.len());
     for d in &header.devices {

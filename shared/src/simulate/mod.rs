@@ -139,6 +139,10 @@ pub struct Simulation {
     /// its recorded OOM by the caller (see
     /// `views::analysis::simulate_with_inferred_capacity`), not one given.
     pub capacity_inferred: bool,
+    /// The capacity is the cap the capture recorded for the process (its
+    /// memory fraction of the device), chosen by the caller (see
+    /// `views::analysis::simulate_with_inferred_capacity`), not one given.
+    pub capacity_recorded: bool,
     /// One per device with a trace, in the snapshot's order.
     pub devices: Vec<DeviceSimulation>,
 }
@@ -212,6 +216,7 @@ pub fn simulate(snapshot: &Snapshot, options: &SimulateOptions) -> Result<Simula
         capacity: options.capacity.or(capacity_from_fraction),
         capacity_from_fraction: options.capacity.is_none() && capacity_from_fraction.is_some(),
         capacity_inferred: false,
+        capacity_recorded: false,
         devices,
     })
 }
@@ -230,8 +235,10 @@ pub struct SimulationReport {
     /// `per_process_memory_fraction` (see `capacity_source`).
     pub capacity_bytes: Option<u64>,
     /// Where the capacity came from: `"given"`, `"per_process_memory_fraction"`,
+    /// `"recorded"` (the cap the capture recorded: the process's memory
+    /// fraction of the device, the default when the snapshot has one),
     /// `"inferred"` (the least the process had when it ran out: the default
-    /// for a snapshot that records an OOM), or absent without one.
+    /// for a snapshot that records an OOM and no cap), or absent without one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub capacity_source: Option<&'static str>,
     /// Options of the recorded setting string that are not modelled (the
@@ -298,10 +305,13 @@ impl Simulation {
             devices: self.devices.iter().map(DeviceSimulation::report).collect(),
             settings: if self.recorded_settings { "recorded" } else { "given" },
             capacity_bytes: self.capacity,
-            capacity_source: self.capacity.map(|_| match (self.capacity_from_fraction, self.capacity_inferred) {
-                (true, _) => "per_process_memory_fraction",
-                (false, true) => "inferred",
-                (false, false) => "given",
+            capacity_source: self.capacity.map(|_| {
+                match (self.capacity_from_fraction, self.capacity_recorded, self.capacity_inferred) {
+                    (true, _, _) => "per_process_memory_fraction",
+                    (false, true, _) => "recorded",
+                    (false, false, true) => "inferred",
+                    (false, false, false) => "given",
+                }
             }),
             not_modelled_settings: self.config.not_modelled.clone(),
         }

@@ -65,6 +65,11 @@ pub struct TuneReport {
     /// inferred from the recorded OOM.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub capacity_inferred: bool,
+    /// Where the capacity came from: `"given"`, `"recorded"` (the cap the
+    /// capture recorded: the process's memory fraction of the device) or
+    /// `"inferred"` (from the recorded OOM); absent without one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub capacity_source: Option<&'static str>,
     /// Ranked candidates.
     pub rows: Vec<TuneRow>,
 }
@@ -91,7 +96,12 @@ pub fn tune(snapshot: &Snapshot, capacity: Option<u64>, grid: &[&str]) -> Result
         rows.push(row(&sim, false));
     }
     rows.sort_by_key(|r| (r.oom.is_some(), r.reserved_peak_bytes, r.allocated_peak_bytes, r.device_allocs));
-    Ok(TuneReport { capacity_bytes: capacity, capacity_inferred: false, rows })
+    Ok(TuneReport {
+        capacity_bytes: capacity,
+        capacity_inferred: false,
+        capacity_source: capacity.map(|_| "given"),
+        rows,
+    })
 }
 
 fn row(sim: &Simulation, recorded: bool) -> TuneRow {

@@ -232,9 +232,33 @@ pub struct CaptureDevice {
     /// NVML's): what `per_process_memory_fraction` is a fraction of.
     #[serde(default)]
     pub cuda_total_bytes: Option<u64>,
+    /// `torch.cuda.get_per_process_memory_fraction(d)` when the capture
+    /// read it (PyTorch 2.11 has the getter; older ones: the fraction the
+    /// job set, seen by the capture module), in (0, 1].
+    #[serde(default)]
+    pub memory_fraction: Option<Fraction>,
+    /// The cap that fraction puts on the process's allocator (the fraction
+    /// of `cuda_total_bytes`), when below 1: what a replay of this snapshot
+    /// runs under when no capacity is given.
+    #[serde(default)]
+    pub capacity_bytes: Option<u64>,
     /// The other processes on the device and their memory.
     pub other_processes: Vec<ProcessMemory>,
 }
+
+/// A fraction, compared by its bits so that the types holding it stay
+/// `Eq` (the reader keeps only finite ones in (0, 1]).
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Fraction(pub f64);
+
+impl PartialEq for Fraction {
+    fn eq(&self, other: &Fraction) -> bool {
+        self.0.to_bits() == other.0.to_bits()
+    }
+}
+
+impl Eq for Fraction {}
 
 /// A process's memory on a device.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -14,7 +14,7 @@ use super::decompress;
 use super::frames::{EMPTY_STACK, Frame, FrameId, FrameTable, StackId, StrId, Strings};
 use super::model::{
     AllocatorSettings, Annotation, AnnotationStage, Block, BlockState, CaptureContext, CaptureDevice, DeviceSnapshot,
-    FormatVersion, HistoryEntry, ProcessMemory, PyValue, Segment, SegmentType, Snapshot,
+    FormatVersion, Fraction, HistoryEntry, ProcessMemory, PyValue, Segment, SegmentType, Snapshot,
 };
 use super::trace::{Action, TraceBuilder, TraceColumns};
 use crate::error::ReadError;
@@ -849,6 +849,12 @@ fn capture_context(heap: &Heap, v: Value, warnings: &mut Vec<String>) -> Option<
         PyValue::Int(i) => u64::try_from(*i).ok(),
         _ => None,
     };
+    // A memory fraction: a finite number in (0, 1]; anything else is left out.
+    let fraction = |v: &PyValue| match v {
+        PyValue::Float(f) if f.is_finite() && *f > 0.0 && *f <= 1.0 => Some(*f),
+        PyValue::Int(1) => Some(1.0),
+        _ => None,
+    };
     let field = |d: &[(String, PyValue)], name: &str| d.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
     let mut capture = CaptureContext {
         torch_version: field(&fields, "torch_version").as_ref().and_then(text),
@@ -887,6 +893,8 @@ fn capture_context(heap: &Heap, v: Value, warnings: &mut Vec<String>) -> Option<
                 device_used_bytes: field(&d, "device_used_bytes").as_ref().and_then(bytes),
                 device_total_bytes: field(&d, "device_total_bytes").as_ref().and_then(bytes),
                 cuda_total_bytes: field(&d, "cuda_total_bytes").as_ref().and_then(bytes),
+                memory_fraction: field(&d, "memory_fraction").as_ref().and_then(fraction).map(Fraction),
+                capacity_bytes: field(&d, "capacity_bytes").as_ref().and_then(bytes).filter(|&c| c > 0),
                 other_processes,
             });
         }

@@ -255,6 +255,10 @@ mod ui {
                                         settings_label(&w.alloc_conf),
                                         w.settings,
                                         match (w.capacity_bytes, w.capacity_inferred) {
+                                            (Some(c), _) if w.capacity_source.as_deref() == Some("recorded") => format!(
+                                                ", capacity {}: the cap the process ran under (its memory fraction, recorded by the capture; type a capacity for another)",
+                                                format::bytes(c),
+                                            ),
                                             (Some(c), true) => format!(
                                                 ", capacity {}: the least the process had when it ran out (inferred from the recorded OOM; type a capacity for another)",
                                                 format::bytes(c),

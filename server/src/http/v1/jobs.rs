@@ -164,9 +164,26 @@ pub(crate) fn report(job: &str, snapshots: &[SnapshotRecord]) -> JobReport {
     }
 }
 
-/// `GET /api/v1/jobs`.
-pub(crate) async fn list(State(state): State<AppState>) -> AppResult<Json<Vec<JobSummary>>> {
-    Ok(Json(state.db.list_jobs().await?))
+/// Jobs listed by default: the agent names each run a job of its own
+/// (script and start time), so a server's job count grows with every run.
+pub(crate) const DEFAULT_JOBS: u64 = 500;
+/// Most jobs one listing answers (`?limit=`).
+pub(crate) const MAX_JOBS: u64 = 5000;
+
+/// `?limit=` of `GET /api/v1/jobs`.
+#[derive(Debug, serde::Deserialize)]
+pub(crate) struct JobsQuery {
+    limit: Option<u64>,
+}
+
+/// `GET /api/v1/jobs[?limit=N]`: the most recently uploaded to first, at
+/// most [`DEFAULT_JOBS`] (or `limit`, clamped to [`MAX_JOBS`]).
+pub(crate) async fn list(
+    State(state): State<AppState>,
+    axum::extract::Query(q): axum::extract::Query<JobsQuery>,
+) -> AppResult<Json<Vec<JobSummary>>> {
+    let limit = q.limit.unwrap_or(DEFAULT_JOBS).clamp(1, MAX_JOBS);
+    Ok(Json(state.db.list_jobs(limit).await?))
 }
 
 /// `GET /api/v1/jobs/{job}`.

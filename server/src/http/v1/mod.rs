@@ -52,6 +52,7 @@ pub(super) fn routes(timeout: Duration) -> Router<AppState> {
         .route("/api/v1/snapshots/{id}/pools", get(views::pools))
         .route("/api/v1/snapshots/{id}/comments", get(review::list).post(review::post))
         .route("/api/v1/snapshots/{id}/comments/{comment}", axum::routing::delete(review::delete))
+        .route("/api/v1/token", get(review::token_holder))
         .route("/api/v1/jobs", get(jobs::list))
         .route("/api/v1/jobs/{job}", get(jobs::get_one))
         .route("/api/v1/snapshots/{id}/whatif", get(analysis::whatif))

@@ -15,7 +15,7 @@ use crate::auth::{Identity, Role};
 use crate::http::AppState;
 use crate::http::error::{AppError, AppResult};
 use crate::store::NewComment;
-use vramscope_shared::api::review::{Comment, PostComment};
+use vramscope_shared::api::review::{Comment, PostComment, TokenHolder};
 
 /// Longest comment accepted, in bytes: a review note, not a file.
 const MAX_COMMENT_BYTES: usize = 16 * 1024;
@@ -79,8 +79,15 @@ pub(crate) async fn post(
         author_token: identity.token_id,
         author_role: identity.role.as_str().to_owned(),
     };
-    let stored =
-        state.db.insert_comment(&id, &new).await?.ok_or_else(|| AppError::NotFound(format!("snapshot {id}")))?;
+    let limit = state.settings.max_comments_per_snapshot;
+    let Some(stored) = state.db.insert_comment(&id, &new, limit).await? else {
+        if state.db.count_comments(&id).await? >= limit {
+            return Err(AppError::LimitReached(format!(
+                "this snapshot has {limit} comments, the most it may have (max_comments_per_snapshot)"
+            )));
+        }
+        return Err(AppError::NotFound(format!("snapshot {id}")));
+    };
     Ok((StatusCode::CREATED, Json(stored.comment)))
 }
 
@@ -102,6 +109,11 @@ pub(crate) async fn delete(
     }
     state.db.delete_comment(&id, &comment_id).await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// `GET /api/v1/token`: who the request's token names, and its role.
+pub(crate) async fn token_holder(Extension(identity): Extension<Identity>) -> Json<TokenHolder> {
+    Json(TokenHolder { name: identity.name, role: identity.role.as_str().to_owned() })
 }
 
 #[cfg(test)]

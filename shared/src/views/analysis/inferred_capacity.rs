@@ -9,34 +9,68 @@
 //! `explain` gives), and says so. Replaying the recorded settings under it
 //! fails at the recorded row by itself: the reserved peak before the OOM is
 //! the bound, and the failed request did not fit.
+//!
+//! A cap the capture recorded (the process's memory fraction of the device,
+//! `CaptureDevice::capacity_bytes`) is the truth the inferred bound
+//! approximates: the precedence is a given capacity, then given settings'
+//! `per_process_memory_fraction`, then the recorded cap, then the recorded
+//! settings' fraction, then the inferred bound. Each answer says which
+//! (`capacity_source`).
 
 use crate::analysis::oom::inferred_capacity;
 use crate::simulate::tune::TuneReport;
 use crate::simulate::{SimError, SimulateOptions, Simulation, settings_for, simulate};
+use crate::snapshot::DeviceSnapshot;
 use crate::snapshot::Snapshot;
 
-/// [`crate::simulate::tune::tune`] under `capacity`, or the inferred one.
+/// The cap the capture recorded for `device`: its memory fraction of the
+/// device's memory, when below 1.
+pub fn recorded_device_capacity(snapshot: &Snapshot, device: &DeviceSnapshot) -> Option<u64> {
+    snapshot.capture.as_ref()?.devices.iter().find(|d| d.device == device.device)?.capacity_bytes
+}
+
+/// [`recorded_device_capacity`] of the first device with a trace that has
+/// one (a replay takes one capacity for every device).
+pub fn recorded_capacity(snapshot: &Snapshot) -> Option<u64> {
+    snapshot.devices.iter().filter(|d| !d.trace.is_empty()).find_map(|d| recorded_device_capacity(snapshot, d))
+}
+
+/// [`crate::simulate::tune::tune`] under `capacity`, or the recorded cap,
+/// or the inferred one.
 pub fn tune_with_inferred_capacity(
     snapshot: &Snapshot,
     capacity: Option<u64>,
     grid: &[&str],
 ) -> Result<TuneReport, SimError> {
-    let inferred = capacity.is_none().then(|| inferred_capacity(snapshot)).flatten();
-    let mut report = crate::simulate::tune::tune(snapshot, capacity.or(inferred), grid)?;
+    let recorded = capacity.is_none().then(|| recorded_capacity(snapshot)).flatten();
+    let inferred = (capacity.is_none() && recorded.is_none()).then(|| inferred_capacity(snapshot)).flatten();
+    let mut report = crate::simulate::tune::tune(snapshot, capacity.or(recorded).or(inferred), grid)?;
     report.capacity_inferred = inferred.is_some();
+    if recorded.is_some() {
+        report.capacity_source = Some("recorded");
+    } else if inferred.is_some() {
+        report.capacity_source = Some("inferred");
+    }
     Ok(report)
 }
 
-/// [`simulate`] under the options' capacity, or the one their settings'
-/// `per_process_memory_fraction` gives, or else the inferred one. Granting
+/// [`simulate`] under the options' capacity, or the one given settings'
+/// `per_process_memory_fraction` gives, or the cap the capture recorded, or
+/// the recorded settings' fraction, or else the inferred one. Granting
 /// the recorded OOMs (`grant_recorded_ooms`) asks for no capacity at all,
 /// so none is inferred then.
 pub fn simulate_with_inferred_capacity(snapshot: &Snapshot, options: &SimulateOptions) -> Result<Simulation, SimError> {
     if options.capacity.is_some() || options.grant_recorded_ooms {
         return simulate(snapshot, options);
     }
-    let Some(inferred) = inferred_capacity(snapshot) else { return simulate(snapshot, options) };
     let (config, _) = settings_for(snapshot, options.alloc_conf.as_deref())?;
+    let given_fraction = options.alloc_conf.is_some() && config.memory_fraction.is_some();
+    if let Some(recorded) = recorded_capacity(snapshot).filter(|_| !given_fraction) {
+        let mut sim = simulate(snapshot, &SimulateOptions { capacity: Some(recorded), ..options.clone() })?;
+        sim.capacity_recorded = true;
+        return Ok(sim);
+    }
+    let Some(inferred) = inferred_capacity(snapshot) else { return simulate(snapshot, options) };
     if config.memory_fraction.is_some() {
         // The fraction gives the exact capacity when the device's total is
         // known; only without it does the inferred one stand in.

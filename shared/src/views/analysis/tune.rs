@@ -33,6 +33,10 @@ pub struct TuneAnswer {
     /// Not given: inferred from the recorded OOM (the least the process had).
     #[serde(default)]
     pub capacity_inferred: bool,
+    /// Where the capacity came from: `given`, `recorded` (the cap the
+    /// capture recorded for the process) or `inferred`; absent without one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity_source: Option<String>,
     /// Reserved peak of the recorded settings' replay.
     pub recorded_reserved_peak_bytes: u64,
     /// Best first.
@@ -50,6 +54,7 @@ pub fn tune(a: &Analyzed, p: &TuneParams) -> Result<TuneAnswer, ViewError> {
     Ok(TuneAnswer {
         capacity_bytes: report.capacity_bytes,
         capacity_inferred: report.capacity_inferred,
+        capacity_source: report.capacity_source.map(str::to_owned),
         recorded_reserved_peak_bytes,
         rows,
     })

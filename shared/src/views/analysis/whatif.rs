@@ -64,6 +64,9 @@ pub struct SimulatedDevice {
     pub capacity: Option<u64>,
     /// The capacity was not given: the least the device had when it ran out.
     pub capacity_inferred: bool,
+    /// Where the capacity came from: `given`, `recorded` (the cap the
+    /// capture recorded) or `inferred`; `None` without one.
+    pub capacity_source: Option<&'static str>,
     /// Peaks and counts.
     pub figures: SimulatedFigures,
     /// Where it ran out of memory (before its x is known).
@@ -96,8 +99,18 @@ pub fn simulate_device(
     // A device that ran out replays under the least it had unless a
     // capacity is given: the recorded OOM is not carried into other
     // settings (see `inferred_capacity`'s module).
-    let inferred = capacity.is_none().then(|| crate::analysis::oom::inferred_device_capacity(&a.snapshot, d)).flatten();
-    let capacity = capacity.or(inferred);
+    // A cap the capture recorded comes first (see its module).
+    let recorded = capacity.is_none().then(|| super::recorded_device_capacity(&a.snapshot, d)).flatten();
+    let inferred = (capacity.is_none() && recorded.is_none())
+        .then(|| crate::analysis::oom::inferred_device_capacity(&a.snapshot, d))
+        .flatten();
+    let capacity_source = match (capacity, recorded, inferred) {
+        (Some(_), _, _) => Some("given"),
+        (None, Some(_), _) => Some("recorded"),
+        (None, None, Some(_)) => Some("inferred"),
+        (None, None, None) => None,
+    };
+    let capacity = capacity.or(recorded).or(inferred);
     let sim = Replayer::new(d, config, capacity, true)?.recorded_settings(same).finish();
     let s = &sim.stats;
     let series = sim.series.unwrap_or_default();
@@ -107,6 +120,7 @@ pub fn simulate_device(
         recorded_settings: alloc_conf.is_none(),
         capacity,
         capacity_inferred: inferred.is_some(),
+        capacity_source,
         figures: SimulatedFigures {
             reserved_peak_bytes: s.reserved_bytes.peak,
             allocated_peak_bytes: s.allocated_bytes.peak,
@@ -171,6 +185,10 @@ pub struct WhatIfAnswer {
     /// Not given: inferred from the recorded OOM (the least the device had).
     #[serde(default)]
     pub capacity_inferred: bool,
+    /// Where the capacity came from: `given`, `recorded` (the cap the
+    /// capture recorded for the process) or `inferred`; absent without one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity_source: Option<String>,
     /// The recorded timeline's window (curves and markers; no allocations).
     /// Its `allocated` curve is requested bytes, the trace's own figure.
     pub recorded: TimelineWindow,
@@ -226,6 +244,7 @@ pub fn whatif_window(a: &Analyzed, sim: &SimulatedDevice, p: &WhatIfParams) -> R
         settings: if sim.recorded_settings { "recorded" } else { "given" }.to_owned(),
         capacity_bytes: sim.capacity,
         capacity_inferred: sim.capacity_inferred,
+        capacity_source: sim.capacity_source.map(str::to_owned),
         figures: sim.figures.clone(),
         recorded_reserved_peak_bytes: stats.reserved_peak_bytes,
         recorded_requested_peak_bytes: stats.requested_peak_bytes,
