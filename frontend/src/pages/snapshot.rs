@@ -322,11 +322,13 @@ fn Summary(stats: DeviceStats, format: String, capture: Option<CaptureContext>) 
         ("cached, not in use", format::bytes(s.reserved_unallocated_bytes), share),
         ("inactive split", format::bytes(s.inactive_split_bytes), String::new()),
         (
-            "largest free block",
+            "largest free block at the end",
             format::bytes(s.largest_free_block_bytes),
-            format!("of {} free", format::bytes(s.free_bytes)),
+            format!("of {} free when the snapshot was taken", format::bytes(s.free_bytes)),
         ),
         ("rounding waste", format::bytes(s.internal_waste_bytes), String::new()),
+        // At the snapshot's end: the OOM post-mortem shows the same figure
+        // at the OOM, which differs (the program freed memory since).
         ("OOMs", s.ooms.to_string(), String::new()),
         ("trace events", format::grouped(s.trace_entries as u64), format!("{} segments", s.segments)),
     ];
@@ -357,4 +359,6 @@ fn Summary(stats: DeviceStats, format: String, capture: Option<CaptureContext>) 
             )}
         </p>
     }
+            "The cards show the allocator when the snapshot was taken (its end); the peaks are over the trace. "
+            {(ooms > 0).then_some("The OOM post-mortem below shows the allocator at the OOM. ")}
 }
