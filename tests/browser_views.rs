@@ -634,3 +634,33 @@ async fn pools(client: &Client, url: &str) {
     scroll_to(client, "pools-panel").await;
     screenshot(client, "views-10-pools").await;
 }
+
+/// The "Allocator state" tab was an empty box until the timeline was
+/// clicked. Opened without a cursor, it now shows the state the snapshot
+/// recorded (its last row), drawn, and says how to see another instant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_the_state_tab_shows_the_end_before_any_click() {
+    let (_server, url) = start_server(&scratch("views-state-end"), &[]);
+    assert_dashboard_built(&url).await;
+    let id = upload(&url, &crate::common::fixture_corpus().join("oom_leak.pickle")).await;
+    let (_driver, driver_url) = start_chromedriver();
+    let client = connect(&driver_url, "profile-views-state-end").await;
+    closing(&client, async {
+        client.goto(&format!("{url}/snapshots/{id}")).await.expect("open the snapshot");
+        let (row, figures) = state_row(&client, None, "the state at the end, unclicked").await;
+        assert_eq!(row, 6679, "the last of oom_leak's 6,680 rows");
+        assert!(figures.to_lowercase().contains("reserved"), "{figures}");
+        let heading = text_of(&client, "#state-heading").await.expect("heading");
+        assert!(heading.contains("of 6,680"), "{heading}");
+        let hint = text_of(&client, "#state-hint").await.expect("hint");
+        assert!(hint.contains("Click a timeline"), "{hint}");
+        until(&client, 30, "the state drawn", || async {
+            let (_, c) = colours(&client, "state-canvas", &[SEG_ALLOCATED]).await?;
+            (c[0] > 100).then_some(())
+        })
+        .await;
+        scroll_to(&client, "state-panel").await;
+        screenshot(&client, "views-state-end").await;
+    })
+    .await;
+}
