@@ -277,7 +277,9 @@ mod worker {
 }
 
 #[cfg(target_arch = "wasm32")]
-pub(crate) use page::{OpenProgress, OtherBytes, compare, file_url, holds_other, open, opened_files, respond};
+pub(crate) use page::{
+    OpenProgress, OtherBytes, compare, file_url, holds_other, in_report, open, opened_files, respond,
+};
 
 /// The page's side: one worker per opened file, and requests to it.
 #[cfg(target_arch = "wasm32")]
@@ -399,6 +401,13 @@ mod page {
             .and_then(|w| Reflect::get(&w, &JsValue::from_str("__vramscope_local_in_page")).ok())
             .and_then(|v| v.as_bool())
             .unwrap_or(false)
+    /// Whether this page is an offline report (`vramscope report`, opened
+    /// from disk): no server behind it, so no library, jobs, token,
+    /// comments or comparison, and no request may leave the page.
+    pub(crate) fn in_report() -> bool {
+        in_page()
+    }
+
     }
 
     /// Read `file` on the page itself (blocking it while parsing).

@@ -47,7 +47,7 @@ pub(crate) fn run(args: &ReportArgs) -> Result<(), Failure> {
         .ok()
         .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
         .map_or(0, |d| d.as_millis() as u64);
-    let html = report_html(path, &name, modified_ms, &bytes, &snapshot).map_err(Failure::Other)?;
+    let html = report_html(&name, modified_ms, &bytes, &snapshot).map_err(Failure::Other)?;
     let charts = [(&args.svg, ChartFormat::Svg), (&args.png, ChartFormat::Png)];
     let charts: Vec<_> = charts.into_iter().filter_map(|(p, f)| p.as_ref().map(|p| (p, f))).collect();
     // One timeline window for both charts.

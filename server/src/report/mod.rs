@@ -38,16 +38,17 @@ const WASM: &str = "vramscope_frontend_bg.wasm";
 const STYLES: &[&str] = &["style.css", "analysis.css"];
 
 /// The whole report page of a snapshot: its findings, the dashboard and
-/// the file's bytes inlined. `path` names the file in the findings' text;
-/// the dashboard's "export report" serves the same page.
+/// the file's bytes inlined. `name` (the file's base name) names it
+/// everywhere in the page: a report is sent to others, and the path it was
+/// made from on this machine is none of their business. The dashboard's
+/// "export report" serves the same page.
 pub(crate) fn report_html(
-    path: &Path,
     name: &str,
     modified_ms: u64,
     bytes: &[u8],
     snapshot: &vramscope_shared::Snapshot,
 ) -> anyhow::Result<String> {
-    let findings = findings(path, snapshot)?;
+    let findings = findings(Path::new(name), snapshot)?;
     render(name, modified_ms, bytes, &findings)
 }
 

@@ -275,10 +275,7 @@ pub(crate) async fn report(State(state): State<AppState>, Path(id): Path<String>
             }
         })?;
         let modified_ms = u64::try_from(rec.uploaded_at_ms).unwrap_or(0);
-        tokio::task::spawn_blocking(move || {
-            report::report_html(std::path::Path::new(&name), &name, modified_ms, &bytes, &analyzed.snapshot)
-        })
-        .await
+        tokio::task::spawn_blocking(move || report::report_html(&name, modified_ms, &bytes, &analyzed.snapshot)).await
     }
     .map_err(|e| AppError::Internal(anyhow::anyhow!("the report's worker thread failed: {e}")))?
     .map_err(AppError::Internal)?;
