@@ -273,3 +273,50 @@ async fn regression_offline_report_shows_only_what_works_offline() {
     })
     .await;
 }
+
+/// The `--svg`/`--png` chart had no title, no axis titles and no legend: an
+/// image file has no page around it to say what its colours and lines are.
+#[test]
+fn regression_the_chart_file_says_what_it_draws() {
+    let dir = scratch("report-chart-legend");
+    let fixture = crate::common::fixture_corpus().join("oom_leak.pickle");
+    let (html, svg_path, png_path) = (dir.join("oom_leak.html"), dir.join("oom_leak.svg"), dir.join("oom_leak.png"));
+    let out = vramscope(&[
+        "report",
+        &fixture.to_string_lossy(),
+        "-o",
+        &html.to_string_lossy(),
+        "--svg",
+        &svg_path.to_string_lossy(),
+        "--png",
+        &png_path.to_string_lossy(),
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let svg = std::fs::read_to_string(&svg_path).expect("the SVG");
+    let texts: Vec<&str> = svg.split("<text").filter_map(|t| t.split('>').nth(1)?.split("</text").next()).collect();
+    let has = |want: &str| texts.iter().any(|t| t.trim() == want);
+    assert!(has("oom_leak.pickle: GPU memory of device 0 over its trace"), "the title: {texts:?}");
+    assert!(has("memory (bytes, 1 GiB = 1024³)"), "the y axis' title: {texts:?}");
+    assert!(has("x: trace events, in order"), "the x axis' title: {texts:?}");
+    for label in [
+        "reserved (segments from CUDA)",
+        "active (allocated + pending free)",
+        "allocated (requested bytes)",
+        "OOM",
+        "trace start (earlier history lost)",
+    ] {
+        assert!(has(label), "legend entry {label:?}: {texts:?}");
+    }
+    assert!(texts.iter().any(|t| t.contains("before the trace or never freed")), "the bars' entry: {texts:?}");
+    // The PNG: the title's glyphs above the plot, the legend's swatches under it.
+    let image = decode_png(&std::fs::read(&png_path).expect("the PNG"));
+    let row_pixels = |ys: std::ops::Range<u32>, want: &dyn Fn([u8; 3]) -> bool| {
+        ys.flat_map(|y| (0..image.width).map(move |x| (x, y)))
+            .filter(|&(x, y)| want(image.rgb[(y * image.width + x) as usize]))
+            .count()
+    };
+    let dark = |p: [u8; 3]| p.iter().all(|&c| c < 100);
+    assert!(row_pixels(0..24, &dark) > 200, "the title is drawn");
+    let (h, legend) = (image.height, |p: [u8; 3]| p == RESERVED || p == ALLOCATED || p == OOM);
+    assert!(row_pixels(h - 40..h, &legend) > 20, "the legend's swatches are drawn");
+}

@@ -249,6 +249,29 @@ mod ui {
                         <div class="canvas-wrap"><canvas id="compare-b" node_ref=canvas_b></canvas></div>
                     </div>
                 </div>
+                <div class="legend" id="compare-legend">
+                    <span class="key" title="Bytes reserved from CUDA (segments)">
+                        <span class="swatch reserved"></span>
+                        "reserved"
+                    </span>
+                    <span class="key" title="Requested bytes of allocated blocks">
+                        <span class="swatch allocated"></span>
+                        "allocated"
+                    </span>
+                    {move || (align.get() == Align::Step).then(|| view! {
+                        <span class="key" title="Where a step begins (a step is found by the optimizer's step call)">
+                            <span class="swatch window-start"></span>
+                            "step boundary"
+                        </span>
+                    })}
+                    <span class="axis-caption">
+                        {move || match align.get() {
+                            Align::Event => "y: bytes, one scale for A and B; x: each trace's events in order, on one range",
+                            Align::Step => "y: bytes, one scale for A and B; x: steps, step k of A beside step k of B",
+                        }}
+                    </span>
+                    <span class="hint">"Bands: the range in each pixel column; lines: the value at its end."</span>
+                </div>
                 {move || {
                     answer.get().map(|r| match r {
                         Err(e) => view! { <p class="notice error">{e}</p> }.into_any(),

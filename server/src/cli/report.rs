@@ -59,7 +59,7 @@ pub(crate) fn run(args: &ReportArgs) -> Result<(), Failure> {
     };
     for (chart_path, format) in charts {
         let Some(window) = &window else { break };
-        let chart = chart_bytes(window, format).map_err(Failure::Other)?;
+        let chart = chart_bytes(window, &name, format).map_err(Failure::Other)?;
         std::fs::write(chart_path, chart)
             .with_context(|| format!("cannot write {}", chart_path.display()))
             .map_err(Failure::Other)?;

@@ -63,8 +63,10 @@ pub(crate) fn index_report_html(
 ) -> anyhow::Result<String> {
     let findings = findings(Path::new(name), &analyzed.snapshot)?;
     // A snapshot with no trace has no chart; the findings say why.
-    let chart =
-        main_chart(analyzed, ChartFormat::Svg).ok().and_then(|svg| String::from_utf8(svg).ok()).unwrap_or_default();
+    let chart = main_chart(analyzed, name, ChartFormat::Svg)
+        .ok()
+        .and_then(|svg| String::from_utf8(svg).ok())
+        .unwrap_or_default();
     Ok(format!(
         r#"{head}
 <body>

@@ -298,7 +298,8 @@ pub(crate) async fn chart_png(State(state): State<AppState>, Path(id): Path<Stri
 
 async fn chart(state: &AppState, id: &str, format: ChartFormat) -> AppResult<Response> {
     let (rec, analyzed) = analyzed_record(state, id).await?;
-    let chart = tokio::task::spawn_blocking(move || report::main_chart(&analyzed, format))
+    let name = rec.name.clone();
+    let chart = tokio::task::spawn_blocking(move || report::main_chart(&analyzed, &name, format))
         .await
         .map_err(|e| AppError::Internal(anyhow::anyhow!("the chart's worker thread failed: {e}")))?
         // The only failure of a readable snapshot: no device has a trace.
