@@ -19,7 +19,6 @@
 use std::io::Read;
 
 use serde_json::json;
-use vramscope_shared::snapshot::Action;
 use vramscope_shared::views::route;
 use vramscope_shared::views::{Analyzed, ViewError};
 use vramscope_shared::{ReadOptions, Snapshot, read_snapshot};
@@ -119,8 +118,7 @@ pub(crate) fn open_bytes(
 /// `oom` when a trace recorded an out-of-memory event, else `manual`: what
 /// an upload would have been tagged with had it said.
 fn trigger_of(snapshot: &Snapshot) -> &'static str {
-    let oom = snapshot.devices.iter().any(|d| (0..d.trace.len()).any(|i| d.trace.action(i) == Action::Oom));
-    if oom { "oom" } else { "manual" }
+    if snapshot.records_oom() { "oom" } else { "manual" }
 }
 
 impl Opened {
@@ -401,13 +399,13 @@ mod page {
             .and_then(|w| Reflect::get(&w, &JsValue::from_str("__vramscope_local_in_page")).ok())
             .and_then(|v| v.as_bool())
             .unwrap_or(false)
+    }
+
     /// Whether this page is an offline report (`vramscope report`, opened
     /// from disk): no server behind it, so no library, jobs, token,
     /// comments or comparison, and no request may leave the page.
     pub(crate) fn in_report() -> bool {
         in_page()
-    }
-
     }
 
     /// Read `file` on the page itself (blocking it while parsing).
