@@ -319,9 +319,19 @@ pub fn draw_framed<DB: DrawingBackend>(
     let x_title = format!("x: {}", x_axis_caption(scene.data.axis));
     let mid = (geometry.left + geometry.width / 2.0).round() as i32;
     bottom.draw(&Text::new(x_title, (mid, 2), centre)).map_err(err)?;
-    // The legend, in rows: a swatch, then its label.
+    // The legend, in rows: a swatch, then its label; a marker's entry only
+    // when the chart has one.
+    let shown = |colour: RGBColor| {
+        scene.data.markers.iter().any(|m| match m.kind {
+            MarkerKind::Oom => colour == OOM,
+            MarkerKind::WindowStart => colour == WINDOW_START,
+        })
+    };
     let (mut x, mut y) = (10, 20);
     for (label, colour, key) in LEGEND {
+        if key == LegendKey::Line && !shown(colour) {
+            continue;
+        }
         let text = left(11, &LABEL);
         let (w, _) = bottom.estimate_text_size(label, &text).map_err(err)?;
         let needed = 18 + w as i32;
@@ -479,8 +489,10 @@ mod tests {
         for want in ["oom_leak.pickle", "memory (bytes, 1 GiB = 1024³)", "x: trace events, in order"] {
             assert!(texts.contains(&want), "{want:?} in {texts:?}");
         }
-        for (label, _, _) in LEGEND {
-            assert!(texts.contains(&label), "legend entry {label:?} in {texts:?}");
+        for (label, _, key) in LEGEND {
+            // oom_leak's trace starts empty: no "trace start" marker, so no entry.
+            let drawn = key != LegendKey::Line || label == "OOM";
+            assert_eq!(texts.contains(&label), drawn, "legend entry {label:?} in {texts:?}");
         }
         // The plot sits between the title and the legend, and the curves in
         // it: the plot's pixels are the image's, not the framed part's.
