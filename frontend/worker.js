@@ -6,10 +6,11 @@
 //
 // Page -> worker: {type: "open", file, id, name, modified}
 //                 {type: "ask", seq, route, query}
+//                 {type: "compare", seq, other, other_id, self_is_a, query}
 // Worker -> page: {type: "progress", phase: "reading" | "parsing" | "indexing", read}
 //                 {type: "opened", meta} | {type: "failed", error}
 //                 {type: "answer", seq, json} | {type: "answer", seq, status, error}
-import init, { local_open, local_answer } from "./vramscope_frontend.js";
+import init, { local_open, local_answer, local_compare } from "./vramscope_frontend.js";
 
 const started = init();
 
@@ -26,6 +27,23 @@ self.onmessage = async (event) => {
       self.postMessage({ type: "opened", meta });
     } catch (e) {
       self.postMessage({ type: "failed", error: String(e && e.message ? e.message : e) });
+    }
+  } else if (message.type === "compare") {
+    // The other snapshot of a comparison: a local File, bytes the page
+    // fetched from the server, or null when this worker holds it already.
+    try {
+      await started;
+      let other = message.other;
+      if (other instanceof Blob) other = new Uint8Array(await other.arrayBuffer());
+      self.postMessage({
+        type: "answer",
+        seq: message.seq,
+        json: local_compare(other || undefined, message.other_id, message.self_is_a, message.query),
+      });
+    } catch (e) {
+      const status = e && typeof e.status === "number" ? e.status : 500;
+      const error = e && e.error ? e.error : String(e && e.message ? e.message : e);
+      self.postMessage({ type: "answer", seq: message.seq, status, error });
     }
   } else if (message.type === "ask") {
     try {

@@ -182,3 +182,37 @@ async fn explore(client: &Client, url: &str, leak: &str, other: &str) {
     })
     .await;
 }
+
+/// The `oom_leak` page showed "largest free block 292 MiB" in its cards and
+/// "largest free block 70.2 MiB" in the OOM post-mortem, without a word on
+/// why they differ: one is the snapshot's end, the other the OOM. Each now
+/// names its moment.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_largest_free_block_figures_name_their_moment() {
+    let (_server, url) = start_server(&scratch("analysis-moment-data"), &[]);
+    assert_dashboard_built(&url).await;
+    let leak = upload(&url, &crate::common::fixture_corpus().join("oom_leak.pickle")).await;
+    let (_driver, driver_url) = start_chromedriver();
+    let client = connect(&driver_url, "analysis-moment-profile").await;
+    closing(&client, async {
+        client.goto(&format!("{url}/snapshots/{leak}")).await.expect("open oom_leak");
+        // Card labels are upper case by CSS: compare in lower case.
+        let card = |scope: &'static str| {
+            let client = client.clone();
+            async move {
+                let script = "return [...document.querySelectorAll(arguments[0] + ' .card')]\
+                    .map((c) => c.textContent.toLowerCase()).find((t) => t.includes('largest free block')) || null;";
+                client.execute(script, vec![json!(scope)]).await.ok()?.as_str().map(str::to_owned)
+            }
+        };
+        let end = until(&client, 60, "the card at the end", || card("#stats-summary")).await;
+        assert!(end.contains("at the end") && end.contains("292 mib"), "{end}");
+        let at_oom = until(&client, 60, "the post-mortem's card", || card("#oom-panel")).await;
+        assert!(at_oom.contains("at the oom") && at_oom.contains("70.2 mib"), "{at_oom}");
+        let said = text_of(&client, "#oom-moment").await.expect("the post-mortem says its moment");
+        assert!(said.contains("at the OOM") && said.contains("snapshot's end"), "{said}");
+        scroll_to(&client, "#oom-panel").await;
+        screenshot(&client, "analysis-moment").await;
+    })
+    .await;
+}

@@ -144,3 +144,106 @@ async fn open_locally(client: &Client, url: &str) {
         .await
         .expect("back in the library");
 }
+
+/// Compare from a local file's page landed on `/compare/local-1/<id>` and
+/// showed "comparing the snapshots: not found: snapshot local-1", empty
+/// charts and a 404: the server was asked about a file it never saw. A
+/// local file now compares in the tab (its worker reads the other side):
+/// with an uploaded snapshot (whose file the page fetches) and with another
+/// local file; the server is never asked for a comparison.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_compare_from_a_local_file_page() {
+    let (_server, url) = start_server(&scratch("local-compare-data"), &[]);
+    assert_dashboard_built(&url).await;
+    let uploaded = upload(&url, &crate::common::fixture_corpus().join("mlp_train_all.pickle")).await;
+    let (_driver, driver_url) = start_chromedriver();
+    let client = connect(&driver_url, "local-compare-profile").await;
+    closing(&client, compare_locally(&client, &url, &uploaded)).await;
+}
+
+/// Open `name` from the corpus through the library's local-file picker
+/// (reached in the page, so earlier local files stay open); its page's path.
+async fn open_in_tab(client: &Client, name: &str) -> String {
+    let input = client
+        .wait()
+        .at_most(Duration::from_secs(30))
+        .for_element(Locator::Css("#local-file-input"))
+        .await
+        .expect("the local-file picker");
+    let before = client.current_url().await.expect("url").path().to_owned();
+    let fixture = crate::common::fixture_corpus().join(name);
+    input.send_keys(&fixture.to_string_lossy()).await.expect("choose the snapshot");
+    until(client, 60, &format!("{name}'s local page"), || async {
+        let path = client.current_url().await.ok()?.path().to_owned();
+        (path.starts_with("/snapshots/local-") && path != before).then_some(path)
+    })
+    .await
+}
+
+/// Pick `other` in the snapshot page's compare picker and follow the link;
+/// waits for the comparison's stack table and both charts.
+async fn compare_with(client: &Client, other: &str, expect_path: &str) {
+    let select = until(client, 60, "the compare picker", || async {
+        let s = client.find(Locator::Css("#compare-with")).await.ok()?;
+        let options = text_of(client, "#compare-with").await?;
+        (!options.is_empty()).then_some(s)
+    })
+    .await;
+    select.select_by_value(other).await.expect("pick the other snapshot");
+    client.find(Locator::Css("#compare-link")).await.expect("compare link").click().await.expect("click compare");
+    until(client, 30, "the compare page", || async {
+        let u = client.current_url().await.ok()?;
+        (u.path() == expect_path).then_some(())
+    })
+    .await;
+    let stacks = until(client, 60, "the stack changes", || async {
+        if let Some(e) = text_of(client, ".notice.error").await {
+            panic!("the comparison failed: {e}");
+        }
+        text_of(client, "#compare-stacks").await
+    })
+    .await;
+    assert!(stacks.contains("appeared") || stacks.contains("vanished"), "{stacks}");
+    for side in ["compare-a", "compare-b"] {
+        let script = "const c = document.getElementById(arguments[0]); if (!c || !c.width) return 0; \
+            const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data; let n = 0; \
+            for (let i = 0; i < d.length; i += 4) if (d[i] < 200 || d[i + 1] < 200 || d[i + 2] < 200) n++; return n;";
+        until(client, 30, &format!("{side} drawn"), || async {
+            let n = client.execute(script, vec![serde_json::json!(side)]).await.ok()?.as_u64()?;
+            (n > 500).then_some(())
+        })
+        .await;
+    }
+}
+
+async fn compare_locally(client: &Client, url: &str, uploaded: &str) {
+    let client = client.clone();
+    client.goto(&format!("{url}/")).await.expect("open the library");
+    let first = open_in_tab(&client, "oom_leak.pickle").await;
+    client.find(Locator::LinkText("Library")).await.expect("crumb").click().await.expect("back");
+    let second = open_in_tab(&client, "streams.pickle").await;
+    let (first_id, second_id) = (first.trim_start_matches("/snapshots/"), second.trim_start_matches("/snapshots/"));
+
+    // With the uploaded snapshot: computed in this tab from its file.
+    compare_with(&client, uploaded, &format!("/compare/{second_id}/{uploaded}")).await;
+    let title = text_of(&client, "h1").await.expect("title");
+    assert!(title.contains("streams.pickle") && title.contains("mlp_train_all.pickle"), "{title}");
+    screenshot(&client, "local-compare-1-uploaded").await;
+
+    // With the other local file, back on the second file's page.
+    client.find(Locator::LinkText("streams.pickle")).await.expect("A's link").click().await.expect("to A");
+    compare_with(&client, first_id, &format!("/compare/{second_id}/{first_id}")).await;
+    let title = text_of(&client, "h1").await.expect("title");
+    assert!(title.contains("streams.pickle") && title.contains("oom_leak.pickle"), "{title}");
+    screenshot(&client, "local-compare-2-local").await;
+
+    let asked = client
+        .execute(
+            "return performance.getEntriesByType('resource').map((e) => e.name)\
+             .filter((n) => n.includes('/api/v1/compare') || n.includes('/api/v1/snapshots/local-'));",
+            vec![],
+        )
+        .await
+        .expect("resource timing");
+    assert_eq!(asked, serde_json::json!([]), "the server was asked about a local file");
+}

@@ -634,3 +634,118 @@ async fn pools(client: &Client, url: &str) {
     scroll_to(client, "pools-panel").await;
     screenshot(client, "views-10-pools").await;
 }
+
+/// The "Allocator state" tab was an empty box until the timeline was
+/// clicked. Opened without a cursor, it now shows the state the snapshot
+/// recorded (its last row), drawn, and says how to see another instant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_the_state_tab_shows_the_end_before_any_click() {
+    let (_server, url) = start_server(&scratch("views-state-end"), &[]);
+    assert_dashboard_built(&url).await;
+    let id = upload(&url, &crate::common::fixture_corpus().join("oom_leak.pickle")).await;
+    let (_driver, driver_url) = start_chromedriver();
+    let client = connect(&driver_url, "profile-views-state-end").await;
+    closing(&client, async {
+        client.goto(&format!("{url}/snapshots/{id}")).await.expect("open the snapshot");
+        let (row, figures) = state_row(&client, None, "the state at the end, unclicked").await;
+        assert_eq!(row, 6679, "the last of oom_leak's 6,680 rows");
+        assert!(figures.to_lowercase().contains("reserved"), "{figures}");
+        let heading = text_of(&client, "#state-heading").await.expect("heading");
+        assert!(heading.contains("of 6,680"), "{heading}");
+        let hint = text_of(&client, "#state-hint").await.expect("hint");
+        assert!(hint.contains("Click a timeline"), "{hint}");
+        until(&client, 30, "the state drawn", || async {
+            let (_, c) = colours(&client, "state-canvas", &[SEG_ALLOCATED]).await?;
+            (c[0] > 100).then_some(())
+        })
+        .await;
+        scroll_to(&client, "state-panel").await;
+        screenshot(&client, "views-state-end").await;
+    })
+    .await;
+}
+
+/// Pixels of canvas `id` that are not background, in the band `x0..x1` ×
+/// `y0..y1` given as fractions of its size (negative: from the far edge,
+/// in CSS pixels); `None` while it is missing or blank.
+async fn ink(client: &Client, id: &str, x: (f64, f64), y: (f64, f64)) -> Option<u64> {
+    let script = r#"
+        const c = document.getElementById(arguments[0]);
+        if (!c || c.width === 0) return null;
+        const at = (v, size) => Math.round(v < 0 ? size + v : v <= 1 ? v * size : v);
+        const [x0, x1, y0, y1] = [at(arguments[1], c.width), at(arguments[2], c.width), at(arguments[3], c.height), at(arguments[4], c.height)];
+        const d = c.getContext("2d").getImageData(x0, y0, Math.max(1, x1 - x0), Math.max(1, y1 - y0)).data;
+        let n = 0;
+        for (let i = 0; i < d.length; i += 4) if (d[i + 3] > 0 && (d[i] < 235 || d[i + 1] < 235 || d[i + 2] < 235)) n++;
+        return n;
+    "#;
+    client.execute(script, vec![json!(id), json!(x.0), json!(x.1), json!(y.0), json!(y.1)]).await.ok()?.as_u64()
+}
+
+/// The charts said nothing of their axes: the segment timeline had no x
+/// axis, the breakdown chart and the pools' bands no axes at all, the
+/// compare charts no legend, and a thin light-blue line across
+/// gpt_varlen's timeline (a 32 MiB allocation never freed) had no word.
+/// Each now has its axes' labels drawn and its legend on the page.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_every_chart_says_what_its_axes_and_colours_are() {
+    let (_server, url) = start_server(&scratch("views-axes"), &[]);
+    assert_dashboard_built(&url).await;
+    let id = upload(&url, &crate::common::fixture_corpus().join("oom_leak.pickle")).await;
+    let other = upload(&url, &crate::common::fixture_corpus().join("mlp_train_all.pickle")).await;
+    let (_driver, driver_url) = start_chromedriver();
+    let client = connect(&driver_url, "profile-views-axes").await;
+    closing(&client, async {
+        client.goto(&format!("{url}/snapshots/{id}")).await.expect("open the snapshot");
+        let legend = until(&client, 60, "the timeline's legend", || text_of(&client, ".timeline-panel .legend")).await;
+        assert!(legend.contains("before the trace or never freed"), "{legend}");
+
+        // The segment timeline's x axis: labels in the band under its plot.
+        let labels = until(&client, 60, "the segment timeline's x labels", || async {
+            ink(&client, "segments", (0.0, 1.0), (-16.0, -1.0)).await.filter(|&n| n > 100)
+        })
+        .await;
+        eprintln!("segments x labels: {labels} pixels");
+        let caption = text_of(&client, ".segments-panel .axis-caption").await.expect("the segments' caption");
+        assert!(caption.contains("y: segments"), "{caption}");
+        scroll_to(&client, "segments").await;
+        screenshot(&client, "views-axes-1-segments").await;
+
+        // The breakdown: byte labels left of the plot, rows under it.
+        client.find(Locator::Css("#tab-breakdown")).await.expect("tab").click().await.expect("click");
+        let (left, bottom) = until(&client, 60, "the breakdown's axes", || async {
+            let left = ink(&client, "breakdown-chart", (0.0, 55.0), (0.0, -20.0)).await?;
+            let bottom = ink(&client, "breakdown-chart", (62.0, -10.0), (-16.0, -1.0)).await?;
+            (left > 100 && bottom > 100).then_some((left, bottom))
+        })
+        .await;
+        eprintln!("breakdown axes: left {left}, bottom {bottom}");
+        scroll_to(&client, "breakdown-panel").await;
+        screenshot(&client, "views-axes-2-breakdown").await;
+
+        // The pools: each band's byte scale on its left, rows under all.
+        client.find(Locator::Css("#tab-pools")).await.expect("tab").click().await.expect("click");
+        let (left, bottom) = until(&client, 60, "the pools' axes", || async {
+            let left = ink(&client, "pools-chart", (0.0, 55.0), (0.0, -20.0)).await?;
+            let bottom = ink(&client, "pools-chart", (62.0, -10.0), (-16.0, -1.0)).await?;
+            (left > 50 && bottom > 100).then_some((left, bottom))
+        })
+        .await;
+        eprintln!("pools axes: left {left}, bottom {bottom}");
+        scroll_to(&client, "pools-panel").await;
+        screenshot(&client, "views-axes-3-pools").await;
+
+        // The comparison's legend.
+        client.goto(&format!("{url}/compare/{id}/{other}")).await.expect("open the comparison");
+        let legend = until(&client, 60, "the comparison's legend", || text_of(&client, "#compare-legend")).await;
+        for word in ["reserved", "allocated", "y: bytes", "x: each trace's events"] {
+            assert!(legend.contains(word), "{word:?} in {legend}");
+        }
+        until(&client, 60, "the comparison drawn", || async {
+            ink(&client, "compare-a", (0.0, 1.0), (0.0, 1.0)).await.filter(|&n| n > 1000)
+        })
+        .await;
+        screenshot(&client, "views-axes-4-compare").await;
+    })
+    .await;
+}

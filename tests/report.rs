@@ -213,3 +213,108 @@ async fn the_server_exports_the_same_report() {
     assert_eq!(missing.status(), 404);
     drop(server);
 }
+
+/// The offline report showed the server's parts (Library, Jobs, API token,
+/// an empty compare picker, a comments notice), logged two CORS errors
+/// (`file:///api/v1/snapshots`) and embedded the absolute path of the file
+/// given on the command line. It now shows only what works offline, asks
+/// nothing of any network, and names the file by its base name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_offline_report_shows_only_what_works_offline() {
+    let dir = scratch("report-offline");
+    let input = dir.join("inputs-here").join("oom_leak.pickle");
+    std::fs::create_dir_all(input.parent().expect("a folder")).expect("mkdir");
+    std::fs::copy(crate::common::fixture_corpus().join("oom_leak.pickle"), &input).expect("copy the fixture");
+    let html = dir.join("oom_leak.html");
+    let out = vramscope(&["report", &input.to_string_lossy(), "-o", &html.to_string_lossy()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let page = std::fs::read_to_string(&html).expect("the report");
+    let folder = input.parent().expect("a folder").to_string_lossy().into_owned();
+    assert!(!page.contains(&folder), "the input's folder ({folder}) is in the page");
+    assert!(!page.contains("inputs-here"), "the input's folder is in the page");
+    assert!(page.contains("oom_leak.pickle"), "the file is named by its base name");
+
+    let (_driver, driver_url) = start_chromedriver();
+    let client = connect(&driver_url, "report-offline-profile").await;
+    closing(&client, async {
+        let url = Url::from_file_path(&html).expect("file URL");
+        client.goto(url.as_str()).await.expect("open the report");
+        until(&client, 60, "the report's timeline drawn", || async {
+            let p = canvas_pixels(&client).await?;
+            (p.allocated > 0 && client.find(Locator::Css("#timeline-loading")).await.is_err()).then_some(p)
+        })
+        .await;
+        // The analysis panels have loaded (the compare picker lived there).
+        until(&client, 60, "the OOM post-mortem", || text_of(&client, "#oom-panel")).await;
+        tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+        screenshot(&client, "report-offline").await;
+        let body = text_of(&client, "body").await.expect("the page");
+        for server_only in ["Library", "Jobs", "API token", "Compare with another snapshot", "Comments and pins"] {
+            assert!(!body.contains(server_only), "{server_only:?} shown offline");
+        }
+        for css in ["#compare-picker", "#review-local", "#review", ".token", ".crumbs"] {
+            assert!(client.find(Locator::Css(css)).await.is_err(), "{css} shown offline");
+        }
+        let requests = client
+            .execute(
+                "return performance.getEntriesByType('resource').map((e) => e.name)\
+                 .filter((n) => !n.startsWith('blob:') && !n.startsWith('data:'));",
+                vec![],
+            )
+            .await
+            .expect("resource timing");
+        assert_eq!(requests, serde_json::json!([]), "requests from the report");
+        let errors: Vec<String> = browser_log(&client)
+            .await
+            .into_iter()
+            .filter(|line| line.starts_with("SEVERE") || line.contains("CORS") || line.contains("file:///api"))
+            .collect();
+        assert!(errors.is_empty(), "console errors: {errors:#?}");
+    })
+    .await;
+}
+
+/// The `--svg`/`--png` chart had no title, no axis titles and no legend: an
+/// image file has no page around it to say what its colours and lines are.
+#[test]
+fn regression_the_chart_file_says_what_it_draws() {
+    let dir = scratch("report-chart-legend");
+    let fixture = crate::common::fixture_corpus().join("oom_leak.pickle");
+    let (html, svg_path, png_path) = (dir.join("oom_leak.html"), dir.join("oom_leak.svg"), dir.join("oom_leak.png"));
+    let out = vramscope(&[
+        "report",
+        &fixture.to_string_lossy(),
+        "-o",
+        &html.to_string_lossy(),
+        "--svg",
+        &svg_path.to_string_lossy(),
+        "--png",
+        &png_path.to_string_lossy(),
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let svg = std::fs::read_to_string(&svg_path).expect("the SVG");
+    let texts: Vec<&str> = svg.split("<text").filter_map(|t| t.split('>').nth(1)?.split("</text").next()).collect();
+    let has = |want: &str| texts.iter().any(|t| t.trim() == want);
+    assert!(has("oom_leak.pickle: GPU memory of device 0 over its trace"), "the title: {texts:?}");
+    assert!(has("memory (bytes, 1 GiB = 1024³)"), "the y axis' title: {texts:?}");
+    assert!(has("x: trace events, in order"), "the x axis' title: {texts:?}");
+    for label in
+        ["reserved (segments from CUDA)", "active (allocated + pending free)", "allocated (requested bytes)", "OOM"]
+    {
+        assert!(has(label), "legend entry {label:?}: {texts:?}");
+    }
+    // Markers the chart does not have are not in its legend.
+    assert!(!has("trace start (earlier history lost)"), "oom_leak's trace starts empty: {texts:?}");
+    assert!(texts.iter().any(|t| t.contains("before the trace or never freed")), "the bars' entry: {texts:?}");
+    // The PNG: the title's glyphs above the plot, the legend's swatches under it.
+    let image = decode_png(&std::fs::read(&png_path).expect("the PNG"));
+    let row_pixels = |ys: std::ops::Range<u32>, want: &dyn Fn([u8; 3]) -> bool| {
+        ys.flat_map(|y| (0..image.width).map(move |x| (x, y)))
+            .filter(|&(x, y)| want(image.rgb[(y * image.width + x) as usize]))
+            .count()
+    };
+    let dark = |p: [u8; 3]| p.iter().all(|&c| c < 100);
+    assert!(row_pixels(0..24, &dark) > 200, "the title is drawn");
+    let (h, legend) = (image.height, |p: [u8; 3]| p == RESERVED || p == ALLOCATED || p == OOM);
+    assert!(row_pixels(h - 40..h, &legend) > 20, "the legend's swatches are drawn");
+}

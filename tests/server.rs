@@ -595,6 +595,33 @@ async fn regression_a_tokenless_loopback_server_takes_a_request_that_carries_a_t
 }
 
 #[tokio::test]
+async fn regression_upload_takes_the_trigger_from_the_file() {
+    // `--trigger` defaulted to "manual", even for a file that records an OOM.
+    let server = TestServer::start("upload-trigger", &[]);
+    let upload = |name: &str, extra: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_vramscope"))
+            .args(["upload", "--server", &server.url])
+            .args(extra)
+            .arg(crate::common::fixture_corpus().join(name))
+            .output()
+            .expect("upload");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let answer: Value = serde_json::from_slice(&out.stdout).expect("json answer");
+        answer["id"].as_str().expect("id").to_owned()
+    };
+    for (file, extra, want) in [
+        ("oom_leak.pickle", &[][..], "oom"),
+        ("mlp_train_all.pickle", &[][..], "manual"),
+        // Said on the command line, the trigger is what was said.
+        ("fraction_oom.pickle", &["--trigger", "threshold"][..], "threshold"),
+    ] {
+        let id = upload(file, extra);
+        let (_, rec) = get_json(&server.api(&format!("/snapshots/{id}"))).await;
+        assert_eq!(rec["trigger"], want, "{file} {extra:?}");
+    }
+}
+
+#[tokio::test]
 async fn regression_upload_refused_for_its_token_says_why_and_exits_2() {
     let dir = unique_dir("upload-401");
     // Token mode starts only once a token exists.

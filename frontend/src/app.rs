@@ -14,13 +14,22 @@ use crate::pages::snapshot::SnapshotPage;
 /// The whole app.
 #[component]
 pub(crate) fn App() -> impl IntoView {
+    // An offline report (a file opened from disk) has no server: no
+    // library to go back to, no jobs, no token to enter.
+    let report = crate::infra::local::in_report();
     view! {
         <Router>
             <header class="topbar">
-                <a class="brand" href="/">"vramscope"</a>
+                {if report {
+                    view! { <span class="brand">"vramscope report"</span> }.into_any()
+                } else {
+                    view! { <a class="brand" href="/">"vramscope"</a> }.into_any()
+                }}
                 <span class="tagline">"GPU memory observatory for PyTorch"</span>
-                <a class="nav" href="/jobs">"Jobs"</a>
-                <TokenControl/>
+                {(!report).then(|| view! {
+                    <a class="nav" href="/jobs">"Jobs"</a>
+                    <TokenControl/>
+                })}
             </header>
             <main>
                 // Unknown paths, and the page of a report file (a `file:` URL).

@@ -139,3 +139,12 @@ def test_upload_stores_the_snapshot_with_its_labels(server):
     assert [(s["id"], s["job"], s["rank"], s["tags"], s["trigger"]) for s in stored] == [
         (answer["id"], "train", 1, ["step=3"], "oom")
     ]
+
+
+def test_regression_upload_takes_the_trigger_from_the_file(server):
+    # trigger defaulted to "manual", even for a file that records an OOM.
+    oom = vramscope.upload(CORPUS / "oom_leak.pickle", server=server)
+    quiet = vramscope.upload(CORPUS / "mlp_train_all.pickle", server=server)
+    said = vramscope.upload(CORPUS / "ring_overflow.pickle", server=server, trigger="threshold")
+    triggers = {s["id"]: s["trigger"] for s in stored_snapshots(server)}
+    assert (triggers[oom["id"]], triggers[quiet["id"]], triggers[said["id"]]) == ("oom", "manual", "threshold")

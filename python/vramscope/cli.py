@@ -224,14 +224,18 @@ def predict(runs, at=None, largest=False, capacity=None, alloc_conf=None, step=N
     return run_json(args)
 
 
-def upload(path, server=None, token=None, name=None, job=None, host=None, rank=None, tags=None, trigger="manual"):
+def upload(path, server=None, token=None, name=None, job=None, host=None, rank=None, tags=None, trigger=None):
     """Uploads a snapshot to a vramscope server (`vramscope upload`) and
     returns the server's JSON answer (the stored snapshot's id and figures).
 
     `server` and `token` default to $VRAMSCOPE_SERVER and $VRAMSCOPE_TOKEN;
     the token is passed in the environment, never on the command line.
-    `tags` is a list (or comma-separated text) such as `["step=120"]`."""
-    args = ["upload", _path(path, "path"), "--trigger", str(trigger)]
+    `tags` is a list (or comma-separated text) such as `["step=120"]`.
+    `trigger` is manual, threshold or oom; None takes it from the file
+    (oom when its trace records an out-of-memory event, else manual)."""
+    args = ["upload", _path(path, "path")]
+    if trigger is not None:
+        args += ["--trigger", str(trigger)]
     if server is not None:
         args += ["--server", str(server)]
     for option, value in (("--name", name), ("--job", job), ("--host", host)):

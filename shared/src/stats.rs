@@ -119,6 +119,13 @@ pub struct DeviceStats {
 }
 
 impl Snapshot {
+    /// Whether a device's trace recorded an out-of-memory event: what
+    /// `oom` as an upload's trigger means when the uploader does not say
+    /// (`vramscope upload`, a file opened in the browser).
+    pub fn records_oom(&self) -> bool {
+        self.devices.iter().any(|d| (0..d.trace.len()).any(|i| d.trace.action(i) == Action::Oom))
+    }
+
     /// Recompute PyTorch's counters for every device.
     pub fn stats(&self) -> SnapshotStats {
         SnapshotStats {

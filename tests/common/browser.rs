@@ -109,6 +109,8 @@ pub async fn connect(driver: &str, profile: &str) -> Client {
     let browser = find_program("VRAMSCOPE_CHROMIUM", &["chromium", "chromium-browser", "google-chrome"]);
     let profile = scratch(profile);
     let capabilities = json!({
+        // The console and network errors, for `browser_log`.
+        "goog:loggingPrefs": { "browser": "ALL" },
         "goog:chromeOptions": {
             "binary": browser,
             "args": [
@@ -125,6 +127,35 @@ pub async fn connect(driver: &str, profile: &str) -> Client {
         .connect(driver)
         .await
         .unwrap_or_else(|e| panic!("chromedriver at {driver} could not start Chromium: {e}: {SETUP_HINT}"))
+}
+
+/// chromedriver's browser log (console messages, failed requests) since
+/// the last call.
+#[derive(Debug)]
+struct BrowserLog;
+
+impl WebDriverCompatibleCommand for BrowserLog {
+    fn endpoint(&self, base: &Url, session: Option<&str>) -> Result<Url, url::ParseError> {
+        base.join(&format!("session/{}/se/log", session.unwrap_or_default()))
+    }
+
+    fn method_and_body(&self, _: &Url) -> (Method, Option<String>) {
+        (Method::POST, Some(json!({ "type": "browser" }).to_string()))
+    }
+}
+
+/// The browser's console messages and failed requests since the last
+/// call, as "LEVEL message" lines.
+pub async fn browser_log(client: &Client) -> Vec<String> {
+    let log = client.issue_cmd(BrowserLog).await.expect("chromedriver's browser log");
+    log.as_array()
+        .map(|entries| {
+            entries
+                .iter()
+                .map(|e| format!("{} {}", e["level"].as_str().unwrap_or("?"), e["message"].as_str().unwrap_or("")))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 pub async fn screenshot(client: &Client, name: &str) {

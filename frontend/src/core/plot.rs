@@ -124,10 +124,14 @@ pub fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, scene: &Scene<'_>
         .y_label_formatter(&y_label)
         .draw()
         .map_err(err)?;
+    // The plot area in `root`'s own pixels (the ranges are the backend's:
+    // they differ when `root` is a part of a larger image, as in
+    // [`draw_framed`]).
     let (xs, ys) = chart.plotting_area().get_pixel_range();
+    let (base_x, base_y) = root.get_base_pixel();
     let geometry = Geometry {
-        left: f64::from(xs.start),
-        top: f64::from(ys.start),
+        left: f64::from(xs.start - base_x),
+        top: f64::from(ys.start - base_y),
         width: f64::from((xs.end - xs.start).max(1)),
         height: f64::from((ys.end - ys.start).max(1)),
         window: view,
@@ -260,6 +264,96 @@ fn draw_markers<DB: DrawingBackend>(
     Ok(())
 }
 
+/// The legend of the timeline's colours and lines: (label, colour, is a
+/// line), in the dashboard's words (`explorer::timeline`'s legend).
+pub const LEGEND: [(&str, RGBColor, LegendKey); 6] = [
+    ("reserved (segments from CUDA)", RESERVED, LegendKey::Curve),
+    ("active (allocated + pending free)", ACTIVE, LegendKey::Curve),
+    ("allocated (requested bytes)", ALLOCATED, LegendKey::Curve),
+    (
+        "allocations, coloured by stack; a bar across the whole chart was allocated before the trace or never freed",
+        palette::BARS[0].rgb(),
+        LegendKey::Bar,
+    ),
+    ("OOM", OOM, LegendKey::Line),
+    ("trace start (earlier history lost)", WINDOW_START, LegendKey::Line),
+];
+
+/// How a legend entry is drawn.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LegendKey {
+    /// A curve: its band, with its line on top.
+    Curve,
+    /// An allocation bar.
+    Bar,
+    /// A vertical marker line.
+    Line,
+}
+
+/// Height of a framed chart's title rows ([`draw_framed`]).
+const FRAME_TOP: u32 = 44;
+/// Height of a framed chart's x-axis title and legend rows.
+const FRAME_BOTTOM: u32 = 54;
+
+/// Draw `scene` as a chart that stands alone (an image file, not a page
+/// around a canvas): `title` above, the y axis' title, the plot, the x
+/// axis' title and the legend of its colours and lines under it. Returns
+/// where the plot area went, in `root`'s pixels.
+pub fn draw_framed<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    scene: &Scene<'_>,
+    title: &str,
+) -> Result<Geometry, String> {
+    let err = |e: DrawingAreaErrorKind<DB::ErrorType>| format!("drawing the chart's frame failed: {e}");
+    root.fill(&BACKGROUND).map_err(err)?;
+    let (width, height) = root.dim_in_pixel();
+    let (top, rest) = root.split_vertically(FRAME_TOP);
+    let (body, bottom) = rest.split_vertically(height.saturating_sub(FRAME_TOP + FRAME_BOTTOM));
+    let left = |size: u32, colour: &RGBColor| {
+        ("sans-serif", size).into_font().color(colour).pos(Pos::new(HPos::Left, VPos::Top))
+    };
+    top.draw(&Text::new(title.to_owned(), (10, 4), left(16, &BLACK))).map_err(err)?;
+    top.draw(&Text::new("memory (bytes, 1 GiB = 1024³)".to_owned(), (10, 27), left(12, &LABEL))).map_err(err)?;
+    let geometry = draw(&body, scene)?;
+    let centre = ("sans-serif", 12).into_font().color(&LABEL).pos(Pos::new(HPos::Center, VPos::Top));
+    let x_title = format!("x: {}", x_axis_caption(scene.data.axis));
+    let mid = (geometry.left + geometry.width / 2.0).round() as i32;
+    bottom.draw(&Text::new(x_title, (mid, 2), centre)).map_err(err)?;
+    // The legend, in rows: a swatch, then its label; a marker's entry only
+    // when the chart has one.
+    let shown = |colour: RGBColor| {
+        scene.data.markers.iter().any(|m| match m.kind {
+            MarkerKind::Oom => colour == OOM,
+            MarkerKind::WindowStart => colour == WINDOW_START,
+        })
+    };
+    let (mut x, mut y) = (10, 20);
+    for (label, colour, key) in LEGEND {
+        if key == LegendKey::Line && !shown(colour) {
+            continue;
+        }
+        let text = left(11, &LABEL);
+        let (w, _) = bottom.estimate_text_size(label, &text).map_err(err)?;
+        let needed = 18 + w as i32;
+        if x > 10 && x + needed > width as i32 - 10 {
+            (x, y) = (10, y + 16);
+        }
+        match key {
+            LegendKey::Line => bottom.draw(&Rectangle::new([(x + 6, y), (x + 8, y + 12)], colour.filled())),
+            LegendKey::Bar => bottom.draw(&Rectangle::new([(x, y + 2), (x + 14, y + 11)], colour.mix(0.6).filled())),
+            LegendKey::Curve => {
+                bottom.draw(&Rectangle::new([(x, y + 2), (x + 14, y + 11)], colour.mix(0.3).filled())).and_then(|()| {
+                    bottom.draw(&PathElement::new(vec![(x, y + 2), (x + 14, y + 2)], colour.stroke_width(2)))
+                })
+            }
+        }
+        .map_err(err)?;
+        bottom.draw(&Text::new(label.to_owned(), (x + 18, y), text)).map_err(err)?;
+        x += needed + 16;
+    }
+    Ok(Geometry { top: geometry.top + f64::from(FRAME_TOP), ..geometry })
+}
+
 /// A caption of the x axis, for the page around the canvas.
 pub fn x_axis_caption(axis: Axis) -> &'static str {
     match axis {
@@ -372,6 +466,50 @@ mod tests {
             }
         }
         assert!(recorder.texts.iter().any(|(t, _, _)| t.ends_with(" s") || t.ends_with(" ms")), "{:?}", recorder.texts);
+    }
+
+    #[test]
+    fn a_framed_chart_has_its_title_axis_titles_and_legend_and_its_curves_inside_the_plot() {
+        let data = oom_leak_window(Axis::Event, 900);
+        let bars = stack(&data.allocations);
+        let scene = Scene {
+            data: &data,
+            bars: &bars,
+            view: Window::new(data.start, data.end),
+            origin: data.start,
+            highlight: None,
+            marked: &[],
+            cursor: None,
+            y_range: None,
+        };
+        let (recorder, log) = Recorder::new((1200, 480));
+        let geometry = draw_framed(&recorder.into_drawing_area(), &scene, "oom_leak.pickle").expect("draws");
+        let log = log.take();
+        let texts: Vec<&str> = log.texts.iter().map(|(t, _, _)| t.as_str()).collect();
+        for want in ["oom_leak.pickle", "memory (bytes, 1 GiB = 1024³)", "x: trace events, in order"] {
+            assert!(texts.contains(&want), "{want:?} in {texts:?}");
+        }
+        for (label, _, key) in LEGEND {
+            // oom_leak's trace starts empty: no "trace start" marker, so no entry.
+            let drawn = key != LegendKey::Line || label == "OOM";
+            assert_eq!(texts.contains(&label), drawn, "legend entry {label:?} in {texts:?}");
+        }
+        // The plot sits between the title and the legend, and the curves in
+        // it: the plot's pixels are the image's, not the framed part's.
+        assert!(
+            geometry.top >= f64::from(FRAME_TOP) && geometry.top + geometry.height <= f64::from(480 - FRAME_BOTTOM)
+        );
+        let inside = |&(x, y): &BackendCoord| {
+            f64::from(x) >= geometry.left - 1.0
+                && f64::from(x) <= geometry.left + geometry.width + 1.0
+                && f64::from(y) >= geometry.top - 1.0
+                && f64::from(y) <= geometry.top + geometry.height + 1.0
+        };
+        let curves: Vec<_> = log.polygons.iter().filter(|(c, p)| *c == RESERVED && p.len() > 100).collect();
+        assert!(
+            !curves.is_empty() && curves.iter().all(|(_, p)| p.iter().all(inside)),
+            "the reserved band is in the plot"
+        );
     }
 
     fn record(scene: &Scene<'_>) -> (Geometry, Log) {

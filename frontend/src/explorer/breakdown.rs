@@ -16,7 +16,16 @@ use crate::infra::canvas;
 use crate::infra::draws;
 
 /// Height of the stacked chart.
-const HEIGHT: f64 = 160.0;
+const HEIGHT: f64 = 180.0;
+/// Top of the plot (room for the top label).
+const PLOT_TOP: f64 = 8.0;
+/// Bottom of the plot: the row labels are under it.
+const PLOT_BOTTOM: f64 = HEIGHT - canvas::ROW_AXIS_HEIGHT;
+
+/// The plot's left edge and width on a canvas `width` wide.
+fn plot_x(width: f64) -> (f64, f64) {
+    (canvas::BYTE_AXIS_WIDTH, (width - canvas::BYTE_AXIS_WIDTH - 10.0).max(1.0))
+}
 /// Rows the stacked chart samples over the trace.
 const SERIES_PX: u32 = 600;
 /// Stages listed.
@@ -69,10 +78,11 @@ pub(crate) fn BreakdownPanel(ctx: DeviceContext) -> impl IntoView {
     let on_click = move |ev: MouseEvent| {
         let Some(wrap) = wrap_ref.get_untracked() else { return };
         let width = canvas::css_width(&wrap);
+        let (left, plot_w) = plot_x(width);
         let row = series.with_untracked(|s| {
             let s = s.as_ref()?;
             let last = *s.rows.last()?;
-            Some(((f64::from(ev.offset_x()) / width).clamp(0.0, 1.0) * f64::from(last)).round() as u32)
+            Some((((f64::from(ev.offset_x()) - left) / plot_w).clamp(0.0, 1.0) * f64::from(last)).round() as u32)
         });
         if let Some(r) = row {
             ctx.instant.set(Some(Instant::Row(r)));
@@ -100,7 +110,7 @@ pub(crate) fn BreakdownPanel(ctx: DeviceContext) -> impl IntoView {
                 <canvas id="breakdown-chart" node_ref=canvas_ref on:click=on_click></canvas>
             </div>
             <p class="hint">
-                "Over the whole trace, by row. Categories are inferred from each allocation's stack (module set-up, the optimizer, autograd's backward thread, forward) and from its lifetime; click to move the cursor."
+                "Live requested bytes (y) over the whole trace, by row (x). Categories are inferred from each allocation's stack (module set-up, the optimizer, autograd's backward thread, forward) and from its lifetime; click to move the cursor."
             </p>
         </section>
     }
@@ -172,10 +182,16 @@ fn draw_stack(c: &web_sys::CanvasRenderingContext2d, s: &BreakdownSeries, width:
     }
     let columns: [&[u64]; 5] = [&s.parameters, &s.gradients, &s.optimizer_state, &s.activations, &s.other];
     let totals: Vec<u64> = (0..n).map(|i| columns.iter().map(|col| col[i]).sum()).collect();
-    let top = totals.iter().copied().max().unwrap_or(1).max(1) as f64;
+    let top_bytes = totals.iter().copied().max().unwrap_or(1).max(1);
+    let top = (top_bytes + top_bytes / 20) as f64;
     let last = f64::from(s.rows[n - 1].max(1));
-    let x = |i: usize| f64::from(s.rows[i]) / last * width;
-    let y = |b: u64| HEIGHT - 2.0 - b as f64 / top * (HEIGHT - 18.0);
+    let (left, plot_w) = plot_x(width);
+    // Axes first: the bands are drawn over the grid lines.
+    canvas::byte_axis(c, top as u64, left, plot_w, PLOT_TOP, PLOT_BOTTOM, 4);
+    let rows = crate::core::viewport::Window::new(0, i64::from(s.rows[n - 1].max(1)));
+    canvas::x_axis(c, vramscope_shared::timeline::Axis::Event, rows, 0, left, plot_w, PLOT_BOTTOM, "row");
+    let x = |i: usize| left + f64::from(s.rows[i]) / last * plot_w;
+    let y = |b: u64| PLOT_BOTTOM - b as f64 / top * (PLOT_BOTTOM - PLOT_TOP);
     let mut below = vec![0u64; n];
     for (k, col) in columns.iter().enumerate() {
         let above: Vec<u64> = below.iter().zip(col.iter()).map(|(a, b)| a + b).collect();
@@ -193,7 +209,6 @@ fn draw_stack(c: &web_sys::CanvasRenderingContext2d, s: &BreakdownSeries, width:
         below = above;
     }
     if let Some(r) = cursor {
-        canvas::vline(c, palette::CURSOR.css(), f64::from(r) / last * width, 0.0, HEIGHT, 1.0);
+        canvas::vline(c, palette::CURSOR.css(), left + f64::from(r) / last * plot_w, PLOT_TOP, PLOT_BOTTOM, 1.0);
     }
-    canvas::text(c, palette::LABEL.css(), &format::bytes(top as u64), 4.0, 12.0);
 }

@@ -52,7 +52,7 @@ pub(crate) fn PoolsPanel(ctx: DeviceContext) -> impl IntoView {
         series.with(|s| {
             let Some(s) = s else { return };
             let width = canvas::css_width(&wrap);
-            let height = s.bands.len() as f64 * (BAND + LABEL) + 4.0;
+            let height = s.bands.len() as f64 * (BAND + LABEL) + 4.0 + canvas::ROW_AXIS_HEIGHT;
             if let Some(c) = canvas::context(&canvas, width, height) {
                 draw_bands(&c, s, width, cursor);
             }
@@ -63,8 +63,9 @@ pub(crate) fn PoolsPanel(ctx: DeviceContext) -> impl IntoView {
         let Some(wrap) = wrap_ref.get_untracked() else { return };
         let width = canvas::css_width(&wrap);
         let rows = series.with_untracked(|s| s.as_ref().map(|s| s.rows)).unwrap_or(0);
+        let (left, plot_w) = plot_x(width);
         if rows > 0 {
-            let r = ((f64::from(ev.offset_x()) / width).clamp(0.0, 1.0) * f64::from(rows - 1)).round() as u32;
+            let r = (((f64::from(ev.offset_x()) - left) / plot_w).clamp(0.0, 1.0) * f64::from(rows - 1)).round() as u32;
             ctx.instant.set(Some(Instant::Row(r)));
         }
     };
@@ -84,7 +85,7 @@ pub(crate) fn PoolsPanel(ctx: DeviceContext) -> impl IntoView {
                 <canvas id="pools-chart" node_ref=canvas_ref on:click=on_click></canvas>
             </div>
             <p class="hint">
-                "One band per pool and stream over the whole trace, each scaled to its own peak: a CUDA graph's private pool keeps what it reserved for its replays, and the grey above the blue is reserved memory it does not use. Click to move the cursor."
+                "One band per pool and stream: bytes (y, each band from 0 to its own peak, labelled left) over the trace's rows (x): a CUDA graph's private pool keeps what it reserved for its replays, and the grey above the blue is reserved memory it does not use. Click to move the cursor."
             </p>
         </section>
     }
@@ -129,8 +130,15 @@ fn table(a: &PoolsAnswer) -> impl IntoView + use<> {
 
 /// One band per (pool, stream), reserved behind allocated, each scaled to
 /// its own reserved peak.
+/// The bands' left edge and width on a canvas `width` wide (their byte
+/// labels are left of it).
+fn plot_x(width: f64) -> (f64, f64) {
+    (canvas::BYTE_AXIS_WIDTH, (width - canvas::BYTE_AXIS_WIDTH - 10.0).max(1.0))
+}
+
 fn draw_bands(c: &web_sys::CanvasRenderingContext2d, a: &PoolsAnswer, width: f64, cursor: Option<u32>) {
     let last = f64::from(a.rows.saturating_sub(1).max(1));
+    let (left, width) = plot_x(width);
     for (k, band) in a.bands.iter().enumerate() {
         let top = k as f64 * (BAND + LABEL);
         let base = top + LABEL + BAND;
@@ -143,10 +151,16 @@ fn draw_bands(c: &web_sys::CanvasRenderingContext2d, a: &PoolsAnswer, width: f64
                 format::hex(band.stream),
                 format::bytes(band.reserved_peak)
             ),
-            2.0,
+            left,
             top + 11.0,
         );
-        canvas::fill(c, palette::MINIMAP_BACKGROUND.css(), 0.0, top + LABEL, width, BAND);
+        canvas::fill(c, palette::MINIMAP_BACKGROUND.css(), left, top + LABEL, width, BAND);
+        // Each band on its own scale, 0 to its peak: the labels say so.
+        c.set_text_align("right");
+        canvas::text(c, palette::LABEL.css(), &format::bytes(band.reserved_peak), left - 4.0, top + LABEL + 10.0);
+        canvas::text(c, palette::LABEL.css(), "0", left - 4.0, base);
+        c.set_text_align("start");
+        canvas::vline(c, palette::AXIS.css(), left - 1.0, top + LABEL, base, 1.0);
         let scale = band.reserved_peak.max(1) as f64;
         let y = |b: u64| base - b as f64 / scale * (BAND - 2.0);
         let picks: [(Pick, palette::Colour); 2] =
@@ -156,10 +170,10 @@ fn draw_bands(c: &web_sys::CanvasRenderingContext2d, a: &PoolsAnswer, width: f64
                 continue;
             }
             c.begin_path();
-            c.move_to(0.0, base);
-            let mut x_prev = 0.0;
+            c.move_to(left, base);
+            let mut x_prev = left;
             for p in &band.series {
-                let x = f64::from(p.row) / last * width;
+                let x = left + f64::from(p.row) / last * width;
                 c.line_to(x_prev, y(value(p)));
                 c.line_to(x, y(value(p)));
                 x_prev = x;
@@ -170,8 +184,10 @@ fn draw_bands(c: &web_sys::CanvasRenderingContext2d, a: &PoolsAnswer, width: f64
             c.fill();
         }
     }
+    let h = a.bands.len() as f64 * (BAND + LABEL) + 2.0;
+    let rows = crate::core::viewport::Window::new(0, i64::from(a.rows.saturating_sub(1).max(1)));
+    canvas::x_axis(c, vramscope_shared::timeline::Axis::Event, rows, 0, left, width, h, "row");
     if let Some(r) = cursor {
-        let h = a.bands.len() as f64 * (BAND + LABEL);
-        canvas::vline(c, palette::CURSOR.css(), f64::from(r) / last * width, 0.0, h, 1.0);
+        canvas::vline(c, palette::CURSOR.css(), left + f64::from(r) / last * width, 0.0, h, 1.0);
     }
 }

@@ -24,7 +24,9 @@ use crate::infra::latest::latest;
 use crate::infra::redraw;
 
 /// Height of the canvas.
-const HEIGHT: f64 = 170.0;
+const HEIGHT: f64 = 188.0;
+/// Top of the x axis' band, under the plot.
+const AXIS_TOP: f64 = HEIGHT - canvas::ROW_AXIS_HEIGHT;
 /// Top of the plot: the labels' band is above it.
 const PLOT_TOP: f64 = 14.0;
 /// Columns per pixel asked for: one column every few pixels.
@@ -109,10 +111,19 @@ pub(crate) fn SegmentTimeline(ctx: DeviceContext) -> impl IntoView {
                         palette::CURSOR.css(),
                         canvas::x_px(v, left, width, x as f64),
                         0.0,
-                        HEIGHT,
+                        AXIS_TOP,
                         1.0,
                     );
                 }
+                // The x axis, the main timeline's: drawn fresh over the band
+                // (a moved image stretches the old labels with it).
+                canvas::fill(&canvas_ctx, palette::BACKGROUND.css(), 0.0, AXIS_TOP, css_w, HEIGHT - AXIS_TOP);
+                let origin = ctx.extent.get_untracked().map_or(v.start, |e| e.start);
+                let title = match d.axis {
+                    vramscope_shared::timeline::Axis::Event => "row",
+                    vramscope_shared::timeline::Axis::Time => "time",
+                };
+                canvas::x_axis(&canvas_ctx, d.axis, v, origin, left, width, AXIS_TOP, title);
                 canvas::text(
                     &canvas_ctx,
                     palette::LABEL.css(),
@@ -182,6 +193,7 @@ pub(crate) fn SegmentTimeline(ctx: DeviceContext) -> impl IntoView {
                     <span class="key"><span class="swatch seg-pending"></span>"pending free"</span>
                     <span class="key"><span class="swatch seg-inactive"></span>"free (inactive)"</span>
                     <span class="key"><span class="swatch seg-expandable"></span>"expandable: mapped"</span>
+                    <span class="axis-caption">"y: segments stacked by address, each as tall as its bytes; x: the timeline's"</span>
                 </span>
                 <Show when=move || loading.get()>
                     <span class="loading" id="segments-loading">"loading…"</span>
@@ -215,7 +227,7 @@ pub(crate) fn SegmentTimeline(ctx: DeviceContext) -> impl IntoView {
 fn placement(d: &SegmentsAnswer, view: Window, (left, width): (f64, f64)) -> (f64, f64, f64) {
     let x0 = canvas::x_px(view, left, width, d.start as f64);
     let x1 = canvas::x_px(view, left, width, d.end as f64);
-    (x0, x1 - x0, HEIGHT - PLOT_TOP - 4.0)
+    (x0, x1 - x0, AXIS_TOP - PLOT_TOP - 4.0)
 }
 
 /// Draw the columns of `d` placed at `view` into the plot area `(left,
@@ -238,7 +250,7 @@ fn draw_columns(ctx: &CanvasRenderingContext2d, d: &SegmentsAnswer, view: Window
     }
     let (x, w, h) = placed;
     let shapes = blocks::segment_shapes(d, x, w, h);
-    canvas::clip_plot(ctx, left, width, HEIGHT);
+    canvas::clip_plot(ctx, left, width, AXIS_TOP);
     ctx.set_stroke_style_str(palette::COMMENT.css());
     ctx.set_line_width(1.0);
     ctx.begin_path();

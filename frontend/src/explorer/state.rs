@@ -21,6 +21,10 @@ use crate::infra::draws;
 /// What the mouse (or a click) points at: a segment and a block.
 type Pointed = (usize, usize);
 
+/// The x of "the end of the trace" on the event axis (the server clamps it
+/// to the last row).
+const AT_THE_END: i64 = i64::MAX - 1;
+
 /// The allocator-state panel of the device of `ctx`.
 #[component]
 pub(crate) fn StatePanel(ctx: DeviceContext) -> impl IntoView {
@@ -30,6 +34,11 @@ pub(crate) fn StatePanel(ctx: DeviceContext) -> impl IntoView {
     let pointed = RwSignal::new(None::<Pointed>);
     let clicked = RwSignal::new(None::<Pointed>);
     let frames = RwSignal::new(None::<Result<Vec<Frame>, String>>);
+    // Without a cursor yet, the panel shows the state the snapshot recorded
+    // (its end) rather than an empty box until the timeline is clicked.
+    if ctx.instant.get_untracked().is_none() {
+        ctx.instant.set(Some(Instant::X(Axis::Event, AT_THE_END)));
+    }
 
     Effect::new(move |_| {
         let (Some(canvas), Some(wrap)) = (canvas_ref.get(), wrap_ref.get()) else { return };
@@ -148,16 +157,20 @@ pub(crate) fn StatePanel(ctx: DeviceContext) -> impl IntoView {
                 <button
                     id="state-end"
                     title="The state the snapshot recorded"
-                    on:click=move |_| ctx.instant.set(Some(Instant::X(Axis::Event, i64::MAX - 1)))
+                    on:click=move |_| ctx.instant.set(Some(Instant::X(Axis::Event, AT_THE_END)))
                 >
                     "At the end"
                 </button>
             </div>
-            {move || {
-                ctx.state.with(|s| s.is_none()).then(|| view! {
-                    <p class="hint">"Click a timeline to see every segment and block at that instant; ← and → then step event by event."</p>
-                })
-            }}
+            <p class="hint" id="state-hint">
+                {move || {
+                    if ctx.state.with(Option::is_none) {
+                        "Loading the allocator's state at the snapshot's end…"
+                    } else {
+                        "Every segment and block at this instant. Click a timeline to see another instant; ← and → step event by event; “At the end” comes back here."
+                    }
+                }}
+            </p>
             {move || ctx.state.with(|s| s.as_ref().map(figures_view))}
             <div class="canvas-wrap state-wrap" node_ref=wrap_ref>
                 <canvas

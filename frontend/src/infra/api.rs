@@ -457,7 +457,45 @@ pub(crate) async fn compare(a: &str, b: &str, align: &str, px: u32) -> Result<Di
         ("align", Some(align.to_owned())),
         ("px", Some(px.max(1).to_string())),
     ];
-    get("comparing the snapshots", &format!("/api/v1/compare?{}", query(&pairs))).await
+    let what = "comparing the snapshots";
+    let q = query(&pairs);
+    // A file opened without uploading is compared in this tab, by its
+    // worker: with another local file, or with an uploaded snapshot whose
+    // file the page fetches once.
+    let (mine, other, mine_is_a) = match (local::is_local(a), local::is_local(b)) {
+        (false, false) => return get(what, &format!("/api/v1/compare?{q}")).await,
+        (true, _) => (a, b, true),
+        (false, true) => (b, a, false),
+    };
+    compare_locally(what, mine, other, mine_is_a, &q).await
+}
+
+/// [`compare`] of a local file, by its worker.
+async fn compare_locally(
+    what: &str,
+    mine: &str,
+    other: &str,
+    mine_is_a: bool,
+    q: &str,
+) -> Result<DiffAnswer, ApiError> {
+    let bytes = if local::is_local(other) || local::holds_other(mine, other) {
+        local::OtherBytes::None
+    } else {
+        let response =
+            send("loading the other snapshot's file", Request::get(&format!("{}/file", snapshot_url(other))), None)
+                .await?;
+        local::OtherBytes::Fetched(response.binary().await.map_err(|e| ApiError::network(what, e))?)
+    };
+    let (status, body) = local::compare(mine, other, mine_is_a, bytes, q).await;
+    let response = Response::builder()
+        .status(status)
+        .header("Content-Type", "application/json")
+        .body(Some(body.as_str()))
+        .map_err(|e| ApiError::network(what, e))?;
+    if !response.ok() {
+        return Err(error_of(what, response).await);
+    }
+    json(what, response).await
 }
 
 fn snapshot_url(id: &str) -> String {

@@ -243,3 +243,74 @@ pub(crate) fn paint_predict(
 pub(crate) fn chart_width(wrap: Option<web_sys::HtmlDivElement>) -> u32 {
     wrap.map_or(1000, |w| u32::try_from(w.client_width()).unwrap_or(0)).max(320)
 }
+
+/// Width of the byte labels left of a small chart's plot ([`byte_axis`]).
+pub(crate) const BYTE_AXIS_WIDTH: f64 = 62.0;
+/// Height of the x labels under a small chart's plot ([`x_axis`]).
+pub(crate) const ROW_AXIS_HEIGHT: f64 = 18.0;
+
+/// A y axis of bytes from 0 to `top`, its plot from `plot_top` down to
+/// `plot_bottom`, at `left` (its labels right-aligned left of it): the
+/// line, a tick and label per round size, and faint grid lines across
+/// `width`.
+pub(crate) fn byte_axis(
+    ctx: &CanvasRenderingContext2d,
+    top: u64,
+    left: f64,
+    width: f64,
+    plot_top: f64,
+    plot_bottom: f64,
+    ticks: u32,
+) {
+    use crate::core::{format, palette};
+    let y = |b: u64| plot_bottom - b as f64 / top.max(1) as f64 * (plot_bottom - plot_top);
+    ctx.set_font("10px sans-serif");
+    ctx.set_text_align("right");
+    ctx.set_text_baseline("middle");
+    for b in format::byte_ticks(top, ticks) {
+        let at = y(b).round() + 0.5;
+        ctx.set_fill_style_str(palette::GRID.css());
+        ctx.fill_rect(left, at, width, 1.0);
+        ctx.set_fill_style_str(palette::LABEL.css());
+        let _ = ctx.fill_text(&format::bytes(b), left - 4.0, at.clamp(plot_top + 4.0, plot_bottom - 4.0));
+    }
+    ctx.set_text_align("start");
+    ctx.set_text_baseline("alphabetic");
+    vline(ctx, palette::AXIS.css(), left - 1.0, plot_top, plot_bottom, 1.0);
+}
+
+/// An x axis under a plot, `left`..`left + width` showing `view` on
+/// `axis` (x = `origin` is the trace's start), its line at `y` and its
+/// labels below: ticks at round numbers, and `title` left of the plot
+/// (short: the y labels' column is its room).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn x_axis(
+    ctx: &CanvasRenderingContext2d,
+    axis: vramscope_shared::timeline::Axis,
+    view: Window,
+    origin: i64,
+    left: f64,
+    width: f64,
+    y: f64,
+    title: &str,
+) {
+    use crate::core::{format, palette};
+    ctx.set_fill_style_str(palette::AXIS.css());
+    ctx.fill_rect(left, y.round(), width, 1.0);
+    let (ticks, step) = format::x_ticks(view.start, view.end, origin, (width / 110.0).clamp(2.0, 10.0) as u32);
+    ctx.set_font("10px sans-serif");
+    ctx.set_text_baseline("top");
+    ctx.set_text_align("center");
+    for t in ticks {
+        let x = x_px(view, left, width, t as f64);
+        vline(ctx, palette::AXIS.css(), x, y, y + 3.0, 1.0);
+        ctx.set_fill_style_str(palette::LABEL.css());
+        let label = format::x_label(axis, t, origin, step);
+        let _ = ctx.fill_text(&label, x.clamp(left + 14.0, left + width - 14.0), y + 4.0);
+    }
+    ctx.set_text_align("left");
+    ctx.set_fill_style_str(palette::LABEL.css());
+    let _ = ctx.fill_text(title, 2.0, y + 4.0);
+    ctx.set_text_align("start");
+    ctx.set_text_baseline("alphabetic");
+}

@@ -19,7 +19,6 @@
 use std::io::Read;
 
 use serde_json::json;
-use vramscope_shared::snapshot::Action;
 use vramscope_shared::views::route;
 use vramscope_shared::views::{Analyzed, ViewError};
 use vramscope_shared::{ReadOptions, Snapshot, read_snapshot};
@@ -119,8 +118,7 @@ pub(crate) fn open_bytes(
 /// `oom` when a trace recorded an out-of-memory event, else `manual`: what
 /// an upload would have been tagged with had it said.
 fn trigger_of(snapshot: &Snapshot) -> &'static str {
-    let oom = snapshot.devices.iter().any(|d| (0..d.trace.len()).any(|i| d.trace.action(i) == Action::Oom));
-    if oom { "oom" } else { "manual" }
+    if snapshot.records_oom() { "oom" } else { "manual" }
 }
 
 impl Opened {
@@ -135,6 +133,25 @@ impl Opened {
             _ => route::answer(&self.analyzed, route, query),
         }
     }
+}
+
+impl Opened {
+    /// The comparison of this snapshot with `other` (this one is A when
+    /// `self_is_a`, else B) for the query of `GET /api/v1/compare`: the
+    /// server's answer, computed here (see `route::compare`).
+    pub(crate) fn compare(&self, other: &Analyzed, self_is_a: bool, query: &str) -> Result<String, ViewError> {
+        let (a, b) = if self_is_a { (&self.analyzed, other) } else { (other, &self.analyzed) };
+        serde_json::to_string(&route::compare(a, b, query)?).map_err(|e| ViewError::BadRequest(e.to_string()))
+    }
+}
+
+/// Read the other snapshot of a comparison (an uploaded snapshot's file,
+/// or another local file), naming it in the error.
+pub(crate) fn read_other(bytes: &[u8], other_id: &str) -> Result<Analyzed, ViewError> {
+    let options = ReadOptions::with_budget(BROWSER_MEMORY_BUDGET);
+    let snapshot = read_snapshot(&mut &bytes[..], &options)
+        .map_err(|e| ViewError::BadRequest(format!("reading snapshot {other_id} to compare: {e}")))?;
+    Ok(Analyzed::build(snapshot))
 }
 
 /// Bytes between two progress reports.
@@ -182,6 +199,45 @@ mod worker {
     thread_local! {
         /// The worker's snapshot (one file per worker).
         static OPENED: RefCell<Option<Opened>> = const { RefCell::new(None) };
+        /// The snapshot it was last compared with, by id.
+        static OTHER: RefCell<Option<(String, Analyzed)>> = const { RefCell::new(None) };
+    }
+
+    fn error_object(e: &ViewError) -> JsValue {
+        let error = js_sys::Object::new();
+        let _ = js_sys::Reflect::set(&error, &"status".into(), &JsValue::from(status_of(e)));
+        let _ = js_sys::Reflect::set(&error, &"error".into(), &JsValue::from_str(&e.to_string()));
+        error.into()
+    }
+
+    /// The comparison of the open snapshot with snapshot `other_id`, whose
+    /// bytes come with the first request for it (`None` after: the worker
+    /// keeps the last one it read); answered as `GET /api/v1/compare`
+    /// would, or an error object `{status, error}`.
+    #[wasm_bindgen]
+    pub fn local_compare(
+        other_bytes: Option<Vec<u8>>,
+        other_id: &str,
+        self_is_a: bool,
+        query: &str,
+    ) -> Result<String, JsValue> {
+        let answer = (|| {
+            if let Some(bytes) = other_bytes {
+                OTHER.with(|o| o.borrow_mut().take());
+                let other = read_other(&bytes, other_id)?;
+                OTHER.with(|o| *o.borrow_mut() = Some((other_id.to_owned(), other)));
+            }
+            OPENED.with(|o| {
+                let opened = o.borrow();
+                let opened =
+                    opened.as_ref().ok_or_else(|| ViewError::NotFound("open file in this worker".to_owned()))?;
+                OTHER.with(|other| match other.borrow().as_ref() {
+                    Some((id, other)) if id == other_id => opened.compare(other, self_is_a, query),
+                    _ => Err(ViewError::NotFound(format!("snapshot {other_id} in this worker: send its bytes"))),
+                })
+            })
+        })();
+        answer.map_err(|e| error_object(&e))
     }
 
     /// Read a snapshot file in the worker and keep it for [`local_answer`].
@@ -214,17 +270,14 @@ mod worker {
             Some(opened) => opened.answer(route, query),
             None => Err(ViewError::NotFound("open file in this worker".to_owned())),
         });
-        answer.map_err(|e| {
-            let error = js_sys::Object::new();
-            let _ = js_sys::Reflect::set(&error, &"status".into(), &JsValue::from(status_of(&e)));
-            let _ = js_sys::Reflect::set(&error, &"error".into(), &JsValue::from_str(&e.to_string()));
-            error.into()
-        })
+        answer.map_err(|e| error_object(&e))
     }
 }
 
 #[cfg(target_arch = "wasm32")]
-pub(crate) use page::{OpenProgress, file_url, open, respond};
+pub(crate) use page::{
+    OpenProgress, OtherBytes, compare, file_url, holds_other, in_report, open, opened_files, respond,
+};
 
 /// The page's side: one worker per opened file, and requests to it.
 #[cfg(target_arch = "wasm32")]
@@ -264,6 +317,8 @@ mod page {
         worker: Worker,
         pending: Rc<RefCell<Pending>>,
         next: Cell<u32>,
+        /// The id of the snapshot its worker last read to compare with.
+        other: RefCell<Option<String>>,
         // Kept alive as long as the worker: it routes the worker's answers.
         _on_message: Closure<dyn FnMut(MessageEvent)>,
         _on_error: Closure<dyn FnMut(web_sys::Event)>,
@@ -278,6 +333,24 @@ mod page {
         static FILES: RefCell<HashMap<String, File>> = RefCell::new(HashMap::new());
         /// Object URLs made for those files, one per id.
         static FILE_URLS: RefCell<HashMap<String, String>> = RefCell::new(HashMap::new());
+        /// A report page's other snapshot of a comparison, by id.
+        static IN_PAGE_OTHER: RefCell<Option<(String, Rc<Analyzed>)>> = const { RefCell::new(None) };
+    }
+
+    /// The files opened in this tab, as (id, file name), oldest first: what
+    /// a local file can be compared with besides the library.
+    pub(crate) fn opened_files() -> Vec<(String, String)> {
+        let mut files: Vec<(u32, String, String)> = FILES.with(|f| {
+            f.borrow()
+                .iter()
+                .map(|(id, file)| {
+                    let n = id.trim_start_matches(LOCAL_PREFIX).parse().unwrap_or(u32::MAX);
+                    (n, id.clone(), file.name())
+                })
+                .collect()
+        });
+        files.sort();
+        files.into_iter().map(|(_, id, name)| (id, name)).collect()
     }
 
     /// An object URL of the file opened as local snapshot `id` (the server
@@ -326,6 +399,13 @@ mod page {
             .and_then(|w| Reflect::get(&w, &JsValue::from_str("__vramscope_local_in_page")).ok())
             .and_then(|v| v.as_bool())
             .unwrap_or(false)
+    }
+
+    /// Whether this page is an offline report (`vramscope report`, opened
+    /// from disk): no server behind it, so no library, jobs, token,
+    /// comments or comparison, and no request may leave the page.
+    pub(crate) fn in_report() -> bool {
+        in_page()
     }
 
     /// Read `file` on the page itself (blocking it while parsing).
@@ -431,9 +511,129 @@ mod page {
             worker.terminate();
             return Err(js_text(&e));
         }
-        let session = Session { worker, pending, next: Cell::new(0), _on_message: on_message, _on_error: on_error };
+        let session = Session {
+            worker,
+            pending,
+            next: Cell::new(0),
+            other: RefCell::new(None),
+            _on_message: on_message,
+            _on_error: on_error,
+        };
         SESSIONS.with(|s| s.borrow_mut().insert(id.clone(), Rc::new(session)));
         Ok(id)
+    }
+
+    /// Where the other snapshot of a comparison comes from.
+    pub(crate) enum OtherBytes {
+        /// Bytes the page fetched (an uploaded snapshot's file).
+        Fetched(Vec<u8>),
+        /// Nothing fetched: another local file of this tab, or the one the
+        /// worker already holds.
+        None,
+    }
+
+    /// Whether local snapshot `mine`'s worker already holds `other_id`, the
+    /// other side of its last comparison (no need to fetch its bytes again).
+    pub(crate) fn holds_other(mine: &str, other_id: &str) -> bool {
+        if IN_PAGE.with(|p| p.borrow().contains_key(mine)) {
+            return IN_PAGE_OTHER.with(|o| o.borrow().as_ref().is_some_and(|(id, _)| id == other_id));
+        }
+        SESSIONS.with(|s| s.borrow().get(mine).is_some_and(|s| s.other.borrow().as_deref() == Some(other_id)))
+    }
+
+    /// The comparison of local snapshot `mine` with snapshot `other_id` (A
+    /// is `mine` when `mine_is_a`), answered in this tab as `GET
+    /// /api/v1/compare?{query}` would be: by `mine`'s worker, which reads
+    /// the other snapshot from `bytes` (an uploaded one's file) or from the
+    /// other local file itself. An HTTP status and JSON body, as [`respond`].
+    pub(crate) async fn compare(
+        mine: &str,
+        other_id: &str,
+        mine_is_a: bool,
+        bytes: OtherBytes,
+        query: &str,
+    ) -> (u16, String) {
+        let error = |status: u16, text: String| (status, json!({ "error": text }).to_string());
+        // The other side's bytes, unless the worker holds them already.
+        let other: Option<JsValue> = match bytes {
+            OtherBytes::Fetched(b) => Some(js_sys::Uint8Array::from(&b[..]).into()),
+            OtherBytes::None if holds_other(mine, other_id) => None,
+            OtherBytes::None => match FILES.with(|f| f.borrow().get(other_id).cloned()) {
+                Some(file) => Some(file.into()),
+                None => return error(404, not_open_message(other_id)),
+            },
+        };
+        if let Some(opened) = IN_PAGE.with(|p| p.borrow().get(mine).cloned()) {
+            if let Some(value) = other {
+                let bytes = match value.dyn_ref::<web_sys::Blob>() {
+                    Some(blob) => match JsFuture::from(blob.array_buffer()).await {
+                        Ok(buffer) => js_sys::Uint8Array::new(&buffer).to_vec(),
+                        Err(e) => return error(500, js_text(&e)),
+                    },
+                    None => js_sys::Uint8Array::new(&value).to_vec(),
+                };
+                match read_other(&bytes, other_id) {
+                    Ok(a) => IN_PAGE_OTHER.with(|o| *o.borrow_mut() = Some((other_id.to_owned(), Rc::new(a)))),
+                    Err(e) => return error(status_of(&e), e.to_string()),
+                }
+            }
+            let Some(other) = IN_PAGE_OTHER.with(|o| o.borrow().as_ref().map(|(_, a)| a.clone())) else {
+                return error(404, format!("snapshot {other_id} to compare with"));
+            };
+            return match opened.compare(&other, mine_is_a, query) {
+                Ok(body) => (200, body),
+                Err(e) => error(status_of(&e), e.to_string()),
+            };
+        }
+        let Some(session) = SESSIONS.with(|s| s.borrow().get(mine).cloned()) else {
+            return error(404, not_open_message(mine));
+        };
+        let sent = other.is_some();
+        let answer = ask(
+            &session,
+            &[
+                ("type", JsValue::from_str("compare")),
+                ("other", other.unwrap_or(JsValue::NULL)),
+                ("other_id", JsValue::from_str(other_id)),
+                ("self_is_a", JsValue::from_bool(mine_is_a)),
+                ("query", JsValue::from_str(query)),
+            ],
+        )
+        .await;
+        if sent {
+            *session.other.borrow_mut() = (answer.0 == 200).then(|| other_id.to_owned());
+        }
+        answer
+    }
+
+    /// Send `fields` to the session's worker with a fresh sequence number
+    /// and wait for its answer, as an HTTP status and JSON body.
+    async fn ask(session: &Session, fields: &[(&str, JsValue)]) -> (u16, String) {
+        let error = |status: u16, text: String| (status, json!({ "error": text }).to_string());
+        let seq = session.next.get();
+        session.next.set(seq.wrapping_add(1));
+        let answered = Promise::new(&mut |resolve, reject| {
+            session.pending.borrow_mut().insert(seq, (resolve, reject));
+        });
+        let message = js_sys::Object::new();
+        let _ = Reflect::set(&message, &JsValue::from_str("seq"), &JsValue::from(seq));
+        for (key, value) in fields {
+            let _ = Reflect::set(&message, &JsValue::from_str(key), value);
+        }
+        if let Err(e) = session.worker.post_message(&message) {
+            session.pending.borrow_mut().remove(&seq);
+            return error(500, format!("asking the worker: {}", js_text(&e)));
+        }
+        match JsFuture::from(answered).await {
+            Ok(data) => match field(&data, "json").as_string() {
+                Some(body) => (200, body),
+                None => {
+                    let status = field(&data, "status").as_f64().map_or(500, |s| s as u16);
+                    error(status, field(&data, "error").as_string().unwrap_or_else(|| "no answer".to_owned()))
+                }
+            },
+            Err(e) => error(500, js_text(&e)),
+        }
     }
 
     /// The answer to a request for a local snapshot, as an HTTP status and
@@ -452,34 +652,15 @@ mod page {
         let Some(session) = SESSIONS.with(|s| s.borrow().get(&request.id).cloned()) else {
             return error(404, not_open_message(&request.id));
         };
-        let seq = session.next.get();
-        session.next.set(seq.wrapping_add(1));
-        let answered = Promise::new(&mut |resolve, reject| {
-            session.pending.borrow_mut().insert(seq, (resolve, reject));
-        });
-        let message = js_sys::Object::new();
-        for (key, value) in [
-            ("type", JsValue::from_str("ask")),
-            ("seq", JsValue::from(seq)),
-            ("route", JsValue::from_str(&request.route)),
-            ("query", JsValue::from_str(&request.query)),
-        ] {
-            let _ = Reflect::set(&message, &JsValue::from_str(key), &value);
-        }
-        if let Err(e) = session.worker.post_message(&message) {
-            session.pending.borrow_mut().remove(&seq);
-            return error(500, format!("asking the worker: {}", js_text(&e)));
-        }
-        match JsFuture::from(answered).await {
-            Ok(data) => match field(&data, "json").as_string() {
-                Some(body) => (200, body),
-                None => {
-                    let status = field(&data, "status").as_f64().map_or(500, |s| s as u16);
-                    error(status, field(&data, "error").as_string().unwrap_or_else(|| "no answer".to_owned()))
-                }
-            },
-            Err(e) => error(500, js_text(&e)),
-        }
+        ask(
+            &session,
+            &[
+                ("type", JsValue::from_str("ask")),
+                ("route", JsValue::from_str(&request.route)),
+                ("query", JsValue::from_str(&request.query)),
+            ],
+        )
+        .await
     }
 }
 
@@ -517,6 +698,19 @@ mod tests {
         assert!(window.contains("\"buckets\""), "{}", &window[..window.len().min(200)]);
         assert!(matches!(opened.answer("file", ""), Err(ViewError::NotFound(_))));
         assert_eq!(status_of(&opened.answer("timeline", "px=x").expect_err("bad query")), 400);
+        // Compared with another file, either way round, as the server would.
+        let other_bytes = vramscope_shared::testing::corpus_bytes("streams.pickle");
+        let other = read_other(&other_bytes, "0190-uploaded").expect("the other snapshot");
+        let q = "a=local-1&b=0190-uploaded&px=40";
+        let server = route::compare(&opened.analyzed, &other, q).expect("diff");
+        assert_eq!(opened.compare(&other, true, q).expect("compared"), serde_json::to_string(&server).expect("json"));
+        let reversed = route::compare(&other, &opened.analyzed, q).expect("diff");
+        assert_eq!(
+            opened.compare(&other, false, q).expect("compared"),
+            serde_json::to_string(&reversed).expect("json")
+        );
+        let bad = read_other(b"\x80\x04K*.", "0190-x").expect_err("no snapshot");
+        assert!(bad.to_string().contains("0190-x"), "{bad}");
         let err = open_bytes(b"\x80\x04K*.", "local-2", "int.pickle", 0.0, |_| {}).expect_err("no snapshot");
         assert!(err.contains("not a PyTorch memory snapshot"), "{err}");
     }

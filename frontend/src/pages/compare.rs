@@ -67,19 +67,33 @@ mod ui {
     use crate::components::stack::StackDetails;
     use crate::core::format;
     use crate::core::model::SnapshotMeta;
-    use crate::infra::api;
     use crate::infra::canvas::{chart_width, paint_chart};
+    use crate::infra::{api, local};
 
     /// Pick another snapshot from the library to compare this one with.
     #[component]
     pub(crate) fn ComparePicker(id: String) -> impl IntoView {
-        let others = RwSignal::new(Vec::<SnapshotMeta>::new());
-        let chosen = RwSignal::new(String::new());
+        // (id, label): the files opened in this tab without uploading, then
+        // the library. A local file compares with either, in this tab.
+        let locals: Vec<(String, String)> = local::opened_files()
+            .into_iter()
+            .filter(|(other, _)| *other != id)
+            .map(|(other, name)| (other, format!("{name} (local file, not uploaded)")))
+            .collect();
+        let others = RwSignal::new(locals.clone());
+        let chosen = RwSignal::new(locals.first().map(|(o, _)| o.clone()).unwrap_or_default());
         let this = id.clone();
         spawn_local(async move {
             if let Ok(page) = api::list(&api::ListQuery::default(), None).await {
-                let list: Vec<SnapshotMeta> = page.items.into_iter().filter(|m| m.id != this).collect();
-                chosen.try_set(list.first().map(|m| m.id.clone()).unwrap_or_default());
+                let listed = page.items.into_iter().filter(|m| m.id != this).map(|m: SnapshotMeta| {
+                    let label = match (&m.job, m.rank) {
+                        (Some(j), Some(r)) => format!("{} ({j}, rank {r})", m.name),
+                        _ => m.name.clone(),
+                    };
+                    (m.id, label)
+                });
+                let list: Vec<(String, String)> = locals.into_iter().chain(listed).collect();
+                chosen.try_set(list.first().map(|(o, _)| o.clone()).unwrap_or_default());
                 others.try_set(list);
             }
         });
@@ -97,13 +111,7 @@ mod ui {
                                     {others
                                         .get()
                                         .into_iter()
-                                        .map(|m| {
-                                            let label = match (&m.job, m.rank) {
-                                                (Some(j), Some(r)) => format!("{} ({j}, rank {r})", m.name),
-                                                _ => m.name.clone(),
-                                            };
-                                            view! { <option value=m.id.clone()>{label}</option> }
-                                        })
+                                        .map(|(other, label)| view! { <option value=other>{label}</option> })
                                         .collect_view()}
                                 </select>
                                 <a
@@ -240,6 +248,29 @@ mod ui {
                         <h3>"B"</h3>
                         <div class="canvas-wrap"><canvas id="compare-b" node_ref=canvas_b></canvas></div>
                     </div>
+                </div>
+                <div class="legend" id="compare-legend">
+                    <span class="key" title="Bytes reserved from CUDA (segments)">
+                        <span class="swatch reserved"></span>
+                        "reserved"
+                    </span>
+                    <span class="key" title="Requested bytes of allocated blocks">
+                        <span class="swatch allocated"></span>
+                        "allocated"
+                    </span>
+                    {move || (align.get() == Align::Step).then(|| view! {
+                        <span class="key" title="Where a step begins (a step is found by the optimizer's step call)">
+                            <span class="swatch window-start"></span>
+                            "step boundary"
+                        </span>
+                    })}
+                    <span class="axis-caption">
+                        {move || match align.get() {
+                            Align::Event => "y: bytes, one scale for A and B; x: each trace's events in order, on one range",
+                            Align::Step => "y: bytes, one scale for A and B; x: steps, step k of A beside step k of B",
+                        }}
+                    </span>
+                    <span class="hint">"Bands: the range in each pixel column; lines: the value at its end."</span>
                 </div>
                 {move || {
                     answer.get().map(|r| match r {

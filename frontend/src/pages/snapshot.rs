@@ -98,12 +98,16 @@ pub(crate) fn SnapshotView(id: String) -> impl IntoView {
         })
     };
     let timeline_id = StoredValue::new(id.clone());
+    // An offline report has no library and no server to keep comments.
+    let report = crate::infra::local::in_report();
     view! {
         <section class="snapshot">
-            <p class="crumbs">
-                <a href="/">"Library"</a>
-                " / "
-            </p>
+            {(!report).then(|| view! {
+                <p class="crumbs">
+                    <a href="/">"Library"</a>
+                    " / "
+                </p>
+            })}
             {move || match meta.get() {
                 None => view! { <h1>"Loading…"</h1> }.into_any(),
                 Some(Err(e)) => view! { <p class="notice error">{e}</p> }.into_any(),
@@ -156,7 +160,9 @@ pub(crate) fn SnapshotView(id: String) -> impl IntoView {
                 // Comments and pins live on the server: a file opened in this
                 // tab has none, and asking the server about its id is a 404.
                 let id = timeline_id.get_value();
-                if crate::infra::local::is_local(&id) {
+                if report {
+                    ().into_any()
+                } else if crate::infra::local::is_local(&id) {
                     view! {
                         <p class="notice" id="review-local">
                             "Comments and pins are kept by the server: upload this file to discuss it with others."
@@ -321,10 +327,12 @@ fn Summary(stats: DeviceStats, format: String, capture: Option<CaptureContext>) 
         ("requested", format::bytes(s.requested_bytes), peak(s.requested_peak_bytes)),
         ("cached, not in use", format::bytes(s.reserved_unallocated_bytes), share),
         ("inactive split", format::bytes(s.inactive_split_bytes), String::new()),
+        // At the snapshot's end: the OOM post-mortem shows the same figure
+        // at the OOM, which differs (the program freed memory since).
         (
-            "largest free block",
+            "largest free block at the end",
             format::bytes(s.largest_free_block_bytes),
-            format!("of {} free", format::bytes(s.free_bytes)),
+            format!("of {} free when the snapshot was taken", format::bytes(s.free_bytes)),
         ),
         ("rounding waste", format::bytes(s.internal_waste_bytes), String::new()),
         ("OOMs", s.ooms.to_string(), String::new()),
@@ -351,6 +359,8 @@ fn Summary(stats: DeviceStats, format: String, capture: Option<CaptureContext>) 
         </div>
         <p class="hint">
             {format!("Snapshot format {format}. ")}
+            "The cards show the allocator when the snapshot was taken (its end); the peaks are over the trace. "
+            {(ooms > 0).then_some("The OOM post-mortem below shows the allocator at the OOM. ")}
             {capture.as_ref().map(captured_by)}
             {s.trace_wrapped.then_some(
                 "The trace does not reach back to an empty allocator (the ring buffer wrapped, or recording started late): its peaks are the window's.",

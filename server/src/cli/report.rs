@@ -47,7 +47,7 @@ pub(crate) fn run(args: &ReportArgs) -> Result<(), Failure> {
         .ok()
         .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
         .map_or(0, |d| d.as_millis() as u64);
-    let html = report_html(path, &name, modified_ms, &bytes, &snapshot).map_err(Failure::Other)?;
+    let html = report_html(&name, modified_ms, &bytes, &snapshot).map_err(Failure::Other)?;
     let charts = [(&args.svg, ChartFormat::Svg), (&args.png, ChartFormat::Png)];
     let charts: Vec<_> = charts.into_iter().filter_map(|(p, f)| p.as_ref().map(|p| (p, f))).collect();
     // One timeline window for both charts.
@@ -59,7 +59,7 @@ pub(crate) fn run(args: &ReportArgs) -> Result<(), Failure> {
     };
     for (chart_path, format) in charts {
         let Some(window) = &window else { break };
-        let chart = chart_bytes(window, format).map_err(Failure::Other)?;
+        let chart = chart_bytes(window, &name, format).map_err(Failure::Other)?;
         std::fs::write(chart_path, chart)
             .with_context(|| format!("cannot write {}", chart_path.display()))
             .map_err(Failure::Other)?;

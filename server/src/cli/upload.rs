@@ -36,15 +36,28 @@ pub(crate) struct UploadArgs {
     /// Comma-separated tags.
     #[arg(long)]
     tags: Option<String>,
-    /// manual, threshold or oom.
-    #[arg(long, default_value = "manual")]
-    trigger: String,
+    /// manual, threshold or oom (default: oom when the file's trace
+    /// records an out-of-memory event, else manual).
+    #[arg(long)]
+    trigger: Option<String>,
     /// How long the server may send nothing once the file is sent (it
     /// answers after reading the file, which takes a while for a large
     /// one) before the upload gives up (e.g. 30s, 20m); a CI job never
     /// waits for ever.
     #[arg(long, default_value = "600s", value_parser = crate::agent::parse_duration)]
     timeout: std::time::Duration,
+    #[command(flatten)]
+    budget: super::input::MemoryBudget,
+}
+
+/// The trigger of an upload that does not name one: `oom` when the file
+/// records an OOM, else `manual`. A file the reader refuses is `manual`
+/// here: the server reads it too and says what is wrong with it.
+fn trigger_of_file(path: &std::path::Path, budget: super::input::MemoryBudget) -> &'static str {
+    let read = std::fs::File::open(path).ok().and_then(|f| {
+        vramscope_shared::read_snapshot(std::io::BufReader::with_capacity(1 << 20, f), &budget.options()).ok()
+    });
+    if read.is_some_and(|s| s.records_oom()) { "oom" } else { "manual" }
 }
 
 /// Run the subcommand; prints the server's JSON answer.
@@ -55,7 +68,14 @@ pub(crate) async fn run(args: &UploadArgs) -> Result<(), Failure> {
         .map_err(Failure::BadInput)?;
     let size = file.metadata().await.map(|m| m.len()).unwrap_or(0);
     let name = args.name.clone().or_else(|| args.file.file_name().map(|n| n.to_string_lossy().into_owned()));
-    let mut query: Vec<(&str, String)> = vec![("trigger", args.trigger.clone())];
+    let trigger = match &args.trigger {
+        Some(t) => t.clone(),
+        None => {
+            let (path, budget) = (args.file.clone(), args.budget);
+            tokio::task::spawn_blocking(move || trigger_of_file(&path, budget)).await.unwrap_or("manual").to_owned()
+        }
+    };
+    let mut query: Vec<(&str, String)> = vec![("trigger", trigger)];
     for (key, value) in [("name", &name), ("job", &args.job), ("host", &args.host), ("tags", &args.tags)] {
         if let Some(v) = value {
             query.push((key, v.clone()));

@@ -19,17 +19,26 @@ pub(crate) enum ChartFormat {
 
 /// The main chart of a snapshot: the timeline of the device with the
 /// longest trace, whole trace, as the dashboard draws it
-/// (`vramscope_frontend::plot`), in SVG text or PNG bytes. Fails when no
-/// device has a trace.
-pub(crate) fn main_chart(analyzed: &vramscope_shared::views::Analyzed, format: ChartFormat) -> anyhow::Result<Vec<u8>> {
-    chart_bytes(&main_window(analyzed)?, format)
-}
-
-/// The chart of a timeline window, in SVG text or PNG bytes.
-pub(crate) fn chart_bytes(
-    window: &vramscope_shared::timeline::TimelineWindow,
+/// (`vramscope_frontend::plot`), titled with the file's `name`, in SVG text
+/// or PNG bytes. Fails when no device has a trace.
+pub(crate) fn main_chart(
+    analyzed: &vramscope_shared::views::Analyzed,
+    name: &str,
     format: ChartFormat,
 ) -> anyhow::Result<Vec<u8>> {
+    chart_bytes(&main_window(analyzed)?, name, format)
+}
+
+/// The chart of a timeline window of file `name`, in SVG text or PNG
+/// bytes: a title, the axes' titles and a legend around the plot, as an
+/// image file has no page around it to say what is drawn.
+pub(crate) fn chart_bytes(
+    window: &vramscope_shared::timeline::TimelineWindow,
+    name: &str,
+    format: ChartFormat,
+) -> anyhow::Result<Vec<u8>> {
+    let title = format!("{name}: GPU memory of device {} over its trace", window.device);
+    let title = title.as_str();
     use plotters::prelude::{BitMapBackend, IntoDrawingArea, SVGBackend};
 
     match format {
@@ -37,7 +46,7 @@ pub(crate) fn chart_bytes(
             let mut svg = String::new();
             {
                 let root = SVGBackend::with_string(&mut svg, CHART_SIZE).into_drawing_area();
-                draw_main_chart(&root, window)?;
+                draw_main_chart(&root, window, title)?;
                 root.present().map_err(|e| anyhow!("writing the SVG: {e}"))?;
             }
             Ok(svg.into_bytes())
@@ -48,7 +57,7 @@ pub(crate) fn chart_bytes(
             {
                 let bitmap = BitMapBackend::with_buffer(&mut rgb, CHART_SIZE);
                 let root = glyphs::EmbeddedFont::new(bitmap).into_drawing_area();
-                draw_main_chart(&root, window)?;
+                draw_main_chart(&root, window, title)?;
                 root.present().map_err(|e| anyhow!("drawing the PNG: {e}"))?;
             }
             let mut png_bytes = Vec::new();
@@ -96,6 +105,7 @@ pub(crate) fn main_window(
 fn draw_main_chart<DB: plotters::prelude::DrawingBackend>(
     root: &plotters::prelude::DrawingArea<DB, plotters::coord::Shift>,
     window: &vramscope_shared::timeline::TimelineWindow,
+    title: &str,
 ) -> anyhow::Result<()> {
     use vramscope_frontend::{layout, plot, viewport::Window};
 
@@ -110,6 +120,6 @@ fn draw_main_chart<DB: plotters::prelude::DrawingBackend>(
         cursor: None,
         y_range: None,
     };
-    plot::draw(root, &scene).map_err(|e| anyhow!(e))?;
+    plot::draw_framed(root, &scene, title).map_err(|e| anyhow!(e))?;
     Ok(())
 }

@@ -38,16 +38,17 @@ const WASM: &str = "vramscope_frontend_bg.wasm";
 const STYLES: &[&str] = &["style.css", "analysis.css"];
 
 /// The whole report page of a snapshot: its findings, the dashboard and
-/// the file's bytes inlined. `path` names the file in the findings' text;
-/// the dashboard's "export report" serves the same page.
+/// the file's bytes inlined. `name` (the file's base name) names it
+/// everywhere in the page: a report is sent to others, and the path it was
+/// made from on this machine is none of their business. The dashboard's
+/// "export report" serves the same page.
 pub(crate) fn report_html(
-    path: &Path,
     name: &str,
     modified_ms: u64,
     bytes: &[u8],
     snapshot: &vramscope_shared::Snapshot,
 ) -> anyhow::Result<String> {
-    let findings = findings(path, snapshot)?;
+    let findings = findings(Path::new(name), snapshot)?;
     render(name, modified_ms, bytes, &findings)
 }
 
@@ -62,8 +63,10 @@ pub(crate) fn index_report_html(
 ) -> anyhow::Result<String> {
     let findings = findings(Path::new(name), &analyzed.snapshot)?;
     // A snapshot with no trace has no chart; the findings say why.
-    let chart =
-        main_chart(analyzed, ChartFormat::Svg).ok().and_then(|svg| String::from_utf8(svg).ok()).unwrap_or_default();
+    let chart = main_chart(analyzed, name, ChartFormat::Svg)
+        .ok()
+        .and_then(|svg| String::from_utf8(svg).ok())
+        .unwrap_or_default();
     Ok(format!(
         r#"{head}
 <body>

@@ -51,6 +51,19 @@ pub fn answer(a: &Analyzed, route: &str, query: &str) -> Result<String, ViewErro
     }
 }
 
+/// The comparison of `a` with `b` for the query of `GET /api/v1/compare`
+/// (`a=` and `b=`, the two ids, are the caller's and ignored here): what
+/// the server answers, and what a file opened in the browser answers when
+/// it is compared with an uploaded snapshot or another local file (the
+/// page's worker reads both), so both agree to the byte.
+pub fn compare(a: &Analyzed, b: &Analyzed, query: &str) -> Result<analysis::DiffAnswer, ViewError> {
+    let pairs: Vec<(String, String)> = params("compare", query)?;
+    let rest: Vec<(String, String)> = pairs.into_iter().filter(|(k, _)| k != "a" && k != "b").collect();
+    let rest = serde_urlencoded::to_string(&rest)
+        .map_err(|e| ViewError::BadRequest(format!("query of compare ({query:?}): {e}")))?;
+    analysis::diff(a, b, &params::<analysis::DiffParams>("compare", &rest)?)
+}
+
 fn unknown(route: &str) -> ViewError {
     ViewError::NotFound(format!("view {route:?}"))
 }
@@ -95,6 +108,17 @@ mod tests {
         let p = crate::views::pools::PoolsParams { px: Some(10), ..Default::default() };
         let direct = serde_json::to_string(&crate::views::pools::pools(&a, &p).expect("pools")).expect("json");
         assert_eq!(answer(&a, "pools", "px=10").expect("routed"), direct);
+    }
+
+    #[test]
+    fn compare_answers_the_diff_of_its_query() {
+        let (a, b) = (streams(), crate::testing::corpus("oom_leak"));
+        let p = analysis::DiffParams { px: Some(50), align: Some(analysis::Align::Step), ..Default::default() };
+        let direct = serde_json::to_string(&analysis::diff(&a, &b, &p).expect("diff")).expect("json");
+        let routed = compare(&a, &b, "a=local-1&b=0190&align=step&px=50").expect("routed");
+        assert_eq!(serde_json::to_string(&routed).expect("json"), direct);
+        let bad = compare(&a, &b, "a=x&b=y&px=wide");
+        assert!(matches!(&bad, Err(ViewError::BadRequest(m)) if m.contains("compare")), "{bad:?}");
     }
 
     #[test]

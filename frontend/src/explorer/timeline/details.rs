@@ -83,7 +83,7 @@ pub(super) fn Details(
         };
         let born = match a.alloc_row {
             Some(r) => at(r, a.start),
-            None => "before the trace began (a ghost: its alloc was lost when the ring buffer wrapped)".to_owned(),
+            None => "before the trace began (its allocation is not in the trace: recording started later, or the ring buffer wrapped)".to_owned(),
         };
         let freed = match (a.free_requested_row, a.free_row) {
             (_, Some(f)) => {
@@ -92,7 +92,7 @@ pub(super) fn Details(
                 format!("{}{pending}", at(f, a.end))
             }
             (Some(q), None) => format!("requested at row {}, still pending at the end", format::grouped(u64::from(q))),
-            (None, None) => "still allocated when the snapshot was taken".to_owned(),
+            (None, None) => "never freed: still allocated when the snapshot was taken".to_owned(),
         };
         let lifetime = match ax {
             Axis::Time => format::duration_us(a.end - a.start),

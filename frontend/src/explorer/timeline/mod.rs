@@ -366,11 +366,11 @@ fn Legend(axis: RwSignal<Option<Axis>>) -> impl IntoView {
             {swatch("reserved", "reserved", "Bytes reserved from CUDA (segments)")}
             {swatch("active", "active", "Requested bytes of allocated and pending-free blocks")}
             {swatch("allocated", "allocated", "Requested bytes of allocated blocks")}
-            {swatch("bars", "allocations", "The largest allocations of the window, stacked first-fit in allocation order")}
+            {swatch("bars", "allocations", "The largest allocations of the window, stacked first-fit in allocation order, coloured by stack. A thin bar across the whole trace is one allocated before the trace or never freed; point at it for its size and stack")}
             {swatch("oom", "OOM", "An allocation failed")}
             {swatch("window-start", "trace start", "The ring buffer wrapped: history before this is lost")}
             <span class="axis-caption">{move || axis.get().map(plot::x_axis_caption)}</span>
-            <span class="hint">"Bands: the range in each pixel column; lines: the value at its end. Scroll to zoom, Shift+scroll or ]/[ to zoom on memory (smaller allocations appear), drag or ←/→ to pan, 0 to reset."</span>
+            <span class="hint">"Bands: the range in each pixel column; lines: the value at its end. A bar running across the whole chart is an allocation made before the trace or never freed. Scroll to zoom, Shift+scroll or ]/[ to zoom on memory (smaller allocations appear), drag or ←/→ to pan, 0 to reset."</span>
         </div>
     }
 }

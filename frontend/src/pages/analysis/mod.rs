@@ -44,7 +44,8 @@ mod ui {
                 <OomPanel id=id.clone() device=device/>
                 <WhatIfPanel id=id.clone() device=device/>
                 <LeaksPanel id=id.clone() device=device/>
-                <ComparePicker id=id/>
+                // Nothing to compare with in an offline report.
+                {(!crate::infra::local::in_report()).then(|| view! { <ComparePicker id=id/> })}
             </section>
         }
     }

@@ -36,10 +36,16 @@ pub(crate) fn cards(r: &OomReport) -> Vec<(&'static str, String, String)> {
             format!("{} pending free", format::bytes(r.pending_free_bytes)),
         ),
         ("reserved, unallocated", format::bytes(r.reserved_unallocated_bytes), share),
+        // "at the OOM": the snapshot page's card of the same name is the
+        // snapshot's end, after the program freed what it held.
         (
-            "largest free block",
+            "largest free block at the OOM",
             format::bytes(largest),
-            format!("usable; {} free in {} blocks", format::bytes(r.free_bytes), format::grouped(r.free_blocks)),
+            format!(
+                "usable for the request; {} free in {} blocks",
+                format::bytes(r.free_bytes),
+                format::grouped(r.free_blocks)
+            ),
         ),
     ]
 }
@@ -137,6 +143,9 @@ mod ui {
                 Ok(a) => view! {
                     <div class="panel oom" id="oom-panel">
                         <h2>"Out of memory: post-mortem"</h2>
+                        <p class="hint" id="oom-moment">
+                            "These figures are the allocator's at the OOM; the cards at the top of the page are the snapshot's end."
+                        </p>
                         {a.ooms.into_iter().map(|r| view! { <OomReportView report=r/> }).collect_view()}
                     </div>
                 }
@@ -228,7 +237,7 @@ mod tests {
         let c = cards(r);
         assert_eq!(c[0], ("request", "292 MiB".to_owned(), "large pool; tried to allocate 292 MiB".to_owned()));
         assert_eq!(c[4].1, "349 MiB", "PyTorch's 348.89 MiB reserved but unallocated");
-        assert_eq!(c[5].1, "70.2 MiB");
+        assert_eq!((c[5].0, c[5].1.as_str()), ("largest free block at the OOM", "70.2 MiB"));
         assert!(c[1].2.contains("cap"), "{:?}", c[1]);
         let (word, sentence) = cause(r);
         assert_eq!(word, "fragmentation");

@@ -13,12 +13,12 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use axum::Json;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, Query, RawQuery, State};
 use serde::Deserialize;
 use vramscope_shared::views::Analyzed;
 use vramscope_shared::views::analysis::{
-    self, BreakdownAnswer, BreakdownParams, DiffAnswer, DiffParams, ExplainAnswer, ExplainParams, LeaksAnswer,
-    LeaksParams, SimulatedDevice, TuneAnswer, TuneParams, WhatIfAnswer, WhatIfParams,
+    self, BreakdownAnswer, BreakdownParams, DiffAnswer, ExplainAnswer, ExplainParams, LeaksAnswer, LeaksParams,
+    SimulatedDevice, TuneAnswer, TuneParams, WhatIfAnswer, WhatIfParams,
 };
 
 use vramscope_shared::analysis::check::{CheckError, check};
@@ -230,14 +230,16 @@ pub(crate) struct CompareIds {
 pub(crate) async fn compare(
     State(state): State<AppState>,
     Query(ids): Query<CompareIds>,
-    Query(p): Query<DiffParams>,
+    RawQuery(query): RawQuery,
 ) -> AppResult<Json<DiffAnswer>> {
     let (Some(ida), Some(idb)) = (ids.a.filter(|s| !s.is_empty()), ids.b.filter(|s| !s.is_empty())) else {
         return Err(AppError::BadRequest("compare needs two snapshots: ?a=ID&b=ID".to_owned()));
     };
     let a: Arc<Analyzed> = analyzed(&state, &ida).await?;
     let b: Arc<Analyzed> = analyzed(&state, &idb).await?;
-    Ok(Json(state.analyses.run(&ida, move || Ok(analysis::diff(&a, &b, &p)?)).await?))
+    // The query parsed as the browser's worker parses it for a local file.
+    let query = query.unwrap_or_default();
+    Ok(Json(state.analyses.run(&ida, move || Ok(vramscope_shared::views::route::compare(&a, &b, &query)?)).await?))
 }
 
 /// The verdict on `snapshot` against `baseline`, on the analysis pool.

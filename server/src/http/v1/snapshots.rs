@@ -275,10 +275,7 @@ pub(crate) async fn report(State(state): State<AppState>, Path(id): Path<String>
             }
         })?;
         let modified_ms = u64::try_from(rec.uploaded_at_ms).unwrap_or(0);
-        tokio::task::spawn_blocking(move || {
-            report::report_html(std::path::Path::new(&name), &name, modified_ms, &bytes, &analyzed.snapshot)
-        })
-        .await
+        tokio::task::spawn_blocking(move || report::report_html(&name, modified_ms, &bytes, &analyzed.snapshot)).await
     }
     .map_err(|e| AppError::Internal(anyhow::anyhow!("the report's worker thread failed: {e}")))?
     .map_err(AppError::Internal)?;
@@ -301,7 +298,8 @@ pub(crate) async fn chart_png(State(state): State<AppState>, Path(id): Path<Stri
 
 async fn chart(state: &AppState, id: &str, format: ChartFormat) -> AppResult<Response> {
     let (rec, analyzed) = analyzed_record(state, id).await?;
-    let chart = tokio::task::spawn_blocking(move || report::main_chart(&analyzed, format))
+    let name = rec.name.clone();
+    let chart = tokio::task::spawn_blocking(move || report::main_chart(&analyzed, &name, format))
         .await
         .map_err(|e| AppError::Internal(anyhow::anyhow!("the chart's worker thread failed: {e}")))?
         // The only failure of a readable snapshot: no device has a trace.
