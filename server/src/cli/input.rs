@@ -40,7 +40,9 @@ pub(crate) fn load(path: &Path, budget: MemoryBudget) -> Result<Snapshot, Failur
         File::open(path).with_context(|| format!("cannot open {}", path.display())).map_err(Failure::BadInput)?;
     let size = file.metadata().map(|m| m.len()).unwrap_or(0);
     let label = path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
-    let mut reader = ProgressReader::new(BufReader::with_capacity(1 << 20, file), size, &label);
+    // No buffer of our own: the reader buffers (and reads 256 KiB at a
+    // time), so the bytes go from the kernel straight into its buffer.
+    let mut reader = ProgressReader::new(file, size, &label);
     let result = read_snapshot(&mut reader, &budget.options());
     reader.finish();
     result.map_err(|e| Failure::BadInput(anyhow!("{e} (file: {})", path.display())))
