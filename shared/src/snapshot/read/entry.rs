@@ -272,17 +272,22 @@ fn string(
     }
 }
 
-/// The frames field: a memoized list already converted, None, or a new
-/// list of memoized frames.
+/// One item of a new frames list: a memoized frame, already interned.
 #[inline(always)]
-fn frames(heap: &Heap, scratch: &mut Scratch, c: &mut Cursor<'_>, op: u8, first_new: u64) -> Option<Stack> {
-    let frame = |heap: &Heap, scratch: &mut Scratch, slot: u64| match fetch(heap, scratch, slot, first_new)?.get() {
+fn frame(heap: &Heap, scratch: &mut Scratch, slot: u64, first_new: u64) -> Option<()> {
+    match fetch(heap, scratch, slot, first_new)?.get() {
         V::Frame(f) => {
             scratch.frames.push(f);
             Some(())
         }
         _ => None,
-    };
+    }
+}
+
+/// The frames field: a memoized list already converted, None, or a new
+/// list of memoized frames.
+#[inline(always)]
+fn frames(heap: &Heap, scratch: &mut Scratch, c: &mut Cursor<'_>, op: u8, first_new: u64) -> Option<Stack> {
     match op {
         BINGET | LONG_BINGET => match fetch(heap, scratch, c.memo_ref(op)?, first_new)?.get() {
             V::Stack(s) => Some(Stack::Known(s)),
@@ -307,7 +312,7 @@ fn frames(heap: &Heap, scratch: &mut Scratch, c: &mut Cursor<'_>, op: u8, first_
                                 break;
                             }
                             let slot = c.memo_ref(op)?;
-                            frame(heap, scratch, slot)?;
+                            frame(heap, scratch, slot, first_new)?;
                         }
                     }
                     op @ (BINGET | LONG_BINGET) => {
@@ -320,7 +325,7 @@ fn frames(heap: &Heap, scratch: &mut Scratch, c: &mut Cursor<'_>, op: u8, first_
                             break;
                         }
                         c.pos += 1;
-                        frame(heap, scratch, slot)?;
+                        frame(heap, scratch, slot, first_new)?;
                     }
                     _ => break,
                 }
