@@ -30,13 +30,16 @@
 //!   interning stacks 5% (`FrameTable::intern_stack`, and its key compares),
 //!   the file copied twice (kernel read 4%, a `BufReader` memmove 3%), page
 //!   faults of the growing columns and memo (about 6%, kernel), `stats` 2.5%.
-//! * after (0.21 s, about 20x): entries are decoded straight from the
+//! * after (0.18 to 0.20 s, 17x to 19x): entries are decoded straight from the
 //!   opcodes into the columns (`shared/src/snapshot/read/entry.rs`). The
 //!   opcode loop with that decoder inlined is 30%, applying an entry (memo
 //!   slots, row) 8%, interning stacks 12% (half of it comparing keys), the
 //!   kernel's read copy 7%, fresh pages for the columns and the memo about
-//!   12% (kernel), `DeviceStats::of` 4%. The reading is now about as much
-//!   work as its output: 41 bytes of columns and 24 of memo per entry.
+//!   12% (kernel), `DeviceStats::of` 4%. The kernel's copy now runs on a
+//!   second thread (the CLI's `ReadAhead`). What is left is spread thin:
+//!   the next steps are the stack interning (a hash and a compare per new
+//!   frames list) and the fresh pages of the output (41 bytes of columns
+//!   and 24 of memo per entry).
 //!
 //! Environment: `VRAMSCOPE_CORPUS`, `CARGO_TARGET_DIR`, `VRAMSCOPE_BENCH_RUNS`
 //! (default 3), `VRAMSCOPE_BENCH_PYTHON` (default `python3`), and
