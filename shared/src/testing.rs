@@ -79,3 +79,10 @@ pub fn oracle(name: &str) -> HashMap<String, u64> {
         .filter_map(|(k, v)| Some((k.clone(), v.as_u64()?)))
         .collect()
 }
+
+/// Read a snapshot with the trace entry fast path off: every entry built as
+/// a dict by the pickle machine and converted from it, the reference the
+/// fast path must match exactly.
+pub fn read_snapshot_generic<R: std::io::Read>(input: R, options: &ReadOptions) -> Result<Snapshot, crate::ReadError> {
+    crate::snapshot::read::read_with(input, options, true)
+}

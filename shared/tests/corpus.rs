@@ -160,3 +160,35 @@ fn expandable_segments_are_read_as_such() {
     assert!(snapshot.allocator_settings.as_ref().expect("settings").expandable_segments);
     assert!(device.trace.count(Action::SegmentMap) > 0);
 }
+
+/// The trace entry fast path (entries decoded straight from the opcodes)
+/// against the machine's generic path (a dict per entry, then converted),
+/// on every real and synthetic file: the same model to the last string id,
+/// frame, stack and warning.
+#[test]
+fn the_entry_fast_path_reads_every_file_exactly_as_the_generic_path() {
+    use vramscope_shared::ReadOptions;
+    use vramscope_shared::testing::{fixture_corpus, large_corpus, read_snapshot_generic};
+    let mut files = Vec::new();
+    for dir in [fixture_corpus(), large_corpus(), common::synthetic_dir()] {
+        for entry in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+            let path = entry.expect("directory entry").path();
+            let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            if name.contains(".pickle") && !name.ends_with(".json") {
+                files.push(path);
+            }
+        }
+    }
+    assert!(files.len() > 20, "only {} files found", files.len());
+    let options = ReadOptions::default();
+    for path in files {
+        let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let fast = vramscope_shared::read_snapshot_bytes(&bytes, &options).map(|s| format!("{s:?}"));
+        let generic = read_snapshot_generic(bytes.as_slice(), &options).map(|s| format!("{s:?}"));
+        match (fast, generic) {
+            (Ok(f), Ok(g)) => assert!(f == g, "{}: the fast path's model differs", path.display()),
+            (Err(f), Err(g)) => assert_eq!(f.to_string(), g.to_string(), "{}", path.display()),
+            (f, g) => panic!("{}: fast {:?} against generic {:?}", path.display(), f.err(), g.err()),
+        }
+    }
+}

@@ -477,7 +477,15 @@ impl Heap {
     }
 
     /// Store a value in the memo.
+    #[inline]
     pub fn memo_put(&mut self, slot: u64, v: Value, offset: u64) -> Result<(), ReadError> {
+        // The usual case (MEMOIZE, and sequential PUTs): the next slot,
+        // holding no container.
+        if slot == self.memo.len() as u64 && !matches!(v.get(), V::Obj(_)) && slot < u32::MAX as u64 - 1 {
+            self.charge(8, || format!("memo slot {slot}"), offset)?;
+            self.memo.push(v);
+            return Ok(());
+        }
         // Memo indices are sequential in every pickler; allow sparse ones only
         // within the budget (a claimed index of 2^32 must not allocate 32 GB).
         let slot_usize = usize::try_from(slot)
@@ -501,6 +509,14 @@ impl Heap {
         }
         self.memo[slot_usize] = v;
         Ok(())
+    }
+
+    /// What a memo slot holds, without counting a new holder: for a
+    /// caller that decodes opcodes itself and counts holders when it commits.
+    #[inline]
+    pub fn memo_peek(&self, slot: u64) -> Option<Value> {
+        let v = *self.memo.get(usize::try_from(slot).ok()?)?;
+        (v != Value::UNSET).then_some(v)
     }
 
     /// The number of memo slots in use (the next MEMOIZE index).

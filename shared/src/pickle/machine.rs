@@ -19,7 +19,29 @@ pub trait Hooks {
     /// of 1000, so the pickler wrote it whole). Return a value to replace the
     /// dict on the stack, or `None` to leave it.
     fn on_dict_complete(&mut self, heap: &mut Heap, dict: Value, offset: u64) -> Result<Option<Value>, ReadError>;
+
+    /// The machine just read an EMPTY_DICT opcode at `offset`; `bytes` are
+    /// the buffered bytes after it (at least [`DICT_WINDOW`] unless the
+    /// stream ends sooner). A hook may decode the whole dict from them
+    /// itself, through the SETITEMS that completes it, doing to `heap` what
+    /// the machine and [`Hooks::on_dict_complete`] would have done (memo
+    /// slots, strings, budget): it returns how many bytes it consumed and
+    /// the value to push. `None` (the default) leaves the dict to the
+    /// machine, and then the hook must have changed nothing.
+    #[inline]
+    fn on_empty_dict(
+        &mut self,
+        _heap: &mut Heap,
+        _bytes: &[u8],
+        _offset: u64,
+    ) -> Result<Option<(usize, Value)>, ReadError> {
+        Ok(None)
+    }
 }
+
+/// Bytes buffered for [`Hooks::on_empty_dict`]: far more than a trace
+/// entry takes (60 to 300 bytes).
+pub const DICT_WINDOW: usize = 4096;
 
 /// Hooks that change nothing.
 pub struct NoHooks;
@@ -442,7 +464,16 @@ impl<R: Read, H: Hooks> Machine<'_, R, H> {
                 // Containers.
                 b']' => self.new_empty(EmptyKind::List, at)?,
                 b')' => self.new_empty(EmptyKind::Tuple, at)?,
-                b'}' => self.new_empty(EmptyKind::Dict, at)?,
+                b'}' => {
+                    let bytes = self.src.window(DICT_WINDOW)?;
+                    match self.hooks.on_empty_dict(self.heap, bytes, at)? {
+                        Some((consumed, v)) => {
+                            self.src.advance(consumed);
+                            self.push(v)?;
+                        }
+                        None => self.new_empty(EmptyKind::Dict, at)?,
+                    }
+                }
                 0x8f => self.new_empty(EmptyKind::Set, at)?,
                 b'l' => {
                     let mark = self.pop_mark(at)?;

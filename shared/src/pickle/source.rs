@@ -103,6 +103,23 @@ impl<R: Read> Source<R> {
         Ok(out)
     }
 
+    /// The buffered bytes from the read position on: at least `want` of
+    /// them unless the stream ends first. Nothing is consumed.
+    #[inline]
+    pub(crate) fn window(&mut self, want: usize) -> Result<&[u8], ReadError> {
+        if self.end - self.pos < want {
+            self.fill(want)?;
+        }
+        Ok(&self.buf[self.pos..self.end])
+    }
+
+    /// Consume `n` bytes of those [`Source::window`] returned.
+    #[inline]
+    pub(crate) fn advance(&mut self, n: usize) {
+        debug_assert!(n <= self.end - self.pos);
+        self.pos = (self.pos + n).min(self.end);
+    }
+
     /// A line ending in `\n` (text opcodes of protocol 0), without the newline.
     pub(crate) fn line(&mut self, context: &'static str) -> Result<Vec<u8>, ReadError> {
         let mut out = Vec::new();

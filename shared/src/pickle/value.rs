@@ -117,7 +117,7 @@ impl Value {
     }
 
     /// Unpack for matching.
-    #[inline]
+    #[inline(always)]
     pub fn get(self) -> V {
         let payload = self.0 >> TAG_BITS;
         match self.0 & TAG_MASK {

@@ -69,7 +69,22 @@ pub struct FrameTable {
     /// `stack_starts[s]..stack_starts[s + 1]` indexes `stack_frames`.
     stack_starts: Vec<u32>,
     stack_frames: Vec<FrameId>,
-    stack_ids: FxHashMap<Box<[FrameId]>, StackId>,
+    /// Stacks by the hash of their frames: the newest stack of that hash;
+    /// `same_hash[s]` the one before it (`NO_STACK` ends the chain). The
+    /// frames are compared where they are stored, in `stack_frames`, with
+    /// no boxed copy of each stack as a key.
+    stack_ids: FxHashMap<u64, StackId>,
+    same_hash: Vec<StackId>,
+}
+
+/// The end of a chain of stacks of one hash.
+const NO_STACK: StackId = StackId::MAX;
+
+/// The hash a stack is filed under.
+#[inline]
+fn stack_hash(frames: &[FrameId]) -> u64 {
+    use std::hash::BuildHasher;
+    FxBuildHasher.hash_one(frames)
 }
 
 impl Default for FrameTable {
@@ -80,6 +95,7 @@ impl Default for FrameTable {
             stack_starts: vec![0],
             stack_frames: Vec::new(),
             stack_ids: FxHashMap::default(),
+            same_hash: Vec::new(),
         };
         let empty = t.intern_stack(&[]);
         debug_assert_eq!(empty, EMPTY_STACK);
@@ -101,13 +117,20 @@ impl FrameTable {
 
     /// Intern a stack given as frame ids, innermost first.
     pub fn intern_stack(&mut self, frames: &[FrameId]) -> StackId {
-        if let Some(&id) = self.stack_ids.get(frames) {
-            return id;
+        let hash = stack_hash(frames);
+        let head = self.stack_ids.get(&hash).copied().unwrap_or(NO_STACK);
+        let mut at = head;
+        while at != NO_STACK {
+            if self.stack(at) == frames {
+                return at;
+            }
+            at = self.same_hash[at as usize];
         }
         let id = (self.stack_starts.len() - 1) as StackId;
         self.stack_frames.extend_from_slice(frames);
         self.stack_starts.push(self.stack_frames.len() as u32);
-        self.stack_ids.insert(frames.into(), id);
+        self.stack_ids.insert(hash, id);
+        self.same_hash.push(head);
         id
     }
 
@@ -211,6 +234,7 @@ pub(crate) fn load_tables(r: &Reader, h: &TablesHeader) -> Result<(Strings, Fram
         stack_starts: starts.to_vec(),
         stack_frames: stack_frames.to_vec(),
         stack_ids: FxHashMap::default(),
+        same_hash: Vec::with_capacity(starts.len().saturating_sub(1)),
     };
     for i in 0..files.len() {
         let frame = Frame { filename: files[i], line: lines[i], name: names[i] };
@@ -218,8 +242,9 @@ pub(crate) fn load_tables(r: &Reader, h: &TablesHeader) -> Result<(Strings, Fram
         table.frames.push(frame);
     }
     for s in 0..table.stack_count() {
-        let frames: Box<[FrameId]> = table.stack(s as StackId).into();
-        table.stack_ids.insert(frames, s as StackId);
+        let hash = stack_hash(table.stack(s as StackId));
+        let head = table.stack_ids.insert(hash, s as StackId).unwrap_or(NO_STACK);
+        table.same_hash.push(head);
     }
     Ok((strings, table))
 }

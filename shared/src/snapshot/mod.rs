@@ -3,7 +3,7 @@
 pub(crate) mod decompress;
 pub mod frames;
 pub mod model;
-mod read;
+pub(crate) mod read;
 pub mod trace;
 
 pub use frames::{EMPTY_STACK, Frame, FrameId, FrameTable, StackId, StrId, Strings};

@@ -1,8 +1,12 @@
 //! From pickle to [`Snapshot`]: the schema of every snapshot generation.
 //!
-//! Trace entries are converted while the pickle machine runs (see
-//! [`Reader::on_append`]); everything else (segments, blocks, settings,
-//! annotations) is small and converted after the machine stops.
+//! Trace entries are converted while the pickle machine runs: decoded
+//! straight from the opcodes into the columns when they have the usual shape
+//! (see `entry`), else converted from the machine's dict when it completes
+//! (see [`Reader::on_dict_complete`]); everything else (segments, blocks,
+//! settings, annotations) is small and converted after the machine stops.
+
+mod entry;
 
 use std::io::Read;
 use std::sync::Arc;
@@ -60,6 +64,13 @@ impl ReadOptions {
 
 /// Read a snapshot from a stream (plain, gzip or zstd pickle).
 pub fn read_snapshot<R: Read>(input: R, options: &ReadOptions) -> Result<Snapshot, ReadError> {
+    read_with(input, options, false)
+}
+
+/// [`read_snapshot`] with the trace entry fast path off when `generic_only`:
+/// every entry built as a dict by the machine, then converted (the
+/// reference the fast path is checked against).
+pub(crate) fn read_with<R: Read>(input: R, options: &ReadOptions, generic_only: bool) -> Result<Snapshot, ReadError> {
     let limits = decompress::StreamLimits { max_expansion: options.max_expansion, cancel: options.cancel.clone() };
     let (decoded, compression) = decompress::open(input, limits)?;
     let mut heap = Heap::new(options.memory_budget);
@@ -67,7 +78,7 @@ pub fn read_snapshot<R: Read>(input: R, options: &ReadOptions) -> Result<Snapsho
         heap.intern(word, 0)?;
     }
     heap.watch_key(Value::str(ACTION));
-    let mut reader = Reader::default();
+    let mut reader = Reader { generic_only, ..Reader::default() };
     let outcome = pickle::run(decoded, &mut heap, &mut reader)?;
     let mut snapshot = reader.build(&mut heap, outcome.root)?;
     snapshot.protocol = outcome.protocol;
@@ -129,6 +140,25 @@ struct Reader {
     stack_frames: Vec<FrameId>,
     unknown_entry_keys: FxHashSet<StrId>,
     warnings: Vec<String>,
+    /// The fast path's buffers.
+    fast: entry::Scratch,
+    /// Leave every entry to the machine (the fast path's reference).
+    generic_only: bool,
+    /// The last stream seen and its index: entries come in long runs on
+    /// one stream.
+    last_stream: Option<(u64, u32)>,
+}
+
+/// The fields of one trace row, as read.
+struct RowFields {
+    action: StrId,
+    addr: u64,
+    size: u64,
+    stream: u64,
+    time_us: Option<i64>,
+    stack: StackId,
+    compile_context: StrId,
+    user_metadata: StrId,
 }
 
 impl Hooks for Reader {
@@ -143,6 +173,23 @@ impl Hooks for Reader {
             return Ok(None);
         }
         self.convert_if_entry(heap, id, offset)
+    }
+
+    /// A trace entry of the usual shape, decoded from its opcodes into a
+    /// row with no dict built (see `entry`).
+    #[inline]
+    fn on_empty_dict(
+        &mut self,
+        heap: &mut Heap,
+        bytes: &[u8],
+        offset: u64,
+    ) -> Result<Option<(usize, Value)>, ReadError> {
+        if self.generic_only {
+            return Ok(None);
+        }
+        let Some(scanned) = entry::scan(heap, &mut self.fast, bytes) else { return Ok(None) };
+        let row = self.commit(heap, &scanned, bytes, offset)?;
+        Ok(Some((scanned.len, row)))
     }
 
     /// Entries not converted when completed (a dict with several holders,
@@ -269,7 +316,7 @@ impl Reader {
         let row = self.trace.action.len() as u32;
         let at = heap.obj(id).offset;
         let mut action = None;
-        let (mut addr, mut size, mut stream, mut time_us) = (0u64, 0u64, 0u64, 0i64);
+        let (mut addr, mut size, mut stream, mut time_us) = (0u64, 0u64, 0u64, None);
         let (mut stack, mut compile_context, mut user_metadata) = (EMPTY_STACK, EMPTY, EMPTY);
         for i in 0..self.entry_items.len() {
             let (k, v) = self.entry_items[i];
@@ -280,10 +327,7 @@ impl Reader {
                 ADDR => addr = as_u64(heap, v, &path)?,
                 SIZE => size = as_u64(heap, v, &path)?,
                 STREAM => stream = as_u64(heap, v, &path)?,
-                TIME_US => {
-                    time_us = as_i64(heap, v, &path)?;
-                    self.trace.has_time = true;
-                }
+                TIME_US => time_us = Some(as_i64(heap, v, &path)?),
                 FRAMES => {
                     let path = || format!("trace entry (dict at byte {at}).frames");
                     stack = self.stack_of(heap, v, &path)?;
@@ -315,27 +359,42 @@ impl Reader {
                 found: "nothing".into(),
             });
         };
-        let code = if (A_ALLOC..=A_OOM).contains(&action) {
-            (action - A_ALLOC) as u16
+        let fields = RowFields { action, addr, size, stream, time_us, stack, compile_context, user_metadata };
+        Ok(self.push_row(row, fields))
+    }
+
+    /// Append row `row` (the next one) to the columns.
+    #[inline]
+    fn push_row(&mut self, row: u32, f: RowFields) -> u32 {
+        let code = if (A_ALLOC..=A_OOM).contains(&f.action) {
+            (f.action - A_ALLOC) as u16
         } else {
-            self.trace.other_actions.push((row, action));
+            self.trace.other_actions.push((row, f.action));
             Action::KNOWN.len() as u16
         };
-        let next_stream = self.stream_index.len() as u32;
-        let stream_idx = *self.stream_index.entry(stream).or_insert(next_stream);
-        if stream_idx == next_stream {
-            self.trace.streams.push(stream);
-        }
+        let stream_idx = match self.last_stream {
+            Some((stream, idx)) if stream == f.stream => idx,
+            _ => {
+                let next_stream = self.stream_index.len() as u32;
+                let idx = *self.stream_index.entry(f.stream).or_insert(next_stream);
+                if idx == next_stream {
+                    self.trace.streams.push(f.stream);
+                }
+                self.last_stream = Some((f.stream, idx));
+                idx
+            }
+        };
         let t = &mut self.trace;
+        t.has_time |= f.time_us.is_some();
         t.action.push(code);
-        t.addr.push(addr);
-        t.size.push(size);
+        t.addr.push(f.addr);
+        t.size.push(f.size);
         t.stream.push(stream_idx);
-        t.time_us.push(time_us);
-        t.stack.push(stack);
-        t.compile_context.push(compile_context);
-        t.user_metadata.push(user_metadata);
-        Ok(row)
+        t.time_us.push(f.time_us.unwrap_or(0));
+        t.stack.push(f.stack);
+        t.compile_context.push(f.compile_context);
+        t.user_metadata.push(f.user_metadata);
+        row
     }
 
     /// Intern a frames list as a stack. Shared lists are converted once and
