@@ -53,10 +53,11 @@ def logged(log):
 
 @pytest.fixture
 def fake_cuda(torch_log):
-    """torch.cuda's figures, reset for the test: set .reserved, .total, .fraction."""
+    """torch.cuda's figures, reset for the test: set .reserved, .peak, .total, .fraction."""
     import torch
 
     torch.cuda._fake.reserved = 0
+    torch.cuda._fake.peak = 0
     torch.cuda._fake.allocated = 0
     torch.cuda._fake.total = 80 << 30
     torch.cuda._fake.fraction = 1.0

@@ -87,6 +87,24 @@ def test_crossing_the_threshold_writes_one_snapshot_until_memory_falls_back(tmp_
     assert threshold[0]["reason"] == "device 0 reserved %d of %d bytes (92.0%% >= 90.0%%)" % (int(4.6 * GiB), 5 * GiB)
 
 
+def test_regression_a_threshold_crossed_and_left_within_one_step_is_not_missed(tmp_path, fake_cuda, torch_log):
+    fake_cuda.total = 10 * GiB  # capacity 10 GiB
+    monitor = MemoryMonitor(snapshot_dir=tmp_path, threshold=0.9)
+    monitor.start()
+    monitor.step_begin(1)
+    fake_cuda.reserved = 2 * GiB
+    monitor.step_end(1)
+    monitor.step_begin(2)
+    fake_cuda.peak = int(9.7 * GiB)  # reached and freed (empty_cache) inside step 2
+    fake_cuda.reserved = 2 * GiB
+    monitor.step_end(2)
+    monitor.step_begin(3)
+    monitor.step_end(3)  # the peak has not moved since: nothing new
+    threshold = [s for s in monitor.snapshots if s["trigger"] == "threshold"]
+    assert [s["step"] for s in threshold] == [2]
+    assert threshold[0]["reason"] == "device 0 reserved %d of %d bytes (97.0%% >= 90.0%%)" % (int(9.7 * GiB), 10 * GiB)
+
+
 def test_an_oom_writes_a_snapshot_at_the_failed_allocation(tmp_path, fake_cuda, torch_log):
     import torch
 

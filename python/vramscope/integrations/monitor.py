@@ -86,6 +86,8 @@ class MemoryMonitor:
         self._torch = None
         self._range = None
         self._triggers = {}
+        # reserved_bytes.all.peak per device at the previous check.
+        self._peaks = {}
         self._oom_limit = _capture.RateLimit(_capture.MAX_OOM_DUMPS_PER_HOUR)
         self._observer_attached = False
 
@@ -210,12 +212,19 @@ class MemoryMonitor:
             if capacity <= 0:
                 continue
             fraction = sample["reserved"] / float(capacity)
+            # A spike inside one step, freed before its end, shows only in
+            # PyTorch's peak (read, never reset): a peak that moved since the
+            # last check was reached in between.
+            peak, before = sample.get("reserved_peak"), self._peaks.get(sample["device"])
+            self._peaks[sample["device"]] = peak
+            peak_fraction = peak / float(capacity) if peak is not None and peak != before else None
             trigger = self._triggers.setdefault(sample["device"], _capture.ThresholdTrigger(self.threshold))
-            if trigger.update(fraction):
+            if trigger.update(fraction, peak_fraction):
+                reached = max(sample["reserved"], peak or 0) if peak_fraction is not None else sample["reserved"]
                 self.write(
                     "threshold",
                     "device %d reserved %d of %d bytes (%.1f%% >= %.1f%%)"
-                    % (sample["device"], sample["reserved"], capacity, 100 * fraction, 100 * self.threshold),
+                    % (sample["device"], reached, capacity, 100 * reached / float(capacity), 100 * self.threshold),
                 )
 
     def _on_oom(self, device, requested, allowed, free):

@@ -9,7 +9,8 @@ from . import memory  # noqa: F401
 
 GiB = 1 << 30
 
-_fake = types.SimpleNamespace(reserved=0, allocated=0, total=80 * GiB, fraction=1.0)
+# peak: the highest reserved bytes between two reads (a spike the test sets).
+_fake = types.SimpleNamespace(reserved=0, allocated=0, total=80 * GiB, fraction=1.0, peak=0)
 
 
 class OutOfMemoryError(RuntimeError):
@@ -51,6 +52,7 @@ def memory_allocated(device=None):
 def memory_stats(device=None):
     return {
         "reserved_bytes.all.current": _fake.reserved,
+        "reserved_bytes.all.peak": max(_fake.peak, _fake.reserved),
         "allocated_bytes.all.current": _fake.allocated,
         "num_ooms": 0,
     }
