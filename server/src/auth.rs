@@ -302,7 +302,7 @@ impl LinkSigner {
 
     /// `path?expires=…&sig=…`, valid for [`LINK_VALID_MS`].
     pub(crate) fn sign(&self, path: &str) -> String {
-        let expires = crate::now_ms() + LINK_VALID_MS;
+        let expires = crate::clock::now_ms() + LINK_VALID_MS;
         let sig = self.mac(path, expires).map(|m| hex::encode(m.finalize().into_bytes())).unwrap_or_default();
         format!("{path}?expires={expires}&sig={sig}")
     }
@@ -310,7 +310,7 @@ impl LinkSigner {
     /// Whether `sig` signs `path` until `expires_ms`, which has not passed.
     pub(crate) fn verify(&self, path: &str, expires_ms: i64, sig: &str) -> bool {
         let (Ok(sig), Some(mac)) = (hex::decode(sig), self.mac(path, expires_ms)) else { return false };
-        expires_ms > crate::now_ms() && mac.verify_slice(&sig).is_ok()
+        expires_ms > crate::clock::now_ms() && mac.verify_slice(&sig).is_ok()
     }
 }
 
@@ -345,7 +345,7 @@ pub(crate) fn new_token(name: &str, role: Role) -> anyhow::Result<(TokenRecord, 
         name: name.to_owned(),
         role: role.as_str().to_owned(),
         secret_hash: hash,
-        created_at_ms: crate::now_ms(),
+        created_at_ms: crate::clock::now_ms(),
     };
     Ok((record, token))
 }

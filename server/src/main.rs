@@ -19,6 +19,7 @@ mod agent;
 mod assets;
 mod auth;
 mod cli;
+mod clock;
 mod http;
 mod ingest;
 #[cfg(test)]
@@ -101,11 +102,6 @@ enum Command {
     /// server over stdio (its help lists the tools, from their table).
     #[command(about = cli::mcp::about(), long_about = cli::mcp::long_about())]
     Mcp(cli::mcp::McpArgs),
-}
-
-/// Milliseconds since the Unix epoch.
-pub(crate) fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
 
 fn init_tracing() {

@@ -257,7 +257,7 @@ pub(crate) async fn run_once(
     dry_run: bool,
 ) -> Result<(Plan, Option<Applied>)> {
     let items = db.retention_inventory().await?;
-    let plan = plan(policy, &items, crate::now_ms());
+    let plan = plan(policy, &items, crate::clock::now_ms());
     if dry_run {
         return Ok((plan, None));
     }

@@ -330,7 +330,7 @@ pub(crate) fn default_job_name(command: &[OsString]) -> String {
         .or_else(|| command.first().map(|a| a.to_string_lossy()))
         .unwrap_or_default();
     let stem = Path::new(script.as_ref()).file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
-    format!("{}-{}", protocol::url_safe(&stem), crate::now_ms() / 1000)
+    format!("{}-{}", protocol::url_safe(&stem), crate::clock::now_ms() / 1000)
 }
 
 #[cfg(test)]

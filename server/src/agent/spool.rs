@@ -294,7 +294,7 @@ pub(crate) fn save_telemetry(dir: &Path, sources: &[SourceLabels], samples: &[Sa
         text.push_str(&serde_json::to_string(sample).context("cannot encode a telemetry sample")?);
         text.push('\n');
     }
-    let name = format!("telemetry-{:013}-{}.jsonl", crate::now_ms(), std::process::id());
+    let name = format!("telemetry-{:013}-{}.jsonl", crate::clock::now_ms(), std::process::id());
     let path = dir.join(&name);
     let tmp = dir.join(format!(".{name}.tmp"));
     std::fs::write(&tmp, text).with_context(|| format!("cannot write {}", tmp.display()))?;

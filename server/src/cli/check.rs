@@ -92,7 +92,7 @@ fn percent(text: &str) -> Result<f64, String> {
 /// Run the subcommand. Exit 1 means a broken rule and nothing else: a file
 /// that cannot be read or written, or a server that cannot be reached, is 2.
 pub(crate) fn run(args: &CheckArgs) -> Result<(), Failure> {
-    let (started, started_ms) = (std::time::Instant::now(), crate::now_ms());
+    let (started, started_ms) = (std::time::Instant::now(), crate::clock::now_ms());
     let result = match verdict(args, started, started_ms) {
         Err(Failure::Other(e)) => Err(Failure::BadInput(e)),
         other => other,

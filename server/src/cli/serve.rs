@@ -79,7 +79,7 @@ fn spawn_housekeeping(state: AppState) {
             }
             let keep_ms =
                 i64::try_from(state.settings.telemetry_keep_days.saturating_mul(86_400_000)).unwrap_or(i64::MAX);
-            match state.db.expire_sources(crate::now_ms().saturating_sub(keep_ms)).await {
+            match state.db.expire_sources(crate::clock::now_ms().saturating_sub(keep_ms)).await {
                 Ok(0) => {}
                 Ok(removed) => tracing::info!(removed, "deleted live-telemetry sources silent for too long"),
                 Err(e) => tracing::warn!(error = format!("{e:#}"), "could not expire telemetry sources"),
@@ -157,7 +157,7 @@ mod tests {
             tags: vec![],
             trigger: Trigger::Manual,
             size_bytes: kept.size,
-            uploaded_at_ms: crate::now_ms(),
+            uploaded_at_ms: crate::clock::now_ms(),
             status: SnapshotStatus::Ready,
             stats_json: None,
         })

@@ -138,7 +138,7 @@ impl Ingest {
             tags: clean_tags(meta.tags.as_deref().unwrap_or_default().split(',')),
             trigger,
             size_bytes: staged.size,
-            uploaded_at_ms: crate::now_ms(),
+            uploaded_at_ms: crate::clock::now_ms(),
             status,
             stats_json,
         };

@@ -71,7 +71,7 @@ pub(crate) async fn post(
             id: uuid::Uuid::now_v7().to_string(),
             author: identity.name,
             body: text.to_owned(),
-            created_ms: crate::now_ms(),
+            created_ms: crate::clock::now_ms(),
             row: post.row,
             time_us: post.time_us,
             addr: post.addr,

@@ -138,7 +138,7 @@ pub(crate) async fn links(State(state): State<AppState>, Path(id): Path<String>)
         report: sign("report.html"),
         chart_svg: sign("chart.svg"),
         chart_png: sign("chart.png"),
-        expires_ms: crate::now_ms() + crate::auth::LINK_VALID_MS,
+        expires_ms: crate::clock::now_ms() + crate::auth::LINK_VALID_MS,
     }))
 }
 

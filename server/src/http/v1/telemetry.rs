@@ -177,7 +177,7 @@ async fn handle(
                 // Acknowledged all the same: sending it again changes nothing.
                 tracing::warn!(?refused, "telemetry refused: sources of another token, or not declared in the batch");
             }
-            let now = crate::now_ms();
+            let now = crate::clock::now_ms();
             let due: Vec<String> = {
                 let mut last = lock(&registry.last_retention);
                 sources
