@@ -241,7 +241,7 @@ fn write_tune(out: &mut impl Write, path: &Path, snap: &Snapshot, report: &TuneR
         Some(c) => writeln!(out, ", capacity {} per device", bytes(c))?,
         None => writeln!(out, ", unlimited memory")?,
     }
-    let baseline = report.rows.iter().find(|r| r.recorded).map_or(0, |r| r.reserved_peak_bytes);
+    let baseline = report.rows.iter().find(|r| r.recorded).map_or(0, |r| r.peaks.reserved_peak_bytes);
     writeln!(out)?;
     writeln!(
         out,
@@ -253,11 +253,11 @@ fn write_tune(out: &mut impl Write, path: &Path, snap: &Snapshot, report: &TuneR
             out,
             "{:>4}  {:>12}  {:>11}  {:>12}  {:>14}  {:>12}  {:>4}  {}{}",
             i + 1,
-            bytes(r.reserved_peak_bytes),
-            change(r.reserved_peak_bytes, baseline),
-            bytes(r.allocated_peak_bytes),
-            bytes(r.inactive_split_peak_bytes),
-            r.device_allocs + r.device_frees,
+            bytes(r.peaks.reserved_peak_bytes),
+            change(r.peaks.reserved_peak_bytes, baseline),
+            bytes(r.peaks.allocated_peak_bytes),
+            bytes(r.peaks.inactive_split_peak_bytes),
+            r.peaks.device_allocs + r.peaks.device_frees,
             if r.oom.is_some() { "yes" } else { "no" },
             conf_label(&r.alloc_conf),
             if r.recorded { "  <- recorded" } else { "" }
@@ -268,7 +268,7 @@ fn write_tune(out: &mut impl Write, path: &Path, snap: &Snapshot, report: &TuneR
         out,
         "reserved, allocated, inactive split: peaks; allocated above the requested peak ({}) is rounding and unsplit \
          blocks; device calls: cudaMalloc/cudaFree and page map/unmap.",
-        bytes(report.rows.first().map_or(0, |r| r.requested_peak_bytes))
+        bytes(report.rows.first().map_or(0, |r| r.peaks.requested_peak_bytes))
     )?;
     let mut notes: Vec<&str> = Vec::new();
     for note in report.rows.iter().flat_map(|r| r.trade_offs.iter()) {

@@ -247,6 +247,56 @@ pub struct SimulationReport {
     pub not_modelled_settings: Vec<String>,
 }
 
+/// The peaks and counts of a replay: what tune's rows and a what-if's
+/// figures both show, declared once. Flattened into their JSON, so the
+/// answers keep their fields.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct ReplayPeaks {
+    /// Highest reserved bytes.
+    pub reserved_peak_bytes: u64,
+    /// Highest allocated bytes (rounded block sizes, unsplit blocks included).
+    pub allocated_peak_bytes: u64,
+    /// Highest requested (unrounded) bytes: the same for every setting that
+    /// does not run out of memory.
+    pub requested_peak_bytes: u64,
+    /// Highest free-but-unreleasable bytes in split segments.
+    pub inactive_split_peak_bytes: u64,
+    /// cudaMalloc calls and page mappings: each costs time.
+    pub device_allocs: u64,
+    /// cudaFree calls and page unmappings.
+    pub device_frees: u64,
+    /// Allocations retried after releasing the cache.
+    pub alloc_retries: u64,
+}
+
+impl ReplayPeaks {
+    /// One device's figures.
+    pub fn of(s: &AllocatorStats) -> Self {
+        Self {
+            reserved_peak_bytes: s.reserved_bytes.peak,
+            allocated_peak_bytes: s.allocated_bytes.peak,
+            requested_peak_bytes: s.requested_bytes.peak,
+            inactive_split_peak_bytes: s.inactive_split_bytes.peak,
+            device_allocs: s.num_device_alloc,
+            device_frees: s.num_device_free,
+            alloc_retries: s.num_alloc_retries,
+        }
+    }
+
+    /// Each figure the largest of any device's (memory is limited per device).
+    pub fn max_over(devices: impl IntoIterator<Item = Self>) -> Self {
+        devices.into_iter().fold(Self::default(), |a, b| Self {
+            reserved_peak_bytes: a.reserved_peak_bytes.max(b.reserved_peak_bytes),
+            allocated_peak_bytes: a.allocated_peak_bytes.max(b.allocated_peak_bytes),
+            requested_peak_bytes: a.requested_peak_bytes.max(b.requested_peak_bytes),
+            inactive_split_peak_bytes: a.inactive_split_peak_bytes.max(b.inactive_split_peak_bytes),
+            device_allocs: a.device_allocs.max(b.device_allocs),
+            device_frees: a.device_frees.max(b.device_frees),
+            alloc_retries: a.alloc_retries.max(b.alloc_retries),
+        })
+    }
+}
+
 /// One device of a [`SimulationReport`].
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
 pub struct DeviceReport {

@@ -33,21 +33,9 @@ pub struct TuneRow {
     pub alloc_conf: String,
     /// These are the settings the snapshot was recorded with.
     pub recorded: bool,
-    /// Highest reserved bytes.
-    pub reserved_peak_bytes: u64,
-    /// Highest allocated bytes (rounding and unsplit blocks included).
-    pub allocated_peak_bytes: u64,
-    /// Highest requested bytes (the same for every candidate that does not
-    /// run out of memory).
-    pub requested_peak_bytes: u64,
-    /// Highest free-but-unreleasable bytes in split segments.
-    pub inactive_split_peak_bytes: u64,
-    /// cudaMalloc calls and page mappings: each costs time.
-    pub device_allocs: u64,
-    /// cudaFree calls and page unmappings.
-    pub device_frees: u64,
-    /// Allocations that needed the whole cache released first.
-    pub alloc_retries: u64,
+    /// Peaks and counts, each the largest of any device's.
+    #[serde(flatten)]
+    pub peaks: super::ReplayPeaks,
     /// Where it ran out of memory under the capacity, if it did.
     pub oom: Option<SimOom>,
     /// What the settings trade away, in words.
@@ -95,7 +83,9 @@ pub fn tune(snapshot: &Snapshot, capacity: Option<u64>, grid: &[&str]) -> Result
         }
         rows.push(row(&sim, false));
     }
-    rows.sort_by_key(|r| (r.oom.is_some(), r.reserved_peak_bytes, r.allocated_peak_bytes, r.device_allocs));
+    rows.sort_by_key(|r| {
+        (r.oom.is_some(), r.peaks.reserved_peak_bytes, r.peaks.allocated_peak_bytes, r.peaks.device_allocs)
+    });
     Ok(TuneReport {
         capacity_bytes: capacity,
         capacity_inferred: false,
@@ -105,7 +95,6 @@ pub fn tune(snapshot: &Snapshot, capacity: Option<u64>, grid: &[&str]) -> Result
 }
 
 fn row(sim: &Simulation, recorded: bool) -> TuneRow {
-    let max = |f: &dyn Fn(&super::DeviceSimulation) -> u64| sim.devices.iter().map(f).max().unwrap_or(0);
     let c = &sim.config;
     let mut trade_offs = Vec::new();
     if c.expandable_segments {
@@ -130,13 +119,7 @@ fn row(sim: &Simulation, recorded: bool) -> TuneRow {
     TuneRow {
         alloc_conf: sim.alloc_conf.clone(),
         recorded,
-        reserved_peak_bytes: max(&|d| d.stats.reserved_bytes.peak),
-        allocated_peak_bytes: max(&|d| d.stats.allocated_bytes.peak),
-        requested_peak_bytes: max(&|d| d.stats.requested_bytes.peak),
-        inactive_split_peak_bytes: max(&|d| d.stats.inactive_split_bytes.peak),
-        device_allocs: max(&|d| d.stats.num_device_alloc),
-        device_frees: max(&|d| d.stats.num_device_free),
-        alloc_retries: max(&|d| d.stats.num_alloc_retries),
+        peaks: super::ReplayPeaks::max_over(sim.devices.iter().map(|d| super::ReplayPeaks::of(&d.stats))),
         oom: sim.devices.iter().find_map(|d| d.oom),
         trade_offs: trade_offs.into_iter().map(str::to_owned).collect(),
     }

@@ -63,7 +63,7 @@ pub(crate) fn whatif_chart(w: &WhatIfAnswer) -> Chart {
 
 /// The answer's figures as (label, simulated, recorded or note) rows.
 pub(crate) fn figures(w: &WhatIfAnswer) -> Vec<(&'static str, String, String)> {
-    let f = &w.figures;
+    let f = &w.figures.peaks;
     let recorded_peak = w.recorded_reserved_peak_bytes.unwrap_or(0);
     let oom = match &w.oom {
         None => ("no".to_owned(), "fits".to_owned()),
@@ -110,10 +110,10 @@ pub(crate) fn tune_cells(candidate: &TuneCandidate, recorded_peak: u64) -> [Stri
     [
         candidate.rank.to_string(),
         settings_label(&row.alloc_conf) + if row.recorded { " (recorded)" } else { "" },
-        format::bytes(row.reserved_peak_bytes),
-        change(row.reserved_peak_bytes, recorded_peak),
-        format::bytes(row.allocated_peak_bytes),
-        format::grouped(row.device_allocs + row.device_frees),
+        format::bytes(row.peaks.reserved_peak_bytes),
+        change(row.peaks.reserved_peak_bytes, recorded_peak),
+        format::bytes(row.peaks.allocated_peak_bytes),
+        format::grouped(row.peaks.device_allocs + row.peaks.device_frees),
         if row.oom.is_some() { "yes".to_owned() } else { "no".to_owned() },
     ]
 }
@@ -400,13 +400,15 @@ mod tests {
             outcome: TuneRow {
                 alloc_conf: String::new(),
                 recorded: true,
-                reserved_peak_bytes: 3 << 30,
-                allocated_peak_bytes: 2 << 30,
-                requested_peak_bytes: 2 << 30,
-                inactive_split_peak_bytes: 0,
-                device_allocs: 1200,
-                device_frees: 34,
-                alloc_retries: 0,
+                peaks: vramscope_shared::simulate::ReplayPeaks {
+                    reserved_peak_bytes: 3 << 30,
+                    allocated_peak_bytes: 2 << 30,
+                    requested_peak_bytes: 2 << 30,
+                    inactive_split_peak_bytes: 0,
+                    device_allocs: 1200,
+                    device_frees: 34,
+                    alloc_retries: 0,
+                },
                 oom: None,
                 trade_offs: Vec::new(),
             },

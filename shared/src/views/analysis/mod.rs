@@ -114,11 +114,11 @@ mod tests {
         assert_eq!(w.simulated.len(), w.recorded.buckets.len());
         assert!(w.recorded.buckets.len() <= 64);
         let peak = w.simulated.iter().map(|b| b.reserved.max).max().expect("buckets");
-        assert_eq!(peak, w.figures.reserved_peak_bytes, "the buckets see every row");
+        assert_eq!(peak, w.figures.peaks.reserved_peak_bytes, "the buckets see every row");
         assert!(w.simulated.iter().all(|b| b.replayed));
         assert_eq!(w.settings, "recorded");
         // The recorded settings replay the recorded reserved peak.
-        assert_eq!(Some(w.figures.reserved_peak_bytes), w.recorded_reserved_peak_bytes);
+        assert_eq!(Some(w.figures.peaks.reserved_peak_bytes), w.recorded_reserved_peak_bytes);
         // The same on the time axis, zoomed into the middle.
         let full = whatif(&a, &WhatIfParams { px: Some(50), ..Default::default() }).expect("time axis");
         assert_eq!(full.recorded.axis, Axis::Time);
@@ -159,7 +159,7 @@ mod tests {
         let oom = w.oom.expect("4 MiB is too little");
         assert_eq!(oom.x, i64::from(oom.row));
         assert!(w.simulated.iter().any(|b| !b.replayed), "nothing after the failure");
-        assert!(w.figures.reserved_peak_bytes <= 4 << 20);
+        assert!(w.figures.peaks.reserved_peak_bytes <= 4 << 20);
     }
 
     #[test]

@@ -29,20 +29,9 @@ pub struct SimulatedOom {
 /// The figures of one device's replay.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SimulatedFigures {
-    /// Highest reserved bytes.
-    pub reserved_peak_bytes: u64,
-    /// Highest allocated bytes (rounded block sizes).
-    pub allocated_peak_bytes: u64,
-    /// Highest requested (unrounded) bytes.
-    pub requested_peak_bytes: u64,
-    /// Highest free-but-unreleasable bytes in split segments.
-    pub inactive_split_peak_bytes: u64,
-    /// cudaMalloc calls and page mappings.
-    pub device_allocs: u64,
-    /// cudaFree calls and page unmappings.
-    pub device_frees: u64,
-    /// Allocations retried after releasing the cache.
-    pub alloc_retries: u64,
+    /// Peaks and counts.
+    #[serde(flatten)]
+    pub peaks: crate::simulate::ReplayPeaks,
     /// Trace rows replayed (all, unless it ran out of memory first).
     pub rows_replayed: u32,
     /// Rows in the trace.
@@ -122,13 +111,7 @@ pub fn simulate_device(
         capacity_inferred: inferred.is_some(),
         capacity_source,
         figures: SimulatedFigures {
-            reserved_peak_bytes: s.reserved_bytes.peak,
-            allocated_peak_bytes: s.allocated_bytes.peak,
-            requested_peak_bytes: s.requested_bytes.peak,
-            inactive_split_peak_bytes: s.inactive_split_bytes.peak,
-            device_allocs: s.num_device_alloc,
-            device_frees: s.num_device_free,
-            alloc_retries: s.num_alloc_retries,
+            peaks: crate::simulate::ReplayPeaks::of(s),
             rows_replayed: u32::try_from(sim.rows_replayed).unwrap_or(u32::MAX),
             trace_entries: u32::try_from(d.trace.len()).unwrap_or(u32::MAX),
         },
