@@ -174,7 +174,7 @@ mod tests {
         assert!(top.frames.iter().any(|f| f.filename == "/srv/jobs/train.py" && f.line == 96), "{top:?}");
         let t = tune(&a, &TuneParams::default()).expect("tune");
         assert!(t.rows.iter().any(|r| r.outcome.recorded));
-        let key = |r: &TuneCandidate| (r.outcome.oom.is_some(), r.outcome.reserved_peak_bytes);
+        let key = |r: &TuneCandidate| (r.outcome.oom.is_some(), r.outcome.peaks.reserved_peak_bytes);
         assert!(t.rows.windows(2).all(|w| key(&w[0]) <= key(&w[1])));
     }
 

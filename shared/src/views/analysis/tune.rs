@@ -50,7 +50,7 @@ pub fn tune(a: &Analyzed, p: &TuneParams) -> Result<TuneAnswer, ViewError> {
     let rows: Vec<TuneCandidate> =
         report.rows.iter().enumerate().map(|(k, r)| TuneCandidate { rank: k as u32 + 1, outcome: r.clone() }).collect();
     let recorded_reserved_peak_bytes =
-        rows.iter().find(|r| r.outcome.recorded).map_or(0, |r| r.outcome.reserved_peak_bytes);
+        rows.iter().find(|r| r.outcome.recorded).map_or(0, |r| r.outcome.peaks.reserved_peak_bytes);
     Ok(TuneAnswer {
         capacity_bytes: report.capacity_bytes,
         capacity_inferred: report.capacity_inferred,
