@@ -54,9 +54,7 @@ pub(crate) struct UploadArgs {
 /// records an OOM, else `manual`. A file the reader refuses is `manual`
 /// here: the server reads it too and says what is wrong with it.
 fn trigger_of_file(path: &std::path::Path, budget: super::input::MemoryBudget) -> &'static str {
-    let read = std::fs::File::open(path).ok().and_then(|f| {
-        vramscope_shared::read_snapshot(std::io::BufReader::with_capacity(1 << 20, f), &budget.options()).ok()
-    });
+    let read = super::input::load(path, budget).ok();
     if read.is_some_and(|s| s.records_oom()) { "oom" } else { "manual" }
 }
 
