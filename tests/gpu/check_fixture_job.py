@@ -13,6 +13,10 @@ the device tool):
 3. fail: `vramscope check leak.pickle --baseline baseline.pickle
    --max-growth 10` exits 1, a growth rule broken (the requested peak's, at least), and the
    first stack that grew is the one in `leaky_step`.
+   A second test in the same pytest run, with a model built at import
+   (alive before its recording): `check --max-allocated-peak` replays its
+   window from that baseline, and the peak equals the test's own
+   `torch.cuda.max_memory_allocated()`.
 4. oom: the step under a memory fraction too small for it, in the fixture:
    the snapshot is written although the block raised, and `vramscope check`
    reads it.
@@ -137,6 +141,30 @@ def main():
                 """
             )
         )
+        # A second test in the same run, with a model built at import: its
+        # memory is alive before every test's recording, a baseline the
+        # allocated peak's replay must start from (issue 27: the second test
+        # of a run once failed with "does not start from an empty allocator").
+        (tests / "test_second.py").write_text(
+            textwrap.dedent(
+                f"""
+                import json
+                import sys
+                import torch
+                sys.path.insert(0, {str(HERE)!r})
+                from check_fixture_job import baseline_job
+
+                MODEL = torch.nn.Linear(4096, 4096).cuda()
+
+                def test_with_a_model_built_before(memory_snapshot):
+                    torch.cuda.reset_peak_memory_stats()
+                    baseline_job()
+                    peak = torch.cuda.max_memory_allocated()
+                    with open({str(out / "second_peak.json")!r}, "w") as f:
+                        json.dump({{"max_memory_allocated": peak, "model_bytes": 4096 * 4097 * 4}}, f)
+                """
+            )
+        )
         env = dict(os.environ, VRAMSCOPE_SNAPSHOTS=str(out / "pytest"), PYTHONPATH=str(ROOT / "python"))
         run = subprocess.run(
             [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *plugin_args(), str(tests)],
@@ -146,6 +174,14 @@ def main():
         snapshot = out / "pytest" / "test_train_step.pickle"
         code, verdict, err = check(a.vramscope, snapshot, "--max-reserved-peak", total)
         checks["pytest_fixture"] = run.returncode == 0 and snapshot.is_file() and code == 0
+        second = out / "pytest" / "test_with_a_model_built_before.pickle"
+        code, verdict, err = check(a.vramscope, second, "--max-allocated-peak", total)
+        truth = json.loads((out / "second_peak.json").read_text()) if (out / "second_peak.json").is_file() else {}
+        rule = verdict["rules"][0] if verdict and verdict.get("rules") else {}
+        summary["second_test"] = {"exit": code, "stderr": err, "rule": rule, "truth": truth}
+        checks["second_test_allocated_peak_from_its_baseline"] = (
+            code == 0 and rule.get("window_only") is True and rule.get("bytes") == truth.get("max_memory_allocated")
+        )
     except ImportError:
         summary["pytest"] = "not installed: the fixture's context manager was run directly (step 1)"
 
