@@ -70,7 +70,9 @@ pub(crate) struct Identity {
     pub(crate) token_id: Option<String>,
 }
 
-/// How long a verified token is trusted without checking the database again.
+/// How long a verified secret is trusted without hashing it again. The
+/// token's record is still read at every request, so a revoked token or a
+/// changed role takes effect at once, on every instance.
 const VERIFIED_FOR: Duration = Duration::from_secs(300);
 
 /// How long a token that failed its check is refused without hashing again.
@@ -109,7 +111,9 @@ fn counted_as(client: Option<IpAddr>) -> Option<IpAddr> {
 pub(crate) struct Auth {
     required: bool,
     db: Db,
-    verified: Mutex<HashMap<[u8; 32], (Identity, Instant)>>,
+    /// Tokens (by SHA-256) whose secret verified: the stored hash it
+    /// verified against, and when.
+    verified: Mutex<HashMap<[u8; 32], (String, Instant)>>,
     /// Tokens (by SHA-256) that failed, and when.
     refused: Mutex<HashMap<[u8; 32], Instant>>,
     /// Failures per (client address, token id) in the current minute:
@@ -211,19 +215,27 @@ impl Auth {
     /// The holder of a bearer token, if it is one.
     async fn identify_token(&self, token: &str, client: Option<IpAddr>) -> anyhow::Result<Checked> {
         let key: [u8; 32] = Sha256::digest(token.as_bytes()).into();
-        if let Ok(cache) = self.verified.lock()
-            && let Some((identity, at)) = cache.get(&key)
-            && at.elapsed() < VERIFIED_FOR
-        {
-            return Ok(Checked::Holder(identity.clone()));
-        }
         if let Ok(refused) = self.refused.lock()
             && refused.get(&key).is_some_and(|at| at.elapsed() < REFUSED_FOR)
         {
             return Ok(Checked::Refused);
         }
         let Some((id, secret)) = split_token(token) else { return Ok(Checked::Refused) };
-        let Some(record) = self.db.get_token(id).await? else { return Ok(Checked::Refused) };
+        // Read at every request (one row by its key): a token revoked on any
+        // instance, or given another role, is seen at once. Only the
+        // argon2 check of the secret is remembered.
+        let Some(record) = self.db.get_token(id).await? else {
+            if let Ok(mut cache) = self.verified.lock() {
+                cache.remove(&key);
+            }
+            return Ok(Checked::Refused);
+        };
+        let verified = self.verified.lock().is_ok_and(|cache| {
+            cache.get(&key).is_some_and(|(hash, at)| *hash == record.secret_hash && at.elapsed() < VERIFIED_FOR)
+        });
+        if verified {
+            return Ok(holder(record));
+        }
         if let Some(wait) = self.limited(client, id) {
             let known = self.known.lock().is_ok_and(|known| known.get(id) == Some(&key));
             if !known {
@@ -251,16 +263,24 @@ impl Auth {
         Ok(self.remember(key, record))
     }
 
-    /// A verified token's holder, remembered for [`VERIFIED_FOR`].
+    /// A verified token's holder; its secret is remembered as verified for
+    /// [`VERIFIED_FOR`].
     fn remember(&self, key: [u8; 32], record: TokenRecord) -> Checked {
-        let Some(role) = Role::parse(&record.role) else { return Checked::Refused };
-        let identity = Identity { name: record.name, role, token_id: Some(record.id) };
         if let Ok(mut cache) = self.verified.lock() {
             cache.retain(|_, (_, at)| at.elapsed() < VERIFIED_FOR);
-            cache.insert(key, (identity.clone(), Instant::now()));
+            if cache.len() < REMEMBERED {
+                cache.insert(key, (record.secret_hash.clone(), Instant::now()));
+            }
         }
-        Checked::Holder(identity)
+        holder(record)
     }
+}
+
+/// The holder a token's record names (refused for a role this version does
+/// not know).
+fn holder(record: TokenRecord) -> Checked {
+    let Some(role) = Role::parse(&record.role) else { return Checked::Refused };
+    Checked::Holder(Identity { name: record.name, role, token_id: Some(record.id) })
 }
 
 /// What a bearer token's check found.

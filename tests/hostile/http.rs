@@ -448,6 +448,28 @@ async fn regression_a_guesser_rotating_ipv6_addresses_of_its_64_is_still_limited
     assert_eq!(holder.status(), StatusCode::OK);
 }
 
+/// Found in review: a revoked token kept working for up to five minutes on
+/// every server that had verified it, because the verified-token cache
+/// answered without reading the token's record. The record is now read at
+/// every request; only the argon2 check is remembered.
+#[tokio::test]
+async fn regression_a_revoked_token_is_refused_at_the_next_request() {
+    let dir = crate::common::server::unique_dir("revoked");
+    let token = create_token(&dir, "viewer");
+    let id = token.split('_').nth(1).expect("token id").to_owned();
+    let server = TestServer::start_in(&dir, &[("VRAMSCOPE_REQUIRE_TOKENS", "true")]);
+    let get = || client().get(server.api("/snapshots")).bearer_auth(&token).send();
+    assert_eq!(get().await.expect("get").status(), StatusCode::OK, "the holder before");
+    assert_eq!(get().await.expect("get").status(), StatusCode::OK, "remembered as verified");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_vramscope"))
+        .args(["token", "revoke", &id, "--data-dir"])
+        .arg(&dir)
+        .output()
+        .expect("token revoke");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(get().await.expect("get").status(), StatusCode::UNAUTHORIZED, "refused at once after its revocation");
+}
+
 #[tokio::test]
 async fn regression_a_client_guessing_secrets_gets_429_with_retry_after() {
     // No trusted proxies (the default): X-Forwarded-For is ignored, so a

@@ -59,7 +59,7 @@ pub(crate) async fn run(args: &TokenArgs) -> anyhow::Result<()> {
             let settings = Settings::load(settings)?;
             let (db, _) = settings.open_stores().await?;
             anyhow::ensure!(db.delete_token(id).await?, "no token with id {id}");
-            eprintln!("revoked token {id}; servers stop accepting it within five minutes");
+            eprintln!("revoked token {id}; servers refuse it from the next request");
         }
     }
     Ok(())
