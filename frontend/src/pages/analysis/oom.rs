@@ -22,7 +22,18 @@ pub(crate) fn cards(r: &OomReport) -> Vec<(&'static str, String, String)> {
         String::new()
     };
     let largest = r.largest_usable_free_block.map_or(0, |b| b.size);
-    vec![
+    let (low, high) = r.capacity_bytes_range;
+    let cap = match (r.recorded_capacity_bytes, r.limit) {
+        (Some(cap), _) => {
+            Some((format::bytes(cap), "recorded: the process's memory fraction of the device".to_owned()))
+        }
+        (None, Limit::ProcessCap) => Some((
+            format!("{} – {}", format::bytes(low), format::bytes(high)),
+            "inferred from the OOM (the capture recorded no cap)".to_owned(),
+        )),
+        (None, _) => None,
+    };
+    let mut cards = vec![
         (
             "request",
             format::bytes(r.request_bytes),
@@ -47,7 +58,12 @@ pub(crate) fn cards(r: &OomReport) -> Vec<(&'static str, String, String)> {
                 format::grouped(r.free_blocks)
             ),
         ),
-    ]
+    ];
+    if let Some((value, note)) = cap {
+        // Beside "device free", which it explains.
+        cards.insert(2, ("memory cap", value, note));
+    }
+    cards
 }
 
 /// The cause in a word and a sentence.
@@ -225,6 +241,22 @@ mod ui {
 #[cfg(test)]
 mod tests {
 
+    /// Found in review: a snapshot whose capture recorded the process's cap
+    /// (a memory fraction) showed only the inferred bracket, though
+    /// `vramscope explain` names the recorded figure.
+    #[test]
+    fn regression_the_oom_panel_shows_the_recorded_cap() {
+        let a = vramscope_shared::testing::corpus("fraction_oom");
+        let e = explain(&a, &ExplainParams { simulate: Some(false), ..ExplainParams::default() }).expect("explain");
+        let r = &e.ooms[0];
+        let cap = r.recorded_capacity_bytes.expect("fraction_oom records its cap");
+        let c = cards(r);
+        assert_eq!(
+            c[2],
+            ("memory cap", format::bytes(cap), "recorded: the process's memory fraction of the device".to_owned())
+        );
+    }
+
     use vramscope_shared::views::analysis::{ExplainParams, explain};
 
     use super::*;
@@ -236,9 +268,11 @@ mod tests {
         let r = &e.ooms[0];
         let c = cards(r);
         assert_eq!(c[0], ("request", "292 MiB".to_owned(), "large pool; tried to allocate 292 MiB".to_owned()));
-        assert_eq!(c[4].1, "349 MiB", "PyTorch's 348.89 MiB reserved but unallocated");
-        assert_eq!((c[5].0, c[5].1.as_str()), ("largest free block at the OOM", "70.2 MiB"));
         assert!(c[1].2.contains("cap"), "{:?}", c[1]);
+        assert_eq!(c[2].0, "memory cap");
+        assert!(c[2].2.starts_with("inferred"), "{:?}", c[2]);
+        assert_eq!(c[5].1, "349 MiB", "PyTorch's 348.89 MiB reserved but unallocated");
+        assert_eq!((c[6].0, c[6].1.as_str()), ("largest free block at the OOM", "70.2 MiB"));
         let (word, sentence) = cause(r);
         assert_eq!(word, "fragmentation");
         assert!(sentence.contains("70.2 MiB"), "{sentence}");
