@@ -417,11 +417,7 @@ fn report(snapshot: &Snapshot, device: &DeviceSnapshot, row: u32, layout: &Layou
         device_free_bytes: device_free,
         limit,
         capacity_bytes_range,
-        recorded_capacity_bytes: snapshot
-            .capture
-            .as_ref()
-            .and_then(|c| c.devices.iter().find(|d| d.device == device.device))
-            .and_then(|d| d.capacity_bytes),
+        recorded_capacity_bytes: recorded_cap(snapshot, device.device),
         reserved_peak_bytes: reserved_peak,
         reserved_bytes: reserved,
         allocated_bytes: allocated,
@@ -443,6 +439,18 @@ fn report(snapshot: &Snapshot, device: &DeviceSnapshot, row: u32, layout: &Layou
         live_stacks,
         avoided_by: None,
     }
+}
+
+/// The cap the capture recorded for `device`: the agent's `capacity_bytes`,
+/// or else the recorded settings' `per_process_memory_fraction` of the
+/// device's total as CUDA reports it (captures before the agent recorded
+/// the cap have both of those).
+fn recorded_cap(snapshot: &Snapshot, device: u32) -> Option<u64> {
+    let recorded = snapshot.capture.as_ref()?.devices.iter().find(|d| d.device == device)?;
+    recorded.capacity_bytes.or_else(|| {
+        let (config, _) = crate::simulate::settings_for(snapshot, None).ok()?;
+        config.capacity_for(recorded.cuda_total_bytes)
+    })
 }
 
 #[cfg(test)]

@@ -59,7 +59,9 @@ pub fn avoided_by(snapshot: &Snapshot, report: &OomReport) -> Option<Vec<Setting
     let mut verdicts = Vec::new();
     for setting in report.candidate_settings() {
         let needs_cap = setting.starts_with("garbage_collection_threshold");
-        let capacity = needs_cap.then(|| failed.saturating_sub(1));
+        // Under the recorded cap when the capture has one; else the largest
+        // the OOM allows.
+        let capacity = needs_cap.then(|| report.recorded_capacity_bytes.unwrap_or(failed.saturating_sub(1)));
         let (config, _) = settings_for(snapshot, Some(&setting)).ok()?;
         let same = config == recorded;
         // The question is whether the setting serves the request that
@@ -71,12 +73,17 @@ pub fn avoided_by(snapshot: &Snapshot, report: &OomReport) -> Option<Vec<Setting
             .finish();
         let mut verdict = SettingVerdict::judge(report, setting, sim.stats.reserved_bytes.peak);
         if let Some(cap) = capacity {
-            verdict.avoids =
-                if sim.oom.is_none() { Avoidance::IfCapacityAtLeast { bytes: cap } } else { Avoidance::No };
-            verdict.note = Some(format!(
-                "replayed under a {:.2} GiB cap, just below the reservation that failed (GC acts only under a cap)",
-                cap as f64 / f64::from(1u32 << 30)
-            ));
+            let gib = cap as f64 / f64::from(1u32 << 30);
+            if report.recorded_capacity_bytes.is_some() {
+                verdict.avoids = if sim.oom.is_none() { Avoidance::Yes } else { Avoidance::No };
+                verdict.note = Some(format!("replayed under the recorded {gib:.2} GiB cap (GC acts only under a cap)"));
+            } else {
+                verdict.avoids =
+                    if sim.oom.is_none() { Avoidance::IfCapacityAtLeast { bytes: cap } } else { Avoidance::No };
+                verdict.note = Some(format!(
+                    "replayed under a {gib:.2} GiB cap, just below the reservation that failed (GC acts only under a cap)"
+                ));
+            }
         }
         verdicts.push(verdict);
     }
