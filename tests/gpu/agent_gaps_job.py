@@ -130,7 +130,7 @@ class Run:
         if not snaps:
             self.check("c.fraction_recorded", False, {"exit_code": code, "snapshots": 0})
             return
-        path = self.server.download(snaps[0]["id"], os.path.join(self.work, "fraction.pickle"))
+        path = self.server.download(snaps[0]["id"], os.path.join(self.args.out, "fraction.pickle"))
         with open(path, "rb") as f:
             capture = pickle.load(f).get("vramscope_capture") or {}
         device = (capture.get("devices") or [{}])[0]
