@@ -452,6 +452,23 @@ fn regression_check_takes_memory_in_use_before_the_trace_as_a_baseline() {
     assert!(text(&out.stdout).contains("within the trace window"), "{}", text(&out.stdout));
 }
 
+/// The same on the GPU (`tests/gpu/check_fixture_job.py`, an H100): the
+/// second test of a pytest run, with a model built at import alive before
+/// its recording. The replayed allocated peak of its window is the test's
+/// own `torch.cuda.max_memory_allocated()`, to the byte.
+#[test]
+fn regression_the_second_test_of_a_pytest_run_passes_with_its_true_allocated_peak() {
+    let file = corpus("pytest_second_test.pickle");
+    let truth: Value = serde_json::from_slice(&std::fs::read(corpus("pytest_second_test.truth.json")).expect("truth"))
+        .expect("JSON");
+    let out = run(&["--max-allocated-peak", "80GiB", "--json"], &[&file]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let report: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let rule = &report["rules"][0];
+    assert_eq!(rule["bytes"], truth["max_memory_allocated"], "{rule}");
+    assert_eq!(rule["window_only"], true, "{rule}");
+}
+
 #[test]
 fn regression_check_against_a_server_that_never_answers_exits_2_after_its_timeout() {
     // A server that takes the connection and says nothing held a CI job's

@@ -210,3 +210,18 @@ fn regression_a_cap_the_capture_recorded_is_the_default_capacity_before_the_infe
     assert!(String::from_utf8_lossy(&text.stdout).contains("recorded by the capture"), "{text:?}");
     drop(std::fs::remove_dir_all(&dir));
 }
+
+/// The capture context the agent writes, from a real run (`agent_capped`,
+/// `tests/gpu/agent_gaps_job.py` on an H100): simulate and tune take the
+/// recorded cap without --capacity.
+#[test]
+fn regression_a_real_agent_capture_gives_its_recorded_cap() {
+    let file = crate::common::fixture_corpus().join("agent_capped.pickle");
+    for command in ["simulate", "tune"] {
+        let out = vramscope().args([command, "--json"]).arg(&file).output().expect("run");
+        assert!(out.status.success(), "{command}: {}", String::from_utf8_lossy(&out.stderr));
+        let answer: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+        assert_eq!(answer["capacity_bytes"], 1_700_349_870u64, "{command}: {answer}");
+        assert_eq!(answer["capacity_source"], "recorded", "{command}");
+    }
+}
