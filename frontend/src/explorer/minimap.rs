@@ -70,7 +70,7 @@ pub(crate) fn Minimap(ctx: DeviceContext) -> impl IntoView {
             return;
         }
         let started = draws::now();
-        let css_w = f64::from(wrap.client_width()).max(320.0);
+        let css_w = canvas::css_width(&wrap);
         let Some(canvas_ctx) = canvas::context(&canvas, css_w, HEIGHT) else { return };
         canvas::fill(&canvas_ctx, palette::MINIMAP_BACKGROUND.css(), left, 0.0, width, HEIGHT);
         whole.with(|w| {

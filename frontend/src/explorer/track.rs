@@ -69,13 +69,10 @@ pub(crate) fn Track(ctx: DeviceContext) -> impl IntoView {
             return;
         }
         let started = draws::now();
-        let css_w = f64::from(wrap.client_width()).max(320.0);
+        let css_w = canvas::css_width(&wrap);
         let h = height();
         let Some(canvas_ctx) = canvas::context(&canvas, css_w, h) else { return };
-        canvas_ctx.save();
-        canvas_ctx.begin_path();
-        canvas_ctx.rect(left, 0.0, width, h);
-        canvas_ctx.clip();
+        canvas::clip_plot(&canvas_ctx, left, width, h);
         let x_of = |x: i64| canvas::x_px(v, left, width, x as f64);
         ranges.with(|r| {
             for range in r.iter().flat_map(|r| &r.ranges) {
