@@ -4,7 +4,6 @@
 //! allocator settings the snapshot recorded (`PYTORCH_CUDA_ALLOC_CONF`).
 
 use std::rc::Rc;
-use std::time::Duration;
 
 use leptos::prelude::*;
 use web_sys::CanvasRenderingContext2d;
@@ -12,12 +11,11 @@ use web_sys::CanvasRenderingContext2d;
 use crate::core::format;
 use crate::core::model::{FragmentationAnswer, Instant, SettingsView};
 use crate::core::palette;
-use crate::core::viewport::Window;
-use crate::explorer::DeviceContext;
+use crate::core::viewport::{self, Window};
+use crate::explorer::{DeviceContext, Settled};
 use crate::infra::api;
 use crate::infra::canvas;
 use crate::infra::draws;
-use crate::infra::latest::latest;
 use crate::infra::redraw;
 
 /// Picks one figure of a column.
@@ -25,46 +23,17 @@ type Pick = fn(&crate::core::model::Figures) -> u64;
 
 /// Height of the chart.
 const HEIGHT: f64 = 190.0;
-/// How long the window must settle before new figures are asked for.
-const DEBOUNCE: Duration = Duration::from_millis(200);
 
 /// The fragmentation panel of the device of `ctx`.
 #[component]
 pub(crate) fn FragmentationPanel(ctx: DeviceContext) -> impl IntoView {
     let canvas_ref = NodeRef::<leptos::html::Canvas>::new();
     let wrap_ref = NodeRef::<leptos::html::Div>::new();
-    let data = RwSignal::new(None::<FragmentationAnswer>);
-    let error = RwSignal::new(None::<String>);
-    let answers = latest();
-    let timer = StoredValue::new(None::<TimeoutHandle>);
-
-    Effect::new(move |_| {
-        let (Some(v), Some(axis), (_, width)) = (ctx.view.get(), ctx.axis.get(), ctx.plot.get()) else {
-            return;
-        };
-        if let Some(t) = timer.get_value() {
-            t.clear();
-        }
-        let columns = ((width / 4.0) as u32).clamp(10, 400);
-        let query = api::window_query(ctx.device, axis, Some(v));
-        let handle = set_timeout_with_handle(
-            move || {
-                let id = ctx.id.get_value();
-                answers.run(
-                    async move { api::fragmentation(&id, &query, columns).await },
-                    move |answer| match answer {
-                        Ok(a) => {
-                            data.set(Some(a));
-                            error.set(None);
-                        }
-                        Err(e) => error.set(Some(e.to_string())),
-                    },
-                );
-            },
-            DEBOUNCE,
-        );
-        timer.set_value(handle.ok());
-    });
+    let Settled { data, error, .. } = super::fetch_settled(
+        ctx,
+        |width| Some(viewport::columns(width, 4.0, 400)),
+        |id, query, columns| async move { api::fragmentation(&id, &query, columns).await },
+    );
 
     // Once per frame at most: fresh figures drawn for real into an
     // off-screen image, which a moved window (or cursor) shows shifted and

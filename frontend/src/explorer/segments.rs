@@ -6,7 +6,6 @@
 //! segment; a click moves the cursor there.
 
 use std::rc::Rc;
-use std::time::Duration;
 
 use leptos::prelude::*;
 use web_sys::{CanvasRenderingContext2d, MouseEvent};
@@ -15,12 +14,11 @@ use crate::core::blocks;
 use crate::core::format;
 use crate::core::model::{Instant, SegmentsAnswer};
 use crate::core::palette;
-use crate::core::viewport::Window;
-use crate::explorer::DeviceContext;
+use crate::core::viewport::{self, Window};
+use crate::explorer::{DeviceContext, Settled};
 use crate::infra::api;
 use crate::infra::canvas;
 use crate::infra::draws;
-use crate::infra::latest::latest;
 use crate::infra::redraw;
 
 /// Height of the canvas.
@@ -31,55 +29,22 @@ const AXIS_TOP: f64 = HEIGHT - canvas::ROW_AXIS_HEIGHT;
 const PLOT_TOP: f64 = 14.0;
 /// Columns per pixel asked for: one column every few pixels.
 const PX_PER_COLUMN: f64 = 3.0;
-/// How long the window must settle before new columns are asked for.
-const DEBOUNCE: Duration = Duration::from_millis(200);
 
 /// The segment timeline of the device of `ctx`.
 #[component]
 pub(crate) fn SegmentTimeline(ctx: DeviceContext) -> impl IntoView {
     let canvas_ref = NodeRef::<leptos::html::Canvas>::new();
     let wrap_ref = NodeRef::<leptos::html::Div>::new();
-    let data = RwSignal::new(None::<SegmentsAnswer>);
     let hover = RwSignal::new(None::<String>);
-    let loading = RwSignal::new(false);
-    let error = RwSignal::new(None::<String>);
-    let answers = latest();
-    let timer = StoredValue::new(None::<TimeoutHandle>);
     // The window the shown image was drawn for (the rectangles' window).
     let drawn_view = StoredValue::new(None::<Window>);
 
     // New columns for each settled window.
-    Effect::new(move |_| {
-        let (Some(v), Some(axis), (_, width)) = (ctx.view.get(), ctx.axis.get(), ctx.plot.get()) else {
-            return;
-        };
-        if width <= 0.0 {
-            return;
-        }
-        if let Some(t) = timer.get_value() {
-            t.clear();
-        }
-        let columns = ((width / PX_PER_COLUMN) as u32).clamp(10, 600);
-        let query = api::window_query(ctx.device, axis, Some(v));
-        let handle = set_timeout_with_handle(
-            move || {
-                let id = ctx.id.get_value();
-                loading.set(true);
-                answers.run(async move { api::segments(&id, &query, columns).await }, move |answer| {
-                    loading.set(false);
-                    match answer {
-                        Ok(a) => {
-                            data.set(Some(a));
-                            error.set(None);
-                        }
-                        Err(e) => error.set(Some(e.to_string())),
-                    }
-                });
-            },
-            DEBOUNCE,
-        );
-        timer.set_value(handle.ok());
-    });
+    let Settled { data, error, loading } = super::fetch_settled(
+        ctx,
+        |width| (width > 0.0).then(|| viewport::columns(width, PX_PER_COLUMN, 600)),
+        |id, query, columns| async move { api::segments(&id, &query, columns).await },
+    );
 
     // Draw: once per frame at most. Fresh columns are drawn for real into
     // an off-screen image; a moved window (or cursor) shows that image
