@@ -8,6 +8,10 @@
 use vramscope_shared::views::segments::{SegmentCell, SegmentsAnswer};
 use vramscope_shared::views::state::{AllocatorState, BlockKind};
 
+use crate::core::format;
+use crate::core::model::Instant;
+use crate::core::viewport::Window;
+
 /// What a rectangle shows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Fill {
@@ -337,6 +341,46 @@ pub fn segment_hit(
     found
 }
 
+/// Where the pointer's pixel `px` of a plot `(left, width)` now showing
+/// `now` falls on the segment timeline's image, drawn for `then`: the
+/// rectangles are where the image was drawn (as is without both windows).
+pub fn px_on_image(then: Option<Window>, now: Option<Window>, (left, width): (f64, f64), px: f64) -> f64 {
+    match (then, now) {
+        (Some(then), Some(now)) if width > 0.0 => {
+            let x = now.start as f64 + (px - left) / width * now.width() as f64;
+            left + (x - then.start as f64) / then.width().max(1) as f64 * width
+        }
+        _ => px,
+    }
+}
+
+/// What the segment timeline says of `cell`, in column `column` of
+/// `answer` (the segment, its pool and stream, the moment, its bytes split
+/// as drawn), and the instant a click there moves the cursor to.
+pub fn segment_hover(answer: &SegmentsAnswer, column: usize, cell: &SegmentCell) -> Option<(String, Instant)> {
+    let lane = answer.segments.get(cell.segment as usize)?;
+    let col = answer.columns.get(column)?;
+    let row = col.row.map_or("before the trace".to_owned(), |r| format!("after row {}", format::grouped(u64::from(r))));
+    let text = format!(
+        "segment {} ({}{}, stream {}) {row}: {} reserved · {} allocated ({} rounding waste) · {} pending free · {} free · {} blocks",
+        format::hex(lane.addr),
+        if lane.small { "small pool" } else { "large pool" },
+        if lane.expandable { ", expandable: mapped range" } else { "" },
+        format::hex(lane.stream),
+        format::bytes(cell.size),
+        format::bytes(cell.allocated),
+        format::bytes(cell.waste),
+        format::bytes(cell.pending_free),
+        format::bytes(cell.inactive),
+        cell.blocks,
+    );
+    let at = match col.row {
+        Some(r) => Instant::Row(r),
+        None => Instant::X(answer.axis, col.x0 - 1),
+    };
+    Some((text, at))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -502,5 +546,33 @@ mod tests {
         assert_eq!(shapes.len(), 1);
         assert_eq!(shapes[0].fill, Fill::Allocated);
         assert_eq!(segment_hit(&answer, 0.0, 100.0, 100.0, 25.0, 99.5), Some((0, tiny)));
+    }
+
+    #[test]
+    fn a_hovered_segment_cell_is_named_with_its_moment_and_figures() {
+        let answer = two_columns(vec![cell(1, 1, 1, [60, 4, 10, 30])]);
+        let (text, at) = segment_hover(&answer, 1, &answer.cells[0]).expect("a cell of a column");
+        assert_eq!(
+            text,
+            "segment 0x3e8 (large pool, stream 0x0) after row 1: 100 B reserved · 60 B allocated (4 B rounding waste) \
+             · 10 B pending free · 30 B free · 1 blocks"
+        );
+        assert_eq!(at, Instant::Row(1));
+        // Before the trace, the x just before the column.
+        let mut before = answer.clone();
+        before.columns[1].row = None;
+        assert_eq!(segment_hover(&before, 1, &before.cells[0]).map(|(_, at)| at), Some(Instant::X(before.axis, 0)));
+        assert!(segment_hover(&answer, 7, &answer.cells[0]).is_none());
+    }
+
+    #[test]
+    fn the_pointer_is_mapped_onto_the_image_of_the_window_drawn() {
+        let plot = (50.0, 100.0);
+        // The window moved on by half its width since the image was drawn.
+        let then = Window::new(0, 100);
+        let now = Window::new(50, 150);
+        assert_eq!(px_on_image(Some(then), Some(now), plot, 50.0), 100.0);
+        assert_eq!(px_on_image(None, Some(now), plot, 70.0), 70.0);
+        assert_eq!(px_on_image(Some(then), Some(now), (50.0, 0.0), 70.0), 70.0);
     }
 }

@@ -225,7 +225,6 @@ mod tests {
         let known = [
             "Library",
             "WhatIfPanel",
-            "SegmentTimeline",
             "ReviewThread",
             "Track",
             "StatePanel",
