@@ -7,6 +7,7 @@ pub mod blocks;
 pub mod brush;
 pub mod chart;
 pub mod format;
+pub mod fragmentation;
 pub mod frames;
 pub mod hidpi;
 pub mod layout;

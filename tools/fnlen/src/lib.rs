@@ -230,7 +230,6 @@ mod tests {
             "StatePanel",
             "Row",
             "CompareView",
-            "FragmentationPanel",
             "SnapshotView",
             "Minimap",
         ];
