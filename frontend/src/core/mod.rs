@@ -19,5 +19,6 @@ pub mod predict;
 pub mod predict_chart;
 #[cfg(test)]
 pub(crate) mod recorder;
+pub mod track;
 pub mod url;
 pub mod viewport;
