@@ -6,7 +6,7 @@
 //! the blocks: neighbours that fall in one pixel column merge.
 
 use vramscope_shared::views::segments::{SegmentCell, SegmentsAnswer};
-use vramscope_shared::views::state::{AllocatorState, BlockKind};
+use vramscope_shared::views::state::{AllocatorState, BlockKind, Figures, StateSegment};
 
 use crate::core::format;
 use crate::core::model::Instant;
@@ -381,6 +381,74 @@ pub fn segment_hover(answer: &SegmentsAnswer, column: usize, cell: &SegmentCell)
     Some((text, at))
 }
 
+/// The allocator-state panel's heading: the instant (row, and time where
+/// the trace has times) of how many rows, and whether sizes are estimates.
+pub fn state_heading(s: &AllocatorState) -> String {
+    let at = match (s.row, s.time_us) {
+        (None, _) => "before the trace's first event".to_owned(),
+        (Some(r), Some(t)) => format!("after row {} ({})", format::grouped(u64::from(r)), format::clock_us(t)),
+        (Some(r), None) => format!("after row {}", format::grouped(u64::from(r))),
+    };
+    let estimate =
+        if s.exact { "" } else { " · some block sizes are estimates (the trace does not reach back to its start)" };
+    format!("Allocator state {at} of {}{estimate}", format::grouped(u64::from(s.rows)))
+}
+
+/// A segment's label left of its bar: address, size, and "exp" when
+/// expandable.
+pub fn segment_label(seg: &StateSegment) -> String {
+    format!("{} {}{}", format::hex(seg.addr), format::bytes(seg.size), if seg.expandable { " exp" } else { "" })
+}
+
+/// What the allocator-state panel says of block `block` of segment
+/// `segment`: its sizes, its kind (the largest free block named) and its
+/// segment.
+pub fn block_text(s: &AllocatorState, (segment, block): (usize, usize)) -> Option<String> {
+    let seg = s.segments.get(segment)?;
+    let b = seg.blocks.get(block)?;
+    let kind = match b.kind {
+        BlockKind::Allocated => "allocated",
+        BlockKind::PendingFree => "pending free (waiting for another stream)",
+        BlockKind::Inactive if Some(b.addr) == s.figures.largest_free_addr => "free: the largest free block",
+        BlockKind::Inactive => "free (inactive)",
+    };
+    let sizes = match b.kind {
+        BlockKind::Inactive => format::bytes(b.size),
+        _ => format!(
+            "{} rounded, {} requested ({} rounding waste)",
+            format::bytes(b.size),
+            format::bytes(b.requested),
+            format::bytes(b.size.saturating_sub(b.requested))
+        ),
+    };
+    Some(format!(
+        "block {} · {sizes} · {kind} · in segment {} ({}, {}, stream {})",
+        format::hex(b.addr),
+        format::hex(seg.addr),
+        format::pool(seg.pool),
+        if seg.small { "small blocks" } else { "large blocks" },
+        format::hex(seg.stream)
+    ))
+}
+
+/// The instant's figures as the panel's cards: label, value and note.
+pub fn state_cards(f: &Figures) -> Vec<(&'static str, String, String)> {
+    let largest = match f.largest_free_addr {
+        Some(a) => format!("at {}", format::hex(a)),
+        None => "no free block".to_owned(),
+    };
+    vec![
+        ("reserved", format::bytes(f.reserved), format!("{} segments", f.segments)),
+        ("allocated", format::bytes(f.allocated), format!("{} requested", format::bytes(f.requested))),
+        ("rounding waste", format::bytes(f.waste), "rounded minus requested".to_owned()),
+        ("pending free", format::bytes(f.pending_free), String::new()),
+        ("free (inactive)", format::bytes(f.inactive), format!("{} blocks", format::grouped(f.free_blocks))),
+        ("inactive split", format::bytes(f.inactive_split), "free bytes in split segments".to_owned()),
+        ("largest free block", format::bytes(f.largest_free), largest),
+        ("fragmentation", format::percent(f.fragmentation), "1 − largest free / free".to_owned()),
+    ]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -574,5 +642,46 @@ mod tests {
         assert_eq!(px_on_image(Some(then), Some(now), plot, 50.0), 100.0);
         assert_eq!(px_on_image(None, Some(now), plot, 70.0), 70.0);
         assert_eq!(px_on_image(Some(then), Some(now), (50.0, 0.0), 70.0), 70.0);
+    }
+
+    #[test]
+    fn the_state_panel_names_its_instant_blocks_and_figures() {
+        let segment = StateSegment {
+            addr: 0x1000,
+            size: 4096,
+            stream: 0,
+            small: true,
+            pool: (0, 0),
+            expandable: true,
+            blocks: vec![block(0x1000, 1024, 1000, BlockKind::Allocated), block(0x1400, 3072, 0, BlockKind::Inactive)],
+        };
+        let mut state = AllocatorState {
+            device: 0,
+            row: Some(1234),
+            time_us: None,
+            rows: 5000,
+            segments: vec![segment],
+            figures: Figures { largest_free_addr: Some(0x1400), largest_free: 3072, ..Figures::default() },
+            exact: false,
+        };
+        assert_eq!(
+            state_heading(&state),
+            "Allocator state after row 1,234 of 5,000 · some block sizes are estimates (the trace does not reach back to its start)"
+        );
+        state.row = None;
+        state.exact = true;
+        assert_eq!(state_heading(&state), "Allocator state before the trace's first event of 5,000");
+        assert_eq!(segment_label(&state.segments[0]), "0x1000 4.00 KiB exp");
+        let text = block_text(&state, (0, 0)).expect("a block");
+        assert!(
+            text.starts_with("block 0x1000 · 1.00 KiB rounded, 1000 B requested (24 B rounding waste) · allocated"),
+            "{text}"
+        );
+        let text = block_text(&state, (0, 1)).expect("a block");
+        assert!(text.contains("3.00 KiB · free: the largest free block · in segment 0x1000"), "{text}");
+        assert_eq!(block_text(&state, (0, 2)), None);
+        let cards = state_cards(&state.figures);
+        assert_eq!(cards.len(), 8);
+        assert_eq!(cards[6], ("largest free block", "3.00 KiB".to_owned(), "at 0x1400".to_owned()));
     }
 }
