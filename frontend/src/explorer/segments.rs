@@ -154,7 +154,10 @@ impl Segments {
                 vramscope_shared::timeline::Axis::Event => "row",
                 vramscope_shared::timeline::Axis::Time => "time",
             };
-            canvas::x_axis(&canvas_ctx, d.axis, v, origin, left, width, AXIS_TOP, title);
+            canvas::x_axis(
+                &canvas_ctx,
+                &canvas::XAxis { axis: d.axis, view: v, origin, left, width, y: AXIS_TOP, title },
+            );
             canvas::text(
                 &canvas_ctx,
                 palette::LABEL.css(),
