@@ -71,7 +71,8 @@ pub(crate) fn figure_rows(
         ("allocated", |s| Some(s.allocated_bytes)),
         ("requested peak", |s| s.requested_peak_bytes),
         ("cached, not in use", |s| Some(s.reserved_unallocated_bytes)),
-        ("largest free block", |s| Some(s.largest_free_block_bytes)),
+        // Like the snapshot page's card: the figure is the snapshot's end's.
+        ("largest free block at the end", |s| Some(s.largest_free_block_bytes)),
     ];
     rows.into_iter()
         .map(|(label, pick)| {
@@ -479,7 +480,7 @@ mod tests {
         let rows = figure_rows(Some(d), None);
         assert_eq!(rows.len(), 6);
         assert_eq!(rows[0], ("reserved", Some(d.reserved_bytes), None));
-        assert_eq!(rows[5].1, Some(d.largest_free_block_bytes));
+        assert_eq!(rows[5], ("largest free block at the end", Some(d.largest_free_block_bytes), None));
         assert_eq!(figure_cells(Some(1024), None), ["1.00 KiB".to_owned(), "-".to_owned(), String::new()]);
         assert_eq!(figure_cells(Some(2048), Some(1024))[2], format::signed_bytes(-1024));
     }
