@@ -216,3 +216,31 @@ async fn regression_largest_free_block_figures_name_their_moment() {
     })
     .await;
 }
+
+/// The compare page's figures listed "largest free block" with no moment,
+/// while the snapshot page says "largest free block at the end" of the same
+/// figure: the row now names its moment as the card does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_compare_largest_free_block_names_its_moment() {
+    let (_server, url) = start_server(&scratch("analysis-compare-moment-data"), &[]);
+    assert_dashboard_built(&url).await;
+    let leak = upload(&url, &crate::common::fixture_corpus().join("oom_leak.pickle")).await;
+    let other = upload(&url, &crate::common::fixture_corpus().join("mlp_train_all.pickle")).await;
+    let (_driver, driver_url) = start_chromedriver();
+    let client = connect(&driver_url, "analysis-compare-moment-profile").await;
+    closing(&client, async {
+        client.goto(&format!("{url}/compare/{leak}/{other}")).await.expect("open the comparison");
+        let script = "return [...document.querySelectorAll('.compare-figures th')]\
+            .map((c) => c.textContent).filter((t) => t.includes('largest free block'));";
+        let labels = until(&client, 60, "the figures' table", || async {
+            let v = client.execute(script, vec![]).await.ok()?;
+            let labels: Vec<String> = serde_json::from_value(v).ok()?;
+            (!labels.is_empty()).then_some(labels)
+        })
+        .await;
+        assert!(labels.iter().all(|l| l == "largest free block at the end"), "{labels:?}");
+        scroll_to(&client, ".compare-figures").await;
+        screenshot(&client, "analysis-compare-moment").await;
+    })
+    .await;
+}

@@ -6,7 +6,11 @@
 //! the blocks: neighbours that fall in one pixel column merge.
 
 use vramscope_shared::views::segments::{SegmentCell, SegmentsAnswer};
-use vramscope_shared::views::state::{AllocatorState, BlockKind};
+use vramscope_shared::views::state::{AllocatorState, BlockKind, Figures, StateSegment};
+
+use crate::core::format;
+use crate::core::model::Instant;
+use crate::core::viewport::Window;
 
 /// What a rectangle shows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -337,6 +341,114 @@ pub fn segment_hit(
     found
 }
 
+/// Where the pointer's pixel `px` of a plot `(left, width)` now showing
+/// `now` falls on the segment timeline's image, drawn for `then`: the
+/// rectangles are where the image was drawn (as is without both windows).
+pub fn px_on_image(then: Option<Window>, now: Option<Window>, (left, width): (f64, f64), px: f64) -> f64 {
+    match (then, now) {
+        (Some(then), Some(now)) if width > 0.0 => {
+            let x = now.start as f64 + (px - left) / width * now.width() as f64;
+            left + (x - then.start as f64) / then.width().max(1) as f64 * width
+        }
+        _ => px,
+    }
+}
+
+/// What the segment timeline says of `cell`, in column `column` of
+/// `answer` (the segment, its pool and stream, the moment, its bytes split
+/// as drawn), and the instant a click there moves the cursor to.
+pub fn segment_hover(answer: &SegmentsAnswer, column: usize, cell: &SegmentCell) -> Option<(String, Instant)> {
+    let lane = answer.segments.get(cell.segment as usize)?;
+    let col = answer.columns.get(column)?;
+    let row = col.row.map_or("before the trace".to_owned(), |r| format!("after row {}", format::grouped(u64::from(r))));
+    let text = format!(
+        "segment {} ({}{}, stream {}) {row}: {} reserved · {} allocated ({} rounding waste) · {} pending free · {} free · {} blocks",
+        format::hex(lane.addr),
+        if lane.small { "small pool" } else { "large pool" },
+        if lane.expandable { ", expandable: mapped range" } else { "" },
+        format::hex(lane.stream),
+        format::bytes(cell.size),
+        format::bytes(cell.allocated),
+        format::bytes(cell.waste),
+        format::bytes(cell.pending_free),
+        format::bytes(cell.inactive),
+        cell.blocks,
+    );
+    let at = match col.row {
+        Some(r) => Instant::Row(r),
+        None => Instant::X(answer.axis, col.x0 - 1),
+    };
+    Some((text, at))
+}
+
+/// The allocator-state panel's heading: the instant (row, and time where
+/// the trace has times) of how many rows, and whether sizes are estimates.
+pub fn state_heading(s: &AllocatorState) -> String {
+    let at = match (s.row, s.time_us) {
+        (None, _) => "before the trace's first event".to_owned(),
+        (Some(r), Some(t)) => format!("after row {} ({})", format::grouped(u64::from(r)), format::clock_us(t)),
+        (Some(r), None) => format!("after row {}", format::grouped(u64::from(r))),
+    };
+    let estimate =
+        if s.exact { "" } else { " · some block sizes are estimates (the trace does not reach back to its start)" };
+    format!("Allocator state {at} of {}{estimate}", format::grouped(u64::from(s.rows)))
+}
+
+/// A segment's label left of its bar: address, size, and "exp" when
+/// expandable.
+pub fn segment_label(seg: &StateSegment) -> String {
+    format!("{} {}{}", format::hex(seg.addr), format::bytes(seg.size), if seg.expandable { " exp" } else { "" })
+}
+
+/// What the allocator-state panel says of block `block` of segment
+/// `segment`: its sizes, its kind (the largest free block named) and its
+/// segment.
+pub fn block_text(s: &AllocatorState, (segment, block): (usize, usize)) -> Option<String> {
+    let seg = s.segments.get(segment)?;
+    let b = seg.blocks.get(block)?;
+    let kind = match b.kind {
+        BlockKind::Allocated => "allocated",
+        BlockKind::PendingFree => "pending free (waiting for another stream)",
+        BlockKind::Inactive if Some(b.addr) == s.figures.largest_free_addr => "free: the largest free block",
+        BlockKind::Inactive => "free (inactive)",
+    };
+    let sizes = match b.kind {
+        BlockKind::Inactive => format::bytes(b.size),
+        _ => format!(
+            "{} rounded, {} requested ({} rounding waste)",
+            format::bytes(b.size),
+            format::bytes(b.requested),
+            format::bytes(b.size.saturating_sub(b.requested))
+        ),
+    };
+    Some(format!(
+        "block {} · {sizes} · {kind} · in segment {} ({}, {}, stream {})",
+        format::hex(b.addr),
+        format::hex(seg.addr),
+        format::pool(seg.pool),
+        if seg.small { "small blocks" } else { "large blocks" },
+        format::hex(seg.stream)
+    ))
+}
+
+/// The instant's figures as the panel's cards: label, value and note.
+pub fn state_cards(f: &Figures) -> Vec<(&'static str, String, String)> {
+    let largest = match f.largest_free_addr {
+        Some(a) => format!("at {}", format::hex(a)),
+        None => "no free block".to_owned(),
+    };
+    vec![
+        ("reserved", format::bytes(f.reserved), format!("{} segments", f.segments)),
+        ("allocated", format::bytes(f.allocated), format!("{} requested", format::bytes(f.requested))),
+        ("rounding waste", format::bytes(f.waste), "rounded minus requested".to_owned()),
+        ("pending free", format::bytes(f.pending_free), String::new()),
+        ("free (inactive)", format::bytes(f.inactive), format!("{} blocks", format::grouped(f.free_blocks))),
+        ("inactive split", format::bytes(f.inactive_split), "free bytes in split segments".to_owned()),
+        ("largest free block", format::bytes(f.largest_free), largest),
+        ("fragmentation", format::percent(f.fragmentation), "1 − largest free / free".to_owned()),
+    ]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -502,5 +614,74 @@ mod tests {
         assert_eq!(shapes.len(), 1);
         assert_eq!(shapes[0].fill, Fill::Allocated);
         assert_eq!(segment_hit(&answer, 0.0, 100.0, 100.0, 25.0, 99.5), Some((0, tiny)));
+    }
+
+    #[test]
+    fn a_hovered_segment_cell_is_named_with_its_moment_and_figures() {
+        let answer = two_columns(vec![cell(1, 1, 1, [60, 4, 10, 30])]);
+        let (text, at) = segment_hover(&answer, 1, &answer.cells[0]).expect("a cell of a column");
+        assert_eq!(
+            text,
+            "segment 0x3e8 (large pool, stream 0x0) after row 1: 100 B reserved · 60 B allocated (4 B rounding waste) \
+             · 10 B pending free · 30 B free · 1 blocks"
+        );
+        assert_eq!(at, Instant::Row(1));
+        // Before the trace, the x just before the column.
+        let mut before = answer.clone();
+        before.columns[1].row = None;
+        assert_eq!(segment_hover(&before, 1, &before.cells[0]).map(|(_, at)| at), Some(Instant::X(before.axis, 0)));
+        assert!(segment_hover(&answer, 7, &answer.cells[0]).is_none());
+    }
+
+    #[test]
+    fn the_pointer_is_mapped_onto_the_image_of_the_window_drawn() {
+        let plot = (50.0, 100.0);
+        // The window moved on by half its width since the image was drawn.
+        let then = Window::new(0, 100);
+        let now = Window::new(50, 150);
+        assert_eq!(px_on_image(Some(then), Some(now), plot, 50.0), 100.0);
+        assert_eq!(px_on_image(None, Some(now), plot, 70.0), 70.0);
+        assert_eq!(px_on_image(Some(then), Some(now), (50.0, 0.0), 70.0), 70.0);
+    }
+
+    #[test]
+    fn the_state_panel_names_its_instant_blocks_and_figures() {
+        let segment = StateSegment {
+            addr: 0x1000,
+            size: 4096,
+            stream: 0,
+            small: true,
+            pool: (0, 0),
+            expandable: true,
+            blocks: vec![block(0x1000, 1024, 1000, BlockKind::Allocated), block(0x1400, 3072, 0, BlockKind::Inactive)],
+        };
+        let mut state = AllocatorState {
+            device: 0,
+            row: Some(1234),
+            time_us: None,
+            rows: 5000,
+            segments: vec![segment],
+            figures: Figures { largest_free_addr: Some(0x1400), largest_free: 3072, ..Figures::default() },
+            exact: false,
+        };
+        assert_eq!(
+            state_heading(&state),
+            "Allocator state after row 1,234 of 5,000 · some block sizes are estimates (the trace does not reach back to its start)"
+        );
+        state.row = None;
+        state.exact = true;
+        assert_eq!(state_heading(&state), "Allocator state before the trace's first event of 5,000");
+        assert_eq!(segment_label(&state.segments[0]), "0x1000 4.00 KiB exp");
+        let text = block_text(&state, (0, 0)).expect("a block");
+        assert!(
+            text.starts_with("block 0x1000 · 1.00 KiB rounded, 1000 B requested (24 B rounding waste) · allocated"),
+            "{text}"
+        );
+        let text = block_text(&state, (0, 1)).expect("a block");
+        assert!(text.contains("3.00 KiB · free: the largest free block · in segment 0x1000"), "{text}");
+        assert_eq!(block_text(&state, (0, 2)), None);
+        let cards = state_cards(&state.figures);
+        assert_eq!(cards.len(), 8);
+        assert_eq!(cards[6], ("largest free block", "3.00 KiB".to_owned(), "at 0x1400".to_owned()));
     }
 }

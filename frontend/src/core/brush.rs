@@ -2,7 +2,24 @@
 //! as a box that can be dragged. Converts between the minimap's pixels and
 //! the x axis, natively tested.
 
+use vramscope_shared::timeline::Bucket;
+
 use crate::core::viewport::Window;
+
+/// The minimap's curves over the whole trace's `buckets`, placed in the
+/// plot area `(left, width)` showing `extent` on a minimap `height` pixels
+/// tall: the reserved and the allocated maxima as steps (two points a
+/// bucket), scaled so that the highest reserved or active maximum reaches
+/// 4 pixels from the top.
+pub fn curves(buckets: &[Bucket], extent: Window, (left, width): (f64, f64), height: f64) -> [Vec<(f64, f64)>; 2] {
+    let top = buckets.iter().map(|b| b.reserved.max.max(b.active.max)).max().unwrap_or(1).max(1) as f64;
+    let y = |b: u64| height - 2.0 - b as f64 / top * (height - 6.0);
+    let x = |x: i64| left + extent.fraction_of(x as f64) * width;
+    let steps = |value: fn(&Bucket) -> u64| {
+        buckets.iter().flat_map(|b| [(x(b.x0), y(value(b))), (x(b.x1), y(value(b)))]).collect::<Vec<_>>()
+    };
+    [steps(|b| b.reserved.max), steps(|b| b.allocated.max)]
+}
 
 /// Where the brush sits on a minimap `width` pixels wide showing `extent`:
 /// `(left, right)` in pixels, at least 3 pixels apart so it stays grabbable.
@@ -64,5 +81,25 @@ mod tests {
             dragged(Window::new(t0, t0 + 1_000_000), e, 800.0, 100.0),
             Window::new(t0 + 1_000_000, t0 + 2_000_000)
         );
+    }
+
+    #[test]
+    fn the_curves_step_over_the_buckets_scaled_to_the_highest() {
+        use vramscope_shared::timeline::Range3;
+        let range = |max| Range3 { min: 0, max, last: max };
+        let bucket = |x0, allocated, reserved| Bucket {
+            x0,
+            x1: x0 + 50,
+            allocated: range(allocated),
+            reserved: range(reserved),
+            active: range(allocated),
+            events: 1,
+        };
+        let buckets = [bucket(0, 50, 100), bucket(50, 25, 50)];
+        let [reserved, allocated] = curves(&buckets, Window::new(0, 100), (10.0, 200.0), 44.0);
+        // 100 bytes reach 4 pixels from the top; nothing sits 2 above the bottom.
+        assert_eq!(reserved, [(10.0, 4.0), (110.0, 4.0), (110.0, 23.0), (210.0, 23.0)]);
+        assert_eq!(allocated, [(10.0, 23.0), (110.0, 23.0), (110.0, 32.5), (210.0, 32.5)]);
+        assert_eq!(curves(&[], Window::new(0, 100), (10.0, 200.0), 44.0), [vec![], vec![]]);
     }
 }

@@ -7,6 +7,7 @@ pub mod blocks;
 pub mod brush;
 pub mod chart;
 pub mod format;
+pub mod fragmentation;
 pub mod frames;
 pub mod hidpi;
 pub mod layout;
@@ -18,5 +19,6 @@ pub mod predict;
 pub mod predict_chart;
 #[cfg(test)]
 pub(crate) mod recorder;
+pub mod track;
 pub mod url;
 pub mod viewport;

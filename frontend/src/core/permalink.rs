@@ -152,6 +152,15 @@ pub fn query(state: &PageState) -> String {
     }
 }
 
+/// The device a snapshot page shows first among `devices`: the link's
+/// (`linked`) when the snapshot has it, else, as PyTorch's viewer, the one
+/// with the longest trace (the lowest number among equals).
+pub fn device_to_show(linked: Option<u32>, devices: &[vramscope_shared::DeviceStats]) -> Option<u32> {
+    let first = devices.iter().max_by_key(|d| (d.trace_entries, std::cmp::Reverse(d.device)));
+    let linked = linked.filter(|l| devices.iter().any(|d| d.device == *l));
+    linked.or(first.map(|d| d.device))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -190,5 +199,21 @@ mod tests {
         assert_eq!(parse("mem=0-512").memory, Some(ByteRange { lo: 0, hi: 512 }));
         // Garbage that is no query string at all.
         assert_eq!(parse("%%%&&=="), PageState::default());
+    }
+
+    #[test]
+    fn the_page_shows_the_linked_device_or_the_longest_trace() {
+        let stats = vramscope_shared::testing::corpus("streams").snapshot.stats();
+        let mut devices = vec![stats.devices[0].clone(), stats.devices[0].clone(), stats.devices[0].clone()];
+        devices[0].device = 0;
+        devices[0].trace_entries = 10;
+        devices[1].device = 1;
+        devices[1].trace_entries = 50;
+        devices[2].device = 2;
+        devices[2].trace_entries = 50;
+        assert_eq!(device_to_show(None, &devices), Some(1));
+        assert_eq!(device_to_show(Some(0), &devices), Some(0));
+        assert_eq!(device_to_show(Some(7), &devices), Some(1));
+        assert_eq!(device_to_show(Some(7), &[]), None);
     }
 }

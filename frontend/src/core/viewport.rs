@@ -73,6 +73,12 @@ impl Window {
     }
 }
 
+/// How many columns a panel asks for over a plot `width` pixels wide: one
+/// every `px_per_column` pixels, between 10 and `max`.
+pub fn columns(width: f64, px_per_column: f64, max: u32) -> u32 {
+    ((width / px_per_column) as u32).clamp(10, max)
+}
+
 /// The narrowest byte range of a memory-axis zoom: at the plot's ~400
 /// pixel rows the API's threshold (half a row) is then 1 byte, so every
 /// allocation, however small, is listed.
@@ -128,6 +134,16 @@ impl ByteRange {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn panels_ask_for_a_column_every_few_pixels_within_bounds() {
+        assert_eq!(columns(900.0, 3.0, 600), 300);
+        assert_eq!(columns(900.0, 4.0, 400), 225);
+        assert_eq!(columns(0.0, 4.0, 400), 10);
+        assert_eq!(columns(10_000.0, 3.0, 600), 600);
+        // A negative width (no layout yet) saturates to none: the minimum.
+        assert_eq!(columns(-5.0, 3.0, 600), 10);
+    }
 
     #[test]
     fn zoom_keeps_the_anchor_and_stays_inside() {

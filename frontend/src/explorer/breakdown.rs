@@ -189,7 +189,16 @@ fn draw_stack(c: &web_sys::CanvasRenderingContext2d, s: &BreakdownSeries, width:
     // Axes first: the bands are drawn over the grid lines.
     canvas::byte_axis(c, top as u64, left, plot_w, PLOT_TOP, PLOT_BOTTOM, 4);
     let rows = crate::core::viewport::Window::new(0, i64::from(s.rows[n - 1].max(1)));
-    canvas::x_axis(c, vramscope_shared::timeline::Axis::Event, rows, 0, left, plot_w, PLOT_BOTTOM, "row");
+    let axis = canvas::XAxis {
+        axis: vramscope_shared::timeline::Axis::Event,
+        view: rows,
+        origin: 0,
+        left,
+        width: plot_w,
+        y: PLOT_BOTTOM,
+        title: "row",
+    };
+    canvas::x_axis(c, &axis);
     let x = |i: usize| left + f64::from(s.rows[i]) / last * plot_w;
     let y = |b: u64| PLOT_BOTTOM - b as f64 / top * (PLOT_BOTTOM - PLOT_TOP);
     let mut below = vec![0u64; n];

@@ -4,20 +4,19 @@
 //! allocator settings the snapshot recorded (`PYTORCH_CUDA_ALLOC_CONF`).
 
 use std::rc::Rc;
-use std::time::Duration;
 
 use leptos::prelude::*;
 use web_sys::CanvasRenderingContext2d;
 
 use crate::core::format;
+use crate::core::fragmentation::{self, Settings};
 use crate::core::model::{FragmentationAnswer, Instant, SettingsView};
 use crate::core::palette;
-use crate::core::viewport::Window;
-use crate::explorer::DeviceContext;
+use crate::core::viewport::{self, Window};
+use crate::explorer::{DeviceContext, Settled};
 use crate::infra::api;
 use crate::infra::canvas;
 use crate::infra::draws;
-use crate::infra::latest::latest;
 use crate::infra::redraw;
 
 /// Picks one figure of a column.
@@ -25,46 +24,16 @@ type Pick = fn(&crate::core::model::Figures) -> u64;
 
 /// Height of the chart.
 const HEIGHT: f64 = 190.0;
-/// How long the window must settle before new figures are asked for.
-const DEBOUNCE: Duration = Duration::from_millis(200);
 
 /// The fragmentation panel of the device of `ctx`.
 #[component]
 pub(crate) fn FragmentationPanel(ctx: DeviceContext) -> impl IntoView {
-    let canvas_ref = NodeRef::<leptos::html::Canvas>::new();
-    let wrap_ref = NodeRef::<leptos::html::Div>::new();
-    let data = RwSignal::new(None::<FragmentationAnswer>);
-    let error = RwSignal::new(None::<String>);
-    let answers = latest();
-    let timer = StoredValue::new(None::<TimeoutHandle>);
-
-    Effect::new(move |_| {
-        let (Some(v), Some(axis), (_, width)) = (ctx.view.get(), ctx.axis.get(), ctx.plot.get()) else {
-            return;
-        };
-        if let Some(t) = timer.get_value() {
-            t.clear();
-        }
-        let columns = ((width / 4.0) as u32).clamp(10, 400);
-        let query = api::window_query(ctx.device, axis, Some(v));
-        let handle = set_timeout_with_handle(
-            move || {
-                let id = ctx.id.get_value();
-                answers.run(
-                    async move { api::fragmentation(&id, &query, columns).await },
-                    move |answer| match answer {
-                        Ok(a) => {
-                            data.set(Some(a));
-                            error.set(None);
-                        }
-                        Err(e) => error.set(Some(e.to_string())),
-                    },
-                );
-            },
-            DEBOUNCE,
-        );
-        timer.set_value(handle.ok());
-    });
+    let Settled { data, error, .. } = super::fetch_settled(
+        ctx,
+        |width| Some(viewport::columns(width, 4.0, 400)),
+        |id, query, columns| async move { api::fragmentation(&id, &query, columns).await },
+    );
+    let panel = Panel { ctx, canvas_ref: NodeRef::new(), wrap_ref: NodeRef::new(), data };
 
     // Once per frame at most: fresh figures drawn for real into an
     // off-screen image, which a moved window (or cursor) shows shifted and
@@ -72,57 +41,16 @@ pub(crate) fn FragmentationPanel(ctx: DeviceContext) -> impl IntoView {
     let kept = canvas::Kept::new();
     let redraw = redraw::Redraw::new({
         let kept = Rc::clone(&kept);
-        move || {
-            let (Some(canvas), Some(wrap), Some(v)) =
-                (canvas_ref.get_untracked(), wrap_ref.get_untracked(), ctx.view.get_untracked())
-            else {
-                return;
-            };
-            let plot = ctx.plot.get_untracked();
-            let (left, width) = plot;
-            data.with_untracked(|d| {
-                let Some(d) = d else { return };
-                if width <= 0.0 {
-                    return;
-                }
-                let started = draws::now();
-                let css_w = canvas::css_width(&wrap);
-                let top = d.columns.iter().map(|c| c.figures.reserved).max().unwrap_or(1).max(1) as f64;
-                let Some((canvas_ctx, _)) =
-                    kept.paint(&canvas, v, plot, css_w, HEIGHT, |canvas_ctx| draw_curves(canvas_ctx, d, v, plot, top))
-                else {
-                    return;
-                };
-                if let Some(x) = ctx.cursor_x().filter(|&x| x >= v.start && x < v.end) {
-                    canvas::vline(
-                        &canvas_ctx,
-                        palette::CURSOR.css(),
-                        canvas::x_px(v, left, width, x as f64),
-                        0.0,
-                        HEIGHT,
-                        1.0,
-                    );
-                }
-                canvas::text(&canvas_ctx, palette::LABEL.css(), &format::bytes(top as u64), 4.0, 24.0);
-                canvas::text(&canvas_ctx, palette::LABEL.css(), "0", 4.0, HEIGHT - 4.0);
-                draws::record("fragmentation", started);
-            });
-        }
+        move || panel.paint(&kept)
     });
     // Fresh figures, a new plot area or size: a real draw; a moved window
     // or cursor: the image, moved.
     super::on_fresh_or_moved(ctx, &redraw, kept, move || {
         data.track();
         ctx.plot.track();
-        canvas_ref.track();
+        panel.canvas_ref.track();
     });
 
-    let worst = move || {
-        data.with(|d| {
-            let w = d.as_ref()?.worst?;
-            (w.figures.inactive_split > 0).then_some(w)
-        })
-    };
     view! {
         <section class="fragmentation-panel" id="fragmentation-panel">
             <div class="toolbar">
@@ -135,23 +63,15 @@ pub(crate) fn FragmentationPanel(ctx: DeviceContext) -> impl IntoView {
                 </span>
             </div>
             {move || error.get().map(|e| view! { <p class="notice error">{e}</p> })}
-            <div class="canvas-wrap" node_ref=wrap_ref>
-                <canvas id="fragmentation" node_ref=canvas_ref></canvas>
+            <div class="canvas-wrap" node_ref=panel.wrap_ref>
+                <canvas id="fragmentation" node_ref=panel.canvas_ref></canvas>
             </div>
             <p class="hint" id="fragmentation-worst">
                 {move || {
-                    worst()
-                        .map(|w| {
-                            let f = w.figures;
-                            let row = w.column.row;
+                    data.with(|d| d.as_ref().and_then(fragmentation::worst))
+                        .map(|(text, row)| {
                             view! {
-                                {format!(
-                                    "Most free bytes stuck in split segments: {} of {} reserved ({} free in all, largest free block {}). ",
-                                    format::bytes(f.inactive_split),
-                                    format::bytes(f.reserved),
-                                    format::bytes(f.inactive),
-                                    format::bytes(f.largest_free),
-                                )}
+                                {text}
                                 <button on:click=move |_| {
                                     if let Some(r) = row {
                                         ctx.instant.set(Some(Instant::Row(r)));
@@ -166,22 +86,66 @@ pub(crate) fn FragmentationPanel(ctx: DeviceContext) -> impl IntoView {
     }
 }
 
+/// The panel's state: its canvas and the figures shown.
+#[derive(Clone, Copy)]
+struct Panel {
+    ctx: DeviceContext,
+    canvas_ref: NodeRef<leptos::html::Canvas>,
+    wrap_ref: NodeRef<leptos::html::Div>,
+    data: RwSignal<Option<FragmentationAnswer>>,
+}
+
+impl Panel {
+    /// Paint the canvas: the kept image (drawn anew when stale), the
+    /// cursor and the scale.
+    fn paint(&self, kept: &canvas::Kept) {
+        let ctx = self.ctx;
+        let (Some(canvas), Some(wrap), Some(v)) =
+            (self.canvas_ref.get_untracked(), self.wrap_ref.get_untracked(), ctx.view.get_untracked())
+        else {
+            return;
+        };
+        let plot = ctx.plot.get_untracked();
+        let (left, width) = plot;
+        self.data.with_untracked(|d| {
+            let Some(d) = d else { return };
+            if width <= 0.0 {
+                return;
+            }
+            let started = draws::now();
+            let css_w = canvas::css_width(&wrap);
+            let top = fragmentation::top(d);
+            let Some((canvas_ctx, _)) =
+                kept.paint(&canvas, v, plot, css_w, HEIGHT, |canvas_ctx| draw_curves(canvas_ctx, d, v, plot, top))
+            else {
+                return;
+            };
+            if let Some(x) = ctx.cursor_x().filter(|&x| x >= v.start && x < v.end) {
+                canvas::vline(
+                    &canvas_ctx,
+                    palette::CURSOR.css(),
+                    canvas::x_px(v, left, width, x as f64),
+                    0.0,
+                    HEIGHT,
+                    1.0,
+                );
+            }
+            canvas::text(&canvas_ctx, palette::LABEL.css(), &format::bytes(top as u64), 4.0, 24.0);
+            canvas::text(&canvas_ctx, palette::LABEL.css(), "0", 4.0, HEIGHT - 4.0);
+            draws::record("fragmentation", started);
+        });
+    }
+}
+
 /// The allocator settings, as recorded.
 fn settings_view(s: &SettingsView) -> impl IntoView + use<> {
-    if !s.recorded {
+    let Some(said) = Settings::of(s) else {
         return view! {
             <p class="hint" id="alloc-settings">
                 "This snapshot does not record its allocator settings (PyTorch before 2.1): PyTorch's defaults are assumed."
             </p>
         }
         .into_any();
-    }
-    let conf = s.alloc_conf.clone().unwrap_or_else(|| "not set (defaults)".to_owned());
-    let split = s.max_split_size.map_or("unlimited".to_owned(), format::bytes);
-    let gc = if s.garbage_collection_threshold > 0.0 {
-        format!("{}", s.garbage_collection_threshold)
-    } else {
-        "off".to_owned()
     };
     let raw = s.raw.clone();
     view! {
@@ -189,13 +153,13 @@ fn settings_view(s: &SettingsView) -> impl IntoView + use<> {
             <h3>"Allocator settings"</h3>
             <dl id="alloc-settings">
                 <dt>"PYTORCH_CUDA_ALLOC_CONF"</dt>
-                <dd><code>{conf}</code></dd>
+                <dd><code>{said.conf}</code></dd>
                 <dt>"expandable_segments"</dt>
-                <dd>{if s.expandable_segments { "on" } else { "off" }}</dd>
+                <dd>{said.expandable}</dd>
                 <dt>"max_split_size"</dt>
-                <dd>{split}</dd>
+                <dd>{said.split}</dd>
                 <dt>"garbage_collection_threshold"</dt>
-                <dd>{gc}</dd>
+                <dd>{said.gc}</dd>
             </dl>
             <details>
                 <summary>{format!("All {} recorded keys", raw.len())}</summary>

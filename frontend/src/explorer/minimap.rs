@@ -29,39 +29,71 @@ struct Drag {
 /// The minimap of the device of `ctx`.
 #[component]
 pub(crate) fn Minimap(ctx: DeviceContext) -> impl IntoView {
-    let canvas_ref = NodeRef::<leptos::html::Canvas>::new();
-    let wrap_ref = NodeRef::<leptos::html::Div>::new();
-    let whole = RwSignal::new(None::<TimelineWindow>);
-    let drag = StoredValue::new(None::<Drag>);
+    let map = MinimapView {
+        ctx,
+        canvas_ref: NodeRef::new(),
+        wrap_ref: NodeRef::new(),
+        whole: RwSignal::new(None),
+        drag: StoredValue::new(None),
+    };
+    map.fetch();
+    Effect::new(move |_| map.paint());
+    map.follow_drags();
 
-    // The whole trace at one bucket per pixel, once per axis and width.
-    Effect::new(move |_| {
-        let (Some(axis), Some(_), (_, width)) = (ctx.axis.get(), ctx.extent.get(), ctx.plot.get()) else {
-            return;
-        };
-        if width <= 0.0 {
-            return;
-        }
-        let query = TimelineQuery {
-            device: ctx.device,
-            axis: Some(axis),
-            window: None,
-            px: (width as u32).max(50),
-            max_allocations: 0,
-            y_span: None,
-        };
-        spawn_local(async move {
-            if let Ok(w) = api::timeline(&ctx.id.get_value(), query).await
-                && ctx.axis.try_get_untracked().flatten() == Some(w.axis)
-            {
-                whole.set(Some(w));
+    view! {
+        <div class="minimap-wrap" node_ref=map.wrap_ref title="The whole trace: drag the box to pan, click to centre">
+            <canvas id="minimap" node_ref=map.canvas_ref on:mousedown=move |e| map.press(&e)></canvas>
+        </div>
+    }
+}
+
+/// The minimap's state: its canvas, the whole trace's curves and the drag
+/// in progress.
+#[derive(Clone, Copy)]
+struct MinimapView {
+    ctx: DeviceContext,
+    canvas_ref: NodeRef<leptos::html::Canvas>,
+    wrap_ref: NodeRef<leptos::html::Div>,
+    whole: RwSignal<Option<TimelineWindow>>,
+    drag: StoredValue<Option<Drag>>,
+}
+
+impl MinimapView {
+    /// Ask for the whole trace at one bucket per pixel, once per axis and
+    /// width.
+    fn fetch(self) {
+        let (ctx, whole) = (self.ctx, self.whole);
+        Effect::new(move |_| {
+            let (Some(axis), Some(_), (_, width)) = (ctx.axis.get(), ctx.extent.get(), ctx.plot.get()) else {
+                return;
+            };
+            if width <= 0.0 {
+                return;
             }
+            let query = TimelineQuery {
+                device: ctx.device,
+                axis: Some(axis),
+                window: None,
+                px: (width as u32).max(50),
+                max_allocations: 0,
+                y_span: None,
+            };
+            spawn_local(async move {
+                if let Ok(w) = api::timeline(&ctx.id.get_value(), query).await
+                    && ctx.axis.try_get_untracked().flatten() == Some(w.axis)
+                {
+                    whole.set(Some(w));
+                }
+            });
         });
-    });
+    }
 
-    Effect::new(move |_| {
+    /// Draw the minimap (reading, so tracking, what it shows): the curves,
+    /// the brush and the cursor.
+    fn paint(self) {
+        let ctx = self.ctx;
         let (Some(canvas), Some(wrap), Some(v), Some(extent)) =
-            (canvas_ref.get(), wrap_ref.get(), ctx.view.get(), ctx.extent.get())
+            (self.canvas_ref.get(), self.wrap_ref.get(), ctx.view.get(), ctx.extent.get())
         else {
             return;
         };
@@ -70,34 +102,29 @@ pub(crate) fn Minimap(ctx: DeviceContext) -> impl IntoView {
             return;
         }
         let started = draws::now();
-        let css_w = f64::from(wrap.client_width()).max(320.0);
+        let css_w = canvas::css_width(&wrap);
         let Some(canvas_ctx) = canvas::context(&canvas, css_w, HEIGHT) else { return };
         canvas::fill(&canvas_ctx, palette::MINIMAP_BACKGROUND.css(), left, 0.0, width, HEIGHT);
-        whole.with(|w| {
+        self.whole.with(|w| {
             let Some(w) = w else { return };
-            let top = w.buckets.iter().map(|b| b.reserved.max.max(b.active.max)).max().unwrap_or(1).max(1) as f64;
-            let y = |b: u64| HEIGHT - 2.0 - b as f64 / top * (HEIGHT - 6.0);
-            for (curve, col, fill) in [(0usize, palette::RESERVED.css(), true), (1, palette::ALLOCATED.css(), false)] {
-                canvas_ctx.begin_path();
-                canvas_ctx.move_to(left, HEIGHT);
-                for b in &w.buckets {
-                    let value = if curve == 0 { b.reserved.max } else { b.allocated.max };
-                    let x0 = canvas::x_px(extent, left, width, b.x0 as f64);
-                    let x1 = canvas::x_px(extent, left, width, b.x1 as f64);
-                    canvas_ctx.line_to(x0, y(value));
-                    canvas_ctx.line_to(x1, y(value));
-                }
-                if fill {
-                    canvas_ctx.line_to(left + width, HEIGHT);
-                    canvas_ctx.close_path();
-                    canvas_ctx.set_fill_style_str(&palette::RESERVED.css_with_alpha(0.25));
-                    canvas_ctx.fill();
-                } else {
-                    canvas_ctx.set_stroke_style_str(col);
-                    canvas_ctx.set_line_width(1.0);
-                    canvas_ctx.stroke();
-                }
+            let [reserved, allocated] = brush::curves(&w.buckets, extent, (left, width), HEIGHT);
+            canvas_ctx.begin_path();
+            canvas_ctx.move_to(left, HEIGHT);
+            for &(x, y) in &reserved {
+                canvas_ctx.line_to(x, y);
             }
+            canvas_ctx.line_to(left + width, HEIGHT);
+            canvas_ctx.close_path();
+            canvas_ctx.set_fill_style_str(&palette::RESERVED.css_with_alpha(0.25));
+            canvas_ctx.fill();
+            canvas_ctx.begin_path();
+            canvas_ctx.move_to(left, HEIGHT);
+            for &(x, y) in &allocated {
+                canvas_ctx.line_to(x, y);
+            }
+            canvas_ctx.set_stroke_style_str(palette::ALLOCATED.css());
+            canvas_ctx.set_line_width(1.0);
+            canvas_ctx.stroke();
         });
         // Whole pixels, so the outline is crisp (and findable by colour).
         let (l, r) = brush::brush_px(v, extent, width);
@@ -118,9 +145,12 @@ pub(crate) fn Minimap(ctx: DeviceContext) -> impl IntoView {
             );
         }
         draws::record("minimap", started);
-    });
+    }
 
-    let on_mousedown = move |e: MouseEvent| {
+    /// A press: on the brush, a drag starts; elsewhere the window is
+    /// centred there first.
+    fn press(self, e: &MouseEvent) {
+        let ctx = self.ctx;
         let (Some(v), Some(extent)) = (ctx.view.get_untracked(), ctx.extent.get_untracked()) else { return };
         let (left, width) = ctx.plot.get_untracked();
         let x = f64::from(e.offset_x()) - left;
@@ -132,25 +162,24 @@ pub(crate) fn Minimap(ctx: DeviceContext) -> impl IntoView {
             ctx.view.set(Some(centred));
             centred
         };
-        drag.set_value(Some(Drag { client_x: f64::from(e.client_x()), view: v }));
-    };
-    let moving = window_event_listener(ev::mousemove, move |e: MouseEvent| {
-        let (Some(d), Some(extent)) = (drag.get_value(), ctx.extent.get_untracked()) else { return };
-        let (_, width) = ctx.plot.get_untracked();
-        let next = brush::dragged(d.view, extent, width, f64::from(e.client_x()) - d.client_x);
-        if ctx.view.get_untracked() != Some(next) {
-            ctx.view.set(Some(next));
-        }
-    });
-    let released = window_event_listener(ev::mouseup, move |_| drag.set_value(None));
-    on_cleanup(move || {
-        moving.remove();
-        released.remove();
-    });
+        self.drag.set_value(Some(Drag { client_x: f64::from(e.client_x()), view: v }));
+    }
 
-    view! {
-        <div class="minimap-wrap" node_ref=wrap_ref title="The whole trace: drag the box to pan, click to centre">
-            <canvas id="minimap" node_ref=canvas_ref on:mousedown=on_mousedown></canvas>
-        </div>
+    /// Follow a drag anywhere on the page until the button is released.
+    fn follow_drags(self) {
+        let (ctx, drag) = (self.ctx, self.drag);
+        let moving = window_event_listener(ev::mousemove, move |e: MouseEvent| {
+            let (Some(d), Some(extent)) = (drag.get_value(), ctx.extent.get_untracked()) else { return };
+            let (_, width) = ctx.plot.get_untracked();
+            let next = brush::dragged(d.view, extent, width, f64::from(e.client_x()) - d.client_x);
+            if ctx.view.get_untracked() != Some(next) {
+                ctx.view.set(Some(next));
+            }
+        });
+        let released = window_event_listener(ev::mouseup, move |_| drag.set_value(None));
+        on_cleanup(move || {
+            moving.remove();
+            released.remove();
+        });
     }
 }

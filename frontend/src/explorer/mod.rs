@@ -7,6 +7,7 @@
 //! ([`crate::core::permalink`]) so a link opens the same view.
 
 use std::rc::Rc;
+use std::time::Duration;
 
 use leptos::prelude::*;
 
@@ -239,4 +240,66 @@ pub(crate) fn on_fresh_or_moved(ctx: DeviceContext, redraw: &Redraw, kept: Rc<Ke
         ctx.cursor_x();
         redraw.request();
     });
+}
+
+/// How long the window must settle before a windowed panel asks again.
+const SETTLE: Duration = Duration::from_millis(200);
+
+/// What a panel over the visible window holds (segments, fragmentation):
+/// its latest answer, the last failure, and whether a request is out.
+#[derive(Clone, Copy)]
+pub(crate) struct Settled<T: 'static> {
+    /// The latest answer.
+    pub(crate) data: RwSignal<Option<T>>,
+    /// The last request's failure, cleared by an answer.
+    pub(crate) error: RwSignal<Option<String>>,
+    /// Whether a request is out.
+    pub(crate) loading: RwSignal<bool>,
+}
+
+/// Ask `fetch(id, window query, columns)` for each window once it has
+/// settled for [`SETTLE`], the latest request winning; `columns` says how
+/// many columns the plot's width is worth (`None`: ask nothing yet).
+pub(crate) fn fetch_settled<T, F, Fut>(
+    ctx: DeviceContext,
+    columns: impl Fn(f64) -> Option<u32> + 'static,
+    fetch: F,
+) -> Settled<T>
+where
+    T: Send + Sync + 'static,
+    F: Fn(String, String, u32) -> Fut + Copy + 'static,
+    Fut: std::future::Future<Output = Result<T, api::ApiError>> + 'static,
+{
+    let settled = Settled { data: RwSignal::new(None), error: RwSignal::new(None), loading: RwSignal::new(false) };
+    let answers = latest();
+    let timer = StoredValue::new(None::<TimeoutHandle>);
+    Effect::new(move |_| {
+        let (Some(v), Some(axis), (_, width)) = (ctx.view.get(), ctx.axis.get(), ctx.plot.get()) else {
+            return;
+        };
+        let Some(columns) = columns(width) else { return };
+        if let Some(t) = timer.get_value() {
+            t.clear();
+        }
+        let query = api::window_query(ctx.device, axis, Some(v));
+        let handle = set_timeout_with_handle(
+            move || {
+                let id = ctx.id.get_value();
+                settled.loading.set(true);
+                answers.run(fetch(id, query, columns), move |answer| {
+                    settled.loading.set(false);
+                    match answer {
+                        Ok(a) => {
+                            settled.data.set(Some(a));
+                            settled.error.set(None);
+                        }
+                        Err(e) => settled.error.set(Some(e.to_string())),
+                    }
+                });
+            },
+            SETTLE,
+        );
+        timer.set_value(handle.ok());
+    });
+    settled
 }

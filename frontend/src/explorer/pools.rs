@@ -186,7 +186,16 @@ fn draw_bands(c: &web_sys::CanvasRenderingContext2d, a: &PoolsAnswer, width: f64
     }
     let h = a.bands.len() as f64 * (BAND + LABEL) + 2.0;
     let rows = crate::core::viewport::Window::new(0, i64::from(a.rows.saturating_sub(1).max(1)));
-    canvas::x_axis(c, vramscope_shared::timeline::Axis::Event, rows, 0, left, width, h, "row");
+    let axis = canvas::XAxis {
+        axis: vramscope_shared::timeline::Axis::Event,
+        view: rows,
+        origin: 0,
+        left,
+        width,
+        y: h,
+        title: "row",
+    };
+    canvas::x_axis(c, &axis);
     if let Some(r) = cursor {
         canvas::vline(c, palette::CURSOR.css(), left + f64::from(r) / last * width, 0.0, h, 1.0);
     }

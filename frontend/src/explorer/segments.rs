@@ -6,7 +6,6 @@
 //! segment; a click moves the cursor there.
 
 use std::rc::Rc;
-use std::time::Duration;
 
 use leptos::prelude::*;
 use web_sys::{CanvasRenderingContext2d, MouseEvent};
@@ -15,12 +14,11 @@ use crate::core::blocks;
 use crate::core::format;
 use crate::core::model::{Instant, SegmentsAnswer};
 use crate::core::palette;
-use crate::core::viewport::Window;
-use crate::explorer::DeviceContext;
+use crate::core::viewport::{self, Window};
+use crate::explorer::{DeviceContext, Settled};
 use crate::infra::api;
 use crate::infra::canvas;
 use crate::infra::draws;
-use crate::infra::latest::latest;
 use crate::infra::redraw;
 
 /// Height of the canvas.
@@ -31,55 +29,24 @@ const AXIS_TOP: f64 = HEIGHT - canvas::ROW_AXIS_HEIGHT;
 const PLOT_TOP: f64 = 14.0;
 /// Columns per pixel asked for: one column every few pixels.
 const PX_PER_COLUMN: f64 = 3.0;
-/// How long the window must settle before new columns are asked for.
-const DEBOUNCE: Duration = Duration::from_millis(200);
 
 /// The segment timeline of the device of `ctx`.
 #[component]
 pub(crate) fn SegmentTimeline(ctx: DeviceContext) -> impl IntoView {
-    let canvas_ref = NodeRef::<leptos::html::Canvas>::new();
-    let wrap_ref = NodeRef::<leptos::html::Div>::new();
-    let data = RwSignal::new(None::<SegmentsAnswer>);
-    let hover = RwSignal::new(None::<String>);
-    let loading = RwSignal::new(false);
-    let error = RwSignal::new(None::<String>);
-    let answers = latest();
-    let timer = StoredValue::new(None::<TimeoutHandle>);
-    // The window the shown image was drawn for (the rectangles' window).
-    let drawn_view = StoredValue::new(None::<Window>);
-
     // New columns for each settled window.
-    Effect::new(move |_| {
-        let (Some(v), Some(axis), (_, width)) = (ctx.view.get(), ctx.axis.get(), ctx.plot.get()) else {
-            return;
-        };
-        if width <= 0.0 {
-            return;
-        }
-        if let Some(t) = timer.get_value() {
-            t.clear();
-        }
-        let columns = ((width / PX_PER_COLUMN) as u32).clamp(10, 600);
-        let query = api::window_query(ctx.device, axis, Some(v));
-        let handle = set_timeout_with_handle(
-            move || {
-                let id = ctx.id.get_value();
-                loading.set(true);
-                answers.run(async move { api::segments(&id, &query, columns).await }, move |answer| {
-                    loading.set(false);
-                    match answer {
-                        Ok(a) => {
-                            data.set(Some(a));
-                            error.set(None);
-                        }
-                        Err(e) => error.set(Some(e.to_string())),
-                    }
-                });
-            },
-            DEBOUNCE,
-        );
-        timer.set_value(handle.ok());
-    });
+    let Settled { data, error, loading } = super::fetch_settled(
+        ctx,
+        |width| (width > 0.0).then(|| viewport::columns(width, PX_PER_COLUMN, 600)),
+        |id, query, columns| async move { api::segments(&id, &query, columns).await },
+    );
+    let view = Segments {
+        ctx,
+        canvas_ref: NodeRef::new(),
+        wrap_ref: NodeRef::new(),
+        data,
+        drawn_view: StoredValue::new(None),
+    };
+    let hover = RwSignal::new(None::<String>);
 
     // Draw: once per frame at most. Fresh columns are drawn for real into
     // an off-screen image; a moved window (or cursor) shows that image
@@ -87,101 +54,15 @@ pub(crate) fn SegmentTimeline(ctx: DeviceContext) -> impl IntoView {
     let kept = canvas::Kept::new();
     let redraw = redraw::Redraw::new({
         let kept = Rc::clone(&kept);
-        move || {
-            let (Some(canvas), Some(wrap), Some(v)) =
-                (canvas_ref.get_untracked(), wrap_ref.get_untracked(), ctx.view.get_untracked())
-            else {
-                return;
-            };
-            let plot = ctx.plot.get_untracked();
-            let (left, width) = plot;
-            data.with_untracked(|d| {
-                let Some(d) = d else { return };
-                if width <= 0.0 || Some(d.axis) != ctx.axis.get_untracked() {
-                    return;
-                }
-                let started = draws::now();
-                let css_w = canvas::css_width(&wrap);
-                let draw = |ctx: &web_sys::CanvasRenderingContext2d| draw_columns(ctx, d, v, plot);
-                let Some((canvas_ctx, image_view)) = kept.paint(&canvas, v, plot, css_w, HEIGHT, draw) else { return };
-                drawn_view.set_value(Some(image_view));
-                if let Some(x) = ctx.cursor_x().filter(|&x| x >= v.start && x < v.end) {
-                    canvas::vline(
-                        &canvas_ctx,
-                        palette::CURSOR.css(),
-                        canvas::x_px(v, left, width, x as f64),
-                        0.0,
-                        AXIS_TOP,
-                        1.0,
-                    );
-                }
-                // The x axis, the main timeline's: drawn fresh over the band
-                // (a moved image stretches the old labels with it).
-                canvas::fill(&canvas_ctx, palette::BACKGROUND.css(), 0.0, AXIS_TOP, css_w, HEIGHT - AXIS_TOP);
-                let origin = ctx.extent.get_untracked().map_or(v.start, |e| e.start);
-                let title = match d.axis {
-                    vramscope_shared::timeline::Axis::Event => "row",
-                    vramscope_shared::timeline::Axis::Time => "time",
-                };
-                canvas::x_axis(&canvas_ctx, d.axis, v, origin, left, width, AXIS_TOP, title);
-                canvas::text(
-                    &canvas_ctx,
-                    palette::LABEL.css(),
-                    &format!("{} peak", format::bytes(d.max_reserved)),
-                    4.0,
-                    24.0,
-                );
-                canvas::text(&canvas_ctx, palette::LABEL.css(), &format!("{} segments", d.segments.len()), 4.0, 38.0);
-                draws::record("segments", started);
-            });
-        }
+        move || view.paint(&kept)
     });
     // Fresh columns, a new plot area or size: a real draw; a moved window
     // or cursor: the image, moved.
     super::on_fresh_or_moved(ctx, &redraw, kept, move || {
         data.track();
         ctx.plot.track();
-        canvas_ref.track();
+        view.canvas_ref.track();
     });
-
-    let describe = move |e: &MouseEvent| -> Option<(String, Instant)> {
-        let (px, py) = (f64::from(e.offset_x()), f64::from(e.offset_y()));
-        // The rectangles are where the image was drawn: map the pointer there.
-        let (left, width) = ctx.plot.get_untracked();
-        let px = match (drawn_view.get_value(), ctx.view.get_untracked()) {
-            (Some(then), Some(now)) if width > 0.0 => {
-                let x = now.start as f64 + (px - left) / width * now.width() as f64;
-                left + (x - then.start as f64) / then.width().max(1) as f64 * width
-            }
-            _ => px,
-        };
-        data.with_untracked(|d| {
-            let d = d.as_ref()?;
-            let (x, w, h) = placement(d, drawn_view.get_value()?, (left, width));
-            let (column, cell) = blocks::segment_hit(d, x, w, h, px, py - PLOT_TOP)?;
-            let lane = d.segments.get(cell.segment as usize)?;
-            let col = d.columns.get(column)?;
-            let row = col.row.map_or("before the trace".to_owned(), |r| format!("after row {}", format::grouped(u64::from(r))));
-            let text = format!(
-                "segment {} ({}{}, stream {}) {row}: {} reserved · {} allocated ({} rounding waste) · {} pending free · {} free · {} blocks",
-                format::hex(lane.addr),
-                if lane.small { "small pool" } else { "large pool" },
-                if lane.expandable { ", expandable: mapped range" } else { "" },
-                format::hex(lane.stream),
-                format::bytes(cell.size),
-                format::bytes(cell.allocated),
-                format::bytes(cell.waste),
-                format::bytes(cell.pending_free),
-                format::bytes(cell.inactive),
-                cell.blocks,
-            );
-            let at = match col.row {
-                Some(r) => Instant::Row(r),
-                None => Instant::X(d.axis, col.x0 - 1),
-            };
-            Some((text, at))
-        })
-    };
 
     view! {
         <section class="segments-panel">
@@ -200,15 +81,15 @@ pub(crate) fn SegmentTimeline(ctx: DeviceContext) -> impl IntoView {
                 </Show>
             </div>
             {move || error.get().map(|e| view! { <p class="notice error">{e}</p> })}
-            <div class="canvas-wrap" node_ref=wrap_ref>
+            <div class="canvas-wrap" node_ref=view.wrap_ref>
                 <canvas
                     id="segments"
-                    node_ref=canvas_ref
+                    node_ref=view.canvas_ref
                     aria-label="Segment timeline: each segment's bytes split into allocated, waste, pending free and free; click to move the cursor"
-                    on:mousemove=move |e| hover.set(describe(&e).map(|(t, _)| t))
+                    on:mousemove=move |e| hover.set(view.describe(&e).map(|(t, _)| t))
                     on:mouseleave=move |_| hover.set(None)
                     on:click=move |e| {
-                        if let Some((_, at)) = describe(&e) {
+                        if let Some((_, at)) = view.describe(&e) {
                             ctx.instant.set(Some(at));
                         }
                     }
@@ -218,6 +99,89 @@ pub(crate) fn SegmentTimeline(ctx: DeviceContext) -> impl IntoView {
                 {move || hover.get().unwrap_or_else(|| "Point at a segment for its figures; click to see the allocator's state there.".to_owned())}
             </p>
         </section>
+    }
+}
+
+/// The segment timeline's state: its canvas, the columns shown and the
+/// window their image was drawn for.
+#[derive(Clone, Copy)]
+struct Segments {
+    ctx: DeviceContext,
+    canvas_ref: NodeRef<leptos::html::Canvas>,
+    wrap_ref: NodeRef<leptos::html::Div>,
+    data: RwSignal<Option<SegmentsAnswer>>,
+    /// The window the shown image was drawn for (the rectangles' window).
+    drawn_view: StoredValue<Option<Window>>,
+}
+
+impl Segments {
+    /// Paint the canvas: the kept image (drawn anew when stale), the
+    /// cursor, the x axis and the labels.
+    fn paint(&self, kept: &canvas::Kept) {
+        let ctx = self.ctx;
+        let (Some(canvas), Some(wrap), Some(v)) =
+            (self.canvas_ref.get_untracked(), self.wrap_ref.get_untracked(), ctx.view.get_untracked())
+        else {
+            return;
+        };
+        let plot = ctx.plot.get_untracked();
+        let (left, width) = plot;
+        self.data.with_untracked(|d| {
+            let Some(d) = d else { return };
+            if width <= 0.0 || Some(d.axis) != ctx.axis.get_untracked() {
+                return;
+            }
+            let started = draws::now();
+            let css_w = canvas::css_width(&wrap);
+            let draw = |ctx: &web_sys::CanvasRenderingContext2d| draw_columns(ctx, d, v, plot);
+            let Some((canvas_ctx, image_view)) = kept.paint(&canvas, v, plot, css_w, HEIGHT, draw) else { return };
+            self.drawn_view.set_value(Some(image_view));
+            if let Some(x) = ctx.cursor_x().filter(|&x| x >= v.start && x < v.end) {
+                canvas::vline(
+                    &canvas_ctx,
+                    palette::CURSOR.css(),
+                    canvas::x_px(v, left, width, x as f64),
+                    0.0,
+                    AXIS_TOP,
+                    1.0,
+                );
+            }
+            // The x axis, the main timeline's: drawn fresh over the band
+            // (a moved image stretches the old labels with it).
+            canvas::fill(&canvas_ctx, palette::BACKGROUND.css(), 0.0, AXIS_TOP, css_w, HEIGHT - AXIS_TOP);
+            let origin = ctx.extent.get_untracked().map_or(v.start, |e| e.start);
+            let title = match d.axis {
+                vramscope_shared::timeline::Axis::Event => "row",
+                vramscope_shared::timeline::Axis::Time => "time",
+            };
+            canvas::x_axis(
+                &canvas_ctx,
+                &canvas::XAxis { axis: d.axis, view: v, origin, left, width, y: AXIS_TOP, title },
+            );
+            canvas::text(
+                &canvas_ctx,
+                palette::LABEL.css(),
+                &format!("{} peak", format::bytes(d.max_reserved)),
+                4.0,
+                24.0,
+            );
+            canvas::text(&canvas_ctx, palette::LABEL.css(), &format!("{} segments", d.segments.len()), 4.0, 38.0);
+            draws::record("segments", started);
+        });
+    }
+
+    /// The segment under the mouse: what to say of it, and the instant a
+    /// click moves the cursor to.
+    fn describe(&self, e: &MouseEvent) -> Option<(String, Instant)> {
+        let (px, py) = (f64::from(e.offset_x()), f64::from(e.offset_y()));
+        let plot = self.ctx.plot.get_untracked();
+        let px = blocks::px_on_image(self.drawn_view.get_value(), self.ctx.view.get_untracked(), plot, px);
+        self.data.with_untracked(|d| {
+            let d = d.as_ref()?;
+            let (x, w, h) = placement(d, self.drawn_view.get_value()?, plot);
+            let (column, cell) = blocks::segment_hit(d, x, w, h, px, py - PLOT_TOP)?;
+            blocks::segment_hover(d, column, &cell)
+        })
     }
 }
 

@@ -5,62 +5,95 @@
 
 use leptos::prelude::*;
 use leptos::task::spawn_local;
-use web_sys::MouseEvent;
+use web_sys::{CanvasRenderingContext2d, MouseEvent};
 
-use crate::core::format;
-use crate::core::model::{AnnotationsAnswer, Axis, CommentMark};
+use crate::core::model::{AnnotationRange, AnnotationsAnswer, CommentMark};
 use crate::core::palette;
+use crate::core::track::{self, LANE, LEVELS};
 use crate::core::viewport::Window;
 use crate::explorer::DeviceContext;
 use crate::infra::api;
 use crate::infra::canvas;
 use crate::infra::draws;
 
-/// Height of a lane.
-const LANE: f64 = 16.0;
-
 /// The track of the device of `ctx`.
 #[component]
 pub(crate) fn Track(ctx: DeviceContext) -> impl IntoView {
-    let canvas_ref = NodeRef::<leptos::html::Canvas>::new();
-    let wrap_ref = NodeRef::<leptos::html::Div>::new();
-    let ranges = RwSignal::new(None::<AnnotationsAnswer>);
-    let comments = RwSignal::new(Vec::<CommentMark>::new());
+    let view = TrackView {
+        ctx,
+        canvas_ref: NodeRef::new(),
+        wrap_ref: NodeRef::new(),
+        ranges: RwSignal::new(None),
+        comments: RwSignal::new(Vec::new()),
+    };
     let hover = RwSignal::new(None::<String>);
+    view.fetch();
+    Effect::new(move |_| view.paint());
 
-    // The whole trace's ranges, once per axis: they are few (one per
-    // `record_function` call), so panning needs no new request.
-    Effect::new(move |_| {
-        let Some(axis) = ctx.axis.get() else { return };
-        if ctx.extent.get().is_none() {
-            return;
-        }
-        let query = api::window_query(ctx.device, axis, None);
-        spawn_local(async move {
-            if let Ok(a) = api::annotations(&ctx.id.get_value(), &query).await
-                && ctx.axis.try_get_untracked().flatten() == Some(axis)
-            {
-                ranges.set(Some(a));
+    view! {
+        <div class="track-wrap" node_ref=view.wrap_ref>
+            <canvas
+                id="track"
+                node_ref=view.canvas_ref
+                on:mousemove=move |e| hover.set(view.at(&e).map(|(_, t)| t))
+                on:mouseleave=move |_| hover.set(None)
+                on:click=move |e| {
+                    if let (Some((Some(w), _)), Some(extent)) = (view.at(&e), ctx.extent.get_untracked()) {
+                        ctx.view.set(Some(w.clamp_into(extent)));
+                    }
+                }
+            ></canvas>
+            <p class="hint track-hover" id="track-hover">
+                {move || {
+                    hover.get().or_else(|| view.ranges.with(|r| track::idle_hint(r.as_ref()))).unwrap_or_default()
+                }}
+            </p>
+        </div>
+    }
+}
+
+/// The track's state: its canvas, the ranges and the comments.
+#[derive(Clone, Copy)]
+struct TrackView {
+    ctx: DeviceContext,
+    canvas_ref: NodeRef<leptos::html::Canvas>,
+    wrap_ref: NodeRef<leptos::html::Div>,
+    ranges: RwSignal<Option<AnnotationsAnswer>>,
+    comments: RwSignal<Vec<CommentMark>>,
+}
+
+impl TrackView {
+    /// Ask for the whole trace's ranges, once per axis (they are few, one
+    /// per `record_function` call, so panning needs no new request), and
+    /// for the comments' marks once.
+    fn fetch(self) {
+        let (ctx, ranges, comments) = (self.ctx, self.ranges, self.comments);
+        Effect::new(move |_| {
+            let Some(axis) = ctx.axis.get() else { return };
+            if ctx.extent.get().is_none() {
+                return;
             }
+            let query = api::window_query(ctx.device, axis, None);
+            spawn_local(async move {
+                if let Ok(a) = api::annotations(&ctx.id.get_value(), &query).await
+                    && ctx.axis.try_get_untracked().flatten() == Some(axis)
+                {
+                    ranges.set(Some(a));
+                }
+            });
         });
-    });
-    spawn_local(async move {
-        let marks = api::comment_marks(&ctx.id.get_value()).await;
-        comments.try_set(marks);
-    });
+        spawn_local(async move {
+            let marks = api::comment_marks(&ctx.id.get_value()).await;
+            comments.try_set(marks);
+        });
+    }
 
-    let height = move || {
-        let levels = ranges.with(|r| r.as_ref().map_or(0, |r| r.levels.min(6)));
-        LANE * (1.0 + f64::from(levels))
-    };
-    let comment_x = move |c: &CommentMark, axis: Axis| match axis {
-        Axis::Event => c.row.map(i64::from),
-        Axis::Time => c.time_us,
-    };
-
-    Effect::new(move |_| {
+    /// Draw the track (reading, so tracking, what it shows): the ranges,
+    /// the search matches, the comments and the cursor.
+    fn paint(self) {
+        let ctx = self.ctx;
         let (Some(canvas), Some(wrap), Some(v), Some(axis)) =
-            (canvas_ref.get(), wrap_ref.get(), ctx.view.get(), ctx.axis.get())
+            (self.canvas_ref.get(), self.wrap_ref.get(), ctx.view.get(), ctx.axis.get())
         else {
             return;
         };
@@ -69,63 +102,31 @@ pub(crate) fn Track(ctx: DeviceContext) -> impl IntoView {
             return;
         }
         let started = draws::now();
-        let css_w = f64::from(wrap.client_width()).max(320.0);
-        let h = height();
+        let css_w = canvas::css_width(&wrap);
+        let h = self.ranges.with(|r| track::height(r.as_ref()));
         let Some(canvas_ctx) = canvas::context(&canvas, css_w, h) else { return };
-        canvas_ctx.save();
-        canvas_ctx.begin_path();
-        canvas_ctx.rect(left, 0.0, width, h);
-        canvas_ctx.clip();
+        canvas::clip_plot(&canvas_ctx, left, width, h);
         let x_of = |x: i64| canvas::x_px(v, left, width, x as f64);
-        ranges.with(|r| {
+        self.ranges.with(|r| {
             for range in r.iter().flat_map(|r| &r.ranges) {
-                if range.end <= v.start || range.start >= v.end || range.depth >= 6 {
+                if range.end <= v.start || range.start >= v.end || range.depth >= LEVELS {
                     continue;
                 }
                 let (x0, x1) = (x_of(range.start).max(left - 1.0), x_of(range.end).min(left + width + 1.0));
-                let y = LANE * (1.0 + f64::from(range.depth));
-                canvas::fill(
-                    &canvas_ctx,
-                    palette::LEVELS[range.depth as usize % palette::LEVELS.len()].css(),
-                    x0,
-                    y + 1.0,
-                    (x1 - x0).max(1.0),
-                    LANE - 2.0,
-                );
-                canvas_ctx.set_stroke_style_str(palette::AXIS.css());
-                canvas_ctx.set_line_width(1.0);
-                canvas_ctx.stroke_rect(x0 + 0.5, y + 1.5, (x1 - x0 - 1.0).max(0.0), LANE - 3.0);
-                if x1 - x0 > 40.0 {
-                    canvas_ctx.save();
-                    canvas_ctx.begin_path();
-                    canvas_ctx.rect(x0, y, x1 - x0 - 2.0, LANE);
-                    canvas_ctx.clip();
-                    canvas::text(&canvas_ctx, palette::TEXT.css(), &range.name, x0.max(left) + 3.0, y + 12.0);
-                    canvas_ctx.restore();
-                }
+                draw_range(&canvas_ctx, range, (x0, x1), left);
             }
         });
         ctx.matches.with(|m| {
-            for x in m.iter().flat_map(|m| &m.matches).filter_map(|m| match axis {
-                Axis::Event => m.alloc_row.map(i64::from),
-                Axis::Time => m.alloc_time_us,
-            }) {
+            for x in m.iter().flat_map(|m| &m.matches).filter_map(|m| track::match_x(m, axis)) {
                 if x >= v.start && x < v.end {
                     canvas::fill(&canvas_ctx, palette::MATCH.css(), x_of(x) - 1.0, 2.0, 2.0, LANE - 4.0);
                 }
             }
         });
-        comments.with(|cs| {
-            for x in cs.iter().filter_map(|c| comment_x(c, axis)) {
+        self.comments.with(|cs| {
+            for x in cs.iter().filter_map(|c| track::comment_x(c, axis)) {
                 if x >= v.start && x < v.end {
-                    let px = x_of(x);
-                    canvas_ctx.set_fill_style_str(palette::COMMENT.css());
-                    canvas_ctx.begin_path();
-                    canvas_ctx.move_to(px - 5.0, 1.0);
-                    canvas_ctx.line_to(px + 5.0, 1.0);
-                    canvas_ctx.line_to(px, LANE - 3.0);
-                    canvas_ctx.close_path();
-                    canvas_ctx.fill();
+                    draw_comment(&canvas_ctx, x_of(x));
                 }
             }
         });
@@ -134,60 +135,56 @@ pub(crate) fn Track(ctx: DeviceContext) -> impl IntoView {
         }
         canvas_ctx.restore();
         canvas::text(&canvas_ctx, palette::LABEL.css(), "marks", 4.0, 12.0);
-        if ranges.with(|r| r.as_ref().is_some_and(|r| r.levels > 0)) {
+        if self.ranges.with(|r| r.as_ref().is_some_and(|r| r.levels > 0)) {
             canvas::text(&canvas_ctx, palette::LABEL.css(), "annotations", 4.0, LANE + 12.0);
         }
         draws::record("track", started);
-    });
-
-    // The range or comment under the mouse, and a click to zoom to a range.
-    let at = move |e: &MouseEvent| -> Option<(Option<Window>, String)> {
-        let (v, axis) = (ctx.view.get_untracked()?, ctx.axis.get_untracked()?);
-        let (left, width) = ctx.plot.get_untracked();
-        let (px, py) = (f64::from(e.offset_x()), f64::from(e.offset_y()));
-        let x = canvas::x_at(v, left, width, px);
-        let slack = (v.width() as f64 * 4.0 / width.max(1.0)) as i64;
-        if py < LANE {
-            return comments.with_untracked(|cs| {
-                cs.iter()
-                    .find(|c| comment_x(c, axis).is_some_and(|cx| (cx - x).abs() <= slack))
-                    .map(|c| (None, format!("comment by {}: {}", c.author, c.body)))
-            });
-        }
-        let depth = ((py / LANE).floor() as u32).saturating_sub(1);
-        ranges.with_untracked(|r| {
-            r.as_ref()?.ranges.iter().find(|r| r.depth == depth && r.start <= x && x < r.end).map(|r| {
-                let lasted = r.end_us.map_or("never closed".to_owned(), |e| format::duration_us(e - r.start_us));
-                (Some(Window::new(r.start, r.end)), format!("{} · {lasted}", r.name))
-            })
-        })
-    };
-    view! {
-        <div class="track-wrap" node_ref=wrap_ref>
-            <canvas
-                id="track"
-                node_ref=canvas_ref
-                on:mousemove=move |e| hover.set(at(&e).map(|(_, t)| t))
-                on:mouseleave=move |_| hover.set(None)
-                on:click=move |e| {
-                    if let (Some((Some(w), _)), Some(extent)) = (at(&e), ctx.extent.get_untracked()) {
-                        ctx.view.set(Some(w.clamp_into(extent)));
-                    }
-                }
-            ></canvas>
-            <p class="hint track-hover" id="track-hover">
-                {move || {
-                    hover
-                        .get()
-                        .or_else(|| {
-                            ranges
-                                .with(|r| r.as_ref().map(|r| r.total))
-                                .filter(|&n| n > 0)
-                                .map(|n| format!("{n} annotated ranges (record_function); click one to zoom to it"))
-                        })
-                        .unwrap_or_default()
-                }}
-            </p>
-        </div>
     }
+
+    /// The range or comment under the mouse, and the window a click on a
+    /// range zooms to.
+    fn at(self, e: &MouseEvent) -> Option<(Option<Window>, String)> {
+        let ctx = self.ctx;
+        let (v, axis) = (ctx.view.get_untracked()?, ctx.axis.get_untracked()?);
+        let plot = ctx.plot.get_untracked();
+        let pointer = (f64::from(e.offset_x()), f64::from(e.offset_y()));
+        self.ranges
+            .with_untracked(|r| self.comments.with_untracked(|cs| track::hit(r.as_ref(), cs, (v, axis), plot, pointer)))
+    }
+}
+
+/// A range drawn from `x0` to `x1` in its level's lane, named when wide
+/// enough (the name starting at the plot's `left` at the earliest).
+fn draw_range(canvas_ctx: &CanvasRenderingContext2d, range: &AnnotationRange, (x0, x1): (f64, f64), left: f64) {
+    let y = LANE * (1.0 + f64::from(range.depth));
+    canvas::fill(
+        canvas_ctx,
+        palette::LEVELS[range.depth as usize % palette::LEVELS.len()].css(),
+        x0,
+        y + 1.0,
+        (x1 - x0).max(1.0),
+        LANE - 2.0,
+    );
+    canvas_ctx.set_stroke_style_str(palette::AXIS.css());
+    canvas_ctx.set_line_width(1.0);
+    canvas_ctx.stroke_rect(x0 + 0.5, y + 1.5, (x1 - x0 - 1.0).max(0.0), LANE - 3.0);
+    if x1 - x0 > 40.0 {
+        canvas_ctx.save();
+        canvas_ctx.begin_path();
+        canvas_ctx.rect(x0, y, x1 - x0 - 2.0, LANE);
+        canvas_ctx.clip();
+        canvas::text(canvas_ctx, palette::TEXT.css(), &range.name, x0.max(left) + 3.0, y + 12.0);
+        canvas_ctx.restore();
+    }
+}
+
+/// A comment's marker: a triangle pointing down at `px`.
+fn draw_comment(canvas_ctx: &CanvasRenderingContext2d, px: f64) {
+    canvas_ctx.set_fill_style_str(palette::COMMENT.css());
+    canvas_ctx.begin_path();
+    canvas_ctx.move_to(px - 5.0, 1.0);
+    canvas_ctx.line_to(px + 5.0, 1.0);
+    canvas_ctx.line_to(px, LANE - 3.0);
+    canvas_ctx.close_path();
+    canvas_ctx.fill();
 }

@@ -279,21 +279,29 @@ pub(crate) fn byte_axis(
     vline(ctx, palette::AXIS.css(), left - 1.0, plot_top, plot_bottom, 1.0);
 }
 
+/// An x axis under a plot: where it goes and what it shows.
+pub(crate) struct XAxis<'a> {
+    /// The axis.
+    pub(crate) axis: vramscope_shared::timeline::Axis,
+    /// The window the plot shows.
+    pub(crate) view: Window,
+    /// The trace's start (x labels count from it).
+    pub(crate) origin: i64,
+    /// The plot's left, in CSS pixels.
+    pub(crate) left: f64,
+    /// The plot's width.
+    pub(crate) width: f64,
+    /// Where the axis' line goes; its labels are below.
+    pub(crate) y: f64,
+    /// Said left of the plot (short: the y labels' column is its room).
+    pub(crate) title: &'a str,
+}
+
 /// An x axis under a plot, `left`..`left + width` showing `view` on
 /// `axis` (x = `origin` is the trace's start), its line at `y` and its
-/// labels below: ticks at round numbers, and `title` left of the plot
-/// (short: the y labels' column is its room).
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn x_axis(
-    ctx: &CanvasRenderingContext2d,
-    axis: vramscope_shared::timeline::Axis,
-    view: Window,
-    origin: i64,
-    left: f64,
-    width: f64,
-    y: f64,
-    title: &str,
-) {
+/// labels below: ticks at round numbers, and `title` left of the plot.
+pub(crate) fn x_axis(ctx: &CanvasRenderingContext2d, a: &XAxis<'_>) {
+    let XAxis { axis, view, origin, left, width, y, title } = *a;
     use crate::core::{format, palette};
     ctx.set_fill_style_str(palette::AXIS.css());
     ctx.fill_rect(left, y.round(), width, 1.0);

@@ -5,9 +5,11 @@
 //! change. The snapshot page offers the second snapshot from the library.
 
 use vramscope_shared::analysis::diff::Change;
+use vramscope_shared::stats::DeviceStats;
 use vramscope_shared::views::analysis::{AlignedTimeline, AlignedTimelines};
 
 use crate::core::chart::{Chart, Column, Curve, Marker, y_top};
+use crate::core::format;
 use crate::core::palette;
 
 /// The path of the comparison page.
@@ -53,6 +55,43 @@ pub(crate) fn side_chart(t: &AlignedTimelines, side: &AlignedTimeline) -> Chart 
     }
 }
 
+/// Picks one figure of a device's statistics.
+type Pick = fn(&DeviceStats) -> Option<u64>;
+
+/// The figures of one device's table, A's and B's: a label and each side's
+/// bytes (`None`: that side has no such device or figure).
+pub(crate) fn figure_rows(
+    a: Option<&DeviceStats>,
+    b: Option<&DeviceStats>,
+) -> Vec<(&'static str, Option<u64>, Option<u64>)> {
+    let both = |pick: Pick| (a.and_then(pick), b.and_then(pick));
+    let rows: [(&'static str, Pick); 6] = [
+        ("reserved", |s| Some(s.reserved_bytes)),
+        ("reserved peak", |s| s.reserved_peak_bytes),
+        ("allocated", |s| Some(s.allocated_bytes)),
+        ("requested peak", |s| s.requested_peak_bytes),
+        ("cached, not in use", |s| Some(s.reserved_unallocated_bytes)),
+        // Like the snapshot page's card: the figure is the snapshot's end's.
+        ("largest free block at the end", |s| Some(s.largest_free_block_bytes)),
+    ];
+    rows.into_iter()
+        .map(|(label, pick)| {
+            let (x, y) = both(pick);
+            (label, x, y)
+        })
+        .collect()
+}
+
+/// A figure's cells: A's, B's and B − A (blank unless both have it).
+pub(crate) fn figure_cells(x: Option<u64>, y: Option<u64>) -> [String; 3] {
+    let cell = |v: Option<u64>| v.map_or("-".to_owned(), format::bytes);
+    let delta = match (x, y) {
+        (Some(x), Some(y)) => format::signed_bytes(y as i64 - x as i64),
+        _ => String::new(),
+    };
+    [cell(x), cell(y), delta]
+}
+
 #[cfg(target_arch = "wasm32")]
 pub(crate) use ui::{ComparePage, ComparePicker};
 
@@ -63,7 +102,7 @@ mod ui {
     use leptos_router::hooks::use_params_map;
     use vramscope_shared::views::analysis::{Align, DiffAnswer};
 
-    use super::{change_label, compare_path, side_chart};
+    use super::{change_label, compare_path, figure_cells, figure_rows, side_chart};
     use crate::components::stack::StackDetails;
     use crate::core::format;
     use crate::core::model::SnapshotMeta;
@@ -146,60 +185,26 @@ mod ui {
 
     #[component]
     fn CompareView(a: String, b: String) -> impl IntoView {
-        let align = RwSignal::new(Align::Event);
-        let answer = RwSignal::new(None::<Result<DiffAnswer, String>>);
-        let names = RwSignal::new((a.clone(), b.clone()));
-        let wrap_ref = NodeRef::<leptos::html::Div>::new();
-        let canvas_a = NodeRef::<leptos::html::Canvas>::new();
-        let canvas_b = NodeRef::<leptos::html::Canvas>::new();
-        let error = RwSignal::new(None::<String>);
-        let ids = StoredValue::new((a.clone(), b.clone()));
-        {
-            let (a, b) = (a.clone(), b.clone());
-            spawn_local(async move {
-                let na = api::snapshot(&a).await.map(|m| m.name).unwrap_or(a);
-                let nb = api::snapshot(&b).await.map(|m| m.name).unwrap_or(b);
-                names.try_set((na, nb));
-            });
-        }
-        let fetch = move || {
-            let (a, b) = ids.get_value();
-            let mode = match align.get_untracked() {
-                Align::Event => "event",
-                Align::Step => "step",
-            };
-            // Each timeline takes half the width.
-            let px = (chart_width(wrap_ref.get_untracked()) / 2).saturating_sub(96).max(100);
-            spawn_local(async move {
-                let result = api::compare(&a, &b, mode, px).await.map_err(|e| e.to_string());
-                answer.try_set(Some(result));
-            });
+        let cmp = Comparison {
+            ids: StoredValue::new((a.clone(), b.clone())),
+            align: RwSignal::new(Align::Event),
+            answer: RwSignal::new(None),
+            names: RwSignal::new((a.clone(), b.clone())),
+            wrap_ref: NodeRef::new(),
+            canvas_a: NodeRef::new(),
+            canvas_b: NodeRef::new(),
+            error: RwSignal::new(None),
         };
+        cmp.load_names();
         Effect::new(move |started: Option<bool>| {
-            if started == Some(true) || wrap_ref.get().is_none() {
+            if started == Some(true) || cmp.wrap_ref.get().is_none() {
                 return started.unwrap_or(false);
             }
-            fetch();
+            cmp.fetch();
             true
         });
-        Effect::new(move |_| {
-            let (Some(ca), Some(cb)) = (canvas_a.get(), canvas_b.get()) else { return };
-            answer.with(|ans| {
-                let Some(Ok(d)) = ans else { return };
-                let Some(t) = &d.timelines else { return };
-                let width = (chart_width(wrap_ref.get_untracked()) / 2).saturating_sub(8).max(200);
-                let step = t.align == Align::Step;
-                let label = move |x: f64| {
-                    if step { format!("step {}", x.round() as i64) } else { format::compact(x.round() as i64) }
-                };
-                for (canvas, side) in [(&ca, &t.a), (&cb, &t.b)] {
-                    if let Err(e) = paint_chart(canvas, width, 260, &side_chart(t, side), &label) {
-                        error.set(Some(e));
-                    }
-                }
-            });
-        });
-        let (a2, b2) = (a.clone(), b.clone());
+        Effect::new(move |_| cmp.paint());
+        let Comparison { align, answer, names, error, .. } = cmp;
         view! {
             <section class="compare" id="compare">
                 <p class="crumbs">
@@ -208,9 +213,9 @@ mod ui {
                 </p>
                 <h1>
                     "A: "
-                    <a href=format!("/snapshots/{a2}")>{move || names.get().0}</a>
+                    <a href=format!("/snapshots/{a}")>{move || names.get().0}</a>
                     "  vs  B: "
-                    <a href=format!("/snapshots/{b2}")>{move || names.get().1}</a>
+                    <a href=format!("/snapshots/{b}")>{move || names.get().1}</a>
                 </h1>
                 <div class="toolbar">
                     "Align the timelines by "
@@ -218,20 +223,14 @@ mod ui {
                         <button
                             id="align-event"
                             class:active=move || align.get() == Align::Event
-                            on:click=move |_| {
-                                align.set(Align::Event);
-                                fetch();
-                            }
+                            on:click=move |_| cmp.realign(Align::Event)
                         >
                             "event order"
                         </button>
                         <button
                             id="align-step"
                             class:active=move || align.get() == Align::Step
-                            on:click=move |_| {
-                                align.set(Align::Step);
-                                fetch();
-                            }
+                            on:click=move |_| cmp.realign(Align::Step)
                         >
                             "step"
                         </button>
@@ -239,39 +238,17 @@ mod ui {
                     <span class="hint">"Both drawn on one y scale."</span>
                 </div>
                 {move || error.get().map(|e| view! { <p class="notice error">{e}</p> })}
-                <div class="compare-timelines" node_ref=wrap_ref>
+                <div class="compare-timelines" node_ref=cmp.wrap_ref>
                     <div>
                         <h3>"A"</h3>
-                        <div class="canvas-wrap"><canvas id="compare-a" node_ref=canvas_a></canvas></div>
+                        <div class="canvas-wrap"><canvas id="compare-a" node_ref=cmp.canvas_a></canvas></div>
                     </div>
                     <div>
                         <h3>"B"</h3>
-                        <div class="canvas-wrap"><canvas id="compare-b" node_ref=canvas_b></canvas></div>
+                        <div class="canvas-wrap"><canvas id="compare-b" node_ref=cmp.canvas_b></canvas></div>
                     </div>
                 </div>
-                <div class="legend" id="compare-legend">
-                    <span class="key" title="Bytes reserved from CUDA (segments)">
-                        <span class="swatch reserved"></span>
-                        "reserved"
-                    </span>
-                    <span class="key" title="Requested bytes of allocated blocks">
-                        <span class="swatch allocated"></span>
-                        "allocated"
-                    </span>
-                    {move || (align.get() == Align::Step).then(|| view! {
-                        <span class="key" title="Where a step begins (a step is found by the optimizer's step call)">
-                            <span class="swatch window-start"></span>
-                            "step boundary"
-                        </span>
-                    })}
-                    <span class="axis-caption">
-                        {move || match align.get() {
-                            Align::Event => "y: bytes, one scale for A and B; x: each trace's events in order, on one range",
-                            Align::Step => "y: bytes, one scale for A and B; x: steps, step k of A beside step k of B",
-                        }}
-                    </span>
-                    <span class="hint">"Bands: the range in each pixel column; lines: the value at its end."</span>
-                </div>
+                {legend(align)}
                 {move || {
                     answer.get().map(|r| match r {
                         Err(e) => view! { <p class="notice error">{e}</p> }.into_any(),
@@ -279,6 +256,102 @@ mod ui {
                     })
                 }}
             </section>
+        }
+    }
+
+    /// The comparison's state: the two ids and their names, the alignment,
+    /// the answer, the two canvases.
+    #[derive(Clone, Copy)]
+    struct Comparison {
+        ids: StoredValue<(String, String)>,
+        align: RwSignal<Align>,
+        answer: RwSignal<Option<Result<DiffAnswer, String>>>,
+        names: RwSignal<(String, String)>,
+        wrap_ref: NodeRef<leptos::html::Div>,
+        canvas_a: NodeRef<leptos::html::Canvas>,
+        canvas_b: NodeRef<leptos::html::Canvas>,
+        error: RwSignal<Option<String>>,
+    }
+
+    impl Comparison {
+        /// The snapshots' names, in place of their ids once known.
+        fn load_names(self) {
+            let (a, b) = self.ids.get_value();
+            let names = self.names;
+            spawn_local(async move {
+                let na = api::snapshot(&a).await.map(|m| m.name).unwrap_or(a);
+                let nb = api::snapshot(&b).await.map(|m| m.name).unwrap_or(b);
+                names.try_set((na, nb));
+            });
+        }
+
+        /// Ask for the comparison, aligned as chosen.
+        fn fetch(self) {
+            let (a, b) = self.ids.get_value();
+            let mode = match self.align.get_untracked() {
+                Align::Event => "event",
+                Align::Step => "step",
+            };
+            // Each timeline takes half the width.
+            let px = (chart_width(self.wrap_ref.get_untracked()) / 2).saturating_sub(96).max(100);
+            let answer = self.answer;
+            spawn_local(async move {
+                let result = api::compare(&a, &b, mode, px).await.map_err(|e| e.to_string());
+                answer.try_set(Some(result));
+            });
+        }
+
+        fn realign(self, align: Align) {
+            self.align.set(align);
+            self.fetch();
+        }
+
+        /// Draw both timelines (reading, so tracking, the answer).
+        fn paint(self) {
+            let (Some(ca), Some(cb)) = (self.canvas_a.get(), self.canvas_b.get()) else { return };
+            self.answer.with(|ans| {
+                let Some(Ok(d)) = ans else { return };
+                let Some(t) = &d.timelines else { return };
+                let width = (chart_width(self.wrap_ref.get_untracked()) / 2).saturating_sub(8).max(200);
+                let step = t.align == Align::Step;
+                let label = move |x: f64| {
+                    if step { format!("step {}", x.round() as i64) } else { format::compact(x.round() as i64) }
+                };
+                for (canvas, side) in [(&ca, &t.a), (&cb, &t.b)] {
+                    if let Err(e) = paint_chart(canvas, width, 260, &side_chart(t, side), &label) {
+                        self.error.set(Some(e));
+                    }
+                }
+            });
+        }
+    }
+
+    /// The timelines' legend, step boundaries when aligned by step.
+    fn legend(align: RwSignal<Align>) -> impl IntoView {
+        view! {
+            <div class="legend" id="compare-legend">
+                <span class="key" title="Bytes reserved from CUDA (segments)">
+                    <span class="swatch reserved"></span>
+                    "reserved"
+                </span>
+                <span class="key" title="Requested bytes of allocated blocks">
+                    <span class="swatch allocated"></span>
+                    "allocated"
+                </span>
+                {move || (align.get() == Align::Step).then(|| view! {
+                    <span class="key" title="Where a step begins (a step is found by the optimizer's step call)">
+                        <span class="swatch window-start"></span>
+                        "step boundary"
+                    </span>
+                })}
+                <span class="axis-caption">
+                    {move || match align.get() {
+                        Align::Event => "y: bytes, one scale for A and B; x: each trace's events in order, on one range",
+                        Align::Step => "y: bytes, one scale for A and B; x: steps, step k of A beside step k of B",
+                    }}
+                </span>
+                <span class="hint">"Bands: the range in each pixel column; lines: the value at its end."</span>
+            </div>
         }
     }
 
@@ -305,15 +378,7 @@ mod ui {
                 .map(|dev| {
                     let name = |x: Option<u32>| x.map_or("(none)".to_owned(), |n| format!("device {n}"));
                     let title = format!("A {} vs B {}", name(dev.device_a), name(dev.device_b));
-                    let (sa, sb) = (dev.stats_a.clone(), dev.stats_b.clone());
-                    let figures: Vec<(&str, Option<u64>, Option<u64>)> = vec![
-                        ("reserved", sa.as_ref().map(|s| s.reserved_bytes), sb.as_ref().map(|s| s.reserved_bytes)),
-                        ("reserved peak", sa.as_ref().and_then(|s| s.reserved_peak_bytes), sb.as_ref().and_then(|s| s.reserved_peak_bytes)),
-                        ("allocated", sa.as_ref().map(|s| s.allocated_bytes), sb.as_ref().map(|s| s.allocated_bytes)),
-                        ("requested peak", sa.as_ref().and_then(|s| s.requested_peak_bytes), sb.as_ref().and_then(|s| s.requested_peak_bytes)),
-                        ("cached, not in use", sa.as_ref().map(|s| s.reserved_unallocated_bytes), sb.as_ref().map(|s| s.reserved_unallocated_bytes)),
-                        ("largest free block", sa.as_ref().map(|s| s.largest_free_block_bytes), sb.as_ref().map(|s| s.largest_free_block_bytes)),
-                    ];
+                    let figures = figure_rows(dev.stats_a.as_ref(), dev.stats_b.as_ref());
                     let counts = format!(
                         "{} grew, {} shrank, {} appeared, {} vanished, {} unchanged; net {}",
                         dev.grew,
@@ -334,16 +399,12 @@ mod ui {
                                     {figures
                                         .into_iter()
                                         .map(|(label, x, y)| {
-                                            let cell = |v: Option<u64>| v.map_or("-".to_owned(), format::bytes);
-                                            let delta = match (x, y) {
-                                                (Some(x), Some(y)) => format::signed_bytes(y as i64 - x as i64),
-                                                _ => String::new(),
-                                            };
+                                            let [x, y, delta] = figure_cells(x, y);
                                             view! {
                                                 <tr>
                                                     <th>{label}</th>
-                                                    <td class="num">{cell(x)}</td>
-                                                    <td class="num">{cell(y)}</td>
+                                                    <td class="num">{x}</td>
+                                                    <td class="num">{y}</td>
                                                     <td class="num">{delta}</td>
                                                 </tr>
                                             }
@@ -409,5 +470,18 @@ mod tests {
         assert!(ca.curves[0].columns.iter().all(|c| c.range.max < ca.y_max));
         assert_eq!(compare_path("x", "y"), "/compare/x/y");
         assert_eq!(change_label(Change::Appeared), "appeared");
+    }
+
+    #[test]
+    fn figure_rows_pair_both_sides_and_their_difference() {
+        let a = fixture("oom_leak");
+        let stats = a.snapshot.stats();
+        let d = &stats.devices[0];
+        let rows = figure_rows(Some(d), None);
+        assert_eq!(rows.len(), 6);
+        assert_eq!(rows[0], ("reserved", Some(d.reserved_bytes), None));
+        assert_eq!(rows[5], ("largest free block at the end", Some(d.largest_free_block_bytes), None));
+        assert_eq!(figure_cells(Some(1024), None), ["1.00 KiB".to_owned(), "-".to_owned(), String::new()]);
+        assert_eq!(figure_cells(Some(2048), Some(1024))[2], format::signed_bytes(-1024));
     }
 }

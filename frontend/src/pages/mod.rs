@@ -14,7 +14,6 @@ pub(crate) mod compare;
 #[cfg(target_arch = "wasm32")]
 pub(crate) mod host;
 pub(crate) mod jobs;
-#[cfg(target_arch = "wasm32")]
 pub(crate) mod library;
 pub(crate) mod live;
 #[cfg(target_arch = "wasm32")]

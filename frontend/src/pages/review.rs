@@ -60,6 +60,15 @@ pub fn moment_label(row: Option<u32>, addr: Option<u64>) -> Option<String> {
     (!parts.is_empty()).then(|| parts.join(" · "))
 }
 
+/// The label of the form's "about the moment shown" box, for the moment
+/// `label` (`None`: none selected).
+pub fn about_moment(label: Option<&str>) -> String {
+    match label {
+        Some(label) => format!(" about the moment shown ({label})"),
+        None => " about the moment shown (none selected: the whole snapshot)".to_owned(),
+    }
+}
+
 #[cfg(target_arch = "wasm32")]
 pub(crate) use component::ReviewThread;
 
@@ -70,7 +79,7 @@ mod component {
     use leptos::prelude::*;
     use leptos::task::spawn_local;
 
-    use super::{moment_label, moment_link, moment_of_query, post_body};
+    use super::{about_moment as about_moment_label, moment_label, moment_link, moment_of_query, post_body};
     use crate::core::model::review::Comment;
     use crate::infra::api;
     use crate::infra::clock;
@@ -78,82 +87,24 @@ mod component {
     /// The review thread of snapshot `id`: pin, comments, a form to add one.
     #[component]
     pub(crate) fn ReviewThread(id: String) -> impl IntoView {
-        let comments = RwSignal::new(None::<Result<Vec<Comment>, String>>);
-        let pinned = RwSignal::new(None::<bool>);
-        let draft = RwSignal::new(String::new());
-        let about_moment = RwSignal::new(true);
-        let error = RwSignal::new(None::<String>);
-        let busy = RwSignal::new(false);
-        let id = StoredValue::new(id);
-
-        let reload = move || {
-            spawn_local(async move {
-                let list = api::comments(&id.get_value()).await.map_err(|e| e.to_string());
-                comments.try_set(Some(list));
-            });
+        let thread = Thread {
+            id: StoredValue::new(id),
+            comments: RwSignal::new(None),
+            pinned: RwSignal::new(None),
+            draft: RwSignal::new(String::new()),
+            about_moment: RwSignal::new(true),
+            error: RwSignal::new(None),
+            busy: RwSignal::new(false),
+            moment_hint: RwSignal::new(None),
         };
-        reload();
+        thread.reload();
         spawn_local(async move {
-            if let Ok(record) = api::pinned(&id.get_value()).await {
-                pinned.try_set(record);
+            if let Ok(record) = api::pinned(&thread.id.get_value()).await {
+                thread.pinned.try_set(record);
             }
         });
-
-        // The page's current moment, read when needed: the snapshot page
-        // rewrites its URL as the cursor moves.
-        let current_moment = move || moment_of_query(&window().location().search().unwrap_or_default());
-        let moment_hint = RwSignal::new(None::<String>);
-        let refresh_hint = move || {
-            let (row, addr) = current_moment();
-            moment_hint.set(moment_label(row, addr));
-        };
-        refresh_hint();
-
-        let post = move || {
-            let text = draft.get_untracked();
-            if text.trim().is_empty() || busy.get_untracked() {
-                return;
-            }
-            let (row, addr) = if about_moment.get_untracked() { current_moment() } else { (None, None) };
-            busy.set(true);
-            spawn_local(async move {
-                let answer = api::post_comment(&id.get_value(), &post_body(&text, row, addr)).await;
-                busy.try_set(false);
-                match answer {
-                    Ok(_) => {
-                        draft.try_set(String::new());
-                        error.try_set(None);
-                        reload();
-                    }
-                    Err(e) => {
-                        error.try_set(Some(e.to_string()));
-                    }
-                }
-            });
-        };
-        let remove = move |comment_id: String| {
-            spawn_local(async move {
-                match api::delete_comment(&id.get_value(), &comment_id).await {
-                    Ok(()) => reload(),
-                    Err(e) => {
-                        error.try_set(Some(e.to_string()));
-                    }
-                }
-            });
-        };
-        let toggle_pin = move || {
-            let want = !pinned.get_untracked().unwrap_or(false);
-            spawn_local(async move {
-                match api::set_pinned(&id.get_value(), want).await {
-                    Ok(()) => {
-                        pinned.try_set(Some(want));
-                    }
-                    Err(e) => {
-                        error.try_set(Some(e.to_string()));
-                    }
-                }
-            });
-        };
+        thread.refresh_hint();
+        let Thread { comments, pinned, error, .. } = thread;
 
         view! {
             <section class="review" id="review">
@@ -163,7 +114,7 @@ mod component {
                         id="pin"
                         class:active=move || pinned.get() == Some(true)
                         title="A pinned snapshot is never deleted by the retention policy"
-                        on:click=move |_| toggle_pin()
+                        on:click=move |_| thread.toggle_pin()
                     >
                         {move || if pinned.get() == Some(true) { "✓ Pinned" } else { "Pin" }}
                     </button>
@@ -178,78 +129,172 @@ mod component {
                     Some(Ok(list)) => {
                         view! {
                             <ol class="comments">
-                                {list
-                                    .into_iter()
-                                    .map(|c| {
-                                        let link = moment_link(&id.get_value(), &c);
-                                        let label = moment_label(c.row, c.addr);
-                                        let cid = c.id.clone();
-                                        view! {
-                                            <li class="comment">
-                                                <p class="meta">
-                                                    <strong class="author">{c.author.clone()}</strong>
-                                                    " · "
-                                                    <span>{clock::date_time(c.created_ms, "en-GB")}</span>
-                                                    {link
-                                                        .zip(label)
-                                                        .map(|(href, label)| {
-                                                            view! {
-                                                                " · "
-                                                                // A full load: the snapshot page reads its
-                                                                // state from the URL when it starts.
-                                                                <a class="moment" href=href rel="external">
-                                                                    {label}
-                                                                </a>
-                                                            }
-                                                        })}
-                                                    <button
-                                                        class="link danger"
-                                                        title="Delete this comment (yours, or any as an admin)"
-                                                        on:click=move |_| remove(cid.clone())
-                                                    >
-                                                        "delete"
-                                                    </button>
-                                                </p>
-                                                <p class="body">{c.body.clone()}</p>
-                                            </li>
-                                        }
-                                    })
-                                    .collect_view()}
+                                {list.into_iter().map(|c| comment_item(c, thread)).collect_view()}
                             </ol>
                         }
                             .into_any()
                     }
                 }}
-                <div class="comment-form">
-                    <textarea
-                        id="comment-text"
-                        rows="3"
-                        placeholder="What happened here? (Ctrl+Enter to post)"
-                        prop:value=draft
-                        on:focus=move |_| refresh_hint()
-                        on:input=move |ev| draft.set(event_target_value(&ev))
-                        on:keydown=move |ev| {
-                            if ev.key() == "Enter" && (ev.ctrl_key() || ev.meta_key()) {
-                                post();
-                            }
-                        }
-                    ></textarea>
-                    <label class="hint">
-                        <input
-                            type="checkbox"
-                            prop:checked=about_moment
-                            on:change=move |_| about_moment.update(|v| *v = !*v)
-                        />
-                        {move || match moment_hint.get() {
-                            Some(label) => format!(" about the moment shown ({label})"),
-                            None => " about the moment shown (none selected: the whole snapshot)".to_owned(),
-                        }}
-                    </label>
-                    <button id="post-comment" disabled=move || busy.get() on:click=move |_| post()>
-                        "Comment"
-                    </button>
-                </div>
+                {form(thread)}
             </section>
+        }
+    }
+
+    /// The thread's state: the comments and pin, the draft and whether it
+    /// is about the moment shown, the request under way and its failure.
+    #[derive(Clone, Copy)]
+    struct Thread {
+        id: StoredValue<String>,
+        comments: RwSignal<Option<Result<Vec<Comment>, String>>>,
+        pinned: RwSignal<Option<bool>>,
+        draft: RwSignal<String>,
+        about_moment: RwSignal<bool>,
+        error: RwSignal<Option<String>>,
+        busy: RwSignal<bool>,
+        /// The page's moment, in words, as the form last saw it.
+        moment_hint: RwSignal<Option<String>>,
+    }
+
+    impl Thread {
+        /// List the comments again.
+        fn reload(self) {
+            spawn_local(async move {
+                let list = api::comments(&self.id.get_value()).await.map_err(|e| e.to_string());
+                self.comments.try_set(Some(list));
+            });
+        }
+
+        /// The page's current moment, read when needed: the snapshot page
+        /// rewrites its URL as the cursor moves.
+        fn current_moment(self) -> (Option<u32>, Option<u64>) {
+            moment_of_query(&window().location().search().unwrap_or_default())
+        }
+
+        fn refresh_hint(self) {
+            let (row, addr) = self.current_moment();
+            self.moment_hint.set(moment_label(row, addr));
+        }
+
+        /// Post the draft (about the moment shown, when asked), then list
+        /// again.
+        fn post(self) {
+            let Thread { id, draft, error, busy, .. } = self;
+            let text = draft.get_untracked();
+            if text.trim().is_empty() || busy.get_untracked() {
+                return;
+            }
+            let (row, addr) = if self.about_moment.get_untracked() { self.current_moment() } else { (None, None) };
+            busy.set(true);
+            spawn_local(async move {
+                let answer = api::post_comment(&id.get_value(), &post_body(&text, row, addr)).await;
+                busy.try_set(false);
+                match answer {
+                    Ok(_) => {
+                        draft.try_set(String::new());
+                        error.try_set(None);
+                        self.reload();
+                    }
+                    Err(e) => {
+                        error.try_set(Some(e.to_string()));
+                    }
+                }
+            });
+        }
+
+        fn remove(self, comment_id: String) {
+            spawn_local(async move {
+                match api::delete_comment(&self.id.get_value(), &comment_id).await {
+                    Ok(()) => self.reload(),
+                    Err(e) => {
+                        self.error.try_set(Some(e.to_string()));
+                    }
+                }
+            });
+        }
+
+        fn toggle_pin(self) {
+            let want = !self.pinned.get_untracked().unwrap_or(false);
+            spawn_local(async move {
+                match api::set_pinned(&self.id.get_value(), want).await {
+                    Ok(()) => {
+                        self.pinned.try_set(Some(want));
+                    }
+                    Err(e) => {
+                        self.error.try_set(Some(e.to_string()));
+                    }
+                }
+            });
+        }
+    }
+
+    /// One comment: author, date, the moment it is about (linked) and its
+    /// delete button, then its text.
+    fn comment_item(c: Comment, thread: Thread) -> impl IntoView {
+        let link = moment_link(&thread.id.get_value(), &c);
+        let label = moment_label(c.row, c.addr);
+        let cid = c.id.clone();
+        view! {
+            <li class="comment">
+                <p class="meta">
+                    <strong class="author">{c.author.clone()}</strong>
+                    " · "
+                    <span>{clock::date_time(c.created_ms, "en-GB")}</span>
+                    {link
+                        .zip(label)
+                        .map(|(href, label)| {
+                            view! {
+                                " · "
+                                // A full load: the snapshot page reads its
+                                // state from the URL when it starts.
+                                <a class="moment" href=href rel="external">
+                                    {label}
+                                </a>
+                            }
+                        })}
+                    <button
+                        class="link danger"
+                        title="Delete this comment (yours, or any as an admin)"
+                        on:click=move |_| thread.remove(cid.clone())
+                    >
+                        "delete"
+                    </button>
+                </p>
+                <p class="body">{c.body.clone()}</p>
+            </li>
+        }
+    }
+
+    /// The form: the draft, whether it is about the moment shown, and the
+    /// button.
+    fn form(thread: Thread) -> impl IntoView {
+        let Thread { draft, about_moment, busy, moment_hint, .. } = thread;
+        view! {
+            <div class="comment-form">
+                <textarea
+                    id="comment-text"
+                    rows="3"
+                    placeholder="What happened here? (Ctrl+Enter to post)"
+                    prop:value=draft
+                    on:focus=move |_| thread.refresh_hint()
+                    on:input=move |ev| draft.set(event_target_value(&ev))
+                    on:keydown=move |ev| {
+                        if ev.key() == "Enter" && (ev.ctrl_key() || ev.meta_key()) {
+                            thread.post();
+                        }
+                    }
+                ></textarea>
+                <label class="hint">
+                    <input
+                        type="checkbox"
+                        prop:checked=about_moment
+                        on:change=move |_| about_moment.update(|v| *v = !*v)
+                    />
+                    {move || moment_hint.with(|label| about_moment_label(label.as_deref()))}
+                </label>
+                <button id="post-comment" disabled=move || busy.get() on:click=move |_| thread.post()>
+                    "Comment"
+                </button>
+            </div>
         }
     }
 }
@@ -308,5 +353,11 @@ mod tests {
         assert_eq!(moment_label(Some(1200), None).as_deref(), Some("at row 1,200"));
         assert_eq!(moment_label(None, None), None);
         assert!(moment_label(Some(1), Some(0x200)).is_some_and(|l| l.starts_with("at row 1 · ")));
+    }
+
+    #[test]
+    fn the_form_says_which_moment_a_comment_is_about() {
+        assert_eq!(about_moment(Some("row 4,211")), " about the moment shown (row 4,211)");
+        assert_eq!(about_moment(None), " about the moment shown (none selected: the whole snapshot)");
     }
 }

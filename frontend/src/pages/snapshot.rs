@@ -66,29 +66,7 @@ pub(crate) fn SnapshotView(id: String) -> impl IntoView {
         let answer = api::snapshot(&meta_id).await.map_err(|e| e.to_string());
         meta.try_set(Some(answer));
     });
-    let stats_id = id.clone();
-    spawn_local(async move {
-        loop {
-            let state = match api::stats(&stats_id).await {
-                Ok(Some(report)) => StatsState::Ready(Box::new(report)),
-                Ok(None) => StatsState::Parsing,
-                Err(e) => StatsState::Failed(e.to_string()),
-            };
-            let parsing = state == StatsState::Parsing;
-            if let StatsState::Ready(report) = &state {
-                // The link's device, or, as PyTorch's viewer, the device
-                // with the longest trace.
-                let first = report.devices.iter().max_by_key(|d| (d.trace_entries, std::cmp::Reverse(d.device)));
-                let linked = linked.device.filter(|l| report.devices.iter().any(|d| d.device == *l));
-                device.try_set(linked.or(first.map(|d| d.device)));
-            }
-            // The page was left: stop asking.
-            if stats.try_set(state).is_some() || !parsing {
-                break;
-            }
-            clock::sleep(PARSING_POLL).await;
-        }
-    });
+    follow_stats(id.clone(), linked.device, stats, device);
 
     let selected = move || {
         let d = device.get()?;
@@ -135,45 +113,77 @@ pub(crate) fn SnapshotView(id: String) -> impl IntoView {
                 }
             }}
             {move || {
-                selected()
-                    .map(|d| {
-                        if d.trace_entries == 0 {
-                            view! {
-                                <p class="notice">
-                                    {format!(
-                                        "GPU {} has no trace: the snapshot holds only the allocator's state at the end. Record one with torch.cuda.memory._record_memory_history() before the code you want to see.",
-                                        d.device,
-                                    )}
-                                </p>
-                            }
-                                .into_any()
-                        } else {
-                            view! { <DeviceViews id=timeline_id.get_value() device=d.device initial=initial.get_value().filter(|p| p.device.is_none_or(|x| x == d.device)).unwrap_or_default()/> <crate::pages::analysis::AnalysisPanels id=timeline_id.get_value() device=d.device/> }.into_any()
-                        }
-                    })
+                selected().map(|d| {
+                    let initial = initial.get_value().filter(|p| p.device.is_none_or(|x| x == d.device)).unwrap_or_default();
+                    device_views(timeline_id.get_value(), &d, initial)
+                })
             }}
             {move || {
                 stats.with(|s| matches!(s, StatsState::Ready(r) if r.host.is_some()))
                     .then(|| view! { <crate::pages::host::HostMemory id=timeline_id.get_value()/> })
             }}
-            {
-                // Comments and pins live on the server: a file opened in this
-                // tab has none, and asking the server about its id is a 404.
-                let id = timeline_id.get_value();
-                if report {
-                    ().into_any()
-                } else if crate::infra::local::is_local(&id) {
-                    view! {
-                        <p class="notice" id="review-local">
-                            "Comments and pins are kept by the server: upload this file to discuss it with others."
-                        </p>
-                    }
-                        .into_any()
-                } else {
-                    view! { <crate::pages::review::ReviewThread id=id/> }.into_any()
-                }
-            }
+            {review(timeline_id.get_value(), report)}
         </section>
+    }
+}
+
+/// Ask for the statistics of snapshot `id` until the server has parsed it
+/// (or the page is left), and pick the device to show: the link's
+/// (`linked`), or the one with the longest trace.
+fn follow_stats(id: String, linked: Option<u32>, stats: RwSignal<StatsState>, device: RwSignal<Option<u32>>) {
+    spawn_local(async move {
+        loop {
+            let state = match api::stats(&id).await {
+                Ok(Some(report)) => StatsState::Ready(Box::new(report)),
+                Ok(None) => StatsState::Parsing,
+                Err(e) => StatsState::Failed(e.to_string()),
+            };
+            let parsing = state == StatsState::Parsing;
+            if let StatsState::Ready(report) = &state {
+                device.try_set(permalink::device_to_show(linked, &report.devices));
+            }
+            // The page was left: stop asking.
+            if stats.try_set(state).is_some() || !parsing {
+                break;
+            }
+            clock::sleep(PARSING_POLL).await;
+        }
+    });
+}
+
+/// The views of device `d` of snapshot `id`, restored from `initial`, with
+/// its analysis panels; a device without a trace says how to record one.
+fn device_views(id: String, d: &DeviceStats, initial: permalink::PageState) -> AnyView {
+    if d.trace_entries == 0 {
+        view! {
+            <p class="notice">
+                {format!(
+                    "GPU {} has no trace: the snapshot holds only the allocator's state at the end. Record one with torch.cuda.memory._record_memory_history() before the code you want to see.",
+                    d.device,
+                )}
+            </p>
+        }
+            .into_any()
+    } else {
+        view! { <DeviceViews id=id.clone() device=d.device initial=initial/> <crate::pages::analysis::AnalysisPanels id=id device=d.device/> }.into_any()
+    }
+}
+
+/// The review thread of snapshot `id`. Comments and pins live on the
+/// server: an offline `report` has none, and a file opened in this tab has
+/// none either (asking the server about its id is a 404).
+fn review(id: String, report: bool) -> AnyView {
+    if report {
+        ().into_any()
+    } else if crate::infra::local::is_local(&id) {
+        view! {
+            <p class="notice" id="review-local">
+                "Comments and pins are kept by the server: upload this file to discuss it with others."
+            </p>
+        }
+        .into_any()
+    } else {
+        view! { <crate::pages::review::ReviewThread id=id/> }.into_any()
     }
 }
 

@@ -278,23 +278,14 @@ impl TimelineIndex {
         px: u32,
         max_allocations: usize,
     ) -> Option<TimelineWindow> {
-        self.query_zoomed(device, axis, start, end, px, max_allocations, None)
+        self.query_zoomed(WindowRequest { device, axis, start, end, px, max_allocations }, None)
     }
 
     /// [`TimelineIndex::query`] for a plot whose y axis shows `y_span`
     /// (`None`: the window's peak, as `query`), which sets the window's
     /// [`TimelineWindow::min_visible_size`].
-    #[allow(clippy::too_many_arguments)] // one per query field, as the API's
-    pub fn query_zoomed(
-        &self,
-        device: u32,
-        axis: Axis,
-        start: i64,
-        end: i64,
-        px: u32,
-        max_allocations: usize,
-        y_span: Option<YSpan>,
-    ) -> Option<TimelineWindow> {
+    pub fn query_zoomed(&self, window: WindowRequest, y_span: Option<YSpan>) -> Option<TimelineWindow> {
+        let WindowRequest { device, axis, start, end, px, max_allocations } = window;
         let d = self.device(device)?;
         d.extent(axis)?;
         if px == 0 || end <= start {
@@ -306,6 +297,24 @@ impl TimelineIndex {
     fn device(&self, device: u32) -> Option<&DeviceTimeline> {
         self.devices.iter().find(|d| d.device == device)
     }
+}
+
+/// The window [`TimelineIndex::query_zoomed`] is asked for: one field per
+/// query field, as the API's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WindowRequest {
+    /// CUDA device.
+    pub device: u32,
+    /// x axis.
+    pub axis: Axis,
+    /// First x of the window.
+    pub start: i64,
+    /// First x past it.
+    pub end: i64,
+    /// Pixel columns of the plot (buckets).
+    pub px: u32,
+    /// The most allocations listed.
+    pub max_allocations: usize,
 }
 
 /// One device's precomputed timeline.
@@ -946,7 +955,17 @@ mod tests {
                 for row in (0..rows).step_by(rows / 23 + 1).chain([rows - 1]) {
                     let (start, end) = (row as i64, row as i64 + 1);
                     let w = t
-                        .query_zoomed(d.device, Axis::Event, start, end, 1000, 100_000, Some(one_byte_rows))
+                        .query_zoomed(
+                            WindowRequest {
+                                device: d.device,
+                                axis: Axis::Event,
+                                start,
+                                end,
+                                px: 1000,
+                                max_allocations: 100_000,
+                            },
+                            Some(one_byte_rows),
+                        )
                         .expect("window");
                     assert_eq!(w.min_visible_size, 1);
                     let (pa, pb) = dt.window_positions(Axis::Event, start, end);
@@ -968,7 +987,9 @@ mod tests {
         assert!(!whole.more_allocations);
         let peak = whole.buckets.iter().map(|b| b.reserved.max.max(b.active.max)).max().expect("bucket");
         let y = YSpan { bytes: peak / 64, px: 400 };
-        let zoomed = t.query_zoomed(0, Axis::Event, lo, hi, 1000, 100_000, Some(y)).expect("window");
+        let request =
+            WindowRequest { device: 0, axis: Axis::Event, start: lo, end: hi, px: 1000, max_allocations: 100_000 };
+        let zoomed = t.query_zoomed(request, Some(y)).expect("window");
         assert_eq!(zoomed.min_visible_size, peak / 64 / 800);
         assert!(zoomed.min_visible_size < whole.min_visible_size);
         assert!(zoomed.allocations.iter().any(|a| a.size < whole.min_visible_size), "smaller ones appear");
@@ -1000,7 +1021,17 @@ mod tests {
             let old = t.query(0, Axis::Event, x, x + 8, px, 2000).expect("window");
             hidden_before += alive.len() - old.allocations.len();
             let w = t
-                .query_zoomed(0, Axis::Event, x, x + 8, px, crate::views::MAX_ALLOCATIONS, Some(deepest_y))
+                .query_zoomed(
+                    WindowRequest {
+                        device: 0,
+                        axis: Axis::Event,
+                        start: x,
+                        end: x + 8,
+                        px,
+                        max_allocations: crate::views::MAX_ALLOCATIONS,
+                    },
+                    Some(deepest_y),
+                )
                 .expect("window");
             let got: Vec<u64> = w.allocations.iter().map(|a| a.size).collect();
             assert_eq!(got, alive, "every allocation alive in [{x}, {})", x + 8);

@@ -243,7 +243,7 @@ pub fn timeline(a: &Analyzed, p: &TimelineParams) -> Result<TimelineWindow, View
     let max_allocations = p.max_allocations.unwrap_or(2000).min(MAX_ALLOCATIONS);
     let y_span = p.y_span.map(|bytes| YSpan { bytes, px: p.py.unwrap_or(px).clamp(1, MAX_PX) });
     a.timeline
-        .query_zoomed(device, axis, start, end, px, max_allocations, y_span)
+        .query_zoomed(crate::timeline::WindowRequest { device, axis, start, end, px, max_allocations }, y_span)
         .ok_or_else(|| ViewError::BadRequest("no timeline for that window".to_owned()))
 }
 

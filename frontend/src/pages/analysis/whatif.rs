@@ -118,6 +118,24 @@ pub(crate) fn tune_cells(candidate: &TuneCandidate, recorded_peak: u64) -> [Stri
     ]
 }
 
+/// The sentence under the what-if's chart: the settings replayed and the
+/// capacity, with where it came from.
+pub(crate) fn replayed(w: &WhatIfAnswer) -> String {
+    let capacity = match (w.capacity_bytes, w.capacity_inferred) {
+        (Some(c), _) if w.capacity_source.as_deref() == Some("recorded") => format!(
+            ", capacity {}: the cap the process ran under (its memory fraction, recorded by the capture; type a capacity for another)",
+            format::bytes(c),
+        ),
+        (Some(c), true) => format!(
+            ", capacity {}: the least the process had when it ran out (inferred from the recorded OOM; type a capacity for another)",
+            format::bytes(c),
+        ),
+        (Some(c), false) => format!(", capacity {}", format::bytes(c)),
+        (None, _) => String::new(),
+    };
+    format!("Replayed with {} ({} settings){capacity}.", settings_label(&w.alloc_conf), w.settings)
+}
+
 #[cfg(target_arch = "wasm32")]
 pub(crate) use ui::WhatIfPanel;
 
@@ -127,7 +145,7 @@ mod ui {
     use leptos::task::spawn_local;
     use vramscope_shared::views::analysis::{TuneAnswer, WhatIfAnswer};
 
-    use super::{SUGGESTED, figures, settings_label, tune_cells, whatif_chart};
+    use super::{SUGGESTED, figures, replayed, tune_cells, whatif_chart};
     use crate::core::format;
     use crate::infra::api;
     use crate::infra::canvas::{chart_width, paint_chart};
@@ -139,57 +157,21 @@ mod ui {
     /// What-if replays and the ranking of settings for one device.
     #[component]
     pub(crate) fn WhatIfPanel(id: String, device: u32) -> impl IntoView {
-        let id = StoredValue::new(id);
-        let conf = RwSignal::new("expandable_segments:True".to_owned());
-        let capacity = RwSignal::new(String::new());
-        let answer = RwSignal::new(None::<WhatIfAnswer>);
-        let error = RwSignal::new(None::<String>);
-        let loading = RwSignal::new(false);
-        let ranking = RwSignal::new(None::<Result<TuneAnswer, String>>);
-        let ranking_loading = RwSignal::new(false);
-        let canvas_ref = NodeRef::<leptos::html::Canvas>::new();
-        let wrap_ref = NodeRef::<leptos::html::Div>::new();
-
-        let run = move || {
-            let px = chart_width(wrap_ref.get_untracked()).saturating_sub(MARGIN_PX);
-            let c = conf.get_untracked();
-            let cap = capacity.get_untracked().trim().to_owned();
-            loading.set(true);
-            error.set(None);
-            spawn_local(async move {
-                let result = api::whatif(&id.get_value(), device, Some(c), (!cap.is_empty()).then_some(cap), px).await;
-                loading.try_set(false);
-                match result {
-                    Ok(w) => {
-                        answer.try_set(Some(w));
-                    }
-                    Err(e) => {
-                        error.try_set(Some(e.to_string()));
-                    }
-                }
-            });
+        let panel = WhatIf {
+            id: StoredValue::new(id),
+            device,
+            conf: RwSignal::new("expandable_segments:True".to_owned()),
+            capacity: RwSignal::new(String::new()),
+            answer: RwSignal::new(None),
+            error: RwSignal::new(None),
+            loading: RwSignal::new(false),
+            ranking: RwSignal::new(None),
+            ranking_loading: RwSignal::new(false),
+            canvas_ref: NodeRef::new(),
+            wrap_ref: NodeRef::new(),
         };
-        let rank = move || {
-            let cap = capacity.get_untracked().trim().to_owned();
-            ranking_loading.set(true);
-            spawn_local(async move {
-                let result = api::tune(&id.get_value(), (!cap.is_empty()).then_some(cap)).await;
-                ranking_loading.try_set(false);
-                ranking.try_set(Some(result.map_err(|e| e.to_string())));
-            });
-        };
-
-        Effect::new(move |_| {
-            let Some(canvas) = canvas_ref.get() else { return };
-            answer.with(|w| {
-                let Some(w) = w else { return };
-                let width = chart_width(wrap_ref.get_untracked());
-                let label = |x: f64| format::compact(x.round() as i64);
-                if let Err(e) = paint_chart(&canvas, width, HEIGHT, &whatif_chart(w), &label) {
-                    error.set(Some(e));
-                }
-            });
-        });
+        Effect::new(move |_| panel.paint());
+        let WhatIf { conf, capacity, answer, error, loading, ranking, ranking_loading, .. } = panel;
 
         view! {
             <div class="panel whatif" id="whatif">
@@ -208,7 +190,7 @@ mod ui {
                             on:input=move |ev| conf.set(event_target_value(&ev))
                             on:keydown=move |ev| {
                                 if ev.key() == "Enter" {
-                                    run();
+                                    panel.run();
                                 }
                             }
                         />
@@ -226,130 +208,185 @@ mod ui {
                             on:input=move |ev| capacity.set(event_target_value(&ev))
                         />
                     </label>
-                    <button id="whatif-run" class="active" on:click=move |_| run() disabled=move || loading.get()>
+                    <button id="whatif-run" class="active" on:click=move |_| panel.run() disabled=move || loading.get()>
                         {move || if loading.get() { "Replaying…" } else { "Simulate" }}
                     </button>
-                    <button id="tune-run" on:click=move |_| rank() disabled=move || ranking_loading.get()>
+                    <button id="tune-run" on:click=move |_| panel.rank() disabled=move || ranking_loading.get()>
                         {move || if ranking_loading.get() { "Ranking…" } else { "Rank settings" }}
                     </button>
                 </div>
                 {move || error.get().map(|e| view! { <p class="notice error">{e}</p> })}
-                <div class="canvas-wrap" node_ref=wrap_ref class:hidden=move || answer.with(Option::is_none)>
-                    <canvas id="whatif-canvas" node_ref=canvas_ref></canvas>
+                <div class="canvas-wrap" node_ref=panel.wrap_ref class:hidden=move || answer.with(Option::is_none)>
+                    <canvas id="whatif-canvas" node_ref=panel.canvas_ref></canvas>
                 </div>
-                {move || {
-                    answer
-                        .get()
-                        .map(|w| {
-                            let rows = figures(&w);
-                            view! {
-                                <div class="legend">
-                                    <span class="key"><span class="swatch reserved"></span>"recorded reserved"</span>
-                                    <span class="key"><span class="swatch allocated"></span>"recorded allocated (requested bytes)"</span>
-                                    <span class="key"><span class="swatch sim-reserved"></span>"simulated reserved"</span>
-                                    <span class="key"><span class="swatch sim-allocated"></span>"simulated allocated (block bytes)"</span>
-                                </div>
-                                <p class="hint" id="whatif-settings">
-                                    {format!(
-                                        "Replayed with {} ({} settings){}.",
-                                        settings_label(&w.alloc_conf),
-                                        w.settings,
-                                        match (w.capacity_bytes, w.capacity_inferred) {
-                                            (Some(c), _) if w.capacity_source.as_deref() == Some("recorded") => format!(
-                                                ", capacity {}: the cap the process ran under (its memory fraction, recorded by the capture; type a capacity for another)",
-                                                format::bytes(c),
-                                            ),
-                                            (Some(c), true) => format!(
-                                                ", capacity {}: the least the process had when it ran out (inferred from the recorded OOM; type a capacity for another)",
-                                                format::bytes(c),
-                                            ),
-                                            (Some(c), false) => format!(", capacity {}", format::bytes(c)),
-                                            (None, _) => String::new(),
-                                        },
-                                    )}
-                                </p>
-                                <table class="figures" id="whatif-figures">
-                                    <tbody>
-                                        {rows
-                                            .into_iter()
-                                            .map(|(label, value, note)| {
-                                                view! {
-                                                    <tr>
-                                                        <th>{label}</th>
-                                                        <td class="num">{value}</td>
-                                                        <td class="hint">{note}</td>
-                                                    </tr>
-                                                }
-                                            })
-                                            .collect_view()}
-                                    </tbody>
-                                </table>
-                            }
-                        })
-                }}
+                {move || answer.get().map(|w| answer_view(&w))}
                 {move || {
                     ranking
                         .get()
                         .map(|r| match r {
                             Err(e) => view! { <p class="notice error">{e}</p> }.into_any(),
-                            Ok(t) => {
-                                let base = t.recorded_reserved_peak_bytes;
-                                view! {
-                                    <table class="ranking" id="tune-table">
-                                        <thead>
-                                            <tr>
-                                                <th>"#"</th>
-                                                <th>"settings"</th>
-                                                <th class="num">"reserved peak"</th>
-                                                <th class="num">"vs recorded"</th>
-                                                <th class="num">"allocated peak"</th>
-                                                <th class="num">"device calls"</th>
-                                                <th>"OOM"</th>
-                                                <th></th>
-                                            </tr>
-                                        </thead>
-                                        <tbody>
-                                            {t
-                                                .rows
-                                                .into_iter()
-                                                .map(|row| {
-                                                    let cells = tune_cells(&row, base);
-                                                    let try_conf = row.outcome.alloc_conf.clone();
-                                                    let tip = row.outcome.trade_offs.join("\n");
-                                                    let recorded = row.outcome.recorded;
-                                                    let oom = row.outcome.oom.is_some();
-                                                    view! {
-                                                        <tr class:recorded=recorded class:oom=oom title=tip>
-                                                            <td>{cells[0].clone()}</td>
-                                                            <td><code>{cells[1].clone()}</code></td>
-                                                            <td class="num">{cells[2].clone()}</td>
-                                                            <td class="num">{cells[3].clone()}</td>
-                                                            <td class="num">{cells[4].clone()}</td>
-                                                            <td class="num">{cells[5].clone()}</td>
-                                                            <td>{cells[6].clone()}</td>
-                                                            <td>
-                                                                <button
-                                                                    class="link try"
-                                                                    on:click=move |_| {
-                                                                        conf.set(try_conf.clone());
-                                                                        run();
-                                                                    }
-                                                                >
-                                                                    "try"
-                                                                </button>
-                                                            </td>
-                                                        </tr>
-                                                    }
-                                                })
-                                                .collect_view()}
-                                        </tbody>
-                                    </table>
-                                }
-                                    .into_any()
-                            }
+                            Ok(t) => ranking_view(t, panel).into_any(),
                         })
                 }}
             </div>
+        }
+    }
+
+    /// The panel's state: the settings typed, the replay and ranking asked
+    /// for and their answers, the chart's canvas.
+    #[derive(Clone, Copy)]
+    struct WhatIf {
+        id: StoredValue<String>,
+        device: u32,
+        conf: RwSignal<String>,
+        capacity: RwSignal<String>,
+        answer: RwSignal<Option<WhatIfAnswer>>,
+        error: RwSignal<Option<String>>,
+        loading: RwSignal<bool>,
+        ranking: RwSignal<Option<Result<TuneAnswer, String>>>,
+        ranking_loading: RwSignal<bool>,
+        canvas_ref: NodeRef<leptos::html::Canvas>,
+        wrap_ref: NodeRef<leptos::html::Div>,
+    }
+
+    impl WhatIf {
+        /// The capacity typed, if any.
+        fn capacity(self) -> Option<String> {
+            let cap = self.capacity.get_untracked().trim().to_owned();
+            (!cap.is_empty()).then_some(cap)
+        }
+
+        /// Replay with the settings typed.
+        fn run(self) {
+            let WhatIf { id, device, answer, error, loading, .. } = self;
+            let px = chart_width(self.wrap_ref.get_untracked()).saturating_sub(MARGIN_PX);
+            let c = self.conf.get_untracked();
+            let cap = self.capacity();
+            loading.set(true);
+            error.set(None);
+            spawn_local(async move {
+                let result = api::whatif(&id.get_value(), device, Some(c), cap, px).await;
+                loading.try_set(false);
+                match result {
+                    Ok(w) => {
+                        answer.try_set(Some(w));
+                    }
+                    Err(e) => {
+                        error.try_set(Some(e.to_string()));
+                    }
+                }
+            });
+        }
+
+        /// Rank the settings grid under the capacity typed.
+        fn rank(self) {
+            let WhatIf { id, ranking, ranking_loading, .. } = self;
+            let cap = self.capacity();
+            ranking_loading.set(true);
+            spawn_local(async move {
+                let result = api::tune(&id.get_value(), cap).await;
+                ranking_loading.try_set(false);
+                ranking.try_set(Some(result.map_err(|e| e.to_string())));
+            });
+        }
+
+        /// Draw the replay's chart (reading, so tracking, the answer).
+        fn paint(self) {
+            let Some(canvas) = self.canvas_ref.get() else { return };
+            self.answer.with(|w| {
+                let Some(w) = w else { return };
+                let width = chart_width(self.wrap_ref.get_untracked());
+                let label = |x: f64| format::compact(x.round() as i64);
+                if let Err(e) = paint_chart(&canvas, width, HEIGHT, &whatif_chart(w), &label) {
+                    self.error.set(Some(e));
+                }
+            });
+        }
+    }
+
+    /// The replay's legend, settings and figures.
+    fn answer_view(w: &WhatIfAnswer) -> impl IntoView + use<> {
+        let rows = figures(w);
+        view! {
+            <div class="legend">
+                <span class="key"><span class="swatch reserved"></span>"recorded reserved"</span>
+                <span class="key"><span class="swatch allocated"></span>"recorded allocated (requested bytes)"</span>
+                <span class="key"><span class="swatch sim-reserved"></span>"simulated reserved"</span>
+                <span class="key"><span class="swatch sim-allocated"></span>"simulated allocated (block bytes)"</span>
+            </div>
+            <p class="hint" id="whatif-settings">{replayed(w)}</p>
+            <table class="figures" id="whatif-figures">
+                <tbody>
+                    {rows
+                        .into_iter()
+                        .map(|(label, value, note)| {
+                            view! {
+                                <tr>
+                                    <th>{label}</th>
+                                    <td class="num">{value}</td>
+                                    <td class="hint">{note}</td>
+                                </tr>
+                            }
+                        })
+                        .collect_view()}
+                </tbody>
+            </table>
+        }
+    }
+
+    /// The ranking's table, each row with a "try" replaying its settings.
+    fn ranking_view(t: TuneAnswer, panel: WhatIf) -> impl IntoView {
+        let base = t.recorded_reserved_peak_bytes;
+        view! {
+            <table class="ranking" id="tune-table">
+                <thead>
+                    <tr>
+                        <th>"#"</th>
+                        <th>"settings"</th>
+                        <th class="num">"reserved peak"</th>
+                        <th class="num">"vs recorded"</th>
+                        <th class="num">"allocated peak"</th>
+                        <th class="num">"device calls"</th>
+                        <th>"OOM"</th>
+                        <th></th>
+                    </tr>
+                </thead>
+                <tbody>
+                    {t
+                        .rows
+                        .into_iter()
+                        .map(|row| {
+                            let cells = tune_cells(&row, base);
+                            let try_conf = row.outcome.alloc_conf.clone();
+                            let tip = row.outcome.trade_offs.join("\n");
+                            let recorded = row.outcome.recorded;
+                            let oom = row.outcome.oom.is_some();
+                            view! {
+                                <tr class:recorded=recorded class:oom=oom title=tip>
+                                    <td>{cells[0].clone()}</td>
+                                    <td><code>{cells[1].clone()}</code></td>
+                                    <td class="num">{cells[2].clone()}</td>
+                                    <td class="num">{cells[3].clone()}</td>
+                                    <td class="num">{cells[4].clone()}</td>
+                                    <td class="num">{cells[5].clone()}</td>
+                                    <td>{cells[6].clone()}</td>
+                                    <td>
+                                        <button
+                                            class="link try"
+                                            on:click=move |_| {
+                                                panel.conf.set(try_conf.clone());
+                                                panel.run();
+                                            }
+                                        >
+                                            "try"
+                                        </button>
+                                    </td>
+                                </tr>
+                            }
+                        })
+                        .collect_view()}
+                </tbody>
+            </table>
         }
     }
 }
@@ -390,6 +427,10 @@ mod tests {
         assert!(chart.y_max >= w.recorded.buckets.iter().map(|b| b.reserved.max).max().unwrap_or(0));
         let rows = figures(&w);
         assert_eq!(rows[0].0, "reserved peak");
+        assert_eq!(
+            replayed(&w),
+            format!("Replayed with expandable_segments:True ({} settings), capacity 1.00 GiB.", w.settings)
+        );
         assert!(rows[4].1.starts_with("at event"), "{:?}", rows[4]);
     }
 
