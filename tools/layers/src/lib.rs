@@ -10,7 +10,7 @@
 //! A text scan missed `use crate::{a, b}` groups, `super::super::…` and
 //! aliases; this reads what the compiler reads.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::path::{Path, PathBuf};
 
 use syn::visit::Visit;
@@ -27,21 +27,144 @@ pub struct Reference {
     pub file: PathBuf,
     /// The line.
     pub line: usize,
+    /// Written in test code: under `#[cfg(test)]`, or in a module declared
+    /// so. Tests are no part of the crate's graph; a layer test may skip them.
+    pub test: bool,
 }
 
 /// Every reference in the crate whose sources are under `src`.
 pub fn references(src: &Path) -> Result<Vec<Reference>, String> {
+    Ok(graph(src)?.references)
+}
+
+/// A crate's modules and the references between them.
+#[derive(Clone, Debug, Default)]
+pub struct Graph {
+    /// Every module, from the crate root: one per file, one per inline
+    /// `mod` block (the root itself, `[]`, included).
+    pub modules: BTreeSet<Vec<String>>,
+    /// Every path that starts at the crate root, `super` or `self`.
+    pub references: Vec<Reference>,
+}
+
+/// The modules and references of the crate whose sources are under `src`.
+pub fn graph(src: &Path) -> Result<Graph, String> {
     let mut files = Vec::new();
     rust_files(src, &mut files)?;
-    let mut out = Vec::new();
+    let mut graph = Graph::default();
+    let mut test_modules = BTreeSet::new();
     for file in files {
         let text = std::fs::read_to_string(&file).map_err(|e| format!("{}: {e}", file.display()))?;
         let parsed = syn::parse_file(&text).map_err(|e| format!("{}: {e}", file.display()))?;
         let module = module_of(src, &file);
-        let mut visitor = Paths { module, aliases: HashSet::new(), file: &file, out: &mut out };
+        let mut visitor = Paths {
+            module,
+            aliases: HashSet::new(),
+            file: &file,
+            out: &mut graph.references,
+            modules: &mut graph.modules,
+            test_modules: &mut test_modules,
+            test_depth: 0,
+        };
+        visitor.modules.insert(visitor.module.clone());
         visitor.visit_file(&parsed);
     }
-    Ok(out)
+    // A file whose `mod` line is under `#[cfg(test)]` is test code whole.
+    for r in &mut graph.references {
+        r.test |= test_modules.iter().any(|m| r.from.starts_with(m));
+    }
+    Ok(graph)
+}
+
+impl Graph {
+    /// The module a reference's path lands in: its longest prefix that is
+    /// a module (`store::Db` is in `store`).
+    pub fn module_of_path<'p>(&self, path: &'p [String]) -> &'p [String] {
+        (0..=path.len()).rev().map(|n| &path[..n]).find(|p| self.modules.contains(*p)).unwrap_or(&[])
+    }
+
+    /// Loops between sibling files or folders: for every folder (module),
+    /// its children are nodes and a reference from anywhere inside one
+    /// child to anywhere inside another is an arrow; each strongly
+    /// connected set of two or more children is a loop, returned as its
+    /// members (full module paths joined by `::`, sorted) with one
+    /// reference of each arrow inside it. A child naming its own parent
+    /// folder's items (`super::Thing` from a file to its `mod.rs`) is no
+    /// arrow between siblings; test code is no part of the graph.
+    pub fn loops(&self) -> Vec<Loop> {
+        // Arrows between siblings, keyed by their common parent.
+        let mut arrows: BTreeMap<Vec<String>, BTreeMap<(String, String), String>> = BTreeMap::new();
+        for r in self.references.iter().filter(|r| !r.test) {
+            let to = self.module_of_path(&r.to);
+            let common = r.from.iter().zip(to).take_while(|(a, b)| a == b).count();
+            let (Some(a), Some(b)) = (r.from.get(common), to.get(common)) else { continue };
+            let at = format!("{}:{}", r.file.display(), r.line);
+            arrows.entry(r.from[..common].to_vec()).or_default().entry((a.clone(), b.clone())).or_insert(at);
+        }
+        let mut out = Vec::new();
+        for (parent, edges) in arrows {
+            for component in strongly_connected(&edges) {
+                let join = |child: &str| {
+                    let mut p = parent.clone();
+                    p.push(child.to_owned());
+                    p.join("::")
+                };
+                let arrows = edges
+                    .iter()
+                    .filter(|((a, b), _)| component.contains(a) && component.contains(b))
+                    .map(|((a, b), at)| format!("{} -> {} ({at})", join(a), join(b)))
+                    .collect();
+                out.push(Loop { members: component.iter().map(|c| join(c)).collect(), arrows });
+            }
+        }
+        out
+    }
+}
+
+/// Sibling modules that name each other, directly or through others.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Loop {
+    /// The modules in the loop.
+    pub members: Vec<String>,
+    /// Each arrow between them, with where one reference of it is written.
+    pub arrows: Vec<String>,
+}
+
+impl std::fmt::Display for Loop {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.members.join(", "), self.arrows.join("; "))
+    }
+}
+
+/// The strongly connected sets of two or more nodes, from each node's
+/// reach (a folder has a few dozen children at most).
+fn strongly_connected(edges: &BTreeMap<(String, String), String>) -> Vec<BTreeSet<String>> {
+    let nodes: BTreeSet<&String> = edges.keys().flat_map(|(a, b)| [a, b]).collect();
+    let reaches = |from: &String| {
+        let mut seen: BTreeSet<&String> = BTreeSet::new();
+        let mut todo = vec![from];
+        while let Some(n) = todo.pop() {
+            for (a, b) in edges.keys() {
+                if a == n && seen.insert(b) {
+                    todo.push(b);
+                }
+            }
+        }
+        seen
+    };
+    let reach: BTreeMap<&String, BTreeSet<&String>> = nodes.iter().map(|n| (*n, reaches(n))).collect();
+    let mut out: Vec<BTreeSet<String>> = Vec::new();
+    for n in &nodes {
+        if out.iter().any(|c| c.contains(*n)) {
+            continue;
+        }
+        let component: BTreeSet<String> =
+            nodes.iter().filter(|m| reach[*n].contains(*m) && reach[*m].contains(*n)).map(|m| (*m).clone()).collect();
+        if component.len() > 1 {
+            out.push(component);
+        }
+    }
+    out
 }
 
 /// The module a file is, from the crate root.
@@ -78,6 +201,41 @@ struct Paths<'a> {
     aliases: HashSet<String>,
     file: &'a Path,
     out: &'a mut Vec<Reference>,
+    /// Every module seen (inline `mod` blocks added as they are read).
+    modules: &'a mut BTreeSet<Vec<String>>,
+    /// Modules declared under `#[cfg(test)]` (their files are test code).
+    test_modules: &'a mut BTreeSet<Vec<String>>,
+    /// How many `#[cfg(test)]` items the visitor is inside.
+    test_depth: usize,
+}
+
+/// Whether attributes put an item under `#[cfg(test)]` (or `all(test, …)`).
+fn is_test(attrs: &[syn::Attribute]) -> bool {
+    attrs.iter().any(|a| {
+        a.path().is_ident("cfg")
+            && a.meta.require_list().is_ok_and(|l| {
+                let tokens = l.tokens.to_string();
+                tokens == "test" || tokens.starts_with("all (test") || tokens.starts_with("all(test")
+            })
+    })
+}
+
+/// An item's attributes.
+fn attrs_of(item: &syn::Item) -> &[syn::Attribute] {
+    match item {
+        syn::Item::Const(i) => &i.attrs,
+        syn::Item::Enum(i) => &i.attrs,
+        syn::Item::Fn(i) => &i.attrs,
+        syn::Item::Impl(i) => &i.attrs,
+        syn::Item::Macro(i) => &i.attrs,
+        syn::Item::Mod(i) => &i.attrs,
+        syn::Item::Static(i) => &i.attrs,
+        syn::Item::Struct(i) => &i.attrs,
+        syn::Item::Trait(i) => &i.attrs,
+        syn::Item::Type(i) => &i.attrs,
+        syn::Item::Use(i) => &i.attrs,
+        _ => &[],
+    }
 }
 
 impl Paths<'_> {
@@ -107,7 +265,8 @@ impl Paths<'_> {
         if let Some(to) = self.resolve(segments)
             && !to.is_empty()
         {
-            self.out.push(Reference { from: self.module.clone(), to, file: self.file.to_owned(), line });
+            let test = self.test_depth > 0;
+            self.out.push(Reference { from: self.module.clone(), to, file: self.file.to_owned(), line, test });
         }
     }
 
@@ -145,6 +304,13 @@ impl Paths<'_> {
 }
 
 impl<'ast> Visit<'ast> for Paths<'_> {
+    fn visit_item(&mut self, item: &'ast syn::Item) {
+        let test = is_test(attrs_of(item));
+        self.test_depth += usize::from(test);
+        syn::visit::visit_item(self, item);
+        self.test_depth -= usize::from(test);
+    }
+
     fn visit_item_use(&mut self, item: &'ast syn::ItemUse) {
         self.use_tree(&mut Vec::new(), &item.tree);
     }
@@ -158,8 +324,13 @@ impl<'ast> Visit<'ast> for Paths<'_> {
     }
 
     fn visit_item_mod(&mut self, item: &'ast syn::ItemMod) {
-        if item.content.is_some() {
+        let mut path = self.module.clone();
+        path.push(item.ident.to_string());
+        if item.content.is_none() && is_test(&item.attrs) {
+            self.test_modules.insert(path);
+        } else if item.content.is_some() {
             self.module.push(item.ident.to_string());
+            self.modules.insert(self.module.clone());
             let aliases = self.aliases.clone();
             syn::visit::visit_item_mod(self, item);
             self.aliases = aliases;
@@ -221,12 +392,16 @@ mod tests {
     fn refs(module: &[&str], text: &str) -> Vec<Vec<String>> {
         let parsed = syn::parse_file(text).expect("parses");
         let mut out = Vec::new();
+        let mut modules = BTreeSet::new();
         let file = PathBuf::from("x.rs");
         let mut v = Paths {
             module: module.iter().map(|s| (*s).to_owned()).collect(),
             aliases: HashSet::new(),
             file: &file,
             out: &mut out,
+            modules: &mut modules,
+            test_modules: &mut BTreeSet::new(),
+            test_depth: 0,
         };
         v.visit_file(&parsed);
         out.into_iter().map(|r| r.to).collect()
@@ -263,6 +438,64 @@ mod tests {
         }
         // A path that does not start at the crate is not a reference.
         assert!(refs(&["a"], "use std::fs; fn f() { serde_json::json!({}); }").is_empty());
+    }
+
+    #[test]
+    fn test_code_is_marked() {
+        let text = r#"
+            use crate::a::X;
+            #[cfg(test)]
+            mod tests { use crate::b::Y; }
+            #[cfg(test)]
+            fn helper() { crate::c::z(); }
+        "#;
+        let parsed = syn::parse_file(text).expect("parses");
+        let (mut out, mut modules, mut test_modules) = (Vec::new(), BTreeSet::new(), BTreeSet::new());
+        let file = PathBuf::from("x.rs");
+        Paths {
+            module: Vec::new(),
+            aliases: HashSet::new(),
+            file: &file,
+            out: &mut out,
+            modules: &mut modules,
+            test_modules: &mut test_modules,
+            test_depth: 0,
+        }
+        .visit_file(&parsed);
+        let tests: Vec<(String, bool)> = out.iter().map(|r| (r.to.join("::"), r.test)).collect();
+        assert_eq!(tests, [("a::X".into(), false), ("b::Y".into(), true), ("c::z".into(), true)]);
+    }
+
+    fn reference(from: &str, to: &str) -> Reference {
+        Reference { from: p(from), to: p(to), file: PathBuf::from("x.rs"), line: 1, test: false }
+    }
+
+    #[test]
+    fn loops_between_siblings_are_found_at_every_level() {
+        let modules = ["", "a", "b", "c", "a::x", "a::y", "a::z"];
+        let mut graph = Graph {
+            modules: modules.iter().map(|m| if m.is_empty() { Vec::new() } else { p(m) }).collect(),
+            references: vec![
+                reference("a::x", "a::y::Thing"),
+                reference("a::y", "a::z::f"),
+                reference("a::z", "a::x::g"),
+                reference("a::x", "a::helper"),
+                reference("b", "c::C"),
+            ],
+        };
+        let loops = graph.loops();
+        assert_eq!(loops.len(), 1, "{loops:?}");
+        assert_eq!(loops[0].members, ["a::x", "a::y", "a::z"]);
+        // A file naming a sibling folder's file is an arrow between the folders.
+        graph.references.push(reference("c", "a::x::Deep"));
+        graph.references.push(reference("a::z", "b::B"));
+        let loops = graph.loops();
+        let members: Vec<Vec<String>> = loops.iter().map(|l| l.members.clone()).collect();
+        assert_eq!(members, [vec!["a", "b", "c"], vec!["a::x", "a::y", "a::z"]]);
+        // Test code is no arrow.
+        let mut only_tests = graph.clone();
+        only_tests.references.iter_mut().for_each(|r| r.test = true);
+        assert!(only_tests.loops().is_empty());
     }
 
     #[test]
