@@ -13,6 +13,7 @@ pub mod error;
 pub mod index;
 pub mod index_file;
 pub mod pickle;
+pub mod pools;
 pub mod predict;
 pub mod simulate;
 pub mod snapshot;

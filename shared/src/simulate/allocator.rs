@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::config::AllocatorConfig;
-use crate::analysis::pools::{DEFAULT_POOL, PoolId};
+use crate::pools::{DEFAULT_POOL, PoolId};
 use crate::snapshot::{BlockState, SegmentType};
 
 /// All sizes are rounded to at least this (`kMinBlockSize`).

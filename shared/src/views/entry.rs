@@ -43,7 +43,7 @@ pub struct EntryAnswer {
     pub device_free: Option<u64>,
     /// The memory pool of the row's block or segment: `[0, 0]` the default
     /// pool, else a private pool (a CUDA graph's); see
-    /// [`crate::analysis::pools`].
+    /// [`crate::pools`].
     pub pool: (i64, i64),
 }
 

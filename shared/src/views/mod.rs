@@ -27,8 +27,8 @@ use thiserror::Error;
 use crate::Snapshot;
 use crate::analysis::breakdown::DeviceCategories;
 use crate::analysis::layout::{Checkpoints, Rewinder};
-use crate::analysis::pools::PoolMap;
 use crate::index::{DeviceIndex, SnapshotIndex};
+use crate::pools::PoolMap;
 use crate::timeline::{Axis, MAX_PX, TimelineIndex, TimelineWindow, YSpan};
 
 /// Most allocations a timeline answer lists.
@@ -272,7 +272,7 @@ pub struct LiveAllocation {
     /// Row of its `alloc` entry, if the trace saw it.
     pub alloc_row: Option<u32>,
     /// The memory pool it came from: `[0, 0]` the default pool, else a
-    /// private pool (a CUDA graph's); see [`crate::analysis::pools`].
+    /// private pool (a CUDA graph's); see [`crate::pools`].
     pub pool: (i64, i64),
 }
 

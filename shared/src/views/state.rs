@@ -75,7 +75,7 @@ pub struct StateSegment {
     /// Serves the small pool (requests up to 1 MiB).
     pub small: bool,
     /// The memory pool it belongs to: `[0, 0]` the default pool, else a
-    /// private pool (a CUDA graph's); see [`crate::analysis::pools`].
+    /// private pool (a CUDA graph's); see [`crate::pools`].
     pub pool: (i64, i64),
     /// An expandable segment: its blocks are mapped ranges, and gaps between
     /// them are unmapped address space.
