@@ -1,5 +1,6 @@
-//! Errors of the snapshot reader, and the errors its input stream carries
-//! inside `io::Error` (a decompressor's failure, a stop) turned into them.
+//! The crate's errors: the snapshot reader's ([`ReadError`], with the
+//! errors its input stream carries inside `io::Error`, a decompressor's
+//! failure or a stop, turned into them) and a view's ([`ViewError`]).
 //!
 //! Every error says what was wrong and where: a byte offset into the
 //! (decompressed) pickle stream, and for schema errors the field path such as
@@ -155,6 +156,17 @@ impl ReadError {
             ReadError::Io { .. } => "io",
         }
     }
+}
+
+/// Why a view could not be answered. The server maps these to 404 and 400.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum ViewError {
+    /// The device, stack, or axis asked for does not exist.
+    #[error("no such {0}")]
+    NotFound(String),
+    /// The query itself is wrong (an empty window, a row past the end).
+    #[error("{0}")]
+    BadRequest(String),
 }
 
 /// A decompressor failure, carried inside an `io::Error` so the pickle

@@ -6,6 +6,7 @@
 #![forbid(unsafe_code)]
 
 pub mod analysis;
+pub mod analyzed;
 pub mod answers;
 pub mod api;
 pub mod column;

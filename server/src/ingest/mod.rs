@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use vramscope_shared::Snapshot;
-use vramscope_shared::views::Analyzed;
+use vramscope_shared::analyzed::Analyzed;
 
 pub(crate) use cache::{AnalysisCache, Loaded};
 pub(crate) use index_file::IndexFiles;

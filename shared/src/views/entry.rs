@@ -4,7 +4,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Analyzed, ViewError};
+use crate::analyzed::Analyzed;
+use crate::error::ViewError;
 use crate::snapshot::Action;
 
 /// Query of the entry view.

@@ -16,7 +16,8 @@ use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 
 use super::state::resolve_row;
-use super::{Analyzed, ViewError};
+use crate::analyzed::Analyzed;
+use crate::error::ViewError;
 use crate::pools::{DEFAULT_POOL, PoolId};
 use crate::snapshot::{Action, BlockState};
 use crate::timeline::{Axis, MAX_PX};

@@ -7,8 +7,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Analyzed, ViewError};
 use crate::analysis::layout::Layout;
+use crate::analyzed::Analyzed;
+use crate::error::ViewError;
 use crate::snapshot::{BlockState, DeviceSnapshot};
 use crate::timeline::Axis;
 

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use axum::Json;
 use axum::extract::{Path, Query, RawQuery, State};
 use serde::Deserialize;
-use vramscope_shared::views::Analyzed;
+use vramscope_shared::analyzed::Analyzed;
 use vramscope_shared::views::analysis::{
     self, BreakdownAnswer, BreakdownParams, DiffAnswer, ExplainAnswer, ExplainParams, LeaksAnswer, LeaksParams,
     SimulatedDevice, TuneAnswer, TuneParams, WhatIfAnswer, WhatIfParams,

@@ -7,9 +7,9 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use vramscope_shared::ReadOptions;
+use vramscope_shared::analyzed::Analyzed;
 use vramscope_shared::api::SnapshotMeta;
 use vramscope_shared::api::SnapshotStatus;
-use vramscope_shared::views::Analyzed;
 
 use super::analysis::Lru;
 use super::snapshots::record;

@@ -209,7 +209,7 @@ pub(crate) async fn file(
 async fn analyzed_record(
     state: &AppState,
     id: &str,
-) -> AppResult<(SnapshotRecord, std::sync::Arc<vramscope_shared::views::Analyzed>)> {
+) -> AppResult<(SnapshotRecord, std::sync::Arc<vramscope_shared::analyzed::Analyzed>)> {
     let rec = record(state, id).await?;
     if rec.status == SnapshotStatus::Failed {
         return Err(AppError::Unprocessable(rec.meta.error.unwrap_or_else(|| "parse failed".to_owned())));

@@ -7,6 +7,8 @@ use std::sync::Arc;
 
 use axum::Json;
 use axum::extract::{Path, Query, State};
+use vramscope_shared::analyzed::Analyzed;
+use vramscope_shared::error::ViewError;
 use vramscope_shared::timeline::TimelineWindow;
 use vramscope_shared::views::annotations::{AnnotationsAnswer, AnnotationsParams};
 use vramscope_shared::views::entry::{EntryAnswer, EntryParams};
@@ -16,7 +18,7 @@ use vramscope_shared::views::pools::{PoolsAnswer, PoolsParams};
 use vramscope_shared::views::search::{SearchAnswer, SearchParams};
 use vramscope_shared::views::segments::{SegmentsAnswer, SegmentsParams};
 use vramscope_shared::views::state::{AllocatorState, StateParams};
-use vramscope_shared::views::{self, Analyzed, BlocksParams, FrameJson, StateAt, TimelineParams, ViewError};
+use vramscope_shared::views::{self, BlocksParams, FrameJson, StateAt, TimelineParams};
 
 use super::snapshots::record;
 use crate::http::AppState;
