@@ -5,7 +5,12 @@
 //! groups and renames included, and in expressions, types and patterns) is
 //! resolved to the module path it reaches from the crate root, with the
 //! file and line it is written on. `use crate as x;` makes `x::` another
-//! spelling of `crate::`, and inline `mod` blocks move `super::` along.
+//! spelling of `crate::`, inline `mod` blocks move `super::` along, and a
+//! path that starts with a child module the file declares (`mod x;` then
+//! `x::f()`) is read from there. A `pub use` is a re-export, followed to
+//! the module that declares the item ([`Graph::module_of_path`]), so
+//! `crate::Snapshot` counts as an arrow to `snapshot`, not to the root.
+//! Code under `#[cfg(test)]` is marked: it is no part of a crate's graph.
 //!
 //! A text scan missed `use crate::{a, b}` groups, `super::super::…` and
 //! aliases; this reads what the compiler reads.
@@ -45,6 +50,10 @@ pub struct Graph {
     pub modules: BTreeSet<Vec<String>>,
     /// Every path that starts at the crate root, `super` or `self`.
     pub references: Vec<Reference>,
+    /// Names a module re-exports (`pub use`, any `pub`): the name's path
+    /// (`["ingest", "load"]`) and what it names (`["ingest",
+    /// "background", "load"]`).
+    pub reexports: BTreeMap<Vec<String>, Vec<String>>,
 }
 
 /// The modules and references of the crate whose sources are under `src`.
@@ -63,11 +72,14 @@ pub fn graph(src: &Path) -> Result<Graph, String> {
             file: &file,
             out: &mut graph.references,
             modules: &mut graph.modules,
+            reexports: &mut graph.reexports,
+            public_use: false,
+            declared: HashSet::new(),
             test_modules: &mut test_modules,
             test_depth: 0,
         };
         visitor.modules.insert(visitor.module.clone());
-        visitor.visit_file(&parsed);
+        visitor.read(&parsed);
     }
     // A file whose `mod` line is under `#[cfg(test)]` is test code whole.
     for r in &mut graph.references {
@@ -77,10 +89,26 @@ pub fn graph(src: &Path) -> Result<Graph, String> {
 }
 
 impl Graph {
-    /// The module a reference's path lands in: its longest prefix that is
-    /// a module (`store::Db` is in `store`).
-    pub fn module_of_path<'p>(&self, path: &'p [String]) -> &'p [String] {
-        (0..=path.len()).rev().map(|n| &path[..n]).find(|p| self.modules.contains(*p)).unwrap_or(&[])
+    /// What a path names once re-exports are followed: `crate::Snapshot`
+    /// (a `pub use` of `lib.rs`) is `snapshot::model::Snapshot`.
+    pub fn canonical(&self, path: &[String]) -> Vec<String> {
+        let mut path = path.to_vec();
+        // A bound, not a loop: re-exports of re-exports are a few deep.
+        for _ in 0..16 {
+            let found = (1..=path.len()).rev().find_map(|n| self.reexports.get(&path[..n]).map(|to| (n, to)));
+            match found {
+                Some((n, to)) if to[..] != path[..n] => path = to.iter().chain(&path[n..]).cloned().collect(),
+                _ => break,
+            }
+        }
+        path
+    }
+
+    /// The module a reference's path lands in, re-exports followed: its
+    /// longest prefix that is a module (`store::Db` is in `store`).
+    pub fn module_of_path(&self, path: &[String]) -> Vec<String> {
+        let path = self.canonical(path);
+        (0..=path.len()).rev().map(|n| &path[..n]).find(|p| self.modules.contains(*p)).unwrap_or(&[]).to_vec()
     }
 
     /// Loops between sibling files or folders: for every folder (module),
@@ -96,7 +124,7 @@ impl Graph {
         let mut arrows: BTreeMap<Vec<String>, BTreeMap<(String, String), String>> = BTreeMap::new();
         for r in self.references.iter().filter(|r| !r.test) {
             let to = self.module_of_path(&r.to);
-            let common = r.from.iter().zip(to).take_while(|(a, b)| a == b).count();
+            let common = r.from.iter().zip(&to).take_while(|(a, b)| a == b).count();
             let (Some(a), Some(b)) = (r.from.get(common), to.get(common)) else { continue };
             let at = format!("{}:{}", r.file.display(), r.line);
             arrows.entry(r.from[..common].to_vec()).or_default().entry((a.clone(), b.clone())).or_insert(at);
@@ -203,6 +231,12 @@ struct Paths<'a> {
     out: &'a mut Vec<Reference>,
     /// Every module seen (inline `mod` blocks added as they are read).
     modules: &'a mut BTreeSet<Vec<String>>,
+    /// Modules the file declares (`mod x;`, inline ones too), from the root.
+    declared: HashSet<Vec<String>>,
+    /// Names re-exported by `pub use` (see [`Graph::reexports`]).
+    reexports: &'a mut BTreeMap<Vec<String>, Vec<String>>,
+    /// Whether the `use` being read is `pub` (any visibility but private).
+    public_use: bool,
     /// Modules declared under `#[cfg(test)]` (their files are test code).
     test_modules: &'a mut BTreeSet<Vec<String>>,
     /// How many `#[cfg(test)]` items the visitor is inside.
@@ -254,11 +288,32 @@ impl Paths<'_> {
                 base.pop()?;
             }
             (base, &segments[ups..])
+        } else if self.declared.contains(&[self.module.as_slice(), &segments[..1]].concat()) {
+            // `mod x;` here, then `x::…`: a path into a child module.
+            (self.module.clone(), segments)
         } else {
             return None;
         };
         base.extend(rest.iter().cloned());
         Some(base)
+    }
+
+    /// Read a file: its `mod` declarations first (a path may name a child
+    /// module declared below it), then every path.
+    fn read(&mut self, file: &syn::File) {
+        fn declared(module: &[String], items: &[syn::Item], out: &mut HashSet<Vec<String>>) {
+            for item in items {
+                if let syn::Item::Mod(m) = item {
+                    let path = [module, &[m.ident.to_string()]].concat();
+                    if let Some((_, inner)) = &m.content {
+                        declared(&path, inner, out);
+                    }
+                    out.insert(path);
+                }
+            }
+        }
+        declared(&self.module.clone(), &file.items, &mut self.declared);
+        self.visit_file(file);
     }
 
     fn record(&mut self, segments: &[String], line: usize) {
@@ -267,6 +322,18 @@ impl Paths<'_> {
         {
             let test = self.test_depth > 0;
             self.out.push(Reference { from: self.module.clone(), to, file: self.file.to_owned(), line, test });
+        }
+    }
+
+    /// Under a `pub use`, `name` in this module stands for `path`.
+    fn reexport(&mut self, path: &[String], name: Option<String>) {
+        if !self.public_use {
+            return;
+        }
+        if let (Some(to), Some(name)) = (self.resolve(path), name) {
+            let mut from = self.module.clone();
+            from.push(name);
+            self.reexports.insert(from, to);
         }
     }
 
@@ -282,6 +349,7 @@ impl Paths<'_> {
                 if n.ident != "self" {
                     full.push(n.ident.to_string());
                 }
+                self.reexport(&full, full.last().cloned());
                 self.record(&full, n.ident.span().start().line);
             }
             syn::UseTree::Rename(r) => {
@@ -290,6 +358,7 @@ impl Paths<'_> {
                 if full == ["crate"] {
                     self.aliases.insert(r.rename.to_string());
                 } else {
+                    self.reexport(&full, Some(r.rename.to_string()));
                     self.record(&full, r.ident.span().start().line);
                 }
             }
@@ -312,7 +381,9 @@ impl<'ast> Visit<'ast> for Paths<'_> {
     }
 
     fn visit_item_use(&mut self, item: &'ast syn::ItemUse) {
+        self.public_use = !matches!(item.vis, syn::Visibility::Inherited);
         self.use_tree(&mut Vec::new(), &item.tree);
+        self.public_use = false;
     }
 
     fn visit_path(&mut self, path: &'ast syn::Path) {
@@ -400,10 +471,13 @@ mod tests {
             file: &file,
             out: &mut out,
             modules: &mut modules,
+            reexports: &mut BTreeMap::new(),
+            public_use: false,
+            declared: HashSet::new(),
             test_modules: &mut BTreeSet::new(),
             test_depth: 0,
         };
-        v.visit_file(&parsed);
+        v.read(&parsed);
         out.into_iter().map(|r| r.to).collect()
     }
 
@@ -458,10 +532,13 @@ mod tests {
             file: &file,
             out: &mut out,
             modules: &mut modules,
+            reexports: &mut BTreeMap::new(),
+            public_use: false,
+            declared: HashSet::new(),
             test_modules: &mut test_modules,
             test_depth: 0,
         }
-        .visit_file(&parsed);
+        .read(&parsed);
         let tests: Vec<(String, bool)> = out.iter().map(|r| (r.to.join("::"), r.test)).collect();
         assert_eq!(tests, [("a::X".into(), false), ("b::Y".into(), true), ("c::z".into(), true)]);
     }
@@ -482,6 +559,7 @@ mod tests {
                 reference("a::x", "a::helper"),
                 reference("b", "c::C"),
             ],
+            reexports: BTreeMap::new(),
         };
         let loops = graph.loops();
         assert_eq!(loops.len(), 1, "{loops:?}");
@@ -496,6 +574,36 @@ mod tests {
         let mut only_tests = graph.clone();
         only_tests.references.iter_mut().for_each(|r| r.test = true);
         assert!(only_tests.loops().is_empty());
+    }
+
+    #[test]
+    fn re_exports_are_followed_to_the_module_that_declares_the_item() {
+        let text = r#"
+            mod model { pub struct Snapshot; }
+            pub use model::Snapshot;
+            pub(crate) use self::model::Snapshot as Snap;
+            use model::Snapshot as Private;
+        "#;
+        let parsed = syn::parse_file(text).expect("parses");
+        let mut graph = Graph::default();
+        let file = PathBuf::from("lib.rs");
+        let mut v = Paths {
+            module: Vec::new(),
+            aliases: HashSet::new(),
+            file: &file,
+            out: &mut graph.references,
+            modules: &mut graph.modules,
+            reexports: &mut graph.reexports,
+            public_use: false,
+            declared: HashSet::new(),
+            test_modules: &mut BTreeSet::new(),
+            test_depth: 0,
+        };
+        v.read(&parsed);
+        graph.modules.insert(Vec::new());
+        assert_eq!(graph.module_of_path(&p("Snapshot")), p("model"));
+        assert_eq!(graph.module_of_path(&p("Snap::new")), p("model"));
+        assert_eq!(graph.module_of_path(&p("Private")), Vec::<String>::new(), "a private use is no re-export");
     }
 
     #[test]
