@@ -149,6 +149,54 @@ impl Graph {
     }
 }
 
+/// One reference from a top-level module to another, outside test code.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Arrow {
+    /// The top-level module it is written in.
+    pub from: String,
+    /// The top-level module it names (re-exports followed).
+    pub to: String,
+    /// `file:line`, the file from `src`.
+    pub at: String,
+}
+
+impl Graph {
+    /// Every reference between two top-level modules, outside test code
+    /// (the crate root's own items and references are not arrows).
+    pub fn arrows(&self, src: &Path) -> Vec<Arrow> {
+        self.references
+            .iter()
+            .filter(|r| !r.test)
+            .filter_map(|r| {
+                let from = r.from.first()?;
+                let to = self.module_of_path(&r.to).first()?.clone();
+                let at = format!("{}:{}", r.file.strip_prefix(src).unwrap_or(&r.file).display(), r.line);
+                (*from != to).then(|| Arrow { from: from.clone(), to, at })
+            })
+            .collect()
+    }
+
+    /// The arrows against an order of layers (bottom first): each module
+    /// may name only those before it; a module missing from `layers` is
+    /// itself a fault. Sorted, one line each.
+    pub fn against_order(&self, src: &Path, layers: &[&str]) -> Vec<String> {
+        let level = |m: &str| layers.iter().position(|l| *l == m);
+        let mut wrong: Vec<String> = self
+            .arrows(src)
+            .into_iter()
+            .filter_map(|a| match (level(&a.from), level(&a.to)) {
+                (Some(f), Some(t)) if t < f => None,
+                (Some(_), Some(_)) => Some(format!("{}: {} names {}, a layer above it", a.at, a.from, a.to)),
+                (None, _) => Some(format!("{}: module {} is not in the table of layers", a.at, a.from)),
+                (_, None) => Some(format!("{}: module {} is not in the table of layers", a.at, a.to)),
+            })
+            .collect();
+        wrong.sort();
+        wrong.dedup();
+        wrong
+    }
+}
+
 /// Sibling modules that name each other, directly or through others.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Loop {
@@ -604,6 +652,17 @@ mod tests {
         assert_eq!(graph.module_of_path(&p("Snapshot")), p("model"));
         assert_eq!(graph.module_of_path(&p("Snap::new")), p("model"));
         assert_eq!(graph.module_of_path(&p("Private")), Vec::<String>::new(), "a private use is no re-export");
+    }
+
+    #[test]
+    fn an_order_of_layers_lets_arrows_point_down_only() {
+        let graph = Graph {
+            modules: [vec![], p("a"), p("b"), p("c")].into_iter().collect(),
+            references: vec![reference("b", "a::X"), reference("a", "b::Y"), reference("c", "b::Z")],
+            reexports: BTreeMap::new(),
+        };
+        let wrong = graph.against_order(Path::new(""), &["a", "b"]);
+        assert_eq!(wrong, ["x.rs:1: a names b, a layer above it", "x.rs:1: module c is not in the table of layers"]);
     }
 
     #[test]
