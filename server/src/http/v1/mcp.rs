@@ -11,9 +11,8 @@ use vramscope_shared::analyzed::Analyzed;
 use vramscope_shared::api::SnapshotMeta;
 use vramscope_shared::api::SnapshotStatus;
 
-use super::analysis::Lru;
-use super::snapshots::record;
-use super::views::analyzed;
+use super::extract::{analyzed, record};
+use super::lru::Lru;
 use crate::http::AppState;
 use crate::http::error::AppError;
 use crate::mcp::{Store, Work, http_service};

@@ -16,8 +16,8 @@ use vramscope_shared::analyzed::Analyzed;
 use vramscope_shared::api::predict::PredictQuery;
 use vramscope_shared::predict::{PredictError, PredictOptions, PredictReport, Run, predict as predict_runs};
 
-use super::analysis::{Lru, alloc_conf, capacity};
-use super::views::analyzed;
+use super::extract::{alloc_conf, analyzed, capacity};
+use super::lru::Lru;
 use crate::http::AppState;
 use crate::http::error::{AppError, AppResult};
 
