@@ -93,38 +93,20 @@ mod tests {
         assert!(err.contains("not a PyTorch memory snapshot"), "{err}");
     }
 
-    /// The layers, bottom up: a module names only its own layer's and
-    /// those below (`app.rs`, the router, stands above them all).
+    /// The layers, bottom up: a module names only those below its own
+    /// (`app.rs`, the router, stands above them all; test code is no part
+    /// of the graph; `tools/layers` reads the use trees and paths).
     const LAYERS: [&str; 6] = ["core", "infra", "components", "explorer", "pages", "app"];
 
     #[test]
-    fn imports_point_down_the_layers_only() {
+    fn imports_point_down_the_layers_only_and_no_files_or_folders_loop() {
         let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-        let references = vramscope_layers::references(&src).expect("the sources parse");
-        let level = |module: &str| LAYERS.iter().position(|l| *l == module);
-        let mut wrong = Vec::new();
-        let mut crossing = 0;
-        for r in &references {
-            let (Some(from), Some(to)) = (r.from.first(), r.to.first()) else { continue };
-            if from == to {
-                continue;
-            }
-            match (level(from), level(to)) {
-                (Some(f), Some(t)) if t > f => {
-                    wrong.push(format!("{}:{}: {from} names crate::{}", r.file.display(), r.line, r.to.join("::")))
-                }
-                (Some(_), Some(_)) => crossing += 1,
-                // The crate root's items (lib.rs) are open to all; a module
-                // outside the table is not.
-                (None, _) if !LAYERS.contains(&from.as_str()) => {
-                    wrong.push(format!("{}: module {from} is not in the table of layers", r.file.display()))
-                }
-                _ => {}
-            }
-        }
-        assert!(crossing > 100, "only {crossing} references between layers read");
-        wrong.sort();
-        wrong.dedup();
+        let graph = vramscope_layers::graph(&src).expect("the sources parse");
+        let arrows = graph.arrows(&src).len();
+        assert!(arrows > 100, "only {arrows} references between layers read");
+        let wrong = graph.against_order(&src, &LAYERS);
         assert!(wrong.is_empty(), "imports pointing up the layers:\n{}", wrong.join("\n"));
+        let loops: Vec<String> = graph.loops().iter().map(ToString::to_string).collect();
+        assert!(loops.is_empty(), "files or folders that import each other:\n{}", loops.join("\n"));
     }
 }

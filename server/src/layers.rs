@@ -3,7 +3,9 @@
 //!
 //! `main → cli → {http, agent} → http's parts → store → shared`: nothing
 //! names `cli`, nothing below `http` names `http`, and the capture agent
-//! uses nothing of the server (its protocol is `vramscope_shared::api`).
+//! uses nothing of the server but the leaf `clock` (its protocol is
+//! `vramscope_shared::api`). Test code (`#[cfg(test)]`) is no part of the
+//! graph; within a folder, no two files name each other.
 
 /// Each module and the modules it may name through `crate::` (the leaves
 /// in `LEAVES`, such as `clock`, are open to all).
@@ -28,20 +30,23 @@ const ALLOWED: &[(&str, &[&str])] = &[
 /// Leaf modules any module may use: they name nothing of the server.
 const LEAVES: &[&str] = &["clock"];
 
-/// Every reference from one top-level module to another: (from, to, where).
+/// Every reference from one top-level module to another, outside test
+/// code: (from, to, where).
 fn arrows() -> Vec<(String, String, String)> {
     let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let references = vramscope_layers::references(&src).expect("the sources parse");
-    assert!(references.len() > 500, "only {} references read", references.len());
-    references
-        .into_iter()
-        .filter_map(|r| {
-            let from = r.from.first()?.clone();
-            let to = r.to.first()?.clone();
-            let at = format!("{}:{}", r.file.strip_prefix(&src).unwrap_or(&r.file).display(), r.line);
-            (from != to).then_some((from, to, at))
-        })
-        .collect()
+    let graph = vramscope_layers::graph(&src).expect("the sources parse");
+    let arrows = graph.arrows(&src);
+    assert!(arrows.len() > 100, "only {} references between modules read", arrows.len());
+    arrows.into_iter().map(|a| (a.from, a.to, a.at)).collect()
+}
+
+/// Within every folder, no two files or sub-folders name each other.
+#[test]
+fn no_files_or_folders_loop() {
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let graph = vramscope_layers::graph(&src).expect("the sources parse");
+    let loops: Vec<String> = graph.loops().iter().map(ToString::to_string).collect();
+    assert!(loops.is_empty(), "files or folders that import each other:\n{}", loops.join("\n"));
 }
 
 #[test]

@@ -70,10 +70,10 @@ pub struct BreakdownJson {
 /// (the end by default) of each device asked for.
 pub fn breakdown_json(
     file: &str,
-    analyzed: &crate::views::Analyzed,
+    analyzed: &crate::analyzed::Analyzed,
     device: Option<u32>,
     at: Option<u32>,
-) -> Result<BreakdownJson, crate::views::ViewError> {
+) -> Result<BreakdownJson, crate::error::ViewError> {
     let params = crate::views::analysis::BreakdownParams { device, at, px: None };
     let answer = crate::views::analysis::breakdown(analyzed, &params)?;
     Ok(BreakdownJson { file: file.to_owned(), devices: answer.devices })

@@ -1,4 +1,6 @@
-//! Errors of the snapshot reader.
+//! The crate's errors: the snapshot reader's ([`ReadError`], with the
+//! errors its input stream carries inside `io::Error`, a decompressor's
+//! failure or a stop, turned into them) and a view's ([`ViewError`]).
 //!
 //! Every error says what was wrong and where: a byte offset into the
 //! (decompressed) pickle stream, and for schema errors the field path such as
@@ -153,5 +155,83 @@ impl ReadError {
             ReadError::Cancelled { .. } => "cancelled",
             ReadError::Io { .. } => "io",
         }
+    }
+}
+
+/// Why a view could not be answered. The server maps these to 404 and 400.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum ViewError {
+    /// The device, stack, or axis asked for does not exist.
+    #[error("no such {0}")]
+    NotFound(String),
+    /// The query itself is wrong (an empty window, a row past the end).
+    #[error("{0}")]
+    BadRequest(String),
+}
+
+/// A decompressor failure, carried inside an `io::Error` so the pickle
+/// machine's reader can tell it from a plain I/O error.
+#[derive(Debug, Error)]
+#[error("{format}: {message}")]
+pub(crate) struct CompressionFailure {
+    /// `gzip` or `zstd`.
+    pub(crate) format: &'static str,
+    /// The decoder's message.
+    pub(crate) message: String,
+}
+
+/// Why the guard stopped the stream, carried inside an `io::Error` like
+/// [`CompressionFailure`].
+#[derive(Debug, Error)]
+pub(crate) enum StreamStop {
+    /// The caller's cancel flag was set.
+    #[error("cancelled at byte {offset}")]
+    Cancelled {
+        /// Bytes of output produced before it.
+        offset: u64,
+    },
+    /// The stream expanded more than its limit allows.
+    #[error("{format} stream expands more than {ratio} times")]
+    Expansion {
+        /// `gzip` or `zstd`.
+        format: &'static str,
+        /// The limit: bytes out per byte in.
+        ratio: u32,
+        /// Compressed bytes read.
+        input: u64,
+        /// Bytes produced.
+        output: u64,
+    },
+}
+
+/// Turn an I/O error from the input stream into the reader's error (the
+/// decompressor's failures and stops travel inside `io::Error`).
+pub(crate) fn map_io_error(e: std::io::Error, offset: u64) -> ReadError {
+    if let Some(failure) = e.get_ref().and_then(|inner| inner.downcast_ref::<CompressionFailure>()) {
+        return ReadError::BadCompression { format: failure.format, message: failure.message.clone() };
+    }
+    match e.get_ref().and_then(|inner| inner.downcast_ref::<StreamStop>()) {
+        Some(StreamStop::Cancelled { offset }) => ReadError::Cancelled { offset: *offset },
+        Some(StreamStop::Expansion { format, ratio, input, output }) => {
+            ReadError::DecompressionLimit { format, ratio: *ratio, input: *input, output: *output }
+        }
+        None => ReadError::Io { offset, source: e },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn io_errors_carrying_a_failure_or_a_stop_become_their_read_errors() {
+        let failure = std::io::Error::other(CompressionFailure { format: "zstd", message: "bad frame".into() });
+        assert_eq!(map_io_error(failure, 7).kind(), "bad_compression");
+        let stop = std::io::Error::other(StreamStop::Cancelled { offset: 9 });
+        assert!(matches!(map_io_error(stop, 7), ReadError::Cancelled { offset: 9 }));
+        let limit = std::io::Error::other(StreamStop::Expansion { format: "gzip", ratio: 200, input: 1, output: 300 });
+        assert_eq!(map_io_error(limit, 7).kind(), "decompression_limit");
+        let plain = std::io::Error::from(std::io::ErrorKind::UnexpectedEof);
+        assert!(matches!(map_io_error(plain, 7), ReadError::Io { offset: 7, .. }));
     }
 }

@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use crate::views::Analyzed;
+use crate::analyzed::Analyzed;
 use crate::{ReadOptions, Snapshot, read_snapshot};
 
 /// The workspace root.

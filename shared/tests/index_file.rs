@@ -5,8 +5,11 @@
 mod common;
 
 use bytes::Bytes;
-use vramscope_shared::index_file::{FORMAT_VERSION, IndexFileError, open_index, write_index};
-use vramscope_shared::views::{Analyzed, route};
+use vramscope_shared::analyzed::Analyzed;
+use vramscope_shared::analyzed::persist::open_index;
+use vramscope_shared::analyzed::persist::write_index;
+use vramscope_shared::index_file::{FORMAT_VERSION, IndexFileError};
+use vramscope_shared::views::route;
 
 const FIXTURES: [&str; 8] = [
     "compiled",

@@ -9,7 +9,7 @@ mod common;
 use std::path::Path;
 
 use vramscope_shared::Snapshot;
-use vramscope_shared::analysis::pools::PoolMap;
+use vramscope_shared::pools::PoolMap;
 use vramscope_shared::simulate::{SimError, SimulateOptions, Simulation, simulate};
 use vramscope_shared::snapshot::{BlockState, SegmentType};
 

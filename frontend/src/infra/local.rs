@@ -19,8 +19,9 @@
 use std::io::Read;
 
 use serde_json::json;
+use vramscope_shared::analyzed::Analyzed;
+use vramscope_shared::error::ViewError;
 use vramscope_shared::views::route;
-use vramscope_shared::views::{Analyzed, ViewError};
 use vramscope_shared::{ReadOptions, Snapshot, read_snapshot};
 
 /// Memory budget for files read in the browser: a tab has a few GB at most.

@@ -8,8 +8,9 @@ use std::path::PathBuf;
 use anyhow::anyhow;
 use clap::Args;
 use vramscope_shared::analysis::breakdown::{CATEGORIES, DeviceBreakdown};
+use vramscope_shared::analyzed::Analyzed;
 use vramscope_shared::answers::breakdown_json;
-use vramscope_shared::views::{Analyzed, ViewError};
+use vramscope_shared::error::ViewError;
 
 use super::Failure;
 use super::input::{MemoryBudget, load};

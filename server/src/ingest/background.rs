@@ -4,28 +4,14 @@
 //! at every start). A file that is not a snapshot, or whose parse ran out of
 //! time, is marked failed with the reason and its bytes removed.
 
-use super::{Ingest, Loaded};
+use super::Ingest;
+use super::parse::stats_json;
 
 /// Background parses a snapshot gets before it is given up (each start-up
 /// that finds it still `parsing` counts one).
 const PARSE_ATTEMPTS: i64 = 2;
 
-/// The statistics stored with a parsed snapshot (`/stats` serves them).
-pub(crate) fn stats_json(snapshot: &vramscope_shared::Snapshot) -> anyhow::Result<String> {
-    serde_json::to_string(&snapshot.stats().report(String::new()))
-        .map_err(|e| anyhow::anyhow!("serializing stats: {e}"))
-}
-
 impl Ingest {
-    /// The analyzed snapshot of a stored file: from the cache, or joining
-    /// the parse of it under way, or in a task of its own (see
-    /// [`super::AnalysisCache`]): opened from its persisted index, or
-    /// parsed (and persisted) when it has none.
-    pub(crate) async fn load(&self, blob_key: &str) -> Loaded {
-        let (ingest, key) = (self.clone(), blob_key.to_owned());
-        self.cache.get_or_load(blob_key, move || async move { ingest.open_or_parse(&key).await }).await
-    }
-
     /// Parse snapshot `id` (file `blob_key`) and record the outcome. It
     /// goes through the cache, so a view asked for meanwhile joins this
     /// parse instead of starting its own.

@@ -10,7 +10,7 @@
 use std::sync::{Arc, Mutex};
 
 use futures::future::{BoxFuture, FutureExt, Shared};
-use vramscope_shared::views::Analyzed;
+use vramscope_shared::analyzed::Analyzed;
 
 use super::ParseFailure;
 

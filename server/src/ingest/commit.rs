@@ -11,6 +11,7 @@
 use vramscope_shared::api::UploadAnswer;
 
 use super::labels::{Labels, check_labels, clean_tags};
+use super::parse::stats_json;
 use super::{Ingest, ParseFailure};
 use crate::store::{BlobStore, NewSnapshot, Recorded, SnapshotStatus, Staged, Trigger, record_upload};
 
@@ -109,7 +110,7 @@ impl Ingest {
             // guard removes the staged bytes.
             match state.parser.parse_stored(&state.blobs, &staged.staging_key, &state.metrics).await {
                 Ok(snapshot) => {
-                    let json = super::stats_json(&snapshot)?;
+                    let json = stats_json(&snapshot)?;
                     parsed = Some(snapshot);
                     Some(json)
                 }

@@ -20,8 +20,10 @@ use std::time::Instant;
 
 use anyhow::Context;
 use bytes::Bytes;
-use vramscope_shared::index_file::{IndexFileError, open_index, write_index};
-use vramscope_shared::views::Analyzed;
+use vramscope_shared::analyzed::Analyzed;
+use vramscope_shared::analyzed::persist::open_index;
+use vramscope_shared::analyzed::persist::write_index;
+use vramscope_shared::index_file::IndexFileError;
 
 use crate::metrics::Metrics;
 use crate::store::BlobStore;

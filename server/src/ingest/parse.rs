@@ -18,6 +18,12 @@ use vramscope_shared::{ReadError, ReadOptions, Snapshot, read_snapshot};
 use crate::metrics::Metrics;
 use crate::store::BlobStore;
 
+/// The statistics stored with a parsed snapshot (`/stats` serves them).
+pub(crate) fn stats_json(snapshot: &vramscope_shared::Snapshot) -> anyhow::Result<String> {
+    serde_json::to_string(&snapshot.stats().report(String::new()))
+        .map_err(|e| anyhow::anyhow!("serializing stats: {e}"))
+}
+
 /// Why a stored file could not be parsed.
 #[derive(Debug)]
 pub(crate) enum ParseFailure {

@@ -38,8 +38,8 @@ use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
 use serde_json::{Map, Value};
 use vramscope_shared::ReadOptions;
+use vramscope_shared::analyzed::Analyzed;
 use vramscope_shared::api::SnapshotMeta;
-use vramscope_shared::views::Analyzed;
 
 /// CPU work handed to a [`Store`]'s pool.
 pub(crate) type Work = Box<dyn FnOnce() + Send>;

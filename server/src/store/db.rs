@@ -18,7 +18,7 @@ use anyhow::{Context, Result, bail};
 use sqlx::any::AnyPoolOptions;
 use sqlx::{AnyConnection, AnyPool, Connection};
 
-use super::lock::BlobLocks;
+use super::lock::{BlobLock, BlobLocks};
 
 /// The migrations, embedded at build time; the same files serve both
 /// databases.
@@ -134,7 +134,10 @@ impl Db {
             .connect(&url)
             .await
             .with_context(|| format!("cannot open a connection pool to {redacted}"))?;
-        let blob_locks = BlobLocks::open(backend, &url, &redacted)?;
+        let blob_locks = match backend {
+            Backend::Postgres => BlobLocks::postgres(&url, &redacted)?,
+            Backend::Sqlite => BlobLocks::in_process(),
+        };
         Ok(Db { pool, blob_locks })
     }
 
@@ -143,6 +146,14 @@ impl Db {
     pub(crate) async fn close(&self) {
         self.pool.close().await;
         self.blob_locks.close().await;
+    }
+
+    /// Locks the content-addressed file `blob_key` against the other steps
+    /// that decide its fate, in every instance (see [`BlobLocks::lock`]):
+    /// deleting it once no row uses it and committing an upload of the
+    /// same content.
+    pub(crate) async fn lock_blob(&self, blob_key: &str) -> Result<BlobLock> {
+        self.blob_locks.lock(blob_key).await
     }
 
     /// The secret `name` that every instance shares: made (32 random bytes)

@@ -1,12 +1,10 @@
 //! Locks on content-addressed files, seen by every instance: what keeps
 //! the deletion of a file no row uses from racing an upload that commits the
-//! same content (see [`Db::lock_blob`]).
+//! same content (see `Db::lock_blob`, which takes them here).
 
 use anyhow::{Context, Result};
 use sqlx::AnyPool;
 use sqlx::any::AnyPoolOptions;
-
-use super::db::{Backend, Db};
 
 /// Stripes of the in-process blob locks (SQLite).
 const BLOB_LOCK_STRIPES: usize = 64;
@@ -15,7 +13,7 @@ const BLOB_LOCK_STRIPES: usize = 64;
 /// keeps (the steps under the lock use the main pool).
 const BLOB_LOCK_CONNECTIONS: u32 = 8;
 
-/// Where [`Db::lock_blob`] takes its locks.
+/// Where `Db::lock_blob` takes its locks.
 #[derive(Debug, Clone)]
 pub(super) enum BlobLocks {
     /// PostgreSQL: an advisory transaction lock, seen by every instance.
@@ -25,7 +23,7 @@ pub(super) enum BlobLocks {
     InProcess(std::sync::Arc<Vec<std::sync::Arc<tokio::sync::Mutex<()>>>>),
 }
 
-/// A held lock on one blob key (see [`Db::lock_blob`]). Release it with
+/// A held lock on one blob key (see [`BlobLocks::lock`]). Release it with
 /// [`BlobLock::release`]; dropped unreleased (an error path), it is
 /// released in the background.
 #[must_use = "the lock is held until released"]
@@ -66,20 +64,23 @@ impl Drop for BlobLock {
 }
 
 impl BlobLocks {
-    /// The locks of a database at `url` (`redacted` names it in errors).
-    pub(super) fn open(backend: Backend, url: &str, redacted: &str) -> Result<BlobLocks> {
-        Ok(match backend {
-            Backend::Postgres => BlobLocks::Postgres(
-                AnyPoolOptions::new()
-                    .max_connections(BLOB_LOCK_CONNECTIONS)
-                    .min_connections(0)
-                    .connect_lazy(url)
-                    .with_context(|| format!("cannot open the lock connections to {redacted}"))?,
-            ),
-            Backend::Sqlite => BlobLocks::InProcess(std::sync::Arc::new(
-                (0..BLOB_LOCK_STRIPES).map(|_| std::sync::Arc::new(tokio::sync::Mutex::new(()))).collect(),
-            )),
-        })
+    /// Advisory locks of the PostgreSQL database at `url`, on connections
+    /// of their own (`redacted` names it in errors).
+    pub(super) fn postgres(url: &str, redacted: &str) -> Result<BlobLocks> {
+        Ok(BlobLocks::Postgres(
+            AnyPoolOptions::new()
+                .max_connections(BLOB_LOCK_CONNECTIONS)
+                .min_connections(0)
+                .connect_lazy(url)
+                .with_context(|| format!("cannot open the lock connections to {redacted}"))?,
+        ))
+    }
+
+    /// Mutexes of this process (SQLite serves one instance).
+    pub(super) fn in_process() -> BlobLocks {
+        BlobLocks::InProcess(std::sync::Arc::new(
+            (0..BLOB_LOCK_STRIPES).map(|_| std::sync::Arc::new(tokio::sync::Mutex::new(()))).collect(),
+        ))
     }
 
     #[cfg(test)]
@@ -91,7 +92,7 @@ impl BlobLocks {
     }
 }
 
-impl Db {
+impl BlobLocks {
     /// Locks the content-addressed file `blob_key` against the other steps
     /// that decide its fate, in every instance: deleting it once no row uses
     /// it (count, then delete) and committing an upload of the same content
@@ -102,13 +103,13 @@ impl Db {
     /// PostgreSQL: `pg_advisory_xact_lock` on a 64-bit hash of the key, held
     /// by a transaction on a connection of its own. SQLite (one instance):
     /// an in-process mutex.
-    pub(crate) async fn lock_blob(&self, blob_key: &str) -> Result<BlobLock> {
+    pub(super) async fn lock(&self, blob_key: &str) -> Result<BlobLock> {
         use sha2::{Digest, Sha256};
         let digest = Sha256::digest(blob_key.as_bytes());
         let mut first = [0u8; 8];
         first.copy_from_slice(&digest[..8]);
         let hash = i64::from_be_bytes(first);
-        let held = match &self.blob_locks {
+        let held = match self {
             BlobLocks::Postgres(locks) => {
                 let mut tx = locks.begin().await.context("blob lock: cannot begin a transaction")?;
                 // The function returns `void`, which the `Any` driver cannot
@@ -131,9 +132,9 @@ impl Db {
 
 #[cfg(test)]
 mod tests {
+    use super::super::db::Db;
     use super::super::db::testing::{Cleanup, TestDb};
     use super::super::snapshots::testing::new_snapshot;
-    use super::*;
     use crate::store::{NewSnapshot, SnapshotStatus};
 
     /// A file of `content`, staged as an upload.

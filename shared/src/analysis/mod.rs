@@ -3,8 +3,8 @@
 //! between two snapshots ([`diff`]), whether a snapshot keeps a memory
 //! budget ([`check`]). [`steps`] finds training steps in the
 //! `record_function` annotations; [`layout`] rewinds the final segment layout
-//! to an earlier trace row; [`pools`] says which memory pool (default or a
-//! CUDA graph's private one) each trace row belongs to.
+//! to an earlier trace row. Which memory pool each row belongs to is
+//! [`crate::pools`], below the simulator, which needs it too.
 //!
 //! Every report is plain data (serde-serializable) and names stacks by their
 //! frames' text ([`FrameText`]), not by ids: ids are per file, text is what
@@ -16,7 +16,6 @@ pub mod diff;
 pub mod layout;
 pub mod leaks;
 pub mod oom;
-pub mod pools;
 pub mod steps;
 #[cfg(test)]
 pub(crate) mod testing;

@@ -29,11 +29,10 @@
 //! replace the types every view is written against. `bytemuck` (casts) and
 //! `xxhash-rust` (checksums) do the parts a crate does well.
 //!
-//! [`Analyzed`]: crate::views::Analyzed
-
-mod persist;
-
-pub use persist::{open_index, write_index};
+//! [`Analyzed`]: crate::analyzed::Analyzed
+//!
+//! This module is the format alone (columns, checksums, the header);
+//! [`crate::analyzed::persist`] writes and opens an [`Analyzed`] with it.
 
 use std::io::{self, Write};
 

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::config::AllocatorConfig;
-use crate::analysis::pools::{DEFAULT_POOL, PoolId};
+use crate::pools::{DEFAULT_POOL, PoolId};
 use crate::snapshot::{BlockState, SegmentType};
 
 /// All sizes are rounded to at least this (`kMinBlockSize`).
@@ -246,6 +246,35 @@ pub struct SimBlock {
     pub state: BlockState,
 }
 
+/// One block of a recorded state the allocator starts from
+/// ([`CachingAllocator::seed_segment`]; `window_start` reconstructs them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StartBlock {
+    /// Address.
+    pub address: u64,
+    /// Bytes.
+    pub size: u64,
+    /// Requested bytes (0 when free).
+    pub requested: u64,
+    /// Allocated, pending free, or free.
+    pub state: BlockState,
+}
+
+/// One segment of a recorded state the allocator starts from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StartSegment {
+    /// Address.
+    pub address: u64,
+    /// Bytes.
+    pub total_size: u64,
+    /// Raw `cudaStream_t`.
+    pub stream: u64,
+    /// A small-pool segment (2 MiB of blocks of 1 MiB or less).
+    pub small: bool,
+    /// Blocks in address order, covering the segment.
+    pub blocks: Vec<StartBlock>,
+}
+
 /// One device's caching allocator.
 #[derive(Debug)]
 pub struct CachingAllocator {
@@ -300,7 +329,7 @@ impl CachingAllocator {
     /// and pending blocks, by address, so that the trace's frees find them.
     /// What it holds counts in the peaks, as memory in use before the
     /// trace's window does.
-    pub fn seed_segment(&mut self, segment: &super::window_start::StartSegment) -> Vec<(u64, Allocation)> {
+    pub fn seed_segment(&mut self, segment: &StartSegment) -> Vec<(u64, Allocation)> {
         let pool = if segment.small { SMALL } else { LARGE };
         let split = segment.blocks.len() > 1;
         let mut handed = Vec::new();

@@ -18,7 +18,7 @@
 //! CUDA graphs' private pools (`PrivatePool`: small and large blocks of
 //! their own, kept from `empty_cache()` while a graph uses them) are
 //! modelled too; which pool each request went to is read from the snapshot
-//! ([`crate::analysis::pools`]).
+//! ([`crate::pools`]).
 //!
 //! [`simulate`] replays every device to the end; [`Replayer`] steps through
 //! one device's trace so that the simulated layout can be read at any row.

@@ -50,7 +50,7 @@ use super::allocator::{
     Allocation, AllocatorStats, CachingAllocator, OutOfMemory, SimSegment, allocation_size_with, round_size,
 };
 use super::config::AllocatorConfig;
-use crate::analysis::pools::{DEFAULT_POOL, PoolMap};
+use crate::pools::{DEFAULT_POOL, PoolMap};
 use crate::snapshot::{Action, DeviceSnapshot};
 use crate::stats::DeviceStats;
 

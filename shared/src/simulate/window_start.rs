@@ -23,37 +23,9 @@
 
 use std::collections::BTreeMap;
 
-use super::allocator::{MIN_BLOCK_SIZE, SMALL_BUFFER, SMALL_SIZE, round_size};
+use super::allocator::{MIN_BLOCK_SIZE, SMALL_BUFFER, SMALL_SIZE, StartBlock, StartSegment, round_size};
 use super::config::AllocatorConfig;
 use crate::snapshot::{Action, BlockState, DeviceSnapshot};
-
-/// One block of the reconstructed state.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct StartBlock {
-    /// Address.
-    pub address: u64,
-    /// Bytes.
-    pub size: u64,
-    /// Requested bytes (0 when free).
-    pub requested: u64,
-    /// Allocated, pending free, or free.
-    pub state: BlockState,
-}
-
-/// One segment of the reconstructed state.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct StartSegment {
-    /// Address.
-    pub address: u64,
-    /// Bytes.
-    pub total_size: u64,
-    /// Raw `cudaStream_t`.
-    pub stream: u64,
-    /// A small-pool segment (2 MiB of blocks of 1 MiB or less).
-    pub small: bool,
-    /// Blocks in address order, covering the segment.
-    pub blocks: Vec<StartBlock>,
-}
 
 /// Why the state at the first entry could not be worked out.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

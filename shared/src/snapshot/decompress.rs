@@ -10,59 +10,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::model::Compression;
-use crate::error::ReadError;
+use crate::error::{CompressionFailure, ReadError, StreamStop};
 
 const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
 const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
 
-/// A decompressor failure, carried inside an `io::Error` so the pickle
-/// machine's reader can tell it from a plain I/O error.
-#[derive(Debug)]
-pub(crate) struct CompressionFailure {
-    pub(crate) format: &'static str,
-    pub(crate) message: String,
-}
-
-impl std::fmt::Display for CompressionFailure {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}: {}", self.format, self.message)
-    }
-}
-
-impl std::error::Error for CompressionFailure {}
-
-/// Why the guard stopped the stream, carried inside an `io::Error` like
-/// [`CompressionFailure`].
-#[derive(Debug)]
-enum Stop {
-    Cancelled { offset: u64 },
-    Expansion { format: &'static str, ratio: u32, input: u64, output: u64 },
-}
-
-impl std::fmt::Display for Stop {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Stop::Cancelled { offset } => write!(f, "cancelled at byte {offset}"),
-            Stop::Expansion { format, ratio, .. } => write!(f, "{format} stream expands more than {ratio} times"),
-        }
-    }
-}
-
-impl std::error::Error for Stop {}
-
-/// Turn an I/O error from the input stream into the reader's error.
-pub(crate) fn map_io_error(e: std::io::Error, offset: u64) -> ReadError {
-    if let Some(failure) = e.get_ref().and_then(|inner| inner.downcast_ref::<CompressionFailure>()) {
-        return ReadError::BadCompression { format: failure.format, message: failure.message.clone() };
-    }
-    match e.get_ref().and_then(|inner| inner.downcast_ref::<Stop>()) {
-        Some(Stop::Cancelled { offset }) => ReadError::Cancelled { offset: *offset },
-        Some(Stop::Expansion { format, ratio, input, output }) => {
-            ReadError::DecompressionLimit { format, ratio: *ratio, input: *input, output: *output }
-        }
-        None => ReadError::Io { offset, source: e },
-    }
-}
+// Removed by the reader branch: `pickle/source.rs` still names it here.
+pub(crate) use crate::error::map_io_error;
 
 /// What bounds the stream besides the memory budget.
 #[derive(Clone, Debug, Default)]
@@ -105,14 +59,14 @@ struct Guard<'a> {
 impl Read for Guard<'_> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         if self.limits.cancel.as_ref().is_some_and(|c| c.load(Ordering::Relaxed)) {
-            return Err(std::io::Error::other(Stop::Cancelled { offset: self.output }));
+            return Err(std::io::Error::other(StreamStop::Cancelled { offset: self.output }));
         }
         let n = self.inner.read(buf)?;
         self.output += n as u64;
         if let Some(ratio) = self.limits.max_expansion {
             let input = self.raw.get();
             if self.output > input.saturating_mul(ratio as u64).saturating_add(EXPANSION_SLACK) {
-                return Err(std::io::Error::other(Stop::Expansion {
+                return Err(std::io::Error::other(StreamStop::Expansion {
                     format: self.format,
                     ratio,
                     input,

@@ -12,7 +12,8 @@ use serde::{Deserialize, Serialize};
 
 use super::segments::span;
 use super::state::rows_before;
-use super::{Analyzed, ViewError};
+use crate::analyzed::Analyzed;
+use crate::error::ViewError;
 use crate::snapshot::AnnotationStage;
 use crate::timeline::Axis;
 

@@ -4,7 +4,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Analyzed, ViewError};
+use crate::analyzed::Analyzed;
+use crate::error::ViewError;
 use crate::snapshot::Action;
 
 /// Query of the entry view.
@@ -43,7 +44,7 @@ pub struct EntryAnswer {
     pub device_free: Option<u64>,
     /// The memory pool of the row's block or segment: `[0, 0]` the default
     /// pool, else a private pool (a CUDA graph's); see
-    /// [`crate::analysis::pools`].
+    /// [`crate::pools`].
     pub pool: (i64, i64),
 }
 

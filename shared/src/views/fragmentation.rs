@@ -8,7 +8,8 @@ use serde::{Deserialize, Serialize};
 
 use super::segments::{Column, for_each_column, span};
 use super::state::Figures;
-use super::{Analyzed, ViewError};
+use crate::analyzed::Analyzed;
+use crate::error::ViewError;
 use crate::snapshot::PyValue;
 use crate::timeline::Axis;
 

@@ -7,7 +7,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Analyzed, ViewError};
+use crate::analyzed::Analyzed;
+use crate::error::ViewError;
 use crate::snapshot::Action;
 use crate::stats::DeviceStats;
 use crate::timeline::MAX_PX;

@@ -3,7 +3,7 @@
 //! reserves, what is allocated in it, and the difference (memory the pool
 //! holds that nothing uses: a graph's pool keeps its high-water mark while
 //! the graph lives). Which pool a row belongs to is inferred by
-//! [`crate::analysis::pools`].
+//! [`crate::pools`].
 //!
 //! The figures are the recorded ones, as the timeline's curves: reserved
 //! bytes follow `segment_alloc`/`segment_map` and their frees, allocated
@@ -16,8 +16,9 @@ use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 
 use super::state::resolve_row;
-use super::{Analyzed, ViewError};
-use crate::analysis::pools::{DEFAULT_POOL, PoolId};
+use crate::analyzed::Analyzed;
+use crate::error::ViewError;
+use crate::pools::{DEFAULT_POOL, PoolId};
 use crate::snapshot::{Action, BlockState};
 use crate::timeline::{Axis, MAX_PX};
 
@@ -93,7 +94,7 @@ pub struct PoolsAnswer {
     /// in order.
     pub bands: Vec<PoolBand>,
     /// Segments released before the snapshot whose pool was inferred from
-    /// the allocations beside them (see [`crate::analysis::pools`]).
+    /// the allocations beside them (see [`crate::pools`]).
     pub inferred_segments: usize,
 }
 

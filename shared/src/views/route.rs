@@ -13,7 +13,9 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::analysis;
-use super::{Analyzed, BlocksParams, TimelineParams, ViewError, blocks, stack, timeline};
+use super::{BlocksParams, TimelineParams, blocks, stack, timeline};
+use crate::analyzed::Analyzed;
+use crate::error::ViewError;
 
 /// The JSON answer of a view, as the server would send it for
 /// `GET /api/v1/snapshots/{id}/{route}?{query}`.

@@ -6,7 +6,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Analyzed, ViewError};
+use crate::analyzed::Analyzed;
+use crate::error::ViewError;
 
 /// Which allocations a query keeps.
 type Filter = Box<dyn Fn(&crate::index::Allocation) -> bool>;

@@ -21,8 +21,9 @@
 use serde::{Deserialize, Serialize};
 
 use super::state::rows_before;
-use super::{Analyzed, ViewError};
 use crate::analysis::layout::Layout;
+use crate::analyzed::Analyzed;
+use crate::error::ViewError;
 use crate::snapshot::BlockState;
 use crate::timeline::Axis;
 

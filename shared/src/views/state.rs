@@ -7,8 +7,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Analyzed, ViewError};
 use crate::analysis::layout::Layout;
+use crate::analyzed::Analyzed;
+use crate::error::ViewError;
 use crate::snapshot::{BlockState, DeviceSnapshot};
 use crate::timeline::Axis;
 
@@ -75,7 +76,7 @@ pub struct StateSegment {
     /// Serves the small pool (requests up to 1 MiB).
     pub small: bool,
     /// The memory pool it belongs to: `[0, 0]` the default pool, else a
-    /// private pool (a CUDA graph's); see [`crate::analysis::pools`].
+    /// private pool (a CUDA graph's); see [`crate::pools`].
     pub pool: (i64, i64),
     /// An expandable segment: its blocks are mapped ranges, and gaps between
     /// them are unmapped address space.

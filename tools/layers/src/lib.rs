@@ -5,12 +5,17 @@
 //! groups and renames included, and in expressions, types and patterns) is
 //! resolved to the module path it reaches from the crate root, with the
 //! file and line it is written on. `use crate as x;` makes `x::` another
-//! spelling of `crate::`, and inline `mod` blocks move `super::` along.
+//! spelling of `crate::`, inline `mod` blocks move `super::` along, and a
+//! path that starts with a child module the file declares (`mod x;` then
+//! `x::f()`) is read from there. A `pub use` is a re-export, followed to
+//! the module that declares the item ([`Graph::module_of_path`]), so
+//! `crate::Snapshot` counts as an arrow to `snapshot`, not to the root.
+//! Code under `#[cfg(test)]` is marked: it is no part of a crate's graph.
 //!
 //! A text scan missed `use crate::{a, b}` groups, `super::super::…` and
 //! aliases; this reads what the compiler reads.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::path::{Path, PathBuf};
 
 use syn::visit::Visit;
@@ -27,21 +32,215 @@ pub struct Reference {
     pub file: PathBuf,
     /// The line.
     pub line: usize,
+    /// Written in test code: under `#[cfg(test)]`, or in a module declared
+    /// so. Tests are no part of the crate's graph; a layer test may skip them.
+    pub test: bool,
 }
 
 /// Every reference in the crate whose sources are under `src`.
 pub fn references(src: &Path) -> Result<Vec<Reference>, String> {
+    Ok(graph(src)?.references)
+}
+
+/// A crate's modules and the references between them.
+#[derive(Clone, Debug, Default)]
+pub struct Graph {
+    /// Every module, from the crate root: one per file, one per inline
+    /// `mod` block (the root itself, `[]`, included).
+    pub modules: BTreeSet<Vec<String>>,
+    /// Every path that starts at the crate root, `super` or `self`.
+    pub references: Vec<Reference>,
+    /// Names a module re-exports (`pub use`, any `pub`): the name's path
+    /// (`["ingest", "load"]`) and what it names (`["ingest",
+    /// "background", "load"]`).
+    pub reexports: BTreeMap<Vec<String>, Vec<String>>,
+}
+
+/// The modules and references of the crate whose sources are under `src`.
+pub fn graph(src: &Path) -> Result<Graph, String> {
     let mut files = Vec::new();
     rust_files(src, &mut files)?;
-    let mut out = Vec::new();
+    let mut graph = Graph::default();
+    let mut test_modules = BTreeSet::new();
     for file in files {
         let text = std::fs::read_to_string(&file).map_err(|e| format!("{}: {e}", file.display()))?;
         let parsed = syn::parse_file(&text).map_err(|e| format!("{}: {e}", file.display()))?;
         let module = module_of(src, &file);
-        let mut visitor = Paths { module, aliases: HashSet::new(), file: &file, out: &mut out };
-        visitor.visit_file(&parsed);
+        let mut visitor = Paths {
+            module,
+            aliases: HashSet::new(),
+            file: &file,
+            out: &mut graph.references,
+            modules: &mut graph.modules,
+            reexports: &mut graph.reexports,
+            public_use: false,
+            declared: HashSet::new(),
+            test_modules: &mut test_modules,
+            test_depth: 0,
+        };
+        visitor.modules.insert(visitor.module.clone());
+        visitor.read(&parsed);
     }
-    Ok(out)
+    // A file whose `mod` line is under `#[cfg(test)]` is test code whole.
+    for r in &mut graph.references {
+        r.test |= test_modules.iter().any(|m| r.from.starts_with(m));
+    }
+    Ok(graph)
+}
+
+impl Graph {
+    /// What a path names once re-exports are followed: `crate::Snapshot`
+    /// (a `pub use` of `lib.rs`) is `snapshot::model::Snapshot`.
+    pub fn canonical(&self, path: &[String]) -> Vec<String> {
+        let mut path = path.to_vec();
+        // A bound, not a loop: re-exports of re-exports are a few deep.
+        for _ in 0..16 {
+            let found = (1..=path.len()).rev().find_map(|n| self.reexports.get(&path[..n]).map(|to| (n, to)));
+            match found {
+                Some((n, to)) if to[..] != path[..n] => path = to.iter().chain(&path[n..]).cloned().collect(),
+                _ => break,
+            }
+        }
+        path
+    }
+
+    /// The module a reference's path lands in, re-exports followed: its
+    /// longest prefix that is a module (`store::Db` is in `store`).
+    pub fn module_of_path(&self, path: &[String]) -> Vec<String> {
+        let path = self.canonical(path);
+        (0..=path.len()).rev().map(|n| &path[..n]).find(|p| self.modules.contains(*p)).unwrap_or(&[]).to_vec()
+    }
+
+    /// Loops between sibling files or folders: for every folder (module),
+    /// its children are nodes and a reference from anywhere inside one
+    /// child to anywhere inside another is an arrow; each strongly
+    /// connected set of two or more children is a loop, returned as its
+    /// members (full module paths joined by `::`, sorted) with one
+    /// reference of each arrow inside it. A child naming its own parent
+    /// folder's items (`super::Thing` from a file to its `mod.rs`) is no
+    /// arrow between siblings; test code is no part of the graph.
+    pub fn loops(&self) -> Vec<Loop> {
+        // Arrows between siblings, keyed by their common parent.
+        let mut arrows: BTreeMap<Vec<String>, BTreeMap<(String, String), String>> = BTreeMap::new();
+        for r in self.references.iter().filter(|r| !r.test) {
+            let to = self.module_of_path(&r.to);
+            let common = r.from.iter().zip(&to).take_while(|(a, b)| a == b).count();
+            let (Some(a), Some(b)) = (r.from.get(common), to.get(common)) else { continue };
+            let at = format!("{}:{}", r.file.display(), r.line);
+            arrows.entry(r.from[..common].to_vec()).or_default().entry((a.clone(), b.clone())).or_insert(at);
+        }
+        let mut out = Vec::new();
+        for (parent, edges) in arrows {
+            for component in strongly_connected(&edges) {
+                let join = |child: &str| {
+                    let mut p = parent.clone();
+                    p.push(child.to_owned());
+                    p.join("::")
+                };
+                let arrows = edges
+                    .iter()
+                    .filter(|((a, b), _)| component.contains(a) && component.contains(b))
+                    .map(|((a, b), at)| format!("{} -> {} ({at})", join(a), join(b)))
+                    .collect();
+                out.push(Loop { members: component.iter().map(|c| join(c)).collect(), arrows });
+            }
+        }
+        out
+    }
+}
+
+/// One reference from a top-level module to another, outside test code.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Arrow {
+    /// The top-level module it is written in.
+    pub from: String,
+    /// The top-level module it names (re-exports followed).
+    pub to: String,
+    /// `file:line`, the file from `src`.
+    pub at: String,
+}
+
+impl Graph {
+    /// Every reference between two top-level modules, outside test code
+    /// (the crate root's own items and references are not arrows).
+    pub fn arrows(&self, src: &Path) -> Vec<Arrow> {
+        self.references
+            .iter()
+            .filter(|r| !r.test)
+            .filter_map(|r| {
+                let from = r.from.first()?;
+                let to = self.module_of_path(&r.to).first()?.clone();
+                let at = format!("{}:{}", r.file.strip_prefix(src).unwrap_or(&r.file).display(), r.line);
+                (*from != to).then(|| Arrow { from: from.clone(), to, at })
+            })
+            .collect()
+    }
+
+    /// The arrows against an order of layers (bottom first): each module
+    /// may name only those before it; a module missing from `layers` is
+    /// itself a fault. Sorted, one line each.
+    pub fn against_order(&self, src: &Path, layers: &[&str]) -> Vec<String> {
+        let level = |m: &str| layers.iter().position(|l| *l == m);
+        let mut wrong: Vec<String> = self
+            .arrows(src)
+            .into_iter()
+            .filter_map(|a| match (level(&a.from), level(&a.to)) {
+                (Some(f), Some(t)) if t < f => None,
+                (Some(_), Some(_)) => Some(format!("{}: {} names {}, a layer above it", a.at, a.from, a.to)),
+                (None, _) => Some(format!("{}: module {} is not in the table of layers", a.at, a.from)),
+                (_, None) => Some(format!("{}: module {} is not in the table of layers", a.at, a.to)),
+            })
+            .collect();
+        wrong.sort();
+        wrong.dedup();
+        wrong
+    }
+}
+
+/// Sibling modules that name each other, directly or through others.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Loop {
+    /// The modules in the loop.
+    pub members: Vec<String>,
+    /// Each arrow between them, with where one reference of it is written.
+    pub arrows: Vec<String>,
+}
+
+impl std::fmt::Display for Loop {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.members.join(", "), self.arrows.join("; "))
+    }
+}
+
+/// The strongly connected sets of two or more nodes, from each node's
+/// reach (a folder has a few dozen children at most).
+fn strongly_connected(edges: &BTreeMap<(String, String), String>) -> Vec<BTreeSet<String>> {
+    let nodes: BTreeSet<&String> = edges.keys().flat_map(|(a, b)| [a, b]).collect();
+    let reaches = |from: &String| {
+        let mut seen: BTreeSet<&String> = BTreeSet::new();
+        let mut todo = vec![from];
+        while let Some(n) = todo.pop() {
+            for (a, b) in edges.keys() {
+                if a == n && seen.insert(b) {
+                    todo.push(b);
+                }
+            }
+        }
+        seen
+    };
+    let reach: BTreeMap<&String, BTreeSet<&String>> = nodes.iter().map(|n| (*n, reaches(n))).collect();
+    let mut out: Vec<BTreeSet<String>> = Vec::new();
+    for n in &nodes {
+        if out.iter().any(|c| c.contains(*n)) {
+            continue;
+        }
+        let component: BTreeSet<String> =
+            nodes.iter().filter(|m| reach[*n].contains(*m) && reach[*m].contains(*n)).map(|m| (*m).clone()).collect();
+        if component.len() > 1 {
+            out.push(component);
+        }
+    }
+    out
 }
 
 /// The module a file is, from the crate root.
@@ -78,6 +277,47 @@ struct Paths<'a> {
     aliases: HashSet<String>,
     file: &'a Path,
     out: &'a mut Vec<Reference>,
+    /// Every module seen (inline `mod` blocks added as they are read).
+    modules: &'a mut BTreeSet<Vec<String>>,
+    /// Modules the file declares (`mod x;`, inline ones too), from the root.
+    declared: HashSet<Vec<String>>,
+    /// Names re-exported by `pub use` (see [`Graph::reexports`]).
+    reexports: &'a mut BTreeMap<Vec<String>, Vec<String>>,
+    /// Whether the `use` being read is `pub` (any visibility but private).
+    public_use: bool,
+    /// Modules declared under `#[cfg(test)]` (their files are test code).
+    test_modules: &'a mut BTreeSet<Vec<String>>,
+    /// How many `#[cfg(test)]` items the visitor is inside.
+    test_depth: usize,
+}
+
+/// Whether attributes put an item under `#[cfg(test)]` (or `all(test, …)`).
+fn is_test(attrs: &[syn::Attribute]) -> bool {
+    attrs.iter().any(|a| {
+        a.path().is_ident("cfg")
+            && a.meta.require_list().is_ok_and(|l| {
+                let tokens = l.tokens.to_string();
+                tokens == "test" || tokens.starts_with("all (test") || tokens.starts_with("all(test")
+            })
+    })
+}
+
+/// An item's attributes.
+fn attrs_of(item: &syn::Item) -> &[syn::Attribute] {
+    match item {
+        syn::Item::Const(i) => &i.attrs,
+        syn::Item::Enum(i) => &i.attrs,
+        syn::Item::Fn(i) => &i.attrs,
+        syn::Item::Impl(i) => &i.attrs,
+        syn::Item::Macro(i) => &i.attrs,
+        syn::Item::Mod(i) => &i.attrs,
+        syn::Item::Static(i) => &i.attrs,
+        syn::Item::Struct(i) => &i.attrs,
+        syn::Item::Trait(i) => &i.attrs,
+        syn::Item::Type(i) => &i.attrs,
+        syn::Item::Use(i) => &i.attrs,
+        _ => &[],
+    }
 }
 
 impl Paths<'_> {
@@ -96,6 +336,9 @@ impl Paths<'_> {
                 base.pop()?;
             }
             (base, &segments[ups..])
+        } else if self.declared.contains(&[self.module.as_slice(), &segments[..1]].concat()) {
+            // `mod x;` here, then `x::…`: a path into a child module.
+            (self.module.clone(), segments)
         } else {
             return None;
         };
@@ -103,11 +346,42 @@ impl Paths<'_> {
         Some(base)
     }
 
+    /// Read a file: its `mod` declarations first (a path may name a child
+    /// module declared below it), then every path.
+    fn read(&mut self, file: &syn::File) {
+        fn declared(module: &[String], items: &[syn::Item], out: &mut HashSet<Vec<String>>) {
+            for item in items {
+                if let syn::Item::Mod(m) = item {
+                    let path = [module, &[m.ident.to_string()]].concat();
+                    if let Some((_, inner)) = &m.content {
+                        declared(&path, inner, out);
+                    }
+                    out.insert(path);
+                }
+            }
+        }
+        declared(&self.module.clone(), &file.items, &mut self.declared);
+        self.visit_file(file);
+    }
+
     fn record(&mut self, segments: &[String], line: usize) {
         if let Some(to) = self.resolve(segments)
             && !to.is_empty()
         {
-            self.out.push(Reference { from: self.module.clone(), to, file: self.file.to_owned(), line });
+            let test = self.test_depth > 0;
+            self.out.push(Reference { from: self.module.clone(), to, file: self.file.to_owned(), line, test });
+        }
+    }
+
+    /// Under a `pub use`, `name` in this module stands for `path`.
+    fn reexport(&mut self, path: &[String], name: Option<String>) {
+        if !self.public_use {
+            return;
+        }
+        if let (Some(to), Some(name)) = (self.resolve(path), name) {
+            let mut from = self.module.clone();
+            from.push(name);
+            self.reexports.insert(from, to);
         }
     }
 
@@ -123,6 +397,7 @@ impl Paths<'_> {
                 if n.ident != "self" {
                     full.push(n.ident.to_string());
                 }
+                self.reexport(&full, full.last().cloned());
                 self.record(&full, n.ident.span().start().line);
             }
             syn::UseTree::Rename(r) => {
@@ -131,6 +406,7 @@ impl Paths<'_> {
                 if full == ["crate"] {
                     self.aliases.insert(r.rename.to_string());
                 } else {
+                    self.reexport(&full, Some(r.rename.to_string()));
                     self.record(&full, r.ident.span().start().line);
                 }
             }
@@ -145,8 +421,17 @@ impl Paths<'_> {
 }
 
 impl<'ast> Visit<'ast> for Paths<'_> {
+    fn visit_item(&mut self, item: &'ast syn::Item) {
+        let test = is_test(attrs_of(item));
+        self.test_depth += usize::from(test);
+        syn::visit::visit_item(self, item);
+        self.test_depth -= usize::from(test);
+    }
+
     fn visit_item_use(&mut self, item: &'ast syn::ItemUse) {
+        self.public_use = !matches!(item.vis, syn::Visibility::Inherited);
         self.use_tree(&mut Vec::new(), &item.tree);
+        self.public_use = false;
     }
 
     fn visit_path(&mut self, path: &'ast syn::Path) {
@@ -158,8 +443,13 @@ impl<'ast> Visit<'ast> for Paths<'_> {
     }
 
     fn visit_item_mod(&mut self, item: &'ast syn::ItemMod) {
-        if item.content.is_some() {
+        let mut path = self.module.clone();
+        path.push(item.ident.to_string());
+        if item.content.is_none() && is_test(&item.attrs) {
+            self.test_modules.insert(path);
+        } else if item.content.is_some() {
             self.module.push(item.ident.to_string());
+            self.modules.insert(self.module.clone());
             let aliases = self.aliases.clone();
             syn::visit::visit_item_mod(self, item);
             self.aliases = aliases;
@@ -221,14 +511,21 @@ mod tests {
     fn refs(module: &[&str], text: &str) -> Vec<Vec<String>> {
         let parsed = syn::parse_file(text).expect("parses");
         let mut out = Vec::new();
+        let mut modules = BTreeSet::new();
         let file = PathBuf::from("x.rs");
         let mut v = Paths {
             module: module.iter().map(|s| (*s).to_owned()).collect(),
             aliases: HashSet::new(),
             file: &file,
             out: &mut out,
+            modules: &mut modules,
+            reexports: &mut BTreeMap::new(),
+            public_use: false,
+            declared: HashSet::new(),
+            test_modules: &mut BTreeSet::new(),
+            test_depth: 0,
         };
-        v.visit_file(&parsed);
+        v.read(&parsed);
         out.into_iter().map(|r| r.to).collect()
     }
 
@@ -263,6 +560,109 @@ mod tests {
         }
         // A path that does not start at the crate is not a reference.
         assert!(refs(&["a"], "use std::fs; fn f() { serde_json::json!({}); }").is_empty());
+    }
+
+    #[test]
+    fn test_code_is_marked() {
+        let text = r#"
+            use crate::a::X;
+            #[cfg(test)]
+            mod tests { use crate::b::Y; }
+            #[cfg(test)]
+            fn helper() { crate::c::z(); }
+        "#;
+        let parsed = syn::parse_file(text).expect("parses");
+        let (mut out, mut modules, mut test_modules) = (Vec::new(), BTreeSet::new(), BTreeSet::new());
+        let file = PathBuf::from("x.rs");
+        Paths {
+            module: Vec::new(),
+            aliases: HashSet::new(),
+            file: &file,
+            out: &mut out,
+            modules: &mut modules,
+            reexports: &mut BTreeMap::new(),
+            public_use: false,
+            declared: HashSet::new(),
+            test_modules: &mut test_modules,
+            test_depth: 0,
+        }
+        .read(&parsed);
+        let tests: Vec<(String, bool)> = out.iter().map(|r| (r.to.join("::"), r.test)).collect();
+        assert_eq!(tests, [("a::X".into(), false), ("b::Y".into(), true), ("c::z".into(), true)]);
+    }
+
+    fn reference(from: &str, to: &str) -> Reference {
+        Reference { from: p(from), to: p(to), file: PathBuf::from("x.rs"), line: 1, test: false }
+    }
+
+    #[test]
+    fn loops_between_siblings_are_found_at_every_level() {
+        let modules = ["", "a", "b", "c", "a::x", "a::y", "a::z"];
+        let mut graph = Graph {
+            modules: modules.iter().map(|m| if m.is_empty() { Vec::new() } else { p(m) }).collect(),
+            references: vec![
+                reference("a::x", "a::y::Thing"),
+                reference("a::y", "a::z::f"),
+                reference("a::z", "a::x::g"),
+                reference("a::x", "a::helper"),
+                reference("b", "c::C"),
+            ],
+            reexports: BTreeMap::new(),
+        };
+        let loops = graph.loops();
+        assert_eq!(loops.len(), 1, "{loops:?}");
+        assert_eq!(loops[0].members, ["a::x", "a::y", "a::z"]);
+        // A file naming a sibling folder's file is an arrow between the folders.
+        graph.references.push(reference("c", "a::x::Deep"));
+        graph.references.push(reference("a::z", "b::B"));
+        let loops = graph.loops();
+        let members: Vec<Vec<String>> = loops.iter().map(|l| l.members.clone()).collect();
+        assert_eq!(members, [vec!["a", "b", "c"], vec!["a::x", "a::y", "a::z"]]);
+        // Test code is no arrow.
+        let mut only_tests = graph.clone();
+        only_tests.references.iter_mut().for_each(|r| r.test = true);
+        assert!(only_tests.loops().is_empty());
+    }
+
+    #[test]
+    fn re_exports_are_followed_to_the_module_that_declares_the_item() {
+        let text = r#"
+            mod model { pub struct Snapshot; }
+            pub use model::Snapshot;
+            pub(crate) use self::model::Snapshot as Snap;
+            use model::Snapshot as Private;
+        "#;
+        let parsed = syn::parse_file(text).expect("parses");
+        let mut graph = Graph::default();
+        let file = PathBuf::from("lib.rs");
+        let mut v = Paths {
+            module: Vec::new(),
+            aliases: HashSet::new(),
+            file: &file,
+            out: &mut graph.references,
+            modules: &mut graph.modules,
+            reexports: &mut graph.reexports,
+            public_use: false,
+            declared: HashSet::new(),
+            test_modules: &mut BTreeSet::new(),
+            test_depth: 0,
+        };
+        v.read(&parsed);
+        graph.modules.insert(Vec::new());
+        assert_eq!(graph.module_of_path(&p("Snapshot")), p("model"));
+        assert_eq!(graph.module_of_path(&p("Snap::new")), p("model"));
+        assert_eq!(graph.module_of_path(&p("Private")), Vec::<String>::new(), "a private use is no re-export");
+    }
+
+    #[test]
+    fn an_order_of_layers_lets_arrows_point_down_only() {
+        let graph = Graph {
+            modules: [vec![], p("a"), p("b"), p("c")].into_iter().collect(),
+            references: vec![reference("b", "a::X"), reference("a", "b::Y"), reference("c", "b::Z")],
+            reexports: BTreeMap::new(),
+        };
+        let wrong = graph.against_order(Path::new(""), &["a", "b"]);
+        assert_eq!(wrong, ["x.rs:1: a names b, a layer above it", "x.rs:1: module c is not in the table of layers"]);
     }
 
     #[test]

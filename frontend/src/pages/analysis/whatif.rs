@@ -393,8 +393,8 @@ mod ui {
 
 #[cfg(test)]
 mod tests {
+    use vramscope_shared::analyzed::Analyzed;
     use vramscope_shared::timeline::Axis;
-    use vramscope_shared::views::Analyzed;
     use vramscope_shared::views::analysis::{WhatIfParams, whatif};
 
     use vramscope_shared::simulate::tune::TuneRow;

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use axum::Json;
 use axum::extract::{Path, Query, RawQuery, State};
 use serde::Deserialize;
-use vramscope_shared::views::Analyzed;
+use vramscope_shared::analyzed::Analyzed;
 use vramscope_shared::views::analysis::{
     self, BreakdownAnswer, BreakdownParams, DiffAnswer, ExplainAnswer, ExplainParams, LeaksAnswer, LeaksParams,
     SimulatedDevice, TuneAnswer, TuneParams, WhatIfAnswer, WhatIfParams,
@@ -25,8 +25,8 @@ use vramscope_shared::analysis::check::{CheckError, check};
 use vramscope_shared::api::SnapshotStatus;
 use vramscope_shared::api::jobs::{CheckAnswer, CheckQuery};
 
-use super::snapshots::record;
-use super::views::analyzed;
+use super::extract::{alloc_conf, analyzed, capacity, record};
+use super::lru::Lru;
 use crate::http::AppState;
 use crate::http::error::{AppError, AppResult};
 
@@ -34,36 +34,6 @@ use crate::http::error::{AppError, AppResult};
 const REPLAYS_KEPT: usize = 8;
 /// Tune rankings kept.
 const RANKINGS_KEPT: usize = 16;
-
-/// A small least-recently-used map; the most recently used entry last.
-pub(super) struct Lru<K, V> {
-    capacity: usize,
-    entries: Mutex<Vec<(K, Arc<V>)>>,
-}
-
-impl<K: PartialEq, V> Lru<K, V> {
-    pub(super) const fn new(capacity: usize) -> Lru<K, V> {
-        Lru { capacity, entries: Mutex::new(Vec::new()) }
-    }
-
-    pub(super) fn get(&self, key: &K) -> Option<Arc<V>> {
-        let mut entries = self.entries.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let i = entries.iter().position(|(k, _)| k == key)?;
-        let entry = entries.remove(i);
-        let value = entry.1.clone();
-        entries.push(entry);
-        Some(value)
-    }
-
-    pub(super) fn put(&self, key: K, value: Arc<V>) {
-        let mut entries = self.entries.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        entries.retain(|(k, _)| k != &key);
-        entries.push((key, value));
-        if entries.len() > self.capacity {
-            entries.remove(0);
-        }
-    }
-}
 
 /// (snapshot id, device, alloc_conf, capacity).
 type ReplayKey = (String, u32, Option<String>, Option<u64>);
@@ -110,17 +80,6 @@ impl AnalysisQueue {
             .await
             .map_err(|e| AppError::Internal(anyhow::Error::from(e).context("analysis worker")))?
     }
-}
-
-/// The capacity of a replay, checked ([`analysis::replay_capacity`]).
-pub(super) fn capacity(text: Option<&str>) -> AppResult<Option<u64>> {
-    Ok(analysis::replay_capacity(text)?)
-}
-
-/// The allocator settings of a replay, checked and in one spelling
-/// ([`analysis::replay_alloc_conf`]).
-pub(super) fn alloc_conf(text: Option<&str>) -> AppResult<Option<String>> {
-    Ok(analysis::replay_alloc_conf(text)?)
 }
 
 /// `GET /api/v1/snapshots/{id}/whatif?alloc_conf=&capacity=&device=&axis=&start=&end=&px=`:

@@ -7,13 +7,12 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use vramscope_shared::ReadOptions;
+use vramscope_shared::analyzed::Analyzed;
 use vramscope_shared::api::SnapshotMeta;
 use vramscope_shared::api::SnapshotStatus;
-use vramscope_shared::views::Analyzed;
 
-use super::analysis::Lru;
-use super::snapshots::record;
-use super::views::analyzed;
+use super::extract::{analyzed, record};
+use super::lru::Lru;
 use crate::http::AppState;
 use crate::http::error::AppError;
 use crate::mcp::{Store, Work, http_service};

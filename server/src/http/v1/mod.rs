@@ -1,7 +1,9 @@
 //! `/api/v1`: snapshots, their files, statistics and views.
 
 mod analysis;
+mod extract;
 mod jobs;
+mod lru;
 pub(crate) mod mcp;
 mod predict;
 mod review;

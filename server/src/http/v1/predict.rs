@@ -12,12 +12,12 @@ use std::sync::Arc;
 
 use axum::Json;
 use axum::extract::{Query, State};
+use vramscope_shared::analyzed::Analyzed;
 use vramscope_shared::api::predict::PredictQuery;
 use vramscope_shared::predict::{PredictError, PredictOptions, PredictReport, Run, predict as predict_runs};
-use vramscope_shared::views::Analyzed;
 
-use super::analysis::{Lru, alloc_conf, capacity};
-use super::views::analyzed;
+use super::extract::{alloc_conf, analyzed, capacity};
+use super::lru::Lru;
 use crate::http::AppState;
 use crate::http::error::{AppError, AppResult};
 

@@ -37,7 +37,7 @@ pub(crate) fn role_override(method: &Method, path: &str) -> Option<Role> {
 }
 
 pub(crate) async fn list(State(state): State<AppState>, Path(id): Path<String>) -> AppResult<Json<Vec<Comment>>> {
-    super::snapshots::record(&state, &id).await?;
+    super::extract::record(&state, &id).await?;
     Ok(Json(state.db.list_comments(&id).await?.into_iter().map(|c| c.comment).collect()))
 }
 

@@ -11,6 +11,7 @@ use vramscope_shared::StatsReport;
 
 use crate::report::{self, ChartFormat};
 
+use super::extract;
 use crate::http::AppState;
 use crate::http::error::{AppError, AppResult};
 use crate::store::{Cursor, ListFilter, SnapshotRecord, SnapshotStatus, is_not_found};
@@ -49,19 +50,14 @@ fn with_progress(state: &AppState, rec: SnapshotRecord) -> SnapshotMeta {
     meta
 }
 
-/// The record of a snapshot, or 404.
-pub(crate) async fn record(state: &AppState, id: &str) -> AppResult<SnapshotRecord> {
-    state.db.get(id).await?.ok_or_else(|| AppError::NotFound(format!("snapshot {id}")))
-}
-
 pub(crate) async fn get_one(State(state): State<AppState>, Path(id): Path<String>) -> AppResult<Json<SnapshotMeta>> {
-    let rec = record(&state, &id).await?;
+    let rec = extract::record(&state, &id).await?;
     Ok(Json(with_progress(&state, rec)))
 }
 
 /// `GET /api/v1/snapshots/{id}/stats`: the object `vramscope stats --json` prints.
 pub(crate) async fn stats(State(state): State<AppState>, Path(id): Path<String>) -> AppResult<Response> {
-    let rec = record(&state, &id).await?;
+    let rec = extract::record(&state, &id).await?;
     match (rec.status, &rec.stats_json) {
         (SnapshotStatus::Ready, Some(json)) => {
             let mut report: StatsReport = serde_json::from_str(json)
@@ -131,7 +127,7 @@ pub(crate) fn role_override(method: &axum::http::Method, path: &str) -> Option<c
 }
 
 pub(crate) async fn links(State(state): State<AppState>, Path(id): Path<String>) -> AppResult<Json<SignedLinks>> {
-    let rec = record(&state, &id).await?;
+    let rec = extract::record(&state, &id).await?;
     let sign = |what: &str| state.links.sign(&format!("/api/v1/snapshots/{}/{what}", rec.id));
     Ok(Json(SignedLinks {
         file: sign("file"),
@@ -166,7 +162,7 @@ pub(crate) async fn file(
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> AppResult<Response> {
-    let rec = record(&state, &id).await?;
+    let rec = extract::record(&state, &id).await?;
     let size = rec.size_bytes;
     let requested = headers.get(header::RANGE).and_then(|v| v.to_str().ok());
     let range = requested.and_then(|r| parse_range(r, size));
@@ -202,20 +198,6 @@ pub(crate) async fn file(
         }
     }
     Ok(response)
-}
-
-/// The analyzed snapshot behind a record, from the analysis cache (or the
-/// parse of it under way): the report and charts never parse on their own.
-async fn analyzed_record(
-    state: &AppState,
-    id: &str,
-) -> AppResult<(SnapshotRecord, std::sync::Arc<vramscope_shared::views::Analyzed>)> {
-    let rec = record(state, id).await?;
-    if rec.status == SnapshotStatus::Failed {
-        return Err(AppError::Unprocessable(rec.meta.error.unwrap_or_else(|| "parse failed".to_owned())));
-    }
-    let analyzed = state.ingest.load(&rec.blob_key).await.map_err(|failure| AppError::from(&*failure))?;
-    Ok((rec, analyzed))
 }
 
 /// Rendered report pages kept, by the file's SHA-256, at most this many
@@ -255,11 +237,11 @@ fn keep_report(sha256: &str, page: bytes::Bytes) {
 /// (the findings and the main chart), and the file is never read. Rendering
 /// takes a parse slot.
 pub(crate) async fn report(State(state): State<AppState>, Path(id): Path<String>) -> AppResult<Response> {
-    let rec = record(&state, &id).await?;
+    let rec = extract::record(&state, &id).await?;
     if let Some(page) = kept_report(&rec.sha256) {
         return Ok(download(page, "text/html; charset=utf-8", &rec.name, "html"));
     }
-    let (rec, analyzed) = analyzed_record(&state, &id).await?;
+    let (rec, analyzed) = extract::analyzed_record(&state, &id).await?;
     let _slot = state.ingest.parser.permits.acquire().await.map_err(|e| AppError::Internal(e.into()))?;
     let name = rec.name.clone();
     let limit = state.settings.report_inline_max_bytes;
@@ -297,7 +279,7 @@ pub(crate) async fn chart_png(State(state): State<AppState>, Path(id): Path<Stri
 }
 
 async fn chart(state: &AppState, id: &str, format: ChartFormat) -> AppResult<Response> {
-    let (rec, analyzed) = analyzed_record(state, id).await?;
+    let (rec, analyzed) = extract::analyzed_record(state, id).await?;
     let name = rec.name.clone();
     let chart = tokio::task::spawn_blocking(move || report::main_chart(&analyzed, &name, format))
         .await

@@ -3,10 +3,9 @@
 //! the answers themselves come from `vramscope_shared::views`, the same code
 //! the dashboard runs in the browser for a file opened locally.
 
-use std::sync::Arc;
-
 use axum::Json;
 use axum::extract::{Path, Query, State};
+use vramscope_shared::error::ViewError;
 use vramscope_shared::timeline::TimelineWindow;
 use vramscope_shared::views::annotations::{AnnotationsAnswer, AnnotationsParams};
 use vramscope_shared::views::entry::{EntryAnswer, EntryParams};
@@ -16,12 +15,11 @@ use vramscope_shared::views::pools::{PoolsAnswer, PoolsParams};
 use vramscope_shared::views::search::{SearchAnswer, SearchParams};
 use vramscope_shared::views::segments::{SegmentsAnswer, SegmentsParams};
 use vramscope_shared::views::state::{AllocatorState, StateParams};
-use vramscope_shared::views::{self, Analyzed, BlocksParams, FrameJson, StateAt, TimelineParams, ViewError};
+use vramscope_shared::views::{self, BlocksParams, FrameJson, StateAt, TimelineParams};
 
-use super::snapshots::record;
+use super::extract::analyzed;
 use crate::http::AppState;
 use crate::http::error::{AppError, AppResult};
-use crate::store::SnapshotStatus;
 
 impl From<ViewError> for AppError {
     fn from(e: ViewError) -> AppError {
@@ -30,15 +28,6 @@ impl From<ViewError> for AppError {
             ViewError::BadRequest(why) => AppError::BadRequest(why),
         }
     }
-}
-
-/// The analyzed snapshot behind an id.
-pub(crate) async fn analyzed(state: &AppState, id: &str) -> AppResult<Arc<Analyzed>> {
-    let rec = record(state, id).await?;
-    if rec.status == SnapshotStatus::Failed {
-        return Err(AppError::Unprocessable(rec.meta.error.unwrap_or_else(|| "parse failed".to_owned())));
-    }
-    state.ingest.load(&rec.blob_key).await.map_err(|failure| AppError::from(&*failure))
 }
 
 /// `GET /api/v1/snapshots/{id}/timeline`: see [`views::timeline`].

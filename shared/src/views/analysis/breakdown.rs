@@ -4,8 +4,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::super::{Analyzed, ViewError};
 use crate::analysis::breakdown::{BreakdownSeries, DeviceBreakdown};
+use crate::analyzed::Analyzed;
+use crate::error::ViewError;
 use crate::timeline::MAX_PX;
 
 /// Query of the breakdown view.

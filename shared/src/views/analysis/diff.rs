@@ -6,8 +6,9 @@ use serde::{Deserialize, Serialize};
 use super::{MAX_TOP, device_snapshot};
 use crate::analysis::diff::{DeviceDiff, SnapshotDiff};
 use crate::analysis::steps::{StepSource, Steps};
+use crate::analyzed::Analyzed;
+use crate::error::ViewError;
 use crate::timeline::{Axis, Bucket, MAX_PX, Range3};
-use crate::views::{Analyzed, ViewError};
 
 /// How the two timelines of a comparison share their x axis.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

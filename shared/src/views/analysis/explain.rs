@@ -5,9 +5,10 @@ use serde::{Deserialize, Serialize};
 
 use super::device_snapshot;
 use crate::analysis::oom::{Avoidance, OomReport, SettingVerdict, explain_device};
+use crate::analyzed::Analyzed;
+use crate::error::ViewError;
 use crate::simulate::{Replayer, settings_for};
 use crate::snapshot::{DeviceSnapshot, Snapshot};
-use crate::views::{Analyzed, ViewError};
 
 /// Query of the explain view.
 #[derive(Debug, Default, Clone, Deserialize, Serialize)]

@@ -4,8 +4,9 @@ use serde::{Deserialize, Serialize};
 
 use super::{MAX_TOP, device_snapshot};
 use crate::analysis::leaks::DeviceLeaks;
+use crate::analyzed::Analyzed;
+use crate::error::ViewError;
 use crate::snapshot::DeviceSnapshot;
-use crate::views::{Analyzed, ViewError};
 
 /// Query of the leaks view.
 #[derive(Debug, Default, Clone, Deserialize, Serialize)]

@@ -26,7 +26,8 @@ pub use leaks::*;
 pub use tune::*;
 pub use whatif::*;
 
-use super::{Analyzed, ViewError};
+use crate::analyzed::Analyzed;
+use crate::error::ViewError;
 use crate::simulate::{AllocatorConfig, SimError, parse_size};
 use crate::snapshot::DeviceSnapshot;
 

@@ -3,8 +3,9 @@
 use serde::{Deserialize, Serialize};
 
 use super::{parse_capacity, tune_with_inferred_capacity};
+use crate::analyzed::Analyzed;
+use crate::error::ViewError;
 use crate::simulate::tune::{DEFAULT_GRID, TuneRow};
-use crate::views::{Analyzed, ViewError};
 
 /// Query of the tune view.
 #[derive(Debug, Default, Clone, Deserialize, Serialize)]

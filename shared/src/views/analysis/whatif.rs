@@ -4,10 +4,11 @@
 use serde::{Deserialize, Serialize};
 
 use super::{check_alloc_conf, device_snapshot, parse_capacity};
+use crate::analyzed::Analyzed;
+use crate::error::ViewError;
 use crate::simulate::{Replayer, SimOom, settings_for};
 use crate::snapshot::DeviceSnapshot;
 use crate::timeline::{Axis, Bucket, MAX_PX, Range3, TimelineWindow};
-use crate::views::{Analyzed, ViewError};
 
 /// What a replay found where it ran out of memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -8,8 +8,9 @@ use std::io::Write;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
-use super::{IndexFileError, Reader, Writer, check};
+use crate::analyzed::Analyzed;
 use crate::index::{DeviceIndexHeader, SnapshotIndex};
+use crate::index_file::{IndexFileError, Reader, Writer, check};
 use crate::snapshot::frames::{TablesHeader, load_tables, save_tables};
 use crate::snapshot::trace::TraceHeader;
 use crate::snapshot::{
@@ -17,7 +18,6 @@ use crate::snapshot::{
     Snapshot, TraceColumns,
 };
 use crate::timeline::{DeviceTimelineHeader, TimelineIndex};
-use crate::views::Analyzed;
 
 #[derive(Serialize, Deserialize)]
 struct Header {
