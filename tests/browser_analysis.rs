@@ -17,10 +17,10 @@ use std::time::Duration;
 use fantoccini::{Client, Locator};
 use serde_json::{Value, json};
 
-/// Simulated reserved and allocated (frontend/src/core/palette.rs).
+/// Simulated reserved and allocated (plot/src/palette.rs).
 const SIM_RESERVED: [u8; 3] = [130, 80, 223];
 const SIM_ALLOCATED: [u8; 3] = [26, 127, 55];
-/// Recorded reserved and allocated (frontend/src/core/palette.rs).
+/// Recorded reserved and allocated (plot/src/palette.rs).
 const REC_RESERVED: [u8; 3] = [87, 96, 106];
 const REC_ALLOCATED: [u8; 3] = [9, 105, 218];
 

@@ -13,7 +13,7 @@ use crate::common::browser::*;
 use fantoccini::{Client, Locator};
 use serde_json::{Value, json};
 
-/// The chart's colours (frontend/src/core/palette.rs) as the canvas holds them.
+/// The chart's colours (plot/src/palette.rs) as the canvas holds them.
 const CAPACITY: [u8; 3] = [219, 109, 40];
 const PREDICTED: [u8; 3] = [130, 80, 223];
 const RUNS_OUT: [u8; 3] = [207, 34, 46];

@@ -21,7 +21,7 @@ use fantoccini::actions::{InputSource, MouseActions, PointerAction};
 use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::{Value, json};
 
-/// Canvas colours of the views (frontend/src/core/palette.rs).
+/// Canvas colours of the views (plot/src/palette.rs).
 const SEG_ALLOCATED: [u8; 3] = [9, 105, 218];
 const SEG_INACTIVE: [u8; 3] = [208, 215, 222];
 const LARGEST_FREE: [u8; 3] = [26, 127, 55];

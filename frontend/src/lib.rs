@@ -9,12 +9,14 @@
 //! - [`core`]: pure, built and unit-tested natively (`cargo test -p
 //!   vramscope-frontend`): the API's JSON (`model/`, shared types
 //!   re-exported), the figures shown (`format`), the visible window and its
-//!   zoom (`viewport`), where allocations sit on the plot (`layout`) and the
-//!   drawing itself (`plot`, `chart`, generic over plotters' backends, with
-//!   `hidpi` scaling), the segment and state geometry (`blocks`), the
-//!   minimap's brush (`brush`), "Will it fit?"'s form and chart (`predict`,
-//!   `predict_chart`), stack frames grouped (`frames`), the view in
-//!   the URL (`permalink`), query strings (`url`) and the one `palette`.
+//!   zoom (`viewport`), where allocations sit on the plot (`layout`), the
+//!   timeline's drawing (`plot`) and the one `palette` (these five are the
+//!   `vramscope-plot` crate's, which `vramscope report` draws with too), the
+//!   analysis charts (`chart`, generic over plotters' backends, with `hidpi`
+//!   scaling), the segment and state geometry (`blocks`), the minimap's
+//!   brush (`brush`), "Will it fit?"'s form and chart (`predict`,
+//!   `predict_chart`), stack frames grouped (`frames`), the view in the URL
+//!   (`permalink`) and query strings (`url`).
 //! - `infra`: the browser's services: the one HTTP client (`api`, with the
 //!   token, handing `local-` ids to the worker), "latest request wins"
 //!   (`latest`), the Web Worker that answers for a file opened without
@@ -34,10 +36,6 @@
 //! everything that needs a browser is `wasm32`-only.
 
 pub mod core;
-
-// The report command (`server/src/cli/report.rs`) draws its chart with the
-// dashboard's own plotting code, under these paths.
-pub use crate::core::{layout, plot, viewport};
 
 mod infra;
 // leptos's `#[component]` gives each component a `pub` props struct, which

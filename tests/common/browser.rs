@@ -25,7 +25,7 @@ use url::Url;
 
 use crate::common::server::TestServer;
 
-/// Curve colours of the plot (frontend/src/core/palette.rs), as the canvas holds them.
+/// Curve colours of the plot (plot/src/palette.rs), as the canvas holds them.
 pub const RESERVED: [u8; 3] = [87, 96, 106];
 pub const ACTIVE: [u8; 3] = [219, 109, 40];
 pub const ALLOCATED: [u8; 3] = [9, 105, 218];

@@ -10,6 +10,7 @@ use vramscope_shared::views::state::{AllocatorState, BlockKind, Figures, StateSe
 
 use crate::core::format;
 use crate::core::model::Instant;
+use crate::core::palette::{self, Colour};
 use crate::core::viewport::Window;
 
 /// What a rectangle shows.
@@ -25,6 +26,19 @@ pub enum Fill {
     Inactive,
     /// The largest free block of the instant.
     LargestFree,
+}
+
+impl Fill {
+    /// Its colour in the palette (segment timeline, allocator state).
+    pub const fn colour(self) -> Colour {
+        match self {
+            Fill::Allocated => palette::ALLOCATED,
+            Fill::Waste => palette::WASTE,
+            Fill::PendingFree => palette::PENDING,
+            Fill::Inactive => palette::INACTIVE,
+            Fill::LargestFree => palette::LARGEST_FREE,
+        }
+    }
 }
 
 /// An axis-aligned rectangle in CSS pixels.
@@ -454,6 +468,13 @@ mod tests {
     use super::*;
     use vramscope_shared::views::segments::{Column, SegmentCell, SegmentLane};
     use vramscope_shared::views::state::{Figures, StateBlock, StateSegment};
+
+    #[test]
+    fn each_fill_has_its_palette_colour() {
+        assert_eq!(Fill::LargestFree.colour(), palette::LARGEST_FREE);
+        assert_eq!(Fill::Waste.colour(), palette::WASTE);
+        assert_eq!(Fill::Allocated.colour(), palette::ALLOCATED);
+    }
 
     fn block(addr: u64, size: u64, requested: u64, kind: BlockKind) -> StateBlock {
         StateBlock { addr, size, requested, kind, stack: 0 }

@@ -176,7 +176,7 @@ impl<B: DrawingBackend> DrawingBackend for Scaled<B> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::recorder::Recorder;
+    use vramscope_plot::recorder::Recorder;
 
     #[test]
     fn css_pixels_become_device_pixels() {

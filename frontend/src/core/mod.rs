@@ -3,22 +3,20 @@
 //! Nothing here imports the other layers (`infra`, `components`,
 //! `explorer`, `pages`); they all import from here.
 
+// The timeline's drawing and what it shares with the rest (figures,
+// colours, the visible window) are their own crate, `vramscope-plot`, which
+// `vramscope report` draws with too; here under their usual paths.
+pub use vramscope_plot::{format, layout, palette, plot, viewport};
+
 pub mod blocks;
 pub mod brush;
 pub mod chart;
-pub mod format;
 pub mod fragmentation;
 pub mod frames;
 pub mod hidpi;
-pub mod layout;
 pub mod model;
-pub mod palette;
 pub mod permalink;
-pub mod plot;
 pub mod predict;
 pub mod predict_chart;
-#[cfg(test)]
-pub(crate) mod recorder;
 pub mod track;
 pub mod url;
-pub mod viewport;

@@ -196,7 +196,7 @@ mod tests {
 
     use super::*;
     use crate::core::predict::tests::{prediction, report};
-    use crate::core::recorder::Recorder;
+    use vramscope_plot::recorder::Recorder;
 
     fn outcome() -> Outcome {
         let mut r = report(

@@ -200,7 +200,7 @@ fn placement(d: &SegmentsAnswer, view: Window, (left, width): (f64, f64)) -> (f6
 fn draw_columns(ctx: &CanvasRenderingContext2d, d: &SegmentsAnswer, view: Window, (left, width): (f64, f64)) {
     let placed = placement(d, view, (left, width));
     let dpr = canvas::ratio();
-    let raster = blocks::segment_raster(d, placed, (left, width), dpr, |fill| palette::fill(fill).bytes());
+    let raster = blocks::segment_raster(d, placed, (left, width), dpr, |fill| fill.colour().bytes());
     if let Ok(image) = web_sys::ImageData::new_with_u8_clamped_array_and_sh(
         wasm_bindgen::Clamped(&raster.rgba),
         raster.width as u32,

@@ -128,7 +128,7 @@ impl Panel {
             let (placed, height) = blocks::state_rects(s, css_w);
             let Some(canvas_ctx) = canvas::context(&canvas, css_w, height) else { return };
             for r in &placed {
-                canvas::fill(&canvas_ctx, palette::fill(r.fill).css(), r.x, r.y, r.w.max(0.5), r.h);
+                canvas::fill(&canvas_ctx, r.fill.colour().css(), r.x, r.y, r.w.max(0.5), r.h);
             }
             for (i, seg) in s.segments.iter().enumerate() {
                 let y = i as f64 * (blocks::ROW_HEIGHT + blocks::ROW_GAP) + 11.0;

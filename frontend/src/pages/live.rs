@@ -410,7 +410,7 @@ mod page {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::recorder::Recorder;
+    use vramscope_plot::recorder::Recorder;
 
     fn sample(t_ms: i64, allocated: i64, reserved: i64) -> Sample {
         Sample {

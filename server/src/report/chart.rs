@@ -1,5 +1,5 @@
 //! The main chart of a snapshot as SVG or PNG, drawn by the dashboard's own
-//! plotting code (`vramscope_frontend::plot`) natively.
+//! plotting code (`vramscope_plot::plot`) natively.
 
 use anyhow::{Context, anyhow};
 
@@ -19,7 +19,7 @@ pub(crate) enum ChartFormat {
 
 /// The main chart of a snapshot: the timeline of the device with the
 /// longest trace, whole trace, as the dashboard draws it
-/// (`vramscope_frontend::plot`), titled with the file's `name`, in SVG text
+/// (`vramscope_plot::plot`), titled with the file's `name`, in SVG text
 /// or PNG bytes. Fails when no device has a trace.
 pub(crate) fn main_chart(
     analyzed: &vramscope_shared::analyzed::Analyzed,
@@ -107,7 +107,7 @@ fn draw_main_chart<DB: plotters::prelude::DrawingBackend>(
     window: &vramscope_shared::timeline::TimelineWindow,
     title: &str,
 ) -> anyhow::Result<()> {
-    use vramscope_frontend::{layout, plot, viewport::Window};
+    use vramscope_plot::{layout, plot, viewport::Window};
 
     let bars = layout::stack(&window.allocations);
     let scene = plot::Scene {

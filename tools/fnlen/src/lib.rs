@@ -180,7 +180,7 @@ fn quote_type(ty: &syn::Type) -> String {
 /// `src/lib.rs`, `src/main.rs` and `build.rs`; tests, benches, examples and
 /// fuzz targets are not production code).
 pub fn workspace_roots(workspace: &Path) -> Vec<PathBuf> {
-    let mut crates = vec![workspace.join("shared"), workspace.join("server"), workspace.join("frontend")];
+    let mut crates = ["shared", "plot", "server", "frontend"].map(|c| workspace.join(c)).to_vec();
     if let Ok(entries) = std::fs::read_dir(workspace.join("tools")) {
         let mut tools: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
         tools.sort();

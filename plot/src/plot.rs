@@ -19,9 +19,9 @@ use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 use vramscope_shared::timeline::{Axis, Bucket, MarkerKind, Range3, TimelineWindow};
 
-use crate::core::layout::{Bar, Geometry};
-use crate::core::viewport::{ByteRange, Window};
-use crate::core::{format, palette};
+use crate::layout::{Bar, Geometry};
+use crate::viewport::{ByteRange, Window};
+use crate::{format, palette};
 
 // The palette's colours in plotters' form (`palette` defines them).
 const BACKGROUND: RGBColor = palette::BACKGROUND.rgb();
@@ -43,7 +43,7 @@ const LABEL: RGBColor = palette::LABEL.rgb();
 pub struct Scene<'a> {
     /// The data.
     pub data: &'a TimelineWindow,
-    /// The allocations of `data`, stacked ([`crate::core::layout::stack`]).
+    /// The allocations of `data`, stacked ([`crate::layout::stack`]).
     pub bars: &'a [Bar],
     /// The x window to show.
     pub view: Window,
@@ -369,8 +369,8 @@ mod tests {
     use vramscope_shared::timeline::TimelineIndex;
 
     use super::*;
-    use crate::core::layout::{hit, stack};
-    use crate::core::recorder::{Log, Recorder};
+    use crate::layout::{hit, stack};
+    use crate::recorder::{Log, Recorder};
 
     const RECORDER_HEIGHT: u32 = 400;
 

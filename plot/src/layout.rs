@@ -18,7 +18,7 @@
 
 use vramscope_shared::timeline::VisibleAllocation;
 
-use crate::core::viewport::Window;
+use crate::viewport::Window;
 
 /// A visible allocation placed on the plot.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

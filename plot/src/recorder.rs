@@ -11,26 +11,26 @@ use plotters_backend::{BackendColor, BackendCoord, BackendStyle, BackendTextStyl
 
 /// What was drawn, in the backend's pixels.
 #[derive(Debug, Default)]
-pub(crate) struct Log {
+pub struct Log {
     /// Filled polygons.
-    pub(crate) polygons: Vec<(RGBColor, Vec<BackendCoord>)>,
+    pub polygons: Vec<(RGBColor, Vec<BackendCoord>)>,
     /// Rectangles: colour, filled, corners.
-    pub(crate) rects: Vec<(RGBColor, bool, BackendCoord, BackendCoord)>,
+    pub rects: Vec<(RGBColor, bool, BackendCoord, BackendCoord)>,
     /// Lines: colour, points, stroke width.
-    pub(crate) paths: Vec<(RGBColor, Vec<BackendCoord>, u32)>,
+    pub paths: Vec<(RGBColor, Vec<BackendCoord>, u32)>,
     /// Texts: the text, where, font size.
-    pub(crate) texts: Vec<(String, BackendCoord, f64)>,
+    pub texts: Vec<(String, BackendCoord, f64)>,
 }
 
 /// The recording backend, `size` pixels large.
-pub(crate) struct Recorder {
+pub struct Recorder {
     size: (u32, u32),
     log: Rc<RefCell<Log>>,
 }
 
 impl Recorder {
     /// A recorder of `size` and the handle to its log.
-    pub(crate) fn new(size: (u32, u32)) -> (Recorder, Rc<RefCell<Log>>) {
+    pub fn new(size: (u32, u32)) -> (Recorder, Rc<RefCell<Log>>) {
         let log = Rc::new(RefCell::new(Log::default()));
         (Recorder { size, log: Rc::clone(&log) }, log)
     }

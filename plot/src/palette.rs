@@ -8,8 +8,6 @@
 
 use plotters::style::RGBColor;
 
-use super::blocks::Fill;
-
 /// A colour of the palette.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Colour {
@@ -170,17 +168,6 @@ pub const BARS: [Colour; 10] = [
 pub const LEVELS: [Colour; 4] =
     [Colour::hex("#ddf4ff"), Colour::hex("#fff8c5"), Colour::hex("#fbefff"), Colour::hex("#dafbe1")];
 
-/// The colour of a part of a segment (segment timeline, allocator state).
-pub const fn fill(fill: Fill) -> Colour {
-    match fill {
-        Fill::Allocated => ALLOCATED,
-        Fill::Waste => WASTE,
-        Fill::PendingFree => PENDING,
-        Fill::Inactive => INACTIVE,
-        Fill::LargestFree => LARGEST_FREE,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -193,7 +180,6 @@ mod tests {
         assert_eq!(BARS[0].rgb(), RGBColor(140, 190, 230));
         assert_eq!(BARS[9].bytes(), [175, 185, 200]);
         assert_eq!(Colour::hex("#ABCDEF").bytes(), [0xab, 0xcd, 0xef]);
-        assert_eq!(fill(Fill::LargestFree), GREEN);
         assert_eq!(RESERVED.css_with_alpha(0.25), "rgba(87,96,106,0.25)");
     }
 }
