@@ -459,8 +459,8 @@ fn regression_check_takes_memory_in_use_before_the_trace_as_a_baseline() {
 #[test]
 fn regression_the_second_test_of_a_pytest_run_passes_with_its_true_allocated_peak() {
     let file = corpus("pytest_second_test.pickle");
-    let truth: Value = serde_json::from_slice(&std::fs::read(corpus("pytest_second_test.truth.json")).expect("truth"))
-        .expect("JSON");
+    let truth: Value =
+        serde_json::from_slice(&std::fs::read(corpus("pytest_second_test.truth.json")).expect("truth")).expect("JSON");
     let out = run(&["--max-allocated-peak", "80GiB", "--json"], &[&file]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let report: Value = serde_json::from_slice(&out.stdout).expect("JSON");
