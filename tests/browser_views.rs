@@ -749,3 +749,40 @@ async fn regression_every_chart_says_what_its_axes_and_colours_are() {
     })
     .await;
 }
+
+/// The timeline's legend named the "OOM" and "trace start" markers on every
+/// snapshot, even one with neither; it names only those the window drawn
+/// has, as the report's chart does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_the_timeline_legend_names_only_the_markers_drawn() {
+    let (_server, url) = start_server(&scratch("views-legend"), &[]);
+    assert_dashboard_built(&url).await;
+    let (_driver, driver_url) = start_chromedriver();
+    let client = connect(&driver_url, "profile-views-legend").await;
+    closing(&client, legend_markers(&client, &url)).await;
+}
+
+/// The legend's text once the timeline has drawn `file` (a corpus file).
+async fn legend_once_drawn(client: &Client, url: &str, file: &str) -> String {
+    let id = upload(url, &crate::common::fixture_corpus().join(file)).await;
+    client.goto(&format!("{url}/snapshots/{id}")).await.expect("open the snapshot");
+    until(client, 30, "the timeline drawn", || async {
+        let (_, c) = colours(client, "timeline", &[ALLOCATED]).await?;
+        (c[0] > 100).then_some(())
+    })
+    .await;
+    scroll_to(client, "timeline").await;
+    text_of(client, ".legend").await.expect("the legend")
+}
+
+async fn legend_markers(client: &Client, url: &str) {
+    // streams: no OOM, and the trace starts from an empty allocator.
+    let legend = legend_once_drawn(client, url, "streams.pickle").await;
+    screenshot(client, "views-10-legend-no-markers").await;
+    assert!(legend.contains("allocated"), "{legend}");
+    assert!(!legend.contains("OOM") && !legend.contains("trace start"), "no markers drawn: {legend}");
+    // oom_leak: one OOM, no wrap: the OOM's key alone.
+    let legend = legend_once_drawn(client, url, "oom_leak.pickle").await;
+    assert!(legend.contains("OOM") && !legend.contains("trace start"), "the OOM alone: {legend}");
+    screenshot(client, "views-11-legend-oom").await;
+}

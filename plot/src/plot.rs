@@ -17,7 +17,7 @@ use plotters::coord::Shift;
 use plotters::coord::combinators::BindKeyPoints;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
-use vramscope_shared::timeline::{Axis, Bucket, MarkerKind, Range3, TimelineWindow};
+use vramscope_shared::timeline::{Axis, Bucket, Marker, MarkerKind, Range3, TimelineWindow};
 
 use crate::layout::{Bar, Geometry};
 use crate::viewport::{ByteRange, Window};
@@ -275,8 +275,8 @@ pub const LEGEND: [(&str, RGBColor, LegendKey); 6] = [
         palette::BARS[0].rgb(),
         LegendKey::Bar,
     ),
-    ("OOM", OOM, LegendKey::Line),
-    ("trace start (earlier history lost)", WINDOW_START, LegendKey::Line),
+    ("OOM", OOM, LegendKey::Line(MarkerKind::Oom)),
+    ("trace start (earlier history lost)", WINDOW_START, LegendKey::Line(MarkerKind::WindowStart)),
 ];
 
 /// How a legend entry is drawn.
@@ -286,8 +286,16 @@ pub enum LegendKey {
     Curve,
     /// An allocation bar.
     Bar,
-    /// A vertical marker line.
-    Line,
+    /// A vertical marker line, in the legend only when the chart has one
+    /// of its kind ([`has_marker`]).
+    Line(MarkerKind),
+}
+
+/// Whether `markers` (a window's) hold one of `kind`: a legend names a
+/// marker only when the chart shows one (the image's legend here, the
+/// dashboard's beside its canvas).
+pub fn has_marker(markers: &[Marker], kind: MarkerKind) -> bool {
+    markers.iter().any(|m| m.kind == kind)
 }
 
 /// Height of a framed chart's title rows ([`draw_framed`]).
@@ -321,15 +329,11 @@ pub fn draw_framed<DB: DrawingBackend>(
     bottom.draw(&Text::new(x_title, (mid, 2), centre)).map_err(err)?;
     // The legend, in rows: a swatch, then its label; a marker's entry only
     // when the chart has one.
-    let shown = |colour: RGBColor| {
-        scene.data.markers.iter().any(|m| match m.kind {
-            MarkerKind::Oom => colour == OOM,
-            MarkerKind::WindowStart => colour == WINDOW_START,
-        })
-    };
     let (mut x, mut y) = (10, 20);
     for (label, colour, key) in LEGEND {
-        if key == LegendKey::Line && !shown(colour) {
+        if let LegendKey::Line(kind) = key
+            && !has_marker(&scene.data.markers, kind)
+        {
             continue;
         }
         let text = left(11, &LABEL);
@@ -339,7 +343,7 @@ pub fn draw_framed<DB: DrawingBackend>(
             (x, y) = (10, y + 16);
         }
         match key {
-            LegendKey::Line => bottom.draw(&Rectangle::new([(x + 6, y), (x + 8, y + 12)], colour.filled())),
+            LegendKey::Line(_) => bottom.draw(&Rectangle::new([(x + 6, y), (x + 8, y + 12)], colour.filled())),
             LegendKey::Bar => bottom.draw(&Rectangle::new([(x, y + 2), (x + 14, y + 11)], colour.mix(0.6).filled())),
             LegendKey::Curve => {
                 bottom.draw(&Rectangle::new([(x, y + 2), (x + 14, y + 11)], colour.mix(0.3).filled())).and_then(|()| {
@@ -469,6 +473,15 @@ mod tests {
     }
 
     #[test]
+    fn a_marker_is_in_the_legend_only_when_the_window_has_one() {
+        let marker = |kind| Marker { x: 0, row: 0, kind, count: 1 };
+        assert!(!has_marker(&[], MarkerKind::Oom) && !has_marker(&[], MarkerKind::WindowStart));
+        let ooms = [marker(MarkerKind::Oom), marker(MarkerKind::Oom)];
+        assert!(has_marker(&ooms, MarkerKind::Oom) && !has_marker(&ooms, MarkerKind::WindowStart));
+        assert!(has_marker(&[marker(MarkerKind::WindowStart)], MarkerKind::WindowStart));
+    }
+
+    #[test]
     fn a_framed_chart_has_its_title_axis_titles_and_legend_and_its_curves_inside_the_plot() {
         let data = oom_leak_window(Axis::Event, 900);
         let bars = stack(&data.allocations);
@@ -491,7 +504,7 @@ mod tests {
         }
         for (label, _, key) in LEGEND {
             // oom_leak's trace starts empty: no "trace start" marker, so no entry.
-            let drawn = key != LegendKey::Line || label == "OOM";
+            let drawn = key != LegendKey::Line(MarkerKind::WindowStart);
             assert_eq!(texts.contains(&label), drawn, "legend entry {label:?} in {texts:?}");
         }
         // The plot sits between the title and the legend, and the curves in

@@ -37,7 +37,7 @@ use super::track::Track;
 use crate::core::format;
 use crate::core::hidpi::Scaled;
 use crate::core::layout::{Bar, Geometry};
-use crate::core::model::{Axis, TimelineWindow, VisibleAllocation};
+use crate::core::model::{Axis, MarkerKind, TimelineWindow, VisibleAllocation};
 use crate::core::plot::{self, Scene};
 use crate::core::viewport::Window;
 use crate::explorer::DeviceContext;
@@ -345,14 +345,17 @@ pub(crate) fn Timeline(ctx: DeviceContext) -> impl IntoView {
             </div>
             <Track ctx=ctx/>
             <Minimap ctx=ctx/>
-            <Legend axis=axis/>
+            <Legend axis=axis data=t.data/>
             <Details ctx=ctx hovered=hovered pinned=pinned/>
         </section>
     }
 }
 
 #[component]
-fn Legend(axis: RwSignal<Option<Axis>>) -> impl IntoView {
+fn Legend(axis: RwSignal<Option<Axis>>, data: RwSignal<Option<Arc<Prepared>>>) -> impl IntoView {
+    // A marker's key only when the window drawn has one of its kind, as in
+    // the report's chart (`plot::has_marker`).
+    let has = move |kind| data.with(|d| d.as_ref().is_some_and(|d| plot::has_marker(&d.window.markers, kind)));
     let swatch = |class: &'static str, label: &'static str, title: &'static str| {
         view! {
             <span class="key" title=title>
@@ -367,8 +370,10 @@ fn Legend(axis: RwSignal<Option<Axis>>) -> impl IntoView {
             {swatch("active", "active", "Requested bytes of allocated and pending-free blocks")}
             {swatch("allocated", "allocated", "Requested bytes of allocated blocks")}
             {swatch("bars", "allocations", "The largest allocations of the window, stacked first-fit in allocation order, coloured by stack. A thin bar across the whole trace is one allocated before the trace or never freed; point at it for its size and stack")}
-            {swatch("oom", "OOM", "An allocation failed")}
-            {swatch("window-start", "trace start", "The ring buffer wrapped: history before this is lost")}
+            <Show when=move || has(MarkerKind::Oom)>{swatch("oom", "OOM", "An allocation failed")}</Show>
+            <Show when=move || has(MarkerKind::WindowStart)>
+                {swatch("window-start", "trace start", "The ring buffer wrapped: history before this is lost")}
+            </Show>
             <span class="axis-caption">{move || axis.get().map(plot::x_axis_caption)}</span>
             <span class="hint">"Bands: the range in each pixel column; lines: the value at its end. A bar running across the whole chart is an allocation made before the trace or never freed. Scroll to zoom, Shift+scroll or ]/[ to zoom on memory (smaller allocations appear), drag or ←/→ to pan, 0 to reset."</span>
         </div>
