@@ -30,22 +30,7 @@ async fn live_page_streams_charts_and_captures_now() {
     let dir = scratch("live-data");
     let (_server, url) = start_server(&dir.join("data"), &[]);
     assert_dashboard_built(&url).await;
-    let job = crate::common::workspace_root().join("tests/fixtures/fake_job.py");
-    let snapshot = crate::common::fixture_corpus().join("state_only.pickle");
-    let _agent = Process(
-        Command::new(env!("CARGO_BIN_EXE_vramscope"))
-            .args(["agent", "--server", &url, "--job", "livejob", "--interval", "200ms", "--spool-dir"])
-            .arg(dir.join("spool"))
-            .args(["--", "python3"])
-            .arg(&job)
-            .args(["--seconds", "60", "--peak", "0.4", "--snapshot"])
-            .arg(&snapshot)
-            .env_remove("PYTHONPATH")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("agent"),
-    );
+    let _agent = start_agent(&url, "livejob", &dir.join("spool"), &[]);
     let (_driver, driver_url) = start_chromedriver();
     let client = connect(&driver_url, "live-profile").await;
     client.goto(&format!("{url}/live")).await.expect("open /live");
@@ -77,20 +62,7 @@ async fn live_page_streams_charts_and_captures_now() {
 
     // A process on cudaMallocAsync: telemetry, and the page says why no
     // snapshot can be taken.
-    let _async_agent = Process(
-        Command::new(env!("CARGO_BIN_EXE_vramscope"))
-            .args(["agent", "--server", &url, "--job", "asyncjob", "--interval", "200ms", "--spool-dir"])
-            .arg(dir.join("spool-async"))
-            .args(["--", "python3"])
-            .arg(&job)
-            .args(["--seconds", "60", "--peak", "0.4", "--backend", "cudaMallocAsync", "--snapshot"])
-            .arg(&snapshot)
-            .env_remove("PYTHONPATH")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("agent"),
-    );
+    let _async_agent = start_agent(&url, "asyncjob", &dir.join("spool-async"), &["--backend", "cudaMallocAsync"]);
     client.goto(&format!("{url}/live")).await.expect("open /live");
     let href = until(&client, 30, "the cudaMallocAsync source", || async {
         let links = client.find_all(Locator::Css("tr.live-source a")).await.ok()?;
@@ -132,4 +104,28 @@ async fn live_page_streams_charts_and_captures_now() {
     screenshot(&client, "snapshot-outside-allocator").await;
     client.close().await.expect("close");
     tokio::time::sleep(Duration::from_millis(100)).await;
+}
+
+/// `vramscope agent` sending to `url` as job `job`, spooling in `spool`,
+/// around the fake job (a minute at 40% of its memory, `extra` arguments,
+/// `state_only.pickle` as its snapshot); stopped when dropped.
+fn start_agent(url: &str, job: &str, spool: &std::path::Path, extra: &[&str]) -> Process {
+    let script = crate::common::workspace_root().join("tests/fixtures/fake_job.py");
+    let snapshot = crate::common::fixture_corpus().join("state_only.pickle");
+    Process(
+        Command::new(env!("CARGO_BIN_EXE_vramscope"))
+            .args(["agent", "--server", url, "--job", job, "--interval", "200ms", "--spool-dir"])
+            .arg(spool)
+            .args(["--", "python3"])
+            .arg(&script)
+            .args(["--seconds", "60", "--peak", "0.4"])
+            .args(extra)
+            .arg("--snapshot")
+            .arg(&snapshot)
+            .env_remove("PYTHONPATH")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("agent"),
+    )
 }

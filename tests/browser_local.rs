@@ -75,12 +75,7 @@ async fn regression_a_local_page_asks_the_server_nothing_about_its_id(client: &C
 async fn open_locally(client: &Client, url: &str) {
     let client = client.clone();
     client.goto(&format!("{url}/")).await.expect("open the library");
-    let input = client
-        .wait()
-        .at_most(Duration::from_secs(30))
-        .for_element(Locator::Css("#local-file-input"))
-        .await
-        .expect("the local-file picker");
+    let input = local_picker(&client).await;
 
     // A file that is no snapshot: the reader's reason, in the page.
     let not_a_snapshot = scratch("local-files").join("notes.pickle");
@@ -164,12 +159,7 @@ async fn regression_compare_from_a_local_file_page() {
 /// Open `name` from the corpus through the library's local-file picker
 /// (reached in the page, so earlier local files stay open); its page's path.
 async fn open_in_tab(client: &Client, name: &str) -> String {
-    let input = client
-        .wait()
-        .at_most(Duration::from_secs(30))
-        .for_element(Locator::Css("#local-file-input"))
-        .await
-        .expect("the local-file picker");
+    let input = local_picker(client).await;
     let before = client.current_url().await.expect("url").path().to_owned();
     let fixture = crate::common::fixture_corpus().join(name);
     input.send_keys(&fixture.to_string_lossy()).await.expect("choose the snapshot");
@@ -246,4 +236,14 @@ async fn compare_locally(client: &Client, url: &str, uploaded: &str) {
         .await
         .expect("resource timing");
     assert_eq!(asked, serde_json::json!([]), "the server was asked about a local file");
+}
+
+/// The library's "Open a local file" input, once the page shows it.
+async fn local_picker(client: &Client) -> fantoccini::elements::Element {
+    client
+        .wait()
+        .at_most(Duration::from_secs(30))
+        .for_element(Locator::Css("#local-file-input"))
+        .await
+        .expect("the local-file picker")
 }

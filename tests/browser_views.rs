@@ -18,7 +18,7 @@ use crate::common::browser::*;
 use std::time::Duration;
 
 use fantoccini::actions::{InputSource, MouseActions, PointerAction};
-use fantoccini::{Client, ClientBuilder, Locator};
+use fantoccini::{Client, Locator};
 use serde_json::{Value, json};
 
 /// Canvas colours of the views (plot/src/palette.rs).
@@ -443,29 +443,6 @@ async fn explore(client: &Client, url: &str) {
     .await;
     eprintln!("annotation pixels: {lanes:?}");
     screenshot(&client, "views-8-annotations").await;
-}
-
-/// Chromium at a given device pixel ratio (the harness's `connect` pins 1).
-async fn connect_scaled(driver: &str, profile: &str, scale: u32) -> Client {
-    let browser = find_program("VRAMSCOPE_CHROMIUM", &["chromium", "chromium-browser", "google-chrome"]);
-    let profile = scratch(profile);
-    let capabilities = json!({
-        "goog:chromeOptions": {
-            "binary": browser,
-            "args": [
-                "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
-                "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                "--disable-dev-shm-usage", "--window-size=1400,1500", format!("--force-device-scale-factor={scale}"),
-                format!("--user-data-dir={}", profile.display()),
-            ],
-        }
-    });
-    let Value::Object(capabilities) = capabilities else { unreachable!("a JSON object") };
-    ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
-        .capabilities(capabilities)
-        .connect(driver)
-        .await
-        .unwrap_or_else(|e| panic!("chromedriver at {driver} could not start Chromium: {e}: {SETUP_HINT}"))
 }
 
 async fn hidpi(client: &Client, url: &str) {

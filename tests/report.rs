@@ -37,6 +37,22 @@ fn vramscope(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_vramscope")).args(args).output().expect("run vramscope")
 }
 
+/// `vramscope report` on the corpus's `oom_leak.pickle`, written into `dir`
+/// as `oom_leak.html`, with the charts of `charts` (`("--svg", path)`,
+/// `("--png", path)`); returns the HTML file's path once it succeeded.
+fn report_oom_leak(dir: &std::path::Path, charts: &[(&str, &std::path::Path)]) -> std::path::PathBuf {
+    let html = dir.join("oom_leak.html");
+    let fixture = crate::common::fixture_corpus().join("oom_leak.pickle");
+    let mut args = vec!["report".to_owned(), fixture.to_string_lossy().into_owned(), "-o".to_owned()];
+    args.push(html.to_string_lossy().into_owned());
+    for (flag, path) in charts {
+        args.extend([(*flag).to_owned(), path.to_string_lossy().into_owned()]);
+    }
+    let out = vramscope(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    html
+}
+
 #[test]
 fn report_refuses_what_is_no_snapshot() {
     let dir = scratch("report-bad");
@@ -53,18 +69,8 @@ fn report_refuses_what_is_no_snapshot() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_report_opens_from_disk_with_the_network_off() {
     let dir = scratch("report");
-    let html = dir.join("oom_leak.html");
-    let fixture = crate::common::fixture_corpus().join("oom_leak.pickle");
     let svg = dir.join("oom_leak.svg");
-    let out = vramscope(&[
-        "report",
-        &fixture.to_string_lossy(),
-        "-o",
-        &html.to_string_lossy(),
-        "--svg",
-        &svg.to_string_lossy(),
-    ]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let html = report_oom_leak(&dir, &[("--svg", &svg)]);
     // The chart drawn natively by the dashboard's plot code: the curves in
     // their colours and the OOM marker's label.
     let chart = std::fs::read_to_string(&svg).expect("the SVG");
@@ -144,17 +150,8 @@ fn assert_oom_leak_chart(image: &Image) {
 #[test]
 fn png_chart_is_drawn_with_the_embedded_font() {
     let dir = scratch("report-png");
-    let fixture = crate::common::fixture_corpus().join("oom_leak.pickle");
-    let (html, png_path) = (dir.join("oom_leak.html"), dir.join("oom_leak.png"));
-    let out = vramscope(&[
-        "report",
-        &fixture.to_string_lossy(),
-        "-o",
-        &html.to_string_lossy(),
-        "--png",
-        &png_path.to_string_lossy(),
-    ]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let png_path = dir.join("oom_leak.png");
+    let html = report_oom_leak(&dir, &[("--png", &png_path)]);
     assert!(html.exists(), "the HTML report is still written");
     assert_oom_leak_chart(&decode_png(&std::fs::read(&png_path).expect("the PNG")));
 }
@@ -167,17 +164,9 @@ async fn the_server_exports_the_same_report() {
     let server = crate::common::server::TestServer::start_in(&dir, &[]);
     let url = server.url.clone();
     let client = reqwest::Client::new();
-    let bytes = std::fs::read(crate::common::fixture_corpus().join("oom_leak.pickle")).expect("fixture");
-    let answer: serde_json::Value = client
-        .post(format!("{url}/api/v1/snapshots?name=oom_leak.pickle"))
-        .body(bytes.clone())
-        .send()
-        .await
-        .expect("upload")
-        .json()
-        .await
-        .expect("JSON");
-    let id = answer["id"].as_str().expect("id");
+    let fixture = crate::common::fixture_corpus().join("oom_leak.pickle");
+    let bytes = std::fs::read(&fixture).expect("fixture");
+    let id = upload(&url, &fixture).await;
     let get = |what: &str| client.get(format!("{url}/api/v1/snapshots/{id}/{what}")).send();
 
     let response = get("report.html").await.expect("report");
@@ -279,19 +268,8 @@ async fn regression_offline_report_shows_only_what_works_offline() {
 #[test]
 fn regression_the_chart_file_says_what_it_draws() {
     let dir = scratch("report-chart-legend");
-    let fixture = crate::common::fixture_corpus().join("oom_leak.pickle");
-    let (html, svg_path, png_path) = (dir.join("oom_leak.html"), dir.join("oom_leak.svg"), dir.join("oom_leak.png"));
-    let out = vramscope(&[
-        "report",
-        &fixture.to_string_lossy(),
-        "-o",
-        &html.to_string_lossy(),
-        "--svg",
-        &svg_path.to_string_lossy(),
-        "--png",
-        &png_path.to_string_lossy(),
-    ]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let (svg_path, png_path) = (dir.join("oom_leak.svg"), dir.join("oom_leak.png"));
+    report_oom_leak(&dir, &[("--svg", &svg_path), ("--png", &png_path)]);
     let svg = std::fs::read_to_string(&svg_path).expect("the SVG");
     let texts: Vec<&str> = svg.split("<text").filter_map(|t| t.split('>').nth(1)?.split("</text").next()).collect();
     let has = |want: &str| texts.iter().any(|t| t.trim() == want);

@@ -105,7 +105,14 @@ pub fn start_chromedriver() -> (Process, String) {
     (process, format!("http://127.0.0.1:{port}"))
 }
 
+/// Headless Chromium through chromedriver at `driver`, with its own
+/// `profile` folder, at a device pixel ratio of 1.
 pub async fn connect(driver: &str, profile: &str) -> Client {
+    connect_scaled(driver, profile, 1).await
+}
+
+/// Like [`connect`], at a device pixel ratio of `scale` (HiDPI tests).
+pub async fn connect_scaled(driver: &str, profile: &str, scale: u32) -> Client {
     let browser = find_program("VRAMSCOPE_CHROMIUM", &["chromium", "chromium-browser", "google-chrome"]);
     let profile = scratch(profile);
     let capabilities = json!({
@@ -116,7 +123,7 @@ pub async fn connect(driver: &str, profile: &str) -> Client {
             "args": [
                 "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                "--disable-dev-shm-usage", "--window-size=1400,1500", "--force-device-scale-factor=1",
+                "--disable-dev-shm-usage", "--window-size=1400,1500", format!("--force-device-scale-factor={scale}"),
                 format!("--user-data-dir={}", profile.display()),
             ],
         }
