@@ -66,11 +66,13 @@ pub(crate) fn figure_rows(
 ) -> Vec<(&'static str, Option<u64>, Option<u64>)> {
     let both = |pick: Pick| (a.and_then(pick), b.and_then(pick));
     let rows: [(&'static str, Pick); 6] = [
-        ("reserved", |s| Some(s.reserved_bytes)),
+        // The figures of the snapshot's end, said so like the largest free
+        // block's (the peaks are over the whole trace).
+        ("reserved at the end", |s| Some(s.reserved_bytes)),
         ("reserved peak", |s| s.reserved_peak_bytes),
-        ("allocated", |s| Some(s.allocated_bytes)),
+        ("allocated at the end", |s| Some(s.allocated_bytes)),
         ("requested peak", |s| s.requested_peak_bytes),
-        ("cached, not in use", |s| Some(s.reserved_unallocated_bytes)),
+        ("cached, not in use at the end", |s| Some(s.reserved_unallocated_bytes)),
         // Like the snapshot page's card: the figure is the snapshot's end's.
         ("largest free block at the end", |s| Some(s.largest_free_block_bytes)),
     ];
@@ -479,9 +481,29 @@ mod tests {
         let d = &stats.devices[0];
         let rows = figure_rows(Some(d), None);
         assert_eq!(rows.len(), 6);
-        assert_eq!(rows[0], ("reserved", Some(d.reserved_bytes), None));
+        assert_eq!(rows[0], ("reserved at the end", Some(d.reserved_bytes), None));
         assert_eq!(rows[5], ("largest free block at the end", Some(d.largest_free_block_bytes), None));
         assert_eq!(figure_cells(Some(1024), None), ["1.00 KiB".to_owned(), "-".to_owned(), String::new()]);
         assert_eq!(figure_cells(Some(2048), Some(1024))[2], format::signed_bytes(-1024));
+    }
+
+    /// "reserved", "allocated" and "cached, not in use" are the snapshot's
+    /// end's figures, beside peaks over the whole trace, and did not say so.
+    #[test]
+    fn regression_the_end_of_snapshot_figures_say_when_they_are() {
+        let a = fixture("oom_leak");
+        let stats = a.snapshot.stats();
+        let labels: Vec<&str> = figure_rows(Some(&stats.devices[0]), None).iter().map(|r| r.0).collect();
+        assert_eq!(
+            labels,
+            [
+                "reserved at the end",
+                "reserved peak",
+                "allocated at the end",
+                "requested peak",
+                "cached, not in use at the end",
+                "largest free block at the end",
+            ]
+        );
     }
 }
