@@ -10,7 +10,6 @@
 
 use crate::common::browser::*;
 
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use fantoccini::{Client, Locator};
@@ -34,15 +33,6 @@ async fn api(url: &str, path: &str) -> Value {
 
 fn fixture(name: &str) -> Vec<u8> {
     std::fs::read(crate::common::fixture_corpus().join(name)).expect("fixture")
-}
-
-fn gzip(bytes: &[u8]) -> Vec<u8> {
-    use std::io::Write;
-    let mut child = Command::new("gzip").arg("-c").stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().expect("gzip");
-    child.stdin.take().expect("stdin").write_all(bytes).expect("write to gzip");
-    let out = child.wait_with_output().expect("gzip output");
-    assert!(out.status.success());
-    out.stdout
 }
 
 async fn count(client: &Client, css: &str) -> usize {
@@ -131,7 +121,7 @@ async fn compare_the_ranks_of_a_job(client: &Client, url: &str) {
     let rank0 = upload(url, mlp.clone(), "name=rank0.pickle&job=llama-run7&host=node-0&rank=0").await;
     // The same run, gzip-compressed as an agent may send it: another file,
     // the same figures.
-    let _rank1 = upload(url, gzip(&mlp), "name=rank1.pickle.gz&job=llama-run7&host=node-0&rank=1").await;
+    let _rank1 = upload(url, crate::common::gzip(&mlp), "name=rank1.pickle.gz&job=llama-run7&host=node-0&rank=1").await;
     let rank2 =
         upload(url, fixture("oom_leak.pickle"), "name=rank2.pickle&job=llama-run7&host=node-1&rank=2&trigger=oom")
             .await;

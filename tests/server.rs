@@ -5,7 +5,7 @@
 //! starts both (scripts/services) and exports their addresses.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use crate::common::server::{TestServer, client, create_token, unique_dir};
@@ -128,7 +128,7 @@ async fn twenty_concurrent_uploads_read_back_identical() {
         let name = names[i % names.len()];
         // Make every upload distinct (gzip of the file with a different mtime
         // byte), so that dedup does not merge them; the reader sees through gzip.
-        let mut bytes = gzip(&corpus_file(name));
+        let mut bytes = crate::common::gzip(&corpus_file(name));
         bytes[4] = i as u8;
         let url = server.api(&format!("/snapshots?name={name}-{i}"));
         tasks.push(tokio::spawn(async move {
@@ -147,19 +147,6 @@ async fn twenty_concurrent_uploads_read_back_identical() {
     }
     let (_, page) = get_json(&server.api("/snapshots?limit=100")).await;
     assert_eq!(page["items"].as_array().expect("items").len(), 20);
-}
-
-fn gzip(bytes: &[u8]) -> Vec<u8> {
-    let mut child = Command::new("gzip").arg("-c").stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().expect("gzip");
-    let mut stdin = child.stdin.take().expect("stdin");
-    let data = bytes.to_vec();
-    let writer = std::thread::spawn(move || {
-        use std::io::Write;
-        stdin.write_all(&data).expect("write");
-    });
-    let out = child.wait_with_output().expect("gzip output");
-    writer.join().expect("writer");
-    out.stdout
 }
 
 #[tokio::test]
@@ -482,7 +469,7 @@ async fn multipart_and_gzip_uploads_and_compressed_answers() {
     assert_eq!(rec["tags"], serde_json::json!(["a", "b"]));
 
     // A gzip-encoded body is stored as sent; the reader sees through gzip.
-    let gz = gzip(&corpus_file("streams.pickle"));
+    let gz = crate::common::gzip(&corpus_file("streams.pickle"));
     let response = client()
         .post(server.api("/snapshots?name=gz"))
         .header("content-encoding", "gzip")

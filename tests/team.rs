@@ -62,15 +62,6 @@ fn vramscope(args: &[&str], env: &[(&str, String)]) -> String {
     String::from_utf8(out.stdout).expect("utf-8")
 }
 
-fn gzip(bytes: &[u8]) -> Vec<u8> {
-    use std::io::Write;
-    let mut child = Command::new("gzip").arg("-c").stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().expect("gzip");
-    child.stdin.take().expect("stdin").write_all(bytes).expect("write to gzip");
-    let out = child.wait_with_output().expect("gzip output");
-    assert!(out.status.success());
-    out.stdout
-}
-
 async fn send(request: reqwest::RequestBuilder) -> (StatusCode, Value) {
     let response = request.send().await.expect("request");
     let status = response.status();
@@ -281,7 +272,8 @@ async fn two_instances_review_jobs_and_retention() {
     );
     let rank0: Value = serde_json::from_str(&answer).expect("upload answers JSON");
     let rank0 = rank0["id"].as_str().expect("id").to_owned();
-    let rank1 = upload(&b, &agents, gzip(&mlp), "name=rank1.pickle.gz&job=llama-run7&host=node-0&rank=1").await;
+    let rank1 =
+        upload(&b, &agents, crate::common::gzip(&mlp), "name=rank1.pickle.gz&job=llama-run7&host=node-0&rank=1").await;
     let leak = std::fs::read(crate::common::fixture_corpus().join("oom_leak.pickle")).expect("fixture");
     let rank2 = upload(&a, &agents, leak, "name=rank2.pickle&job=llama-run7&host=node-1&rank=2&trigger=oom").await;
     let loose = std::fs::read(crate::common::fixture_corpus().join("streams.pickle")).expect("fixture");

@@ -129,16 +129,8 @@ impl TestServer {
     pub async fn upload_file(&self, path: &Path) -> String {
         let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
         let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("snapshot.pickle");
-        let response = client()
-            .post(self.api("/snapshots"))
-            .query(&[("name", name)])
-            .header("content-type", "application/octet-stream")
-            .body(bytes)
-            .send()
-            .await
-            .expect("upload");
-        let status = response.status();
-        let answer: Value = response.json().await.unwrap_or(Value::Null);
+        let query = url::form_urlencoded::Serializer::new(String::new()).append_pair("name", name).finish();
+        let (status, answer) = self.upload(bytes, &query).await;
         assert!(status.is_success(), "upload of {name}: {status} {answer}");
         answer["id"].as_str().expect("id").to_owned()
     }
