@@ -8,18 +8,28 @@ pub mod server;
 mod corpus;
 pub use corpus::*;
 
-/// `bytes` gzipped by the system's `gzip` (fed from a thread, so a large
-/// input cannot fill the pipe while its output waits): an upload as
-/// `torch.cuda.memory._dump_snapshot` users send a `.pickle.gz`.
-pub fn gzip(bytes: &[u8]) -> Vec<u8> {
+/// `bytes` compressed by the command-line `tool` (`gzip`, `zstd`: `-c -q`,
+/// fed from a thread, so a large input cannot fill the pipe while its
+/// output waits).
+pub fn compress(tool: &str, bytes: &[u8]) -> Vec<u8> {
     use std::io::Write;
     use std::process::{Command, Stdio};
-    let mut child = Command::new("gzip").arg("-c").stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().expect("gzip");
+    let mut child = Command::new(tool)
+        .args(["-c", "-q"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{tool} is needed by the tests: {e}"));
     let mut stdin = child.stdin.take().expect("stdin");
     let data = bytes.to_vec();
-    let writer = std::thread::spawn(move || stdin.write_all(&data).expect("write to gzip"));
-    let out = child.wait_with_output().expect("gzip output");
+    let writer = std::thread::spawn(move || stdin.write_all(&data).expect("write"));
+    let out = child.wait_with_output().expect("compressed output");
     writer.join().expect("writer");
-    assert!(out.status.success(), "gzip failed");
+    assert!(out.status.success(), "{tool} failed");
     out.stdout
+}
+
+/// `bytes` gzipped (an upload as a `.pickle.gz`).
+pub fn gzip(bytes: &[u8]) -> Vec<u8> {
+    compress("gzip", bytes)
 }

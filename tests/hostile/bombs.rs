@@ -1,8 +1,6 @@
 //! Hostile pickles: a few opcodes repeated, which is all a bomb is.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
 /// PROTO 4: every bomb starts as a real snapshot does.
 const PROTO4: &[u8] = &[0x80, 4];
@@ -82,23 +80,6 @@ pub(super) fn claimed_lengths() -> Vec<(&'static str, Vec<u8>)> {
     let mut put = vec![0x80, 4, b'K', 1, b'r'];
     put.extend_from_slice(&0xffff_ff00u32.to_le_bytes());
     vec![("binunicode8", unicode), ("binbytes8", bytes8), ("long4", long4), ("long_binput", put)]
-}
-
-/// Compress with a command-line tool (`gzip -c`, `zstd -c`).
-pub(super) fn compress(tool: &str, bytes: &[u8]) -> Vec<u8> {
-    let mut child = Command::new(tool)
-        .args(["-c", "-q"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("{tool} is needed for the decompression bombs: {e}"));
-    let mut stdin = child.stdin.take().expect("stdin");
-    let data = bytes.to_vec();
-    let writer = std::thread::spawn(move || stdin.write_all(&data).expect("write"));
-    let out = child.wait_with_output().expect("compressed output");
-    writer.join().expect("writer");
-    assert!(out.status.success(), "{tool} failed");
-    out.stdout
 }
 
 /// Write a bomb into this test binary's scratch folder.

@@ -214,7 +214,7 @@ async fn regression_bomb_uploads_are_refused_within_the_servers_budget() {
     let id = victim(&server).await;
     let (status, refusal) = server.upload(bombs::marks(48 << 20), "name=marks").await;
     assert_eq!((status, kind(&refusal)), (StatusCode::UNPROCESSABLE_ENTITY, "memory_budget"), "{refusal}");
-    let zstd = bombs::compress("zstd", &bombs::mark_pop_pairs(48 << 20));
+    let zstd = crate::common::compress("zstd", &bombs::mark_pop_pairs(48 << 20));
     let (status, refusal) = server.upload(zstd, "name=pairs.zst").await;
     assert_eq!((status, kind(&refusal)), (StatusCode::UNPROCESSABLE_ENTITY, "decompression_limit"), "{refusal}");
     // Before the fix the MARKs alone took 7.8x their 48 MB.
