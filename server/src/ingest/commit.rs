@@ -13,7 +13,7 @@ use vramscope_shared::api::UploadAnswer;
 use super::labels::{Labels, check_labels, clean_tags};
 use super::parse::stats_json;
 use super::{Ingest, ParseFailure};
-use crate::store::{BlobStore, NewSnapshot, Recorded, SnapshotStatus, Staged, Trigger, record_upload};
+use crate::store::{BlobStore, NewSnapshot, Recorded, SnapshotRecord, SnapshotStatus, Staged, Trigger, record_upload};
 
 /// Why an upload was not recorded.
 #[derive(Debug, thiserror::Error)]
@@ -150,26 +150,10 @@ impl Ingest {
         guard.keep();
         let blob_key = match record_upload(&state.db, &state.blobs, &staged, row, name_given).await? {
             Recorded::New(record) => record.blob_key,
-            Recorded::Duplicate(existing) => {
-                state.metrics.upload("duplicate");
-                let answer = UploadAnswer {
-                    id: existing.meta.id,
-                    sha256: existing.meta.sha256,
-                    status: existing.meta.status,
-                    deduplicated: true,
-                };
-                return Ok(Committed { answer, created: false });
-            }
-            Recorded::Labelled(record) => {
-                state.metrics.upload("duplicate");
-                let answer = UploadAnswer {
-                    id: record.meta.id,
-                    sha256: record.meta.sha256,
-                    status: record.meta.status,
-                    deduplicated: true,
-                };
-                return Ok(Committed { answer, created: true });
-            }
+            // The same file again: the existing row, or a new row of other
+            // labels sharing its file (created).
+            Recorded::Duplicate(existing) => return Ok(deduplicated(state, existing, false)),
+            Recorded::Labelled(record) => return Ok(deduplicated(state, record, true)),
         };
         state.metrics.bytes_stored.inc_by(staged.size);
         state.metrics.upload("ok");
@@ -187,4 +171,13 @@ impl Ingest {
         let answer = UploadAnswer { id, sha256: staged.sha256, status, deduplicated: false };
         Ok(Committed { answer, created: true })
     }
+}
+
+/// The answer to a file stored already: `record`'s row (`created`: a new
+/// row of its own labels sharing the file), counted as a duplicate upload.
+fn deduplicated(state: &Ingest, record: SnapshotRecord, created: bool) -> Committed {
+    state.metrics.upload("duplicate");
+    let meta = record.meta;
+    let answer = UploadAnswer { id: meta.id, sha256: meta.sha256, status: meta.status, deduplicated: true };
+    Committed { answer, created }
 }
