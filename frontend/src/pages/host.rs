@@ -3,6 +3,8 @@
 //! requested bytes over the host trace. PyTorch's viewer does not show it.
 
 use leptos::prelude::*;
+use vramscope_shared::views::host::HostParams;
+use vramscope_shared::views::view::Host;
 
 use crate::components::card::Card;
 use crate::core::format;
@@ -23,7 +25,8 @@ pub(crate) fn HostMemory(id: String) -> impl IntoView {
     let canvas_ref = NodeRef::<leptos::html::Canvas>::new();
     let wrap_ref = NodeRef::<leptos::html::Div>::new();
     leptos::task::spawn_local(async move {
-        let a = api::host(&id, POINTS).await.map_err(|e| e.to_string());
+        let p = HostParams { px: Some(POINTS) };
+        let a = api::view::<Host>("loading the pinned host memory", &id, &p).await.map_err(|e| e.to_string());
         answer.try_set(Some(a));
     });
     Effect::new(move |_| {
