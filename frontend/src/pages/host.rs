@@ -3,12 +3,11 @@
 //! requested bytes over the host trace. PyTorch's viewer does not show it.
 
 use leptos::prelude::*;
-use vramscope_shared::views::host::HostParams;
+use vramscope_shared::views::host::{HostAnswer, HostParams};
 use vramscope_shared::views::view::Host;
 
 use crate::components::card::Card;
 use crate::core::format;
-use crate::core::model::HostAnswer;
 use crate::core::palette;
 use crate::infra::api;
 use crate::infra::canvas;
