@@ -5,6 +5,8 @@
 //! trace. The figures follow the cursor; a click on the chart moves it.
 
 use leptos::prelude::*;
+use vramscope_shared::views::analysis::BreakdownParams;
+use vramscope_shared::views::view::Breakdown;
 use web_sys::MouseEvent;
 
 use crate::core::format;
@@ -44,7 +46,10 @@ pub(crate) fn BreakdownPanel(ctx: DeviceContext) -> impl IntoView {
     super::series_and_cursor(
         ctx,
         SERIES_PX,
-        |id, device, row, px| async move { api::breakdown(&id, device, row, px).await },
+        |id, device, row, px| async move {
+            let p = BreakdownParams { device: Some(device), at: row, px };
+            api::view::<Breakdown>("loading the memory breakdown", &id, &p).await
+        },
         move |mut a| {
             if let Some(d) = a.devices.pop() {
                 series.set(d.series);

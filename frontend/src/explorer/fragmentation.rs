@@ -31,7 +31,7 @@ pub(crate) fn FragmentationPanel(ctx: DeviceContext) -> impl IntoView {
     let Settled { data, error, .. } = super::fetch_settled(
         ctx,
         |width| Some(viewport::columns(width, 4.0, 400)),
-        |id, query, columns| async move { api::fragmentation(&id, &query, columns).await },
+        |id, query, columns| async move { api::fragmentation(&id, query, columns).await },
     );
     let panel = Panel { ctx, canvas_ref: NodeRef::new(), wrap_ref: NodeRef::new(), data };
 

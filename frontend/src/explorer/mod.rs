@@ -267,7 +267,7 @@ pub(crate) fn fetch_settled<T, F, Fut>(
 ) -> Settled<T>
 where
     T: Send + Sync + 'static,
-    F: Fn(String, String, u32) -> Fut + Copy + 'static,
+    F: Fn(String, api::WindowQuery, u32) -> Fut + Copy + 'static,
     Fut: std::future::Future<Output = Result<T, api::ApiError>> + 'static,
 {
     let settled = Settled { data: RwSignal::new(None), error: RwSignal::new(None), loading: RwSignal::new(false) };
@@ -281,7 +281,7 @@ where
         if let Some(t) = timer.get_value() {
             t.clear();
         }
-        let query = api::window_query(ctx.device, axis, Some(v));
+        let query = api::WindowQuery { device: ctx.device, axis, window: Some(v) };
         let handle = set_timeout_with_handle(
             move || {
                 let id = ctx.id.get_value();

@@ -4,6 +4,8 @@
 //! on a band moves the cursor.
 
 use leptos::prelude::*;
+use vramscope_shared::views::pools::PoolsParams;
+use vramscope_shared::views::view::Pools;
 use web_sys::MouseEvent;
 
 use crate::core::format;
@@ -35,7 +37,10 @@ pub(crate) fn PoolsPanel(ctx: DeviceContext) -> impl IntoView {
     super::series_and_cursor(
         ctx,
         SERIES_PX,
-        |id, device, row, px| async move { api::pools(&id, device, row, px).await },
+        |id, device, row, px| async move {
+            let p = PoolsParams { device: Some(device), at: row, px, ..Default::default() };
+            api::view::<Pools>("loading the memory pools", &id, &p).await
+        },
         move |a: PoolsAnswer| {
             if at.get_untracked().is_none() {
                 at.set(Some(a.clone()));

@@ -6,6 +6,8 @@
 use std::time::Duration;
 
 use leptos::prelude::*;
+use vramscope_shared::views::search::SearchParams;
+use vramscope_shared::views::view::Search;
 use web_sys::KeyboardEvent;
 
 use crate::core::format;
@@ -38,7 +40,8 @@ pub(crate) fn SearchBox(ctx: DeviceContext) -> impl IntoView {
             return;
         }
         let id = ctx.id.get_value();
-        searches.run(async move { api::search(&id, ctx.device, q.trim()).await }, move |answer| match answer {
+        let p = SearchParams { device: Some(ctx.device), q: Some(q.trim().to_owned()), limit: Some(500) };
+        searches.run(async move { api::view::<Search>("searching", &id, &p).await }, move |answer| match answer {
             Ok(a) => {
                 ctx.matches.set(Some(a));
                 error.set(None);

@@ -37,7 +37,7 @@ pub(crate) fn SegmentTimeline(ctx: DeviceContext) -> impl IntoView {
     let Settled { data, error, loading } = super::fetch_settled(
         ctx,
         |width| (width > 0.0).then(|| viewport::columns(width, PX_PER_COLUMN, 600)),
-        |id, query, columns| async move { api::segments(&id, &query, columns).await },
+        |id, query, columns| async move { api::segments(&id, query, columns).await },
     );
     let view = Segments {
         ctx,

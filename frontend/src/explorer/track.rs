@@ -73,9 +73,9 @@ impl TrackView {
             if ctx.extent.get().is_none() {
                 return;
             }
-            let query = api::window_query(ctx.device, axis, None);
+            let query = api::WindowQuery { device: ctx.device, axis, window: None };
             spawn_local(async move {
-                if let Ok(a) = api::annotations(&ctx.id.get_value(), &query).await
+                if let Ok(a) = api::annotations(&ctx.id.get_value(), query).await
                     && ctx.axis.try_get_untracked().flatten() == Some(axis)
                 {
                     ranges.set(Some(a));

@@ -18,16 +18,21 @@ use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
 
 use vramscope_shared::api::predict::{PredictQuery, PredictReport};
-use vramscope_shared::views::analysis::{DiffAnswer, ExplainAnswer, LeaksAnswer, TuneAnswer, WhatIfAnswer};
+use vramscope_shared::views::TimelineParams;
+use vramscope_shared::views::analysis::DiffAnswer;
+use vramscope_shared::views::annotations::AnnotationsParams;
+use vramscope_shared::views::fragmentation::FragmentationParams;
+use vramscope_shared::views::segments::SegmentsParams;
+use vramscope_shared::views::state::StateParams;
+use vramscope_shared::views::view::{Annotations, Fragmentation, Segments, State, Timeline, View};
 
 use super::{draws, local};
 use crate::core::model::jobs::{JobReport, JobSummary};
 use crate::core::model::live::{LiveList, LiveRead};
 use crate::core::model::review::Comment;
 use crate::core::model::{
-    AllocatorState, AnnotationsAnswer, Axis, BreakdownAnswer, CommentMark, EntryAnswer, ErrorBody, FragmentationAnswer,
-    Frame, HostAnswer, Instant, Page, PoolsAnswer, SearchAnswer, SegmentsAnswer, SnapshotMeta, StatsReport,
-    TimelineWindow, UploadAnswer,
+    AllocatorState, AnnotationsAnswer, Axis, CommentMark, ErrorBody, FragmentationAnswer, Frame, Instant, Page,
+    SegmentsAnswer, SnapshotMeta, StatsReport, TimelineWindow, UploadAnswer,
 };
 use crate::core::url::query;
 use crate::core::viewport::Window;
@@ -203,122 +208,95 @@ pub(crate) struct TimelineQuery {
 
 /// A window of a device's timeline.
 pub(crate) async fn timeline(id: &str, q: TimelineQuery) -> Result<TimelineWindow, ApiError> {
-    let mut url = format!(
-        "/api/v1/snapshots/{}/timeline?device={}&px={}&max_allocations={}",
-        encode(id),
-        q.device,
-        q.px.max(1),
-        q.max_allocations
-    );
-    if let Some(axis) = q.axis {
-        url.push_str(match axis {
-            Axis::Time => "&axis=time",
-            Axis::Event => "&axis=event",
-        });
-    }
-    if let Some(w) = q.window {
-        url.push_str(&format!("&start={}&end={}", w.start, w.end));
-    }
-    if let Some((bytes, py)) = q.y_span {
-        url.push_str(&format!("&y_span={bytes}&py={py}"));
-    }
-    get("loading the timeline", &url).await
-}
-
-/// A view of a snapshot (`/api/v1/snapshots/{id}/{route}?{query}`): every
-/// view of the snapshot page goes through here, and so through [`get`]
-/// (which hands `local-` ids to the browser's worker).
-pub(crate) async fn view<T: DeserializeOwned>(what: &str, id: &str, route: &str, query: &str) -> Result<T, ApiError> {
-    get(what, &format!("/api/v1/snapshots/{}/{route}?{query}", encode(id))).await
-}
-
-/// `device=…&axis=…&start=…&end=…` for the views over a window.
-pub(crate) fn window_query(device: u32, axis: Axis, window: Option<Window>) -> String {
-    let axis = match axis {
-        Axis::Time => "time",
-        Axis::Event => "event",
+    let p = TimelineParams {
+        device: Some(q.device),
+        start: q.window.map(|w| w.start),
+        end: q.window.map(|w| w.end),
+        px: Some(q.px.max(1)),
+        axis: q.axis,
+        max_allocations: Some(q.max_allocations as usize),
+        y_span: q.y_span.map(|(bytes, _)| bytes),
+        py: q.y_span.map(|(_, py)| py),
     };
-    let mut q = format!("device={device}&axis={axis}");
-    if let Some(w) = window {
-        q.push_str(&format!("&start={}&end={}", w.start, w.end));
+    view::<Timeline>("loading the timeline", id, &p).await
+}
+
+/// A declared view of a snapshot (`vramscope_shared::views::view`): GET
+/// `/api/v1/snapshots/{id}/{V::PATH}` with `params` serialised as its
+/// query, exactly as the server reads it. Every view of the snapshot page
+/// goes through here, and so through [`get`] (which hands `local-` ids to
+/// the browser's worker).
+pub(crate) async fn view<V: View>(what: &str, id: &str, params: &V::Params) -> Result<V::Answer, ApiError> {
+    let query = serde_urlencoded::to_string(params)
+        .map_err(|e| ApiError { status: 0, message: format!("{what}: the query could not be written ({e})") })?;
+    get(what, &format!("/api/v1/snapshots/{}/{}?{query}", encode(id), V::PATH)).await
+}
+
+/// The device, axis and window of the views over a window.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct WindowQuery {
+    /// CUDA device.
+    pub(crate) device: u32,
+    /// x axis.
+    pub(crate) axis: Axis,
+    /// `[start, end)`; `None` for the whole trace.
+    pub(crate) window: Option<Window>,
+}
+
+impl WindowQuery {
+    fn start(self) -> Option<i64> {
+        self.window.map(|w| w.start)
     }
-    q
+
+    fn end(self) -> Option<i64> {
+        self.window.map(|w| w.end)
+    }
 }
 
 /// The allocator's state after a row, or at an x of an axis.
 pub(crate) async fn state(id: &str, device: u32, at: Instant) -> Result<AllocatorState, ApiError> {
-    let query = match at {
-        Instant::Row(r) => format!("device={device}&at={r}"),
-        Instant::X(axis, x) => format!("{}&x={x}", window_query(device, axis, None)),
+    let p = match at {
+        Instant::Row(r) => StateParams { device: Some(device), at: Some(r), ..Default::default() },
+        Instant::X(axis, x) => StateParams { device: Some(device), axis: Some(axis), x: Some(x), ..Default::default() },
     };
-    view("loading the allocator state", id, "state", &query).await
+    view::<State>("loading the allocator state", id, &p).await
 }
 
 /// The segment timeline of a window.
-pub(crate) async fn segments(id: &str, window_query: &str, columns: u32) -> Result<SegmentsAnswer, ApiError> {
-    view("loading the segment timeline", id, "segments", &format!("{window_query}&columns={columns}")).await
+pub(crate) async fn segments(id: &str, w: WindowQuery, columns: u32) -> Result<SegmentsAnswer, ApiError> {
+    let p = SegmentsParams {
+        device: Some(w.device),
+        axis: Some(w.axis),
+        start: w.start(),
+        end: w.end(),
+        columns: Some(columns),
+    };
+    view::<Segments>("loading the segment timeline", id, &p).await
 }
 
 /// Fragmentation over a window, and the allocator settings.
-pub(crate) async fn fragmentation(id: &str, window_query: &str, columns: u32) -> Result<FragmentationAnswer, ApiError> {
-    view("loading the fragmentation figures", id, "fragmentation", &format!("{window_query}&columns={columns}")).await
-}
-
-/// Memory by category and stage right after `row` (the last row when
-/// `None`), and over the trace at `px` rows when asked.
-pub(crate) async fn breakdown(
-    id: &str,
-    device: u32,
-    row: Option<u32>,
-    px: Option<u32>,
-) -> Result<BreakdownAnswer, ApiError> {
-    let mut query = format!("device={device}");
-    if let Some(r) = row {
-        query.push_str(&format!("&at={r}"));
-    }
-    if let Some(px) = px {
-        query.push_str(&format!("&px={px}"));
-    }
-    view("loading the memory breakdown", id, "breakdown", &query).await
-}
-
-/// Each (memory pool, stream)'s figures right after `row` (the last row
-/// when `None`), with its series over the trace when `px` is given.
-pub(crate) async fn pools(id: &str, device: u32, row: Option<u32>, px: Option<u32>) -> Result<PoolsAnswer, ApiError> {
-    let mut query = format!("device={device}");
-    if let Some(r) = row {
-        query.push_str(&format!("&at={r}"));
-    }
-    if let Some(px) = px {
-        query.push_str(&format!("&px={px}"));
-    }
-    view("loading the memory pools", id, "pools", &query).await
-}
-
-/// Pinned host memory's figures and timeline (404 when none was recorded).
-pub(crate) async fn host(id: &str, points: u32) -> Result<HostAnswer, ApiError> {
-    view("loading the pinned host memory", id, "host", &format!("px={points}")).await
+pub(crate) async fn fragmentation(id: &str, w: WindowQuery, columns: u32) -> Result<FragmentationAnswer, ApiError> {
+    let p = FragmentationParams {
+        device: Some(w.device),
+        axis: Some(w.axis),
+        start: w.start(),
+        end: w.end(),
+        columns: Some(columns),
+    };
+    view::<Fragmentation>("loading the fragmentation figures", id, &p).await
 }
 
 /// The `record_function` ranges overlapping a window.
-pub(crate) async fn annotations(id: &str, window_query: &str) -> Result<AnnotationsAnswer, ApiError> {
-    view("loading the annotations", id, "annotations", window_query).await
-}
-
-/// Allocations matching an address, a size or frame text.
-pub(crate) async fn search(id: &str, device: u32, q: &str) -> Result<SearchAnswer, ApiError> {
-    view("searching", id, "search", &format!("device={device}&q={}&limit=500", encode(q))).await
-}
-
-/// One trace entry's fields.
-pub(crate) async fn entry(id: &str, device: u32, row: u32) -> Result<EntryAnswer, ApiError> {
-    view("loading the trace entry", id, "entry", &format!("device={device}&row={row}")).await
+pub(crate) async fn annotations(id: &str, w: WindowQuery) -> Result<AnnotationsAnswer, ApiError> {
+    let p =
+        AnnotationsParams { device: Some(w.device), axis: Some(w.axis), start: w.start(), end: w.end(), limit: None };
+    view::<Annotations>("loading the annotations", id, &p).await
 }
 
 /// The review comments of a snapshot, for their markers; none where the
 /// server has no comments (an older server answers 404).
 pub(crate) async fn comment_marks(id: &str) -> Vec<CommentMark> {
-    view::<Vec<CommentMark>>("loading the comments", id, "comments", "").await.unwrap_or_default()
+    get::<Vec<CommentMark>>("loading the comments", &format!("{}/comments", snapshot_url(id))).await.unwrap_or_default()
 }
 
 /// The frames of a stack, innermost first.
@@ -408,45 +386,6 @@ pub(crate) async fn upload(
         status,
         message: format!("{what}: the server's answer is not what this page expects ({e})"),
     })
-}
-
-fn analysis_url(id: &str, view: &str, pairs: &[(&str, Option<String>)]) -> String {
-    format!("/api/v1/snapshots/{}/{view}?{}", encode(id), query(pairs))
-}
-
-/// A what-if replay: `alloc_conf` (`None`: the recorded settings) under
-/// `capacity` (`None`: unlimited), `px` buckets on the event axis.
-pub(crate) async fn whatif(
-    id: &str,
-    device: u32,
-    alloc_conf: Option<String>,
-    capacity: Option<String>,
-    px: u32,
-) -> Result<WhatIfAnswer, ApiError> {
-    let pairs = [
-        ("device", Some(device.to_string())),
-        ("alloc_conf", alloc_conf),
-        ("capacity", capacity),
-        ("axis", Some("event".to_owned())),
-        ("px", Some(px.max(1).to_string())),
-    ];
-    get("replaying the trace", &analysis_url(id, "whatif", &pairs)).await
-}
-
-/// Every candidate setting replayed and ranked.
-pub(crate) async fn tune(id: &str, capacity: Option<String>) -> Result<TuneAnswer, ApiError> {
-    get("ranking allocator settings", &analysis_url(id, "tune", &[("capacity", capacity)])).await
-}
-
-/// The OOM post-mortems of a device.
-pub(crate) async fn explain(id: &str, device: u32) -> Result<ExplainAnswer, ApiError> {
-    get("explaining the OOMs", &analysis_url(id, "explain", &[("device", Some(device.to_string()))])).await
-}
-
-/// The leak ranking of a device.
-pub(crate) async fn leaks(id: &str, device: u32, top: u32) -> Result<LeaksAnswer, ApiError> {
-    let pairs = [("device", Some(device.to_string())), ("top", Some(top.to_string()))];
-    get("ranking the leaks", &analysis_url(id, "leaks", &pairs)).await
 }
 
 /// The comparison of snapshot `a` with `b`, timelines at `px` buckets.

@@ -3,10 +3,11 @@
 //! requested bytes over the host trace. PyTorch's viewer does not show it.
 
 use leptos::prelude::*;
+use vramscope_shared::views::host::{HostAnswer, HostParams};
+use vramscope_shared::views::view::Host;
 
 use crate::components::card::Card;
 use crate::core::format;
-use crate::core::model::HostAnswer;
 use crate::core::palette;
 use crate::infra::api;
 use crate::infra::canvas;
@@ -23,7 +24,8 @@ pub(crate) fn HostMemory(id: String) -> impl IntoView {
     let canvas_ref = NodeRef::<leptos::html::Canvas>::new();
     let wrap_ref = NodeRef::<leptos::html::Div>::new();
     leptos::task::spawn_local(async move {
-        let a = api::host(&id, POINTS).await.map_err(|e| e.to_string());
+        let p = HostParams { px: Some(POINTS) };
+        let a = api::view::<Host>("loading the pinned host memory", &id, &p).await.map_err(|e| e.to_string());
         answer.try_set(Some(a));
     });
     Effect::new(move |_| {

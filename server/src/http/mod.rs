@@ -3,6 +3,7 @@
 pub(crate) mod error;
 mod guard;
 mod listen;
+pub(crate) mod role;
 
 mod v1;
 pub(crate) mod web;
@@ -98,6 +99,7 @@ pub(crate) fn app(state: AppState) -> Router {
             // only axum's extractors honour): the same limit and timeout
             // as every other API request, as layers.
             tower::ServiceBuilder::new()
+                .layer(middleware::from_fn_with_state((state.clone(), v1::mcp::role as role::RoleOf), role::require))
                 .layer(tower_http::limit::RequestBodyLimitLayer::new(state.settings.max_body_bytes))
                 .layer(TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, timeout))
                 .service(v1::mcp::service(state.clone(), state.settings.read_options())),
@@ -177,16 +179,6 @@ async fn metrics_text(State(state): State<AppState>) -> impl IntoResponse {
     ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], state.metrics.render())
 }
 
-/// The role a request needs: reading is for viewers, changing for
-/// uploaders, deleting for admins.
-fn required_role(method: &Method) -> Role {
-    match *method {
-        Method::GET | Method::HEAD | Method::OPTIONS => Role::Viewer,
-        Method::DELETE => Role::Admin,
-        _ => Role::Uploader,
-    }
-}
-
 /// A GET of a snapshot's file or export carrying a valid signature (see
 /// [`LinkSigner`]) and no token: a viewer for that one path.
 fn signed_link(state: &AppState, request: &Request) -> Option<Identity> {
@@ -246,13 +238,7 @@ async fn authorize(State(state): State<AppState>, mut request: Request, next: Ne
         }
         Err(e) => return AppError::Internal(e).into_response(),
     };
-    // Comment routes carry their own rule (see v1/review.rs).
-    let needed =
-        v1::role_override(request.method(), request.uri().path()).unwrap_or_else(|| required_role(request.method()));
-    if identity.role < needed {
-        state.metrics.error("forbidden");
-        return AppError::Forbidden(needed.as_str()).into_response();
-    }
+    // The role each route needs is declared on it (see `role`).
     request.extensions_mut().insert::<Identity>(identity);
     let response = next.run(request).await;
     if response.status().is_server_error() {
@@ -333,13 +319,5 @@ mod tests {
         let request = Request::get("/api/v1/snapshots?limit=1").body(Body::empty()).expect("request");
         let page = json(app.oneshot(request).await.expect("response")).await;
         assert_eq!(page["items"], serde_json::json!([]), "the refused upload left no row");
-    }
-
-    #[test]
-    fn roles_follow_methods() {
-        assert_eq!(required_role(&Method::GET), Role::Viewer);
-        assert_eq!(required_role(&Method::POST), Role::Uploader);
-        assert_eq!(required_role(&Method::PATCH), Role::Uploader);
-        assert_eq!(required_role(&Method::DELETE), Role::Admin);
     }
 }

@@ -4,7 +4,8 @@
 //!
 //! Each view is a plain function of an [`Analyzed`] snapshot ([`crate::analyzed`]) and a query
 //! struct that deserializes from the URL's query string, returning a
-//! serializable answer. The server's handlers are thin wrappers; the
+//! serializable answer, and is declared once in [`view`] (its path, query
+//! and answer types), where the server, the dashboard and [`route`] find it. The server's handlers are thin wrappers; the
 //! frontend's local mode calls the very same functions, so both sides can
 //! never drift apart.
 
@@ -18,6 +19,7 @@ pub mod route;
 pub mod search;
 pub mod segments;
 pub mod state;
+pub mod view;
 
 use serde::{Deserialize, Serialize};
 

@@ -7,13 +7,16 @@
 //! (`timeline`, `blocks`, `stacks/17`, `stats`); the query is the URL's
 //! query string without `?`, parsed into the view's `Params` with
 //! `serde_urlencoded` the same way axum's `Query` parses it on the server.
-//! Views added later get an arm in [`answer`].
+//! Every view declared in [`super::view`] is answered here by its path.
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::analysis;
-use super::{BlocksParams, TimelineParams, blocks, stack, timeline};
+use super::stack;
+use super::view::{self, View, Visit};
+#[cfg(test)]
+use super::{BlocksParams, TimelineParams, blocks, timeline};
 use crate::analyzed::Analyzed;
 use crate::error::ViewError;
 
@@ -26,30 +29,34 @@ use crate::error::ViewError;
 pub fn answer(a: &Analyzed, route: &str, query: &str) -> Result<String, ViewError> {
     let route = route.trim_matches('/');
     match route.split_once('/') {
-        None => match route {
-            "timeline" => json(&timeline(a, &params::<TimelineParams>(route, query)?)?),
-            "blocks" => json(&blocks(a, &params::<BlocksParams>(route, query)?)?),
-            "stats" => json(&a.snapshot.stats().report("")),
-            "whatif" => json(&analysis::whatif(a, &params(route, query)?)?),
-            "tune" => json(&analysis::tune(a, &params(route, query)?)?),
-            "explain" => json(&analysis::explain(a, &params(route, query)?)?),
-            "leaks" => json(&analysis::leaks(a, &params(route, query)?)?),
-            "breakdown" => json(&analysis::breakdown(a, &params(route, query)?)?),
-            "state" => json(&super::state::state(a, &params(route, query)?)?),
-            "segments" => json(&super::segments::segments(a, &params(route, query)?)?),
-            "fragmentation" => json(&super::fragmentation::fragmentation(a, &params(route, query)?)?),
-            "annotations" => json(&super::annotations::annotations(a, &params(route, query)?)?),
-            "search" => json(&super::search::search(a, &params(route, query)?)?),
-            "entry" => json(&super::entry::entry(a, &params(route, query)?)?),
-            "host" => json(&super::host::host(a, &params(route, query)?)?),
-            "pools" => json(&super::pools::pools(a, &params(route, query)?)?),
-            _ => Err(unknown(route)),
-        },
+        None if route == "stats" => json(&a.snapshot.stats().report("")),
+        None => {
+            let mut lookup = Lookup { analyzed: a, route, query, answer: None };
+            view::each(&mut lookup);
+            lookup.answer.unwrap_or_else(|| Err(unknown(route)))
+        }
         Some(("stacks", id)) => {
             let id: u32 = id.parse().map_err(|_| ViewError::BadRequest(format!("stack id {id:?} is not a number")))?;
             json(&stack(a, id)?)
         }
         Some(_) => Err(unknown(route)),
+    }
+}
+
+/// The declared view at `route`, answered.
+struct Lookup<'a> {
+    analyzed: &'a Analyzed,
+    route: &'a str,
+    query: &'a str,
+    answer: Option<Result<String, ViewError>>,
+}
+
+impl Visit for Lookup<'_> {
+    fn visit<V: View>(&mut self) {
+        if self.answer.is_none() && V::PATH == self.route {
+            self.answer =
+                Some(params::<V::Params>(self.route, self.query).and_then(|p| json(&V::answer(self.analyzed, &p)?)));
+        }
     }
 }
 

@@ -17,7 +17,6 @@ pub use vramscope_shared::views::analysis::BreakdownAnswer;
 pub use vramscope_shared::views::annotations::{AnnotationRange, AnnotationsAnswer};
 pub use vramscope_shared::views::entry::EntryAnswer;
 pub use vramscope_shared::views::fragmentation::{FragmentationAnswer, SettingsView};
-pub use vramscope_shared::views::host::HostAnswer;
 pub use vramscope_shared::views::pools::{BandPoint, PoolBand, PoolsAnswer};
 pub use vramscope_shared::views::search::{SearchAnswer, SearchKind, SearchMatch};
 pub use vramscope_shared::views::segments::SegmentsAnswer;

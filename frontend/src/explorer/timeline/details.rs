@@ -6,6 +6,8 @@ use std::collections::HashMap;
 
 use leptos::prelude::*;
 use leptos::task::spawn_local;
+use vramscope_shared::views::entry::EntryParams;
+use vramscope_shared::views::view::Entry;
 
 use crate::components::stack::stack_list;
 use crate::core::format;
@@ -41,7 +43,9 @@ pub(super) fn Details(
             return;
         }
         spawn_local(async move {
-            let answer = api::entry(&id.get_value(), device, row).await.map_err(|e| e.to_string());
+            let p = EntryParams { device: Some(device), row: Some(row) };
+            let answer = api::view::<Entry>("loading the trace entry", &id.get_value(), &p).await;
+            let answer = answer.map_err(|e| e.to_string());
             entries.try_update(|m| m.insert(row, answer));
         });
     });

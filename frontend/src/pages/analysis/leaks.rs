@@ -68,7 +68,8 @@ pub(crate) use ui::LeaksPanel;
 mod ui {
     use leptos::prelude::*;
     use leptos::task::spawn_local;
-    use vramscope_shared::views::analysis::{DeviceLeaksAnswer, LeaksAnswer};
+    use vramscope_shared::views::analysis::{DeviceLeaksAnswer, LeaksAnswer, LeaksParams};
+    use vramscope_shared::views::view::Leaks;
 
     use super::{CHARTED, COLOURS, growth_chart, pattern_label};
     use crate::components::stack::StackDetails;
@@ -77,14 +78,15 @@ mod ui {
     use crate::infra::canvas::{chart_width, paint_chart};
 
     /// Stacks asked for.
-    const TOP: u32 = 15;
+    const TOP: usize = 15;
 
     /// The leak ranking of a device.
     #[component]
     pub(crate) fn LeaksPanel(id: String, device: u32) -> impl IntoView {
         let answer = RwSignal::new(None::<Result<LeaksAnswer, String>>);
         spawn_local(async move {
-            let result = api::leaks(&id, device, TOP).await.map_err(|e| e.to_string());
+            let p = LeaksParams { device: Some(device), top: Some(TOP) };
+            let result = api::view::<Leaks>("ranking the leaks", &id, &p).await.map_err(|e| e.to_string());
             answer.try_set(Some(result));
         });
         view! {

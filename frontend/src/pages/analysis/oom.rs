@@ -137,7 +137,8 @@ mod ui {
     use leptos::prelude::*;
     use leptos::task::spawn_local;
     use vramscope_shared::analysis::oom::OomReport;
-    use vramscope_shared::views::analysis::ExplainAnswer;
+    use vramscope_shared::views::analysis::{ExplainAnswer, ExplainParams};
+    use vramscope_shared::views::view::Explain;
 
     use super::{avoided_by, cards, cause, verdict};
     use crate::components::stack::StackDetails;
@@ -149,7 +150,8 @@ mod ui {
     pub(crate) fn OomPanel(id: String, device: u32) -> impl IntoView {
         let answer = RwSignal::new(None::<Result<ExplainAnswer, String>>);
         spawn_local(async move {
-            let result = api::explain(&id, device).await.map_err(|e| e.to_string());
+            let p = ExplainParams { device: Some(device), simulate: None };
+            let result = api::view::<Explain>("explaining the OOMs", &id, &p).await.map_err(|e| e.to_string());
             answer.try_set(Some(result));
         });
         move || {

@@ -143,7 +143,9 @@ pub(crate) use ui::WhatIfPanel;
 mod ui {
     use leptos::prelude::*;
     use leptos::task::spawn_local;
-    use vramscope_shared::views::analysis::{TuneAnswer, WhatIfAnswer};
+    use vramscope_shared::timeline::Axis;
+    use vramscope_shared::views::analysis::{TuneAnswer, TuneParams, WhatIfAnswer, WhatIfParams};
+    use vramscope_shared::views::view::{self as views, Tune};
 
     use super::{SUGGESTED, figures, replayed, tune_cells, whatif_chart};
     use crate::core::format;
@@ -265,7 +267,15 @@ mod ui {
             loading.set(true);
             error.set(None);
             spawn_local(async move {
-                let result = api::whatif(&id.get_value(), device, Some(c), cap, px).await;
+                let p = WhatIfParams {
+                    device: Some(device),
+                    alloc_conf: Some(c),
+                    capacity: cap,
+                    axis: Some(Axis::Event),
+                    px: Some(px.max(1)),
+                    ..Default::default()
+                };
+                let result = api::view::<views::WhatIf>("replaying the trace", &id.get_value(), &p).await;
                 loading.try_set(false);
                 match result {
                     Ok(w) => {
@@ -284,7 +294,8 @@ mod ui {
             let cap = self.capacity();
             ranking_loading.set(true);
             spawn_local(async move {
-                let result = api::tune(&id.get_value(), cap).await;
+                let p = TuneParams { capacity: cap };
+                let result = api::view::<Tune>("ranking allocator settings", &id.get_value(), &p).await;
                 ranking_loading.try_set(false);
                 ranking.try_set(Some(result.map_err(|e| e.to_string())));
             });

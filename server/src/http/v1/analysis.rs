@@ -2,7 +2,10 @@
 //! allocator settings, OOM post-mortems, leaks, the comparison of two
 //! snapshots, and the memory-budget check of CI (`vramscope check --server`). Thin wrappers over `vramscope_shared::views::analysis` (the
 //! same functions the dashboard runs for a local file); replays are CPU work
-//! and run on blocking threads.
+//! and run on blocking threads. `explain`, `leaks` and `breakdown` are
+//! served by the views' generic handler (`views::answer`); `whatif` and
+//! `tune`, declared like every view, are answered here instead, because the
+//! server keeps their replays and rankings between requests.
 //!
 //! A replay of a 1.5M-entry trace takes about 150 ms, and the dashboard asks
 //! for a window of the same replay at every zoom and pan, so replays are kept
@@ -17,8 +20,7 @@ use axum::extract::{Path, Query, RawQuery, State};
 use serde::Deserialize;
 use vramscope_shared::analyzed::Analyzed;
 use vramscope_shared::views::analysis::{
-    self, BreakdownAnswer, BreakdownParams, DiffAnswer, ExplainAnswer, ExplainParams, LeaksAnswer, LeaksParams,
-    SimulatedDevice, TuneAnswer, TuneParams, WhatIfAnswer, WhatIfParams,
+    self, DiffAnswer, SimulatedDevice, TuneAnswer, TuneParams, WhatIfAnswer, WhatIfParams,
 };
 
 use vramscope_shared::analysis::check::{CheckError, check};
@@ -139,40 +141,6 @@ pub(crate) async fn tune(
         })
         .await?;
     Ok(Json(answer))
-}
-
-/// `GET /api/v1/snapshots/{id}/explain?device=&simulate=`: the post-mortem
-/// of each OOM; see [`analysis::explain`].
-pub(crate) async fn explain(
-    State(state): State<AppState>,
-    Path(id): Path<String>,
-    Query(p): Query<ExplainParams>,
-) -> AppResult<Json<ExplainAnswer>> {
-    let a = analyzed(&state, &id).await?;
-    Ok(Json(state.analyses.run(&id, move || Ok(analysis::explain(&a, &p)?)).await?))
-}
-
-/// `GET /api/v1/snapshots/{id}/leaks?device=&top=`: live allocations by
-/// stack, ranked by growth; see [`analysis::leaks`].
-pub(crate) async fn leaks(
-    State(state): State<AppState>,
-    Path(id): Path<String>,
-    Query(p): Query<LeaksParams>,
-) -> AppResult<Json<LeaksAnswer>> {
-    let a = analyzed(&state, &id).await?;
-    Ok(Json(state.analyses.run(&id, move || Ok(analysis::leaks(&a, &p)?)).await?))
-}
-
-/// `GET /api/v1/snapshots/{id}/breakdown?device=&at=&px=`: live memory by
-/// category and stage at a row, and over the trace with `px`; see
-/// [`analysis::breakdown`].
-pub(crate) async fn breakdown(
-    State(state): State<AppState>,
-    Path(id): Path<String>,
-    Query(p): Query<BreakdownParams>,
-) -> AppResult<Json<BreakdownAnswer>> {
-    let a = analyzed(&state, &id).await?;
-    Ok(Json(state.analyses.run(&id, move || Ok(analysis::breakdown(&a, &p)?)).await?))
 }
 
 /// The two snapshots of a comparison.

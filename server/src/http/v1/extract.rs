@@ -1,10 +1,13 @@
 //! What the v1 handlers take from a request's path and query before their
 //! own work, one way for all: a snapshot's record (or 404), its analyzed
-//! snapshot from the cache (never parsed twice), a replay's checked
-//! capacity and allocator settings.
+//! snapshot from the cache (never parsed twice; [`Snapshot`], the extractor
+//! of the one behind `{id}`), a replay's checked capacity and allocator
+//! settings.
 
 use std::sync::Arc;
 
+use axum::extract::{FromRequestParts, RawPathParams};
+use axum::http::request::Parts;
 use vramscope_shared::analyzed::Analyzed;
 use vramscope_shared::views::analysis;
 
@@ -32,6 +35,32 @@ pub(super) async fn analyzed_record(state: &AppState, id: &str) -> AppResult<(Sn
     }
     let analyzed = state.ingest.load(&rec.blob_key).await.map_err(|failure| AppError::from(&*failure))?;
     Ok((rec, analyzed))
+}
+
+/// The analyzed snapshot behind the route's `{id}`, as an extractor: 404
+/// for an unknown id, 422 for a file that did not parse (see
+/// [`analyzed_record`]).
+pub(crate) struct Snapshot {
+    /// The snapshot's id.
+    pub(crate) id: String,
+    /// The snapshot, analyzed.
+    pub(crate) analyzed: Arc<Analyzed>,
+}
+
+impl FromRequestParts<AppState> for Snapshot {
+    type Rejection = AppError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> AppResult<Snapshot> {
+        let params = RawPathParams::from_request_parts(parts, state)
+            .await
+            .map_err(|e| AppError::BadRequest(format!("the snapshot's id: {e}")))?;
+        let Some((_, id)) = params.iter().find(|(name, _)| *name == "id") else {
+            return Err(AppError::Internal(anyhow::anyhow!("a snapshot's route without {{id}}")));
+        };
+        let id = id.to_owned();
+        let analyzed = analyzed(state, &id).await?;
+        Ok(Snapshot { id, analyzed })
+    }
 }
 
 /// The capacity of a replay, checked ([`analysis::replay_capacity`]).

@@ -21,9 +21,10 @@ use crate::store::ListFilter;
 /// The path of the MCP endpoint.
 pub(crate) const PATH: &str = "/api/v1/mcp";
 
-/// POSTs to the endpoint need a viewer (every tool it offers reads).
-pub(crate) fn role_override(method: &axum::http::Method, path: &str) -> Option<crate::auth::Role> {
-    (path == PATH && method == axum::http::Method::POST).then_some(crate::auth::Role::Viewer)
+/// The role a request to the endpoint needs (its mount's layer): a viewer
+/// (every tool it offers reads), but an admin to DELETE a session.
+pub(crate) fn role(method: &axum::http::Method) -> crate::auth::Role {
+    if method == axum::http::Method::DELETE { crate::auth::Role::Admin } else { crate::auth::Role::Viewer }
 }
 
 /// Tool answers kept: a repeated call (an assistant asks again as it

@@ -2,13 +2,14 @@
 //! and `DELETE /api/v1/snapshots/{id}/comments/{cid}`.
 //!
 //! Who may do what: reading is for viewers, like every `GET`. Writing and
-//! deleting one's own comment are for viewers too (see [`role_override`]):
+//! deleting one's own comment are for viewers too (their handlers declare no
+//! role, see `http::role`):
 //! a post-mortem is reviewed by people who only read the snapshots, and a
 //! comment changes no snapshot data. Deleting someone else's comment is
 //! for admins, checked here since the role middleware cannot know authors.
 
 use axum::extract::{Extension, Path, State};
-use axum::http::{Method, StatusCode};
+use axum::http::StatusCode;
 use axum::{Json, body::Bytes};
 
 use crate::auth::{Identity, Role};
@@ -19,22 +20,6 @@ use vramscope_shared::api::review::{Comment, PostComment, TokenHolder};
 
 /// Longest comment accepted, in bytes: a review note, not a file.
 const MAX_COMMENT_BYTES: usize = 16 * 1024;
-
-/// The role a request on a comment route needs, where it differs from the
-/// method's default (POST: uploader, DELETE: admin): posting a comment and
-/// deleting one (the handler then checks authorship) need only a viewer.
-pub(crate) fn role_override(method: &Method, path: &str) -> Option<Role> {
-    let rest = path.strip_prefix("/api/v1/snapshots/")?;
-    let mut parts = rest.split('/');
-    let (_id, comments) = (parts.next()?, parts.next()?);
-    if comments != "comments" {
-        return None;
-    }
-    match (method, parts.next(), parts.next()) {
-        (&Method::POST, None, _) | (&Method::DELETE, Some(_), None) => Some(Role::Viewer),
-        _ => None,
-    }
-}
 
 pub(crate) async fn list(State(state): State<AppState>, Path(id): Path<String>) -> AppResult<Json<Vec<Comment>>> {
     super::extract::record(&state, &id).await?;
@@ -114,23 +99,4 @@ pub(crate) async fn delete(
 /// `GET /api/v1/token`: who the request's token names, and its role.
 pub(crate) async fn token_holder(Extension(identity): Extension<Identity>) -> Json<TokenHolder> {
     Json(TokenHolder { name: identity.name, role: identity.role.as_str().to_owned() })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn comment_routes_need_a_viewer_only_for_writing_and_own_deletes() {
-        let path = "/api/v1/snapshots/0190abc/comments";
-        assert_eq!(role_override(&Method::POST, path), Some(Role::Viewer));
-        assert_eq!(role_override(&Method::DELETE, &format!("{path}/c1")), Some(Role::Viewer));
-        assert_eq!(role_override(&Method::GET, path), None, "GET keeps the default");
-        assert_eq!(role_override(&Method::DELETE, path), None);
-        assert_eq!(role_override(&Method::DELETE, &format!("{path}/c1/x")), None);
-        assert_eq!(role_override(&Method::DELETE, "/api/v1/snapshots/0190abc"), None);
-        assert_eq!(role_override(&Method::PATCH, "/api/v1/snapshots/0190abc"), None);
-        assert_eq!(role_override(&Method::POST, "/api/v1/snapshots"), None, "uploads keep the default");
-        assert_eq!(role_override(&Method::POST, "/api/v1/snapshots/x/stats"), None);
-    }
 }

@@ -14,6 +14,7 @@ use crate::report::{self, ChartFormat};
 use super::extract;
 use crate::http::AppState;
 use crate::http::error::{AppError, AppResult};
+use crate::http::role::{Admin, RequireRole, Uploader};
 use crate::store::{Cursor, ListFilter, SnapshotRecord, SnapshotStatus, is_not_found};
 use vramscope_shared::api::snapshots::{Page, SignedLinks, SnapshotMeta};
 
@@ -83,6 +84,7 @@ pub(crate) struct Update {
 }
 
 pub(crate) async fn update(
+    _: RequireRole<Uploader>,
     State(state): State<AppState>,
     Path(id): Path<String>,
     Json(update): Json<Update>,
@@ -106,7 +108,11 @@ pub(crate) async fn update(
     rec.map(|rec| Json(rec.meta)).ok_or_else(|| AppError::NotFound(format!("snapshot {id}")))
 }
 
-pub(crate) async fn delete(State(state): State<AppState>, Path(id): Path<String>) -> AppResult<StatusCode> {
+pub(crate) async fn delete(
+    _: RequireRole<Admin>,
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> AppResult<StatusCode> {
     let rec = state.db.delete(&id).await?.ok_or_else(|| AppError::NotFound(format!("snapshot {id}")))?;
     state.ingest.cache.remove(&rec.blob_key);
     state.ingest.indexes.forget(&rec.blob_key).await;
@@ -118,14 +124,8 @@ pub(crate) async fn delete(State(state): State<AppState>, Path(id): Path<String>
 /// What a signed link may fetch under `/api/v1/snapshots/{id}/`.
 pub(crate) const SIGNABLE: [&str; 4] = ["file", "report.html", "chart.svg", "chart.png"];
 
-/// `POST /api/v1/snapshots/{id}/links` is for viewers: it changes nothing,
-/// and only gives links to what a viewer may read.
-pub(crate) fn role_override(method: &axum::http::Method, path: &str) -> Option<crate::auth::Role> {
-    let rest = path.strip_prefix("/api/v1/snapshots/")?;
-    (method == axum::http::Method::POST && rest.split_once('/').is_some_and(|(_, what)| what == "links"))
-        .then_some(crate::auth::Role::Viewer)
-}
-
+/// `POST /api/v1/snapshots/{id}/links` is for viewers (it declares no
+/// role): it changes nothing, and only gives links to what a viewer may read.
 pub(crate) async fn links(State(state): State<AppState>, Path(id): Path<String>) -> AppResult<Json<SignedLinks>> {
     let rec = extract::record(&state, &id).await?;
     let sign = |what: &str| state.links.sign(&format!("/api/v1/snapshots/{}/{what}", rec.id));

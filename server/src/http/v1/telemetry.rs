@@ -21,9 +21,10 @@ use axum::{Extension, Json, Router};
 use serde::Deserialize;
 use tokio::sync::mpsc;
 
-use crate::auth::{Identity, Role};
+use crate::auth::Role;
 use crate::http::AppState;
 use crate::http::error::{AppError, AppResult};
+use crate::http::role::{RequireRole, Uploader};
 use crate::store::telemetry::SourceRecord;
 use crate::store::{ListFilter, SnapshotRecord};
 use vramscope_shared::api::agent::{AgentMessage, NvmlDevice, ServerMessage};
@@ -75,17 +76,12 @@ pub(super) fn routes() -> Router<AppState> {
 }
 
 async fn agent_socket(
+    uploader: RequireRole<Uploader>,
     State(state): State<AppState>,
     Extension(registry): Extension<Arc<LiveRegistry>>,
-    Extension(identity): Extension<Identity>,
     upgrade: WebSocketUpgrade,
 ) -> AppResult<Response> {
-    // The upgrade is a GET, which the middleware lets viewers through; an
-    // agent writes, so it needs what an upload needs.
-    if identity.role < Role::Uploader {
-        return Err(AppError::Forbidden(Role::Uploader.as_str()));
-    }
-    let owner = identity.token_id;
+    let owner = uploader.identity().token_id;
     Ok(upgrade.max_message_size(MAX_AGENT_FRAME).on_upgrade(move |socket| serve_agent(socket, state, registry, owner)))
 }
 
@@ -286,12 +282,13 @@ struct CaptureParams {
 }
 
 async fn capture(
+    uploader: RequireRole<Uploader>,
     State(state): State<AppState>,
     Extension(registry): Extension<Arc<LiveRegistry>>,
-    Extension(identity): Extension<Identity>,
     Path(source): Path<String>,
     Query(params): Query<CaptureParams>,
 ) -> AppResult<(StatusCode, Json<serde_json::Value>)> {
+    let identity = uploader.identity();
     // A source's job is its token's: another uploader may not make it dump.
     let record = state.db.get_source(&source).await?;
     if let Some(record) = &record

@@ -10,6 +10,7 @@ use futures::StreamExt;
 
 use crate::http::AppState;
 use crate::http::error::{AppError, AppResult};
+use crate::http::role::{RequireRole, Uploader};
 use crate::ingest::commit::CommitError;
 use crate::ingest::labels::Labels;
 use crate::store::StagedUpload;
@@ -139,6 +140,7 @@ impl Receiver {
 }
 
 pub(crate) async fn upload(
+    _: RequireRole<Uploader>,
     State(state): State<AppState>,
     Query(mut meta): Query<Labels>,
     request: Request,
