@@ -64,7 +64,7 @@ self.onmessage = async (event) => {
     }
   } else if (message.type === "ask") {
     queue.push(message);
-    if (queue.length === 1) setTimeout(answerNext, 0);
+    setTimeout(answerNext, 0);
   }
 };
 
@@ -79,10 +79,23 @@ const rank = (route) => {
   return i < 0 ? FIRST.length : i;
 };
 
+// After a quick answer, a view that may take seconds waits this long: the
+// page asks its main timeline only once the first answers are in, and that
+// request should find the worker free.
+const SETTLE_MS = 150;
+let lastQuick = 0;
+
 const answerNext = async () => {
   if (queue.length === 0) return;
   let best = 0;
   for (let i = 1; i < queue.length; i++) if (rank(queue[i].route) < rank(queue[best].route)) best = i;
+  const quick = rank(queue[best].route) < FIRST.length;
+  const wait = lastQuick + SETTLE_MS - performance.now();
+  if (!quick && wait > 0) {
+    setTimeout(answerNext, wait);
+    return;
+  }
+  if (quick) lastQuick = performance.now();
   const [message] = queue.splice(best, 1);
   try {
     await started;
@@ -94,5 +107,4 @@ const answerNext = async () => {
     const error = e && e.error ? e.error : String(e && e.message ? e.message : e);
     self.postMessage({ type: "answer", seq: message.seq, status, error });
   }
-  if (queue.length > 0) setTimeout(answerNext, 0);
 };
