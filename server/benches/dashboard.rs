@@ -41,6 +41,17 @@
 //! after the first draw and after each step: the live heap; for local files
 //! the snapshot lives in the worker, whose memory this figure does not include.
 //!
+//! Then the generated 1 GB, 16M-entry snapshot (`large_16000000.pickle`,
+//! the `big` bench's input) is opened as a local file in a browser of its
+//! own: the first draw from picking it, the worker's parse and index times
+//! and its answers in order (`window.__vramscope_local_open` and
+//! `__vramscope_local_answers`, which the page keeps from the worker's
+//! messages), the worker's WebAssembly memory (its peak: it never shrinks)
+//! and the renderer processes' peak RSS read from `/proc`. Targets (issue
+//! 26): 10 s, 1.5x the file. `VRAMSCOPE_BENCH_ONLY_BIG` measures only that,
+//! `VRAMSCOPE_BENCH_NO_BIG` skips it, `VRAMSCOPE_BENCH_SCREENSHOT=<png>`
+//! saves the page at its first draw.
+//!
 //! memory_viz is not copied into this repository: the bench reads it from
 //! `VRAMSCOPE_MEMORY_VIZ_JS` (default `target/bench-data/MemoryViz.js`,
 //! pytorch/pytorch's `torch/utils/viz/MemoryViz.js`), and d3 5 (the version
@@ -248,7 +259,8 @@ fn gpt_long(root: &Path) -> Option<PathBuf> {
     let corpus = corpus_dir(root);
     let candidates =
         [std::env::var_os("VRAMSCOPE_BENCH_GPT_LONG").map(PathBuf::from), Some(corpus.join("gpt_long.pickle"))];
-    candidates.into_iter().flatten().find(|p| p.is_file())
+    // chromedriver's file input takes canonical paths only (no `..`).
+    candidates.into_iter().flatten().find(|p| p.is_file()).map(|p| p.canonicalize().unwrap_or(p))
 }
 
 /// One measured row.
