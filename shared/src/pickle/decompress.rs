@@ -9,7 +9,6 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::model::Compression;
 use crate::error::ReadError;
 
 const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
@@ -76,6 +75,18 @@ pub(crate) struct StreamLimits {
 /// Output a compressed stream may produce before the ratio applies: the
 /// first block of a decoder can expand far more than the stream as a whole.
 const EXPANSION_SLACK: u64 = 16 << 20;
+
+/// Compression detected from the file's magic bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Compression {
+    /// A plain pickle.
+    None,
+    /// gzip (`1f 8b`).
+    Gzip,
+    /// zstd (`28 b5 2f fd`).
+    Zstd,
+}
 
 /// Counts the bytes read from the raw (compressed) input.
 struct Counting<R> {
