@@ -8,8 +8,8 @@
 //                 {type: "ask", seq, route, query}
 //                 {type: "compare", seq, other, other_id, self_is_a, query}
 // Worker -> page: {type: "progress", phase: "reading" | "parsing" | "indexing", read}
-//                 {type: "opened", meta} | {type: "failed", error}
-//                 {type: "answer", seq, json} | {type: "answer", seq, status, error}
+//                 {type: "opened", meta, timing} | {type: "failed", error}
+//                 {type: "answer", seq, json, ms} | {type: "answer", seq, status, error}
 import init, { local_open, local_answer, local_compare } from "./vramscope_frontend.js";
 
 const started = init();
@@ -19,12 +19,29 @@ self.onmessage = async (event) => {
   if (message.type === "open") {
     try {
       self.postMessage({ type: "progress", phase: "reading", read: 0 });
-      const [buffer] = await Promise.all([message.file.arrayBuffer(), started]);
-      const bytes = new Uint8Array(buffer);
-      const meta = local_open(bytes, message.id, message.name, message.modified || Date.now(), (read) => {
-        self.postMessage({ type: "progress", phase: read >= bytes.length ? "indexing" : "parsing", read });
+      const exports = await started;
+      const file = message.file;
+      // Read a slice at a time (FileReaderSync, dedicated workers only): the
+      // file is never all in memory at once, neither here nor in WebAssembly.
+      const reader = new FileReaderSync();
+      let read_ms = 0;
+      const slice = (offset, length) => {
+        const t = performance.now();
+        const bytes = new Uint8Array(reader.readAsArrayBuffer(file.slice(offset, offset + length)));
+        read_ms += performance.now() - t;
+        return bytes;
+      };
+      const start = performance.now();
+      let parsed = null;
+      const meta = local_open(slice, file.size, message.id, message.name, message.modified || Date.now(), (read) => {
+        if (read >= file.size && parsed === null) parsed = performance.now();
+        self.postMessage({ type: "progress", phase: read >= file.size ? "indexing" : "parsing", read });
       });
-      self.postMessage({ type: "opened", meta });
+      const end = performance.now();
+      // For the dashboard bench: where the time went, and the WebAssembly
+      // memory (it never shrinks: its size is the peak).
+      const timing = { parse_ms: (parsed ?? end) - start, index_ms: end - (parsed ?? end), read_ms, wasm_bytes: exports.memory.buffer.byteLength };
+      self.postMessage({ type: "opened", meta, timing });
     } catch (e) {
       self.postMessage({ type: "failed", error: String(e && e.message ? e.message : e) });
     }
@@ -46,13 +63,48 @@ self.onmessage = async (event) => {
       self.postMessage({ type: "answer", seq: message.seq, status, error });
     }
   } else if (message.type === "ask") {
-    try {
-      await started;
-      self.postMessage({ type: "answer", seq: message.seq, json: local_answer(message.route, message.query) });
-    } catch (e) {
-      const status = e && typeof e.status === "number" ? e.status : 500;
-      const error = e && e.error ? e.error : String(e && e.message ? e.message : e);
-      self.postMessage({ type: "answer", seq: message.seq, status, error });
-    }
+    queue.push(message);
+    setTimeout(answerNext, 0);
+  }
+};
+
+// Requests wait here while the worker is busy (opening the file, or one
+// long answer) and are answered one per task, the quick ones that draw the
+// page first: a view that builds an analysis on its first call (breakdown,
+// pools: seconds on a 1 GB file) must not hold back the first timeline.
+const queue = [];
+const FIRST = ["", "timeline", "stats", "annotations", "host"];
+const rank = (route) => {
+  const i = FIRST.indexOf(route);
+  return i < 0 ? FIRST.length : i;
+};
+
+// After a quick answer, a view that may take seconds waits this long: the
+// page asks its main timeline only once the first answers are in, and that
+// request should find the worker free.
+const SETTLE_MS = 150;
+let lastQuick = 0;
+
+const answerNext = async () => {
+  if (queue.length === 0) return;
+  let best = 0;
+  for (let i = 1; i < queue.length; i++) if (rank(queue[i].route) < rank(queue[best].route)) best = i;
+  const quick = rank(queue[best].route) < FIRST.length;
+  const wait = lastQuick + SETTLE_MS - performance.now();
+  if (!quick && wait > 0) {
+    setTimeout(answerNext, wait);
+    return;
+  }
+  if (quick) lastQuick = performance.now();
+  const [message] = queue.splice(best, 1);
+  try {
+    await started;
+    const start = performance.now();
+    const json = local_answer(message.route, message.query);
+    self.postMessage({ type: "answer", seq: message.seq, json, ms: performance.now() - start, route: message.route });
+  } catch (e) {
+    const status = e && typeof e.status === "number" ? e.status : 500;
+    const error = e && e.error ? e.error : String(e && e.message ? e.message : e);
+    self.postMessage({ type: "answer", seq: message.seq, status, error });
   }
 };

@@ -93,11 +93,24 @@ pub(crate) fn open_bytes(
     modified_ms: f64,
     progress: impl FnMut(u64),
 ) -> Result<Opened, String> {
-    let mut counted = Counted { rest: bytes, read: 0, next_report: PROGRESS_STEP, progress };
+    open_reader(bytes, bytes.len() as u64, id, name, modified_ms, progress)
+}
+
+/// [`open_bytes`] over a `Read` of `len` bytes: the worker reads the file
+/// a slice at a time, so its bytes are never all in memory at once.
+pub(crate) fn open_reader(
+    input: impl Read,
+    len: u64,
+    id: &str,
+    name: &str,
+    modified_ms: f64,
+    progress: impl FnMut(u64),
+) -> Result<Opened, String> {
+    let mut counted = Counted { rest: input, read: 0, next_report: PROGRESS_STEP, progress };
     let options = ReadOptions::with_budget(BROWSER_MEMORY_BUDGET);
     let snapshot = read_snapshot(&mut counted, &options).map_err(|e| e.to_string())?;
     // All read: what follows is building the indexes.
-    (counted.progress)(bytes.len() as u64);
+    (counted.progress)(len);
     let meta = json!({
         "id": id,
         "sha256": "",
@@ -107,7 +120,7 @@ pub(crate) fn open_bytes(
         "rank": null,
         "tags": [],
         "trigger": trigger_of(&snapshot),
-        "size_bytes": bytes.len(),
+        "size_bytes": len,
         "uploaded_at_ms": modified_ms as i64,
         "status": "ready",
         "error": null,
@@ -159,14 +172,14 @@ pub(crate) fn read_other(bytes: &[u8], other_id: &str) -> Result<Analyzed, ViewE
 const PROGRESS_STEP: u64 = 4 << 20;
 
 /// A `Read` over the file's bytes that reports how far the reader got.
-struct Counted<'a, F: FnMut(u64)> {
-    rest: &'a [u8],
+struct Counted<R: Read, F: FnMut(u64)> {
+    rest: R,
     read: u64,
     next_report: u64,
     progress: F,
 }
 
-impl<F: FnMut(u64)> Read for Counted<'_, F> {
+impl<R: Read, F: FnMut(u64)> Read for Counted<R, F> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         let n = self.rest.read(buf)?;
         self.read += n as u64;
@@ -193,6 +206,7 @@ fn status_of(e: &ViewError) -> u16 {
 mod worker {
     use std::cell::RefCell;
 
+    use wasm_bindgen::JsCast;
     use wasm_bindgen::prelude::*;
 
     use super::*;
@@ -241,12 +255,51 @@ mod worker {
         answer.map_err(|e| error_object(&e))
     }
 
-    /// Read a snapshot file in the worker and keep it for [`local_answer`].
-    /// `progress(bytes_read)` is called now and then. Answers the record
-    /// (JSON); a file that is no snapshot is an error saying why.
+    /// A `Read` over a file of `len` bytes that the worker hands out a
+    /// slice at a time: `slice(offset, length)` answers a `Uint8Array`
+    /// (read with `FileReaderSync`), copied into the reader's buffer. Only
+    /// one slice is ever held outside the WebAssembly memory, so a 1 GB
+    /// file costs no second copy of itself.
+    struct Slices<'a> {
+        slice: &'a js_sys::Function,
+        offset: u64,
+        len: u64,
+    }
+
+    impl Read for Slices<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            let want = (self.len - self.offset).min(buf.len() as u64);
+            if want == 0 {
+                return Ok(0);
+            }
+            let chunk = self
+                .slice
+                .call2(&JsValue::NULL, &JsValue::from_f64(self.offset as f64), &JsValue::from_f64(want as f64))
+                .map_err(|e| std::io::Error::other(format!("reading the file at byte {}: {e:?}", self.offset)))?;
+            let chunk: js_sys::Uint8Array = chunk.unchecked_into();
+            let n = (chunk.length() as usize).min(buf.len());
+            if n == 0 {
+                return Err(std::io::Error::other(format!("the file ended at byte {} of {}", self.offset, self.len)));
+            }
+            chunk.subarray(0, n as u32).copy_to(&mut buf[..n]);
+            self.offset += n as u64;
+            Ok(n)
+        }
+    }
+
+    /// Bytes asked of the file at a time: the reader's own buffer is
+    /// smaller, so this one is read through a `BufReader` of this size.
+    const SLICE_BYTES: usize = 8 << 20;
+
+    /// Read a snapshot file of `len` bytes in the worker and keep it for
+    /// [`local_answer`]; `slice(offset, length)` answers its bytes there as
+    /// a `Uint8Array`. `progress(bytes_read)` is called now and then.
+    /// Answers the record (JSON); a file that is no snapshot is an error
+    /// saying why.
     #[wasm_bindgen]
     pub fn local_open(
-        bytes: &[u8],
+        slice: &js_sys::Function,
+        len: f64,
         id: &str,
         name: &str,
         modified_ms: f64,
@@ -254,7 +307,9 @@ mod worker {
     ) -> Result<String, JsError> {
         // A second file replaces the first; free it before reading.
         OPENED.with(|o| o.borrow_mut().take());
-        let opened = open_bytes(bytes, id, name, modified_ms, |read| {
+        let len = len.max(0.0) as u64;
+        let input = std::io::BufReader::with_capacity(SLICE_BYTES, Slices { slice, offset: 0, len });
+        let opened = open_reader(input, len, id, name, modified_ms, |read| {
             let _ = progress.call1(&JsValue::NULL, &JsValue::from_f64(read as f64));
         })
         .map_err(|e| JsError::new(&e))?;
@@ -385,6 +440,27 @@ mod page {
         field(e, "message").as_string().unwrap_or_else(|| format!("{e:?}"))
     }
 
+    /// Keep `value` (when defined) in `window[name]`, an array, for the
+    /// dashboard bench: the worker's own timings and memory.
+    fn record_for_bench(name: &str, value: &JsValue) {
+        let Some(window) = web_sys::window() else { return };
+        if value.is_undefined() {
+            return;
+        }
+        let key = JsValue::from_str(name);
+        let list = match Reflect::get(&window, &key) {
+            Ok(list) if list.is_object() => list,
+            _ => {
+                let list: JsValue = js_sys::Array::new().into();
+                let _ = Reflect::set(&window, &key, &list);
+                list
+            }
+        };
+        if let Some(list) = list.dyn_ref::<js_sys::Array>() {
+            list.push(value);
+        }
+    }
+
     fn worker_url() -> String {
         web_sys::window()
             .and_then(|w| Reflect::get(&w, &JsValue::from_str("__vramscope_worker_url")).ok())
@@ -454,6 +530,8 @@ mod page {
                         _ => progress(OpenProgress::Parsing(field(&data, "read").as_f64().unwrap_or(0.0))),
                     },
                     Some("opened") | Some("failed") => {
+                        // Where the open's time went, for the dashboard bench.
+                        record_for_bench("__vramscope_local_open", &field(&data, "timing"));
                         if let Some((resolve, reject)) = opening.borrow_mut().take() {
                             let ok = field(&data, "type").as_string().as_deref() == Some("opened");
                             let _ = if ok {
@@ -464,6 +542,10 @@ mod page {
                         }
                     }
                     Some("answer") => {
+                        if !field(&data, "ms").is_undefined() {
+                            let timing = js_sys::Array::of2(&field(&data, "route"), &field(&data, "ms"));
+                            record_for_bench("__vramscope_local_answers", &timing);
+                        }
                         let seq = field(&data, "seq").as_f64().unwrap_or(-1.0) as u32;
                         if let Some((resolve, _)) = pending.borrow_mut().remove(&seq) {
                             let _ = resolve.call1(&JsValue::NULL, &data);

@@ -13,6 +13,7 @@
 //! It executes nothing: GLOBAL, REDUCE and the other opcodes that import or call
 //! Python are refused with [`crate::ReadError::ForbiddenOpcode`].
 
+pub(crate) mod decompress;
 mod heap;
 mod machine;
 mod source;

@@ -152,5 +152,5 @@ impl<R: Read> Source<R> {
 }
 
 fn io_error(e: std::io::Error, offset: u64) -> ReadError {
-    crate::snapshot::decompress::map_io_error(e, offset)
+    crate::error::map_io_error(e, offset)
 }

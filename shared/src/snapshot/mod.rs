@@ -1,6 +1,5 @@
 //! The snapshot model and its reader.
 
-pub(crate) mod decompress;
 pub mod frames;
 pub mod model;
 pub(crate) mod read;

@@ -74,17 +74,9 @@ impl FormatVersion {
     }
 }
 
-/// Compression detected from the file's magic bytes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Compression {
-    /// A plain pickle.
-    None,
-    /// gzip (`1f 8b`).
-    Gzip,
-    /// zstd (`28 b5 2f fd`).
-    Zstd,
-}
+/// Compression detected from the file's magic bytes (declared beside the
+/// decompressors, in the pickle layer).
+pub use crate::pickle::decompress::Compression;
 
 /// One device's memory at snapshot time and its trace.
 #[derive(Debug)]

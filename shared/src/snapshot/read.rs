@@ -14,7 +14,6 @@ use std::sync::atomic::AtomicBool;
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use super::decompress;
 use super::frames::{EMPTY_STACK, Frame, FrameId, FrameTable, StackId, StrId, Strings};
 use super::model::{
     AllocatorSettings, Annotation, AnnotationStage, Block, BlockState, CaptureContext, CaptureDevice, DeviceSnapshot,
@@ -22,6 +21,7 @@ use super::model::{
 };
 use super::trace::{Action, TraceBuilder, TraceColumns};
 use crate::error::ReadError;
+use crate::pickle::decompress;
 use crate::pickle::{self, Heap, Hooks, ObjId, ObjKind, V, Value};
 
 /// Limits for reading untrusted input.

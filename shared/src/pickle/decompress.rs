@@ -9,14 +9,10 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::model::Compression;
 use crate::error::{CompressionFailure, ReadError, StreamStop};
 
 const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
 const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
-
-// Removed by the reader branch: `pickle/source.rs` still names it here.
-pub(crate) use crate::error::map_io_error;
 
 /// What bounds the stream besides the memory budget.
 #[derive(Clone, Debug, Default)]
@@ -30,6 +26,18 @@ pub(crate) struct StreamLimits {
 /// Output a compressed stream may produce before the ratio applies: the
 /// first block of a decoder can expand far more than the stream as a whole.
 const EXPANSION_SLACK: u64 = 16 << 20;
+
+/// Compression detected from the file's magic bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Compression {
+    /// A plain pickle.
+    None,
+    /// gzip (`1f 8b`).
+    Gzip,
+    /// zstd (`28 b5 2f fd`).
+    Zstd,
+}
 
 /// Counts the bytes read from the raw (compressed) input.
 struct Counting<R> {
