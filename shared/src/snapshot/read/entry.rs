@@ -15,7 +15,8 @@
 //! give up, and the machine reads the entry the generic way, with its checks
 //! and its error messages.
 
-use super::{ACTION, ADDR, COMPILE_CONTEXT, EMPTY, FRAMES, ROW_COST, Reader, SIZE, STREAM, TIME_US, USER_METADATA};
+use super::words::{ACTION, ADDR, COMPILE_CONTEXT, EMPTY, FRAMES, SIZE, STREAM, TIME_US, USER_METADATA};
+use super::{ROW_COST, Reader};
 use crate::error::ReadError;
 use crate::pickle::{Heap, ObjId, V, Value};
 use crate::snapshot::frames::{EMPTY_STACK, FrameId, StackId, StrId};

@@ -1,0 +1,42 @@
+//! `external_annotations` (2.5 on): the user's named START/END marks on a
+//! device's timeline.
+
+use super::value::{as_i64, as_str, as_u64, dict_items, get, list_items};
+use super::words::{DEVICE, END, NAME, STAGE, START, TIME_US};
+use crate::error::ReadError;
+use crate::pickle::{Heap, V, Value};
+use crate::snapshot::model::{Annotation, AnnotationStage};
+
+/// `external_annotations`: every mark, with a path in the error of any
+/// malformed one.
+pub(super) fn external_annotations(heap: &Heap, v: Value) -> Result<Vec<Annotation>, ReadError> {
+    let items = list_items(heap, v, &|| "external_annotations".to_owned())?;
+    let mut out = Vec::with_capacity(items.len());
+    for (i, a) in items.into_iter().enumerate() {
+        let base = || format!("external_annotations[{i}]");
+        let fields = dict_items(heap, a, &base)?;
+        let path_of = |f: &'static str| move || format!("external_annotations[{i}].{f}");
+        let stage = match get(&fields, STAGE).map(|v| v.get()) {
+            Some(V::Str(START)) => AnnotationStage::Start,
+            Some(V::Str(END)) => AnnotationStage::End,
+            _ => {
+                let found = get(&fields, STAGE).map_or("nothing".to_owned(), |v| heap.describe(v));
+                return Err(ReadError::WrongType { path: path_of("stage")(), expected: "\"START\" or \"END\"", found });
+            }
+        };
+        let name = match get(&fields, NAME) {
+            Some(n) => heap.str(as_str(heap, n, &path_of("name"))?).to_owned(),
+            None => String::new(),
+        };
+        let device = match get(&fields, DEVICE) {
+            Some(d) => as_u64(heap, d, &path_of("device"))? as u32,
+            None => 0,
+        };
+        let time_us = match get(&fields, TIME_US) {
+            Some(t) => as_i64(heap, t, &path_of("time_us"))?,
+            None => 0,
+        };
+        out.push(Annotation { device, stage, name, time_us });
+    }
+    Ok(out)
+}
