@@ -8,22 +8,12 @@
 
 use axum::Json;
 use axum::extract::{Path, Query, State};
-use vramscope_shared::error::ViewError;
 use vramscope_shared::views::view::{View, Work};
 use vramscope_shared::views::{self, FrameJson};
 
 use super::extract::Snapshot;
 use crate::http::AppState;
 use crate::http::error::{AppError, AppResult};
-
-impl From<ViewError> for AppError {
-    fn from(e: ViewError) -> AppError {
-        match e {
-            ViewError::NotFound(what) => AppError::NotFound(what),
-            ViewError::BadRequest(why) => AppError::BadRequest(why),
-        }
-    }
-}
 
 /// `GET /api/v1/snapshots/{id}/{V::PATH}?{V::Params}`: the view `V`. The
 /// query is read before the snapshot is loaded, so a bad one is refused
