@@ -35,9 +35,9 @@ use serde_json::Value;
 
 mod common;
 use common::{
-    Cleanup, Latencies, Server, SplitMix, Table, baseline, ensure_generated, env_number, extent, file_len, fmt_mb, fmt_ms,
-    fmt_secs, get, get_json, load_average, pass, proc_status_bytes, python, raw_client, target_dir, upload_file,
-    warm_page_cache, workspace_root,
+    Cleanup, Latencies, Server, SplitMix, Table, baseline, ensure_generated, env_number, extent, file_len, fmt_mb,
+    fmt_ms, fmt_secs, get, get_json, load_average, pass, proc_status_bytes, python, raw_client, target_dir,
+    upload_file, warm_page_cache, workspace_root,
 };
 
 const PX: u32 = 2000;

@@ -258,8 +258,7 @@ fn renderer_memory(driver: u32, field: &str) -> Option<u64> {
 
 fn gpt_long(root: &Path) -> Option<PathBuf> {
     let corpus = corpus_dir(root);
-    let candidates =
-        [env_path("VRAMSCOPE_BENCH_GPT_LONG"), Some(corpus.join("gpt_long.pickle"))];
+    let candidates = [env_path("VRAMSCOPE_BENCH_GPT_LONG"), Some(corpus.join("gpt_long.pickle"))];
     // chromedriver's file input takes canonical paths only (no `..`).
     candidates.into_iter().flatten().find(|p| p.is_file()).map(|p| p.canonicalize().unwrap_or(p))
 }
@@ -859,7 +858,8 @@ impl MemoryViz {
     fn find(root: &Path) -> Result<MemoryViz, String> {
         let target = target_dir(root);
         let script_path = env_path("VRAMSCOPE_MEMORY_VIZ_JS").unwrap_or_else(|| target.join("bench-data/MemoryViz.js"));
-        let d3_path = env_path("VRAMSCOPE_D3_JS").unwrap_or_else(|| target.join("tools/npm/node_modules/d3/dist/d3.min.js"));
+        let d3_path =
+            env_path("VRAMSCOPE_D3_JS").unwrap_or_else(|| target.join("tools/npm/node_modules/d3/dist/d3.min.js"));
         let script = std::fs::read_to_string(&script_path).map_err(|e| {
             format!(
                 "{}: {e} (save pytorch/pytorch's torch/utils/viz/MemoryViz.js there, or set VRAMSCOPE_MEMORY_VIZ_JS)",
