@@ -19,7 +19,7 @@ use crate::mcp::{Store, Work, http_service};
 use crate::store::ListFilter;
 
 /// The path of the MCP endpoint.
-pub(crate) const PATH: &str = "/api/v1/mcp";
+pub(crate) const PATH: &str = vramscope_shared::api::paths::MCP.route();
 
 /// The role a request to the endpoint needs (its mount's layer): a viewer
 /// (every tool it offers reads), but an admin to DELETE a session.
