@@ -46,6 +46,12 @@ pub(crate) async fn get_one(State(state): State<AppState>, Path(id): Path<String
 }
 
 /// `GET /api/v1/snapshots/{id}/stats`: the object `vramscope stats --json` prints.
+///
+/// Not a declared view ([`vramscope_shared::views::view`]): a view is "the
+/// answer of the loaded snapshot to a query", and this one never loads it.
+/// It answers the statistics stored with the row at ingest (named after the
+/// record), 202 while the file is being parsed and 422 once its parse failed,
+/// which the dashboard reads as "not yet" and `api::view` does not.
 pub(crate) async fn stats(State(state): State<AppState>, Path(id): Path<String>) -> AppResult<Response> {
     let rec = extract::record(&state, &id).await?;
     match (rec.status, &rec.stats_json) {

@@ -33,6 +33,11 @@ pub(crate) async fn answer<V: View>(
 }
 
 /// `GET /api/v1/snapshots/{id}/stacks/{stack}`: the frames, innermost first.
+///
+/// Not a declared view: its argument is a path segment, and a view's path is
+/// a literal with all of its arguments in the query (`View::PATH`,
+/// `View::Params`); making it one would mean a new URL (`stack?id=`) and
+/// teaching the View table path parameters for this one route.
 pub(crate) async fn stack(
     Path((_, stack)): Path<(String, u32)>,
     Snapshot { analyzed: a, .. }: Snapshot,
