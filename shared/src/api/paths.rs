@@ -88,52 +88,76 @@ fn with_query(mut path: String, query: &str) -> String {
     path
 }
 
-/// `GET` the library (`?`[`ListParams`](super::snapshots::ListParams)), `POST` an upload.
-pub const SNAPSHOTS: Endpoint<0> = Endpoint("/api/v1/snapshots");
-/// `GET`, `PATCH` or `DELETE` one snapshot's record.
-pub const SNAPSHOT: Endpoint<1> = Endpoint("/api/v1/snapshots/{id}");
-/// `GET` a snapshot's statistics (202 while it is parsed).
-pub const STATS: Endpoint<1> = Endpoint("/api/v1/snapshots/{id}/stats");
-/// `GET` the frames of one of a snapshot's stacks.
-pub const STACK: Endpoint<2> = Endpoint("/api/v1/snapshots/{id}/stacks/{stack}");
-/// `GET` a snapshot's original file.
-pub const FILE: Endpoint<1> = Endpoint("/api/v1/snapshots/{id}/file");
-/// `GET` a snapshot's self-contained report page.
-pub const REPORT: Endpoint<1> = Endpoint("/api/v1/snapshots/{id}/report.html");
-/// `GET` a snapshot's chart as SVG.
-pub const CHART_SVG: Endpoint<1> = Endpoint("/api/v1/snapshots/{id}/chart.svg");
-/// `GET` a snapshot's chart as PNG.
-pub const CHART_PNG: Endpoint<1> = Endpoint("/api/v1/snapshots/{id}/chart.png");
-/// `POST`: signed links to a snapshot's file and exports.
-pub const LINKS: Endpoint<1> = Endpoint("/api/v1/snapshots/{id}/links");
-/// `GET` or `POST` a snapshot's review comments.
-pub const COMMENTS: Endpoint<1> = Endpoint("/api/v1/snapshots/{id}/comments");
-/// `DELETE` one comment.
-pub const COMMENT: Endpoint<2> = Endpoint("/api/v1/snapshots/{id}/comments/{comment}");
-/// `GET` a snapshot against a memory budget (`?`[`CheckQuery`](super::jobs::CheckQuery)).
-pub const SNAPSHOT_CHECK: Endpoint<1> = Endpoint("/api/v1/snapshots/{id}/check");
-/// `GET` who the request's token is.
-pub const TOKEN: Endpoint<0> = Endpoint("/api/v1/token");
-/// `GET` every job.
-pub const JOBS: Endpoint<0> = Endpoint("/api/v1/jobs");
-/// `GET` one job's ranks side by side.
-pub const JOB: Endpoint<1> = Endpoint("/api/v1/jobs/{job}");
-/// `GET` a job's newest snapshot against its pinned one.
-pub const JOB_CHECK: Endpoint<1> = Endpoint("/api/v1/jobs/{job}/check");
-/// `GET` the comparison of two snapshots (see [`compare_query`]).
-pub const COMPARE: Endpoint<0> = Endpoint("/api/v1/compare");
-/// `GET` will it fit (`?`[`PredictQuery`](super::predict::PredictQuery)).
-pub const PREDICT: Endpoint<0> = Endpoint("/api/v1/predict");
-/// `GET` the processes that streamed telemetry.
-pub const LIVE: Endpoint<0> = Endpoint("/api/v1/live");
-/// `GET` a source's samples (`?`[`ReadParams`](super::live::ReadParams)).
-pub const LIVE_SOURCE: Endpoint<1> = Endpoint("/api/v1/live/{source}");
-/// `POST` capture now (`?`[`CaptureParams`](super::live::CaptureParams)).
-pub const LIVE_CAPTURE: Endpoint<1> = Endpoint("/api/v1/live/{source}/capture");
-/// The agents' WebSocket.
-pub const AGENT_SOCKET: Endpoint<0> = Endpoint("/api/v1/agents/ws");
-/// The MCP tools (streamable HTTP).
-pub const MCP: Endpoint<0> = Endpoint("/api/v1/mcp");
+/// Declares each endpoint: a constant, and its route in [`ROUTES`].
+macro_rules! endpoints {
+    ($($(#[$doc:meta])* $name:ident: $n:literal = $route:literal;)*) => {
+        $($(#[$doc])* pub const $name: Endpoint<$n> = Endpoint($route);)*
+
+        /// Every endpoint's route, in the order declared (the views' are
+        /// [`view_route`] of each `View::PATH`).
+        pub const ROUTES: &[&str] = &[$($route),*];
+
+        #[cfg(test)]
+        const ARITIES: &[(&str, usize)] = &[$(($route, $n)),*];
+    };
+}
+
+endpoints! {
+    /// `GET` the library (`?`[`ListParams`](super::snapshots::ListParams)), `POST` an upload.
+    SNAPSHOTS: 0 = "/api/v1/snapshots";
+    /// `GET`, `PATCH` or `DELETE` one snapshot's record.
+    SNAPSHOT: 1 = "/api/v1/snapshots/{id}";
+    /// `GET` a snapshot's statistics (202 while it is parsed).
+    STATS: 1 = "/api/v1/snapshots/{id}/stats";
+    /// `GET` the frames of one of a snapshot's stacks.
+    STACK: 2 = "/api/v1/snapshots/{id}/stacks/{stack}";
+    /// `GET` a snapshot's original file.
+    FILE: 1 = "/api/v1/snapshots/{id}/file";
+    /// `GET` a snapshot's self-contained report page.
+    REPORT: 1 = "/api/v1/snapshots/{id}/report.html";
+    /// `GET` a snapshot's chart as SVG.
+    CHART_SVG: 1 = "/api/v1/snapshots/{id}/chart.svg";
+    /// `GET` a snapshot's chart as PNG.
+    CHART_PNG: 1 = "/api/v1/snapshots/{id}/chart.png";
+    /// `POST`: signed links to a snapshot's file and exports.
+    LINKS: 1 = "/api/v1/snapshots/{id}/links";
+    /// `GET` or `POST` a snapshot's review comments.
+    COMMENTS: 1 = "/api/v1/snapshots/{id}/comments";
+    /// `DELETE` one comment.
+    COMMENT: 2 = "/api/v1/snapshots/{id}/comments/{comment}";
+    /// `GET` a snapshot against a memory budget (`?`[`CheckQuery`](super::jobs::CheckQuery)).
+    SNAPSHOT_CHECK: 1 = "/api/v1/snapshots/{id}/check";
+    /// `GET` who the request's token is.
+    TOKEN: 0 = "/api/v1/token";
+    /// `GET` every job.
+    JOBS: 0 = "/api/v1/jobs";
+    /// `GET` one job's ranks side by side.
+    JOB: 1 = "/api/v1/jobs/{job}";
+    /// `GET` a job's newest snapshot against its pinned one.
+    JOB_CHECK: 1 = "/api/v1/jobs/{job}/check";
+    /// `GET` the comparison of two snapshots (see [`compare_query`]).
+    COMPARE: 0 = "/api/v1/compare";
+    /// `GET` will it fit (`?`[`PredictQuery`](super::predict::PredictQuery)).
+    PREDICT: 0 = "/api/v1/predict";
+    /// `GET` the processes that streamed telemetry.
+    LIVE: 0 = "/api/v1/live";
+    /// `GET` a source's samples (`?`[`ReadParams`](super::live::ReadParams)).
+    LIVE_SOURCE: 1 = "/api/v1/live/{source}";
+    /// `POST` capture now (`?`[`CaptureParams`](super::live::CaptureParams)).
+    LIVE_CAPTURE: 1 = "/api/v1/live/{source}/capture";
+    /// The agents' WebSocket.
+    AGENT_SOCKET: 0 = "/api/v1/agents/ws";
+    /// The MCP tools (streamable HTTP).
+    MCP: 0 = "/api/v1/mcp";
+}
+
+/// The write endpoints a viewer may call, as (method, route); every other
+/// change needs an uploader, and a `DELETE` an admin. Each of these checks
+/// on its own what a viewer may do there: a viewer's signed links read
+/// only, comments are anyone's to write and their author's to delete, the
+/// MCP tools only read.
+pub const OPEN_TO_VIEWERS: [(&str, &str); 4] =
+    [("POST", LINKS.route()), ("POST", COMMENTS.route()), ("DELETE", COMMENT.route()), ("POST", MCP.route())];
 
 /// The route of the declared view at `view_path` (`View::PATH`):
 /// `/api/v1/snapshots/{id}/{view_path}`.
@@ -177,39 +201,11 @@ pub fn compare_query(
 mod tests {
     use super::*;
 
-    fn arity<const N: usize>(e: Endpoint<N>) -> (usize, usize) {
-        (e.route().matches('{').count(), N)
-    }
-
     #[test]
     fn every_endpoint_names_as_many_parameters_as_it_takes() {
-        let all = [
-            arity(SNAPSHOTS),
-            arity(SNAPSHOT),
-            arity(STATS),
-            arity(STACK),
-            arity(FILE),
-            arity(REPORT),
-            arity(CHART_SVG),
-            arity(CHART_PNG),
-            arity(LINKS),
-            arity(COMMENTS),
-            arity(COMMENT),
-            arity(SNAPSHOT_CHECK),
-            arity(TOKEN),
-            arity(JOBS),
-            arity(JOB),
-            arity(JOB_CHECK),
-            arity(COMPARE),
-            arity(PREDICT),
-            arity(LIVE),
-            arity(LIVE_SOURCE),
-            arity(LIVE_CAPTURE),
-            arity(AGENT_SOCKET),
-            arity(MCP),
-        ];
-        for (i, (named, taken)) in all.into_iter().enumerate() {
-            assert_eq!(named, taken, "endpoint #{i}");
+        assert_eq!(ARITIES.len(), ROUTES.len());
+        for (route, n) in ARITIES {
+            assert_eq!(route.matches('{').count(), *n, "{route}");
         }
     }
 
