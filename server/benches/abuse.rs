@@ -28,7 +28,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{Server, Table, corpus_dir, env_number, target_dir, workspace_root};
+use common::{Server, Table, baseline, corpus_dir, env_number, target_dir, workspace_root};
 
 const UPLOADERS: usize = 20;
 const VIEWERS: usize = 20;
@@ -130,8 +130,7 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 async fn main() {
     let secs: u64 = env_number("VRAMSCOPE_BENCH_SECS", 60);
     let data = target_dir(&workspace_root()).join(format!("bench-abuse-{}", std::process::id()));
-    let program = std::env::var_os("VRAMSCOPE_BENCH_BASELINE")
-        .map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_vramscope")), PathBuf::from);
+    let program = baseline().unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_vramscope")));
     let env = [("VRAMSCOPE_PARSE_MEMORY_BUDGET", (512u64 << 20).to_string())];
     let server = match Server::start_program(&program, &data, &env) {
         Ok(s) => Arc::new(s),

@@ -35,9 +35,9 @@ use serde_json::Value;
 
 mod common;
 use common::{
-    Cleanup, Latencies, Server, SplitMix, Table, ensure_generated, env_number, extent, file_len, fmt_mb, fmt_ms,
-    fmt_secs, get, get_json, load_average, pass, proc_status_bytes, python, raw_client, target_dir, upload_file,
-    warm_page_cache, workspace_root,
+    Cleanup, Latencies, Server, SplitMix, Table, baseline, ensure_generated, env_number, extent, file_len, fmt_mb,
+    fmt_ms, fmt_secs, get, get_json, load_average, pass, proc_status_bytes, python, raw_client, target_dir,
+    upload_file, warm_page_cache, workspace_root,
 };
 
 const PX: u32 = 2000;
@@ -96,8 +96,8 @@ fn main() {
         }
     };
     let mut servers = vec![(String::new(), program)];
-    if let Some(baseline) = std::env::var_os("VRAMSCOPE_BENCH_BASELINE") {
-        servers.push(("baseline: ".to_owned(), PathBuf::from(baseline)));
+    if let Some(baseline) = baseline() {
+        servers.push(("baseline: ".to_owned(), baseline));
     }
     for (label, program) in &servers {
         let result = runtime.block_on(bench_server(program, label, &work, &input, stats_time, &mut table));

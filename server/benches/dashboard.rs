@@ -80,7 +80,8 @@ use serde_json::{Value, json};
 
 mod common;
 use common::{
-    LARGE_NAME, Server, Table, corpus_dir, ensure_generated, ensure_large, file_len, python, target_dir, workspace_root,
+    LARGE_NAME, Server, Table, corpus_dir, ensure_generated, ensure_large, env_flag, env_path, file_len, python,
+    target_dir, workspace_root,
 };
 
 /// Zoom and pan steps scripted per tool.
@@ -111,12 +112,12 @@ fn main() {
         Some(p) => inputs.push(p),
         None => println!("gpt_long.pickle not found (set VRAMSCOPE_BENCH_GPT_LONG); measuring the large input only"),
     }
-    let quick = std::env::var_os("VRAMSCOPE_BENCH_QUICK").is_some();
+    let quick = env_flag("VRAMSCOPE_BENCH_QUICK");
     match if quick { Err("skipped (VRAMSCOPE_BENCH_QUICK)".to_owned()) } else { ensure_large(&bench_data, &python) } {
         Ok(p) => inputs.push(p),
         Err(e) => println!("the large input is unavailable: {e}"),
     }
-    let big = if quick || std::env::var_os("VRAMSCOPE_BENCH_NO_BIG").is_some() {
+    let big = if quick || env_flag("VRAMSCOPE_BENCH_NO_BIG") {
         None
     } else {
         match ensure_generated(&bench_data, BIG_NAME, BIG_ENTRIES, &python) {
@@ -127,7 +128,7 @@ fn main() {
             }
         }
     };
-    if std::env::var_os("VRAMSCOPE_BENCH_ONLY_BIG").is_some() {
+    if env_flag("VRAMSCOPE_BENCH_ONLY_BIG") {
         inputs.clear();
     }
     if inputs.is_empty() && big.is_none() {
@@ -257,8 +258,7 @@ fn renderer_memory(driver: u32, field: &str) -> Option<u64> {
 
 fn gpt_long(root: &Path) -> Option<PathBuf> {
     let corpus = corpus_dir(root);
-    let candidates =
-        [std::env::var_os("VRAMSCOPE_BENCH_GPT_LONG").map(PathBuf::from), Some(corpus.join("gpt_long.pickle"))];
+    let candidates = [env_path("VRAMSCOPE_BENCH_GPT_LONG"), Some(corpus.join("gpt_long.pickle"))];
     // chromedriver's file input takes canonical paths only (no `..`).
     candidates.into_iter().flatten().find(|p| p.is_file()).map(|p| p.canonicalize().unwrap_or(p))
 }
@@ -344,9 +344,9 @@ async fn big_local(browser: &Client, url: &str, input: &Path, driver: u32) -> Re
     let pick = eval(browser, "return window.__bench_pick").await?.as_f64().unwrap_or(0.0);
     let open = eval(browser, "return (window.__vramscope_local_open || [])[0] ?? null").await?;
     let answers = eval(browser, "return window.__vramscope_local_answers || []").await?;
-    if let Some(path) = std::env::var_os("VRAMSCOPE_BENCH_SCREENSHOT") {
+    if let Some(path) = env_path("VRAMSCOPE_BENCH_SCREENSHOT") {
         let png = browser.screenshot().await.map_err(|e| format!("screenshot: {e}"))?;
-        std::fs::write(&path, png).map_err(|e| format!("write {}: {e}", PathBuf::from(&path).display()))?;
+        std::fs::write(&path, png).map_err(|e| format!("write {}: {e}", path.display()))?;
     }
     Ok(BigRow {
         first_draw: first - pick,
@@ -857,10 +857,9 @@ struct MemoryViz {
 impl MemoryViz {
     fn find(root: &Path) -> Result<MemoryViz, String> {
         let target = target_dir(root);
-        let script_path = std::env::var_os("VRAMSCOPE_MEMORY_VIZ_JS")
-            .map_or_else(|| target.join("bench-data/MemoryViz.js"), PathBuf::from);
-        let d3_path = std::env::var_os("VRAMSCOPE_D3_JS")
-            .map_or_else(|| target.join("tools/npm/node_modules/d3/dist/d3.min.js"), PathBuf::from);
+        let script_path = env_path("VRAMSCOPE_MEMORY_VIZ_JS").unwrap_or_else(|| target.join("bench-data/MemoryViz.js"));
+        let d3_path =
+            env_path("VRAMSCOPE_D3_JS").unwrap_or_else(|| target.join("tools/npm/node_modules/d3/dist/d3.min.js"));
         let script = std::fs::read_to_string(&script_path).map_err(|e| {
             format!(
                 "{}: {e} (save pytorch/pytorch's torch/utils/viz/MemoryViz.js there, or set VRAMSCOPE_MEMORY_VIZ_JS)",
@@ -950,8 +949,8 @@ async fn upload_and_index(client: &reqwest::Client, url: &str, path: &Path) -> R
 
 /// A program from an environment variable, or the first of `names` on PATH.
 fn program(env: &str, names: &[&str]) -> Result<PathBuf, String> {
-    if let Some(p) = std::env::var_os(env) {
-        return Ok(PathBuf::from(p));
+    if let Some(p) = env_path(env) {
+        return Ok(p);
     }
     let path = std::env::var_os("PATH").unwrap_or_default();
     names

@@ -59,7 +59,8 @@ use vramscope_shared::{ReadOptions, read_snapshot};
 
 mod common;
 use common::{
-    Table, ensure_large, file_len, fmt_mb, fmt_ratio, fmt_secs, pass, target_dir, warm_page_cache, workspace_root,
+    Table, baseline, corpus_dir, ensure_large, env_number, file_len, fmt_mb, fmt_ratio, fmt_secs, pass, python,
+    target_dir, warm_page_cache, workspace_root,
 };
 
 const GNU_TIME: &str = "/usr/bin/time";
@@ -70,12 +71,11 @@ const TARGET_RSS_RATIO: f64 = 1.2;
 
 fn main() {
     // `cargo bench` passes `--bench` (and any filter); there is nothing to filter.
-    let runs = std::env::var("VRAMSCOPE_BENCH_RUNS")
-        .ok()
-        .and_then(|v| v.parse::<usize>().ok())
-        .filter(|&n| n > 0)
-        .unwrap_or(3);
-    let python = std::env::var("VRAMSCOPE_BENCH_PYTHON").unwrap_or_else(|_| "python3".to_owned());
+    let runs = match env_number("VRAMSCOPE_BENCH_RUNS", 3usize) {
+        0 => 3,
+        n => n,
+    };
+    let python = python();
     let root = workspace_root();
 
     let mut inputs: Vec<(String, PathBuf)> = Vec::new();
@@ -84,9 +84,7 @@ fn main() {
         Ok(p) => inputs.push(("large_1500k".to_owned(), p)),
         Err(e) => notes.push(format!("large input unavailable: {e}")),
     }
-    let corpus =
-        std::env::var_os("VRAMSCOPE_CORPUS").map(PathBuf::from).unwrap_or_else(|| root.join("../shared/corpus"));
-    let gpt = corpus.join("gpt_long.pickle");
+    let gpt = corpus_dir(&root).join("gpt_long.pickle");
     if gpt.is_file() {
         inputs.push(("gpt_long".to_owned(), gpt));
     } else {
@@ -128,8 +126,8 @@ fn main() {
             program: python.clone(),
             args: vec!["-c".into(), PY_LOAD.into(), path.display().to_string()],
         };
-        let baseline_cmd = std::env::var("VRAMSCOPE_BENCH_BASELINE").ok().map(|program| CommandSpec {
-            program,
+        let baseline_cmd = baseline().map(|program| CommandSpec {
+            program: program.display().to_string(),
             args: vec!["stats".into(), "--json".into(), path.display().to_string()],
         });
         let mut baseline = Samples::default();

@@ -940,3 +940,66 @@ async fn regression_multipart_part_headers_are_bounded_and_never_echoed() {
     assert!(text.contains("unknown form field") && text.len() < 1024, "{}", &text[..text.len().min(300)]);
     still_serves(&server, &id).await;
 }
+
+/// Every route that changes something (a route of `paths::ROUTES` or a
+/// view's, asked with each write method) refuses a request without a token,
+/// and refuses a viewer unless `paths::OPEN_TO_VIEWERS` declares it open:
+/// a write route that forgot its role is still closed (`role::deny_by_default`).
+#[tokio::test]
+async fn write_routes_refuse_anonymous_and_viewers_unless_declared_open() {
+    use vramscope_shared::api::paths;
+    use vramscope_shared::views::view::{self, View, Visit};
+
+    struct Routes(Vec<String>);
+    impl Visit for Routes {
+        fn visit<V: View>(&mut self) {
+            self.0.push(paths::view_route(V::PATH));
+        }
+    }
+    let dir = crate::common::server::unique_dir("deny-writes");
+    let (viewer, uploader) = (create_token(&dir, "viewer"), create_token(&dir, "uploader"));
+    let server = TestServer::start_in(&dir, &[("VRAMSCOPE_REQUIRE_TOKENS", "true")]);
+    let response = client()
+        .post(server.api("/snapshots?name=a"))
+        .bearer_auth(&uploader)
+        .header("content-type", "application/octet-stream")
+        .body(fixture("streams.pickle"))
+        .send()
+        .await
+        .expect("upload");
+    let id = answer(response).await.1["id"].as_str().expect("id").to_owned();
+    let mut routes = Routes(paths::ROUTES.iter().map(|r| (*r).to_owned()).collect());
+    view::each(&mut routes);
+    let fill = |route: &str| {
+        route
+            .replace("{id}", &id)
+            .replace("{stack}", "0")
+            .replace("{comment}", "c")
+            .replace("{job}", "j")
+            .replace("{source}", "s")
+    };
+    let mut refused_viewer = 0;
+    for route in &routes.0 {
+        for method in [reqwest::Method::POST, reqwest::Method::PUT, reqwest::Method::PATCH, reqwest::Method::DELETE] {
+            let url = format!("{}{}", server.url, fill(route));
+            let anonymous = client().request(method.clone(), &url).send().await.expect("anonymous");
+            assert_eq!(anonymous.status(), StatusCode::UNAUTHORIZED, "{method} {route} without a token");
+            let status =
+                client().request(method.clone(), &url).bearer_auth(&viewer).send().await.expect("viewer").status();
+            if paths::OPEN_TO_VIEWERS.contains(&(method.as_str(), route.as_str())) {
+                assert_ne!(status, StatusCode::FORBIDDEN, "{method} {route} is declared open to viewers");
+                continue;
+            }
+            assert!(
+                status == StatusCode::FORBIDDEN || status == StatusCode::METHOD_NOT_ALLOWED,
+                "{method} {route} by a viewer: {status}"
+            );
+            refused_viewer += usize::from(status == StatusCode::FORBIDDEN);
+        }
+    }
+    // Upload, rename, delete, capture now: the walk reached the write routes.
+    assert!(refused_viewer >= 4, "only {refused_viewer} write routes refused a viewer");
+    let delete = client().delete(server.api(&format!("/snapshots/{id}"))).bearer_auth(&uploader).send().await;
+    let (status, body) = answer(delete.expect("delete")).await;
+    assert_eq!((status, kind(&body)), (StatusCode::FORBIDDEN, "forbidden"), "deleting needs an admin: {body}");
+}

@@ -19,4 +19,3 @@ pub mod permalink;
 pub mod predict;
 pub mod predict_chart;
 pub mod track;
-pub mod url;

@@ -17,9 +17,12 @@ use wasm_bindgen::JsCast;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
 
+use vramscope_shared::api::live::{CaptureParams, ReadParams};
+use vramscope_shared::api::paths::{self, CompareIds};
 use vramscope_shared::api::predict::{PredictQuery, PredictReport};
+use vramscope_shared::api::snapshots::ListParams;
 use vramscope_shared::views::TimelineParams;
-use vramscope_shared::views::analysis::DiffAnswer;
+use vramscope_shared::views::analysis::{Align, DiffAnswer, DiffParams};
 use vramscope_shared::views::annotations::AnnotationsParams;
 use vramscope_shared::views::fragmentation::FragmentationParams;
 use vramscope_shared::views::segments::SegmentsParams;
@@ -34,7 +37,6 @@ use crate::core::model::{
     AllocatorState, AnnotationsAnswer, Axis, CommentMark, ErrorBody, FragmentationAnswer, Frame, Instant, Page,
     SegmentsAnswer, SnapshotMeta, StatsReport, TimelineWindow, UploadAnswer,
 };
-use crate::core::url::query;
 use crate::core::viewport::Window;
 
 /// Where the API token is kept in the browser (`localStorage`), for servers
@@ -140,6 +142,11 @@ async fn json<T: DeserializeOwned>(what: &str, response: Response) -> Result<T, 
     decoded
 }
 
+/// A request's path and query as written, or why it could not be.
+fn written(what: &str, path: Result<String, serde_urlencoded::ser::Error>) -> Result<String, ApiError> {
+    path.map_err(|e| ApiError { status: 0, message: format!("{what}: the query could not be written ({e})") })
+}
+
 /// GET `url` as JSON.
 pub(crate) async fn get<T: DeserializeOwned>(what: &str, url: &str) -> Result<T, ApiError> {
     json(what, send(what, Request::get(url), None).await?).await
@@ -160,27 +167,29 @@ pub(crate) struct ListQuery {
 
 /// One page of the snapshot list.
 pub(crate) async fn list(query: &ListQuery, cursor: Option<&str>) -> Result<Page, ApiError> {
-    let mut url = "/api/v1/snapshots?limit=100".to_owned();
-    for (key, value) in [("q", &query.q), ("job", &query.job), ("host", &query.host), ("tag", &query.tag)] {
-        if !value.trim().is_empty() {
-            url.push_str(&format!("&{key}={}", encode(value.trim())));
-        }
-    }
-    if let Some(c) = cursor {
-        url.push_str(&format!("&cursor={}", encode(c)));
-    }
-    get("listing snapshots", &url).await
+    let what = "listing snapshots";
+    let filter = |value: &str| Some(value.trim().to_owned()).filter(|v| !v.is_empty());
+    let params = ListParams {
+        job: filter(&query.job),
+        host: filter(&query.host),
+        tag: filter(&query.tag),
+        q: filter(&query.q),
+        limit: Some(100),
+        cursor: cursor.map(str::to_owned),
+        pinned: None,
+    };
+    get(what, &written(what, paths::SNAPSHOTS.path_with([], &params))?).await
 }
 
 /// One snapshot's record.
 pub(crate) async fn snapshot(id: &str) -> Result<SnapshotMeta, ApiError> {
-    get("loading the snapshot", &format!("/api/v1/snapshots/{}", encode(id))).await
+    get("loading the snapshot", &paths::SNAPSHOT.path([id])).await
 }
 
 /// A snapshot's statistics; `None` while the server is still parsing it.
 pub(crate) async fn stats(id: &str) -> Result<Option<StatsReport>, ApiError> {
     let what = "loading the statistics";
-    let response = send(what, Request::get(&format!("/api/v1/snapshots/{}/stats", encode(id))), None).await?;
+    let response = send(what, Request::get(&paths::STATS.path([id])), None).await?;
     if response.status() == 202 {
         return Ok(None);
     }
@@ -227,9 +236,7 @@ pub(crate) async fn timeline(id: &str, q: TimelineQuery) -> Result<TimelineWindo
 /// goes through here, and so through [`get`] (which hands `local-` ids to
 /// the browser's worker).
 pub(crate) async fn view<V: View>(what: &str, id: &str, params: &V::Params) -> Result<V::Answer, ApiError> {
-    let query = serde_urlencoded::to_string(params)
-        .map_err(|e| ApiError { status: 0, message: format!("{what}: the query could not be written ({e})") })?;
-    get(what, &format!("/api/v1/snapshots/{}/{}?{query}", encode(id), V::PATH)).await
+    get(what, &written(what, paths::view_path(id, V::PATH, params))?).await
 }
 
 /// The device, axis and window of the views over a window.
@@ -296,12 +303,12 @@ pub(crate) async fn annotations(id: &str, w: WindowQuery) -> Result<AnnotationsA
 /// The review comments of a snapshot, for their markers; none where the
 /// server has no comments (an older server answers 404).
 pub(crate) async fn comment_marks(id: &str) -> Vec<CommentMark> {
-    get::<Vec<CommentMark>>("loading the comments", &format!("{}/comments", snapshot_url(id))).await.unwrap_or_default()
+    get::<Vec<CommentMark>>("loading the comments", &paths::COMMENTS.path([id])).await.unwrap_or_default()
 }
 
 /// The frames of a stack, innermost first.
 pub(crate) async fn stack(id: &str, stack: u32) -> Result<Vec<Frame>, ApiError> {
-    get("loading the stack", &format!("/api/v1/snapshots/{}/stacks/{stack}", encode(id))).await
+    get("loading the stack", &paths::STACK.path([id, &stack.to_string()])).await
 }
 
 /// Rename and/or retag a snapshot; answers the new record.
@@ -315,7 +322,7 @@ pub(crate) async fn update(id: &str, name: Option<&str>, tags: Option<&[String]>
     }
     let what = "saving the change";
     let body = serde_json::Value::Object(body);
-    let response = send(what, Request::patch(&format!("/api/v1/snapshots/{}", encode(id))), Some(&body)).await?;
+    let response = send(what, Request::patch(&paths::SNAPSHOT.path([id])), Some(&body)).await?;
     json(what, response).await
 }
 
@@ -333,12 +340,12 @@ pub(crate) struct SignedLinks {
 /// `Authorization` header, so in token mode a plain link answers 401.
 pub(crate) async fn signed_links(id: &str) -> Result<SignedLinks, ApiError> {
     let what = "preparing the download";
-    json(what, send(what, Request::post(&format!("/api/v1/snapshots/{}/links", encode(id))), None).await?).await
+    json(what, send(what, Request::post(&paths::LINKS.path([id])), None).await?).await
 }
 
 /// Delete a snapshot.
 pub(crate) async fn delete(id: &str) -> Result<(), ApiError> {
-    send("deleting the snapshot", Request::delete(&format!("/api/v1/snapshots/{}", encode(id))), None).await.map(|_| ())
+    send("deleting the snapshot", Request::delete(&paths::SNAPSHOT.path([id])), None).await.map(|_| ())
 }
 
 /// Upload a file, calling `progress(sent, total)` as bytes go out.
@@ -349,7 +356,8 @@ pub(crate) async fn upload(
     let what = format!("uploading {}", file.name());
     let js = |e: JsValue| ApiError { status: 0, message: format!("{what}: {}", js_message(&e)) };
     let xhr = web_sys::XmlHttpRequest::new().map_err(js)?;
-    xhr.open("POST", &format!("/api/v1/snapshots?name={}", encode(&file.name()))).map_err(js)?;
+    let url = paths::SNAPSHOTS.path_with([], &[("name", file.name())]).map_err(|e| js(e.to_string().into()))?;
+    xhr.open("POST", &url).map_err(js)?;
     xhr.set_request_header("Content-Type", "application/octet-stream").map_err(js)?;
     if let Some(t) = token() {
         xhr.set_request_header("Authorization", &format!("Bearer {}", t.trim())).map_err(js)?;
@@ -389,20 +397,16 @@ pub(crate) async fn upload(
 }
 
 /// The comparison of snapshot `a` with `b`, timelines at `px` buckets.
-pub(crate) async fn compare(a: &str, b: &str, align: &str, px: u32) -> Result<DiffAnswer, ApiError> {
-    let pairs = [
-        ("a", Some(a.to_owned())),
-        ("b", Some(b.to_owned())),
-        ("align", Some(align.to_owned())),
-        ("px", Some(px.max(1).to_string())),
-    ];
+pub(crate) async fn compare(a: &str, b: &str, align: Align, px: u32) -> Result<DiffAnswer, ApiError> {
     let what = "comparing the snapshots";
-    let q = query(&pairs);
+    let ids = CompareIds { a: Some(a.to_owned()), b: Some(b.to_owned()) };
+    let diff = DiffParams { align: Some(align), px: Some(px.max(1)), ..Default::default() };
+    let q = written(what, paths::compare_query(&ids, &diff))?;
     // A file opened without uploading is compared in this tab, by its
     // worker: with another local file, or with an uploaded snapshot whose
     // file the page fetches once.
     let (mine, other, mine_is_a) = match (local::is_local(a), local::is_local(b)) {
-        (false, false) => return get(what, &format!("/api/v1/compare?{q}")).await,
+        (false, false) => return get(what, &format!("{}?{q}", paths::COMPARE.route())).await,
         (true, _) => (a, b, true),
         (false, true) => (b, a, false),
     };
@@ -421,8 +425,7 @@ async fn compare_locally(
         local::OtherBytes::None
     } else {
         let response =
-            send("loading the other snapshot's file", Request::get(&format!("{}/file", snapshot_url(other))), None)
-                .await?;
+            send("loading the other snapshot's file", Request::get(&paths::FILE.path([other])), None).await?;
         local::OtherBytes::Fetched(response.binary().await.map_err(|e| ApiError::network(what, e))?)
     };
     let (status, body) = local::compare(mine, other, mine_is_a, bytes, q).await;
@@ -437,77 +440,71 @@ async fn compare_locally(
     json(what, response).await
 }
 
-fn snapshot_url(id: &str) -> String {
-    format!("/api/v1/snapshots/{}", encode(id))
-}
-
 /// A snapshot's review comments, oldest first.
 pub(crate) async fn comments(id: &str) -> Result<Vec<Comment>, ApiError> {
-    get("loading the comments", &format!("{}/comments", snapshot_url(id))).await
+    get("loading the comments", &paths::COMMENTS.path([id])).await
 }
 
 /// Whether a snapshot is pinned (kept from retention); `None` when its
 /// record does not say.
 pub(crate) async fn pinned(id: &str) -> Result<Option<bool>, ApiError> {
-    let record: serde_json::Value = get("loading the snapshot", &snapshot_url(id)).await?;
+    let record: serde_json::Value = get("loading the snapshot", &paths::SNAPSHOT.path([id])).await?;
     Ok(record["pinned"].as_bool())
 }
 
 /// Post a comment; `body` is `{"body": …, "row"?: …, "addr"?: …}`.
 pub(crate) async fn post_comment(id: &str, body: &serde_json::Value) -> Result<(), ApiError> {
-    let url = format!("{}/comments", snapshot_url(id));
+    let url = paths::COMMENTS.path([id]);
     send("posting the comment", Request::post(&url), Some(body)).await.map(|_| ())
 }
 
 /// Delete a comment (one's own, or any as an admin).
 pub(crate) async fn delete_comment(id: &str, comment_id: &str) -> Result<(), ApiError> {
-    let url = format!("{}/comments/{}", snapshot_url(id), encode(comment_id));
+    let url = paths::COMMENT.path([id, comment_id]);
     send("deleting the comment", Request::delete(&url), None).await.map(|_| ())
 }
 
 /// Pin or unpin a snapshot.
 pub(crate) async fn set_pinned(id: &str, pinned: bool) -> Result<(), ApiError> {
     let body = serde_json::json!({ "pinned": pinned });
-    send("pinning the snapshot", Request::patch(&snapshot_url(id)), Some(&body)).await.map(|_| ())
+    send("pinning the snapshot", Request::patch(&paths::SNAPSHOT.path([id])), Some(&body)).await.map(|_| ())
 }
 
 /// Every job, most recent first.
 pub(crate) async fn jobs() -> Result<Vec<JobSummary>, ApiError> {
-    get("listing jobs", "/api/v1/jobs").await
+    get("listing jobs", paths::JOBS.route()).await
 }
 
 /// One job's ranks side by side.
 pub(crate) async fn job(name: &str) -> Result<JobReport, ApiError> {
-    get("loading the job", &format!("/api/v1/jobs/{}", encode(name))).await
+    get("loading the job", &paths::JOB.path([name])).await
 }
 
 /// Will it fit? A prediction over stored snapshots of one job
 /// (`GET /api/v1/predict`, the query serialised by serde).
 pub(crate) async fn predict(q: &PredictQuery) -> Result<PredictReport, ApiError> {
-    let query = serde_urlencoded::to_string(q)
-        .map_err(|e| ApiError { status: 0, message: format!("predicting: the query could not be written ({e})") })?;
-    get("predicting", &format!("/api/v1/predict?{query}")).await
+    let what = "predicting";
+    get(what, &written(what, paths::PREDICT.path_with([], q))?).await
 }
 
 /// The processes that streamed telemetry, and their hosts.
 pub(crate) async fn live_sources() -> Result<LiveList, ApiError> {
-    get("live sources", "/api/v1/live").await
+    get("live sources", paths::LIVE.route()).await
 }
 
 /// A source's samples after `since_ms` (every kept one when `None`).
 pub(crate) async fn live_samples(source: &str, since_ms: Option<i64>) -> Result<LiveRead, ApiError> {
-    let mut url = format!("/api/v1/live/{}", encode(source));
-    if let Some(since) = since_ms {
-        url.push_str(&format!("?since_ms={since}"));
-    }
-    get("live samples", &url).await
+    let what = "live samples";
+    let params = ReadParams { since_ms, limit: None };
+    get(what, &written(what, paths::LIVE_SOURCE.path_with([source], &params))?).await
 }
 
 /// Ask the agent of a source for a snapshot of that process (`all`: of
 /// every process it serves).
 pub(crate) async fn capture(source: &str, all: bool) -> Result<(), ApiError> {
-    let url = format!("/api/v1/live/{}/capture?all={all}", encode(source));
-    send("asking for a snapshot", Request::post(&url), None).await.map(|_| ())
+    let what = "asking for a snapshot";
+    let url = written(what, paths::LIVE_CAPTURE.path_with([source], &CaptureParams { all }))?;
+    send(what, Request::post(&url), None).await.map(|_| ())
 }
 
 /// The message of a JavaScript exception.

@@ -36,9 +36,6 @@ pub(crate) fn is_local(id: &str) -> bool {
     id.starts_with(LOCAL_PREFIX)
 }
 
-/// Where the API's snapshot routes begin in a request's URL.
-const SNAPSHOTS_PATH: &str = "/api/v1/snapshots/";
-
 /// A request for a local snapshot: its id, the route after the id (empty
 /// for the record itself) and the query string.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -54,7 +51,8 @@ pub(crate) struct LocalRequest {
 /// The local request behind a URL (absolute or not), if it names a local
 /// snapshot; `None` for everything the server answers.
 pub(crate) fn local_request(url: &str) -> Option<LocalRequest> {
-    let (_, rest) = url.split_once(SNAPSHOTS_PATH)?;
+    // Where the API's snapshot routes begin in a request's URL.
+    let (_, rest) = url.split_once(vramscope_shared::api::paths::SNAPSHOT.prefix())?;
     let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
     let path = path.split('#').next().unwrap_or_default();
     let (id, route) = path.split_once('/').unwrap_or((path, ""));

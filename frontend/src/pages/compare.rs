@@ -290,10 +290,7 @@ mod ui {
         /// Ask for the comparison, aligned as chosen.
         fn fetch(self) {
             let (a, b) = self.ids.get_value();
-            let mode = match self.align.get_untracked() {
-                Align::Event => "event",
-                Align::Step => "step",
-            };
+            let mode = self.align.get_untracked();
             // Each timeline takes half the width.
             let px = (chart_width(self.wrap_ref.get_untracked()) / 2).saturating_sub(96).max(100);
             let answer = self.answer;

@@ -9,6 +9,7 @@ use leptos::prelude::*;
 use leptos::task::spawn_local;
 use leptos_router::hooks::use_params_map;
 use vramscope_shared::DeviceStats;
+use vramscope_shared::api::paths;
 use vramscope_shared::snapshot::CaptureContext;
 
 use crate::components::card::Card;
@@ -233,13 +234,9 @@ fn Header(meta: SnapshotMeta) -> impl IntoView {
     .collect();
     // A local file's page offers the file itself: the server never saw it.
     let local = meta.id.starts_with(crate::infra::local::LOCAL_PREFIX);
-    let download = if local {
-        crate::infra::local::file_url(&meta.id)
-    } else {
-        Some(format!("/api/v1/snapshots/{}/file", meta.id))
-    };
+    let download = if local { crate::infra::local::file_url(&meta.id) } else { Some(paths::FILE.path([&meta.id])) };
     // The same self-contained page as `vramscope report` (server only).
-    let report = (!local).then(|| format!("/api/v1/snapshots/{}/report.html", meta.id));
+    let report = (!local).then(|| paths::REPORT.path([&meta.id]));
     let name = meta.name.clone();
     let (file_id, report_id) = (meta.id.clone(), meta.id.clone());
     view! {

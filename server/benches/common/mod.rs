@@ -25,7 +25,7 @@ pub(crate) fn workspace_root() -> PathBuf {
 /// The corpus folder: `VRAMSCOPE_CORPUS`, else `../shared/corpus` beside
 /// the workspace root (whether it exists is the caller's question).
 pub(crate) fn corpus_dir(root: &Path) -> PathBuf {
-    std::env::var_os("VRAMSCOPE_CORPUS").map(PathBuf::from).unwrap_or_else(|| root.join("../shared/corpus"))
+    env_path("VRAMSCOPE_CORPUS").unwrap_or_else(|| root.join("../shared/corpus"))
 }
 
 /// A number from the environment variable `name`, else `default`.
@@ -36,6 +36,22 @@ pub(crate) fn env_number<T: std::str::FromStr>(name: &str, default: T) -> T {
 /// The Python that runs the reference side: `VRAMSCOPE_BENCH_PYTHON`, else `python3`.
 pub(crate) fn python() -> String {
     std::env::var("VRAMSCOPE_BENCH_PYTHON").unwrap_or_else(|_| "python3".to_owned())
+}
+
+/// A path from the environment variable `name`, if set.
+pub(crate) fn env_path(name: &str) -> Option<PathBuf> {
+    std::env::var_os(name).map(PathBuf::from)
+}
+
+/// Whether the environment variable `name` is set (to anything).
+pub(crate) fn env_flag(name: &str) -> bool {
+    std::env::var_os(name).is_some()
+}
+
+/// Another `vramscope` binary to measure beside this one (an older
+/// commit's build): `VRAMSCOPE_BENCH_BASELINE`, if set.
+pub(crate) fn baseline() -> Option<PathBuf> {
+    env_path("VRAMSCOPE_BENCH_BASELINE")
 }
 
 pub(crate) fn target_dir(root: &Path) -> PathBuf {

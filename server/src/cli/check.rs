@@ -13,6 +13,7 @@ use vramscope_shared::analysis::check::{CheckBudget, CheckReport, Rule, RuleOutc
 use vramscope_shared::analysis::stack_label;
 use vramscope_shared::answers::check_json;
 use vramscope_shared::api::jobs::{CheckAnswer, CheckQuery};
+use vramscope_shared::api::paths;
 use vramscope_shared::simulate::parse_size;
 
 use super::Failure;
@@ -177,7 +178,7 @@ fn remote(args: &CheckArgs, server: &str, job: &str) -> Result<Checked, Failure>
         top: Some(args.top),
         baseline: None,
     };
-    let url = format!("{}/api/v1/jobs/{}/check", server.trim_end_matches('/'), url_segment(job));
+    let url = format!("{}{}", server.trim_end_matches('/'), paths::JOB_CHECK.path([job]));
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -220,11 +221,6 @@ fn remote(args: &CheckArgs, server: &str, job: &str) -> Result<Checked, Failure>
     let name = format!("{} (job {job}, snapshot {})", answer.snapshot.name, answer.snapshot.id);
     let baseline = answer.baseline.as_ref().map(|b| format!("{} (snapshot {}, pinned)", b.name, b.id));
     Ok((name, baseline, answer.report, value))
-}
-
-/// A job name as one URL path segment.
-fn url_segment(text: &str) -> String {
-    url::form_urlencoded::byte_serialize(text.as_bytes()).collect::<String>().replace('+', "%20")
 }
 
 /// One line about one rule: its figures against its limit.

@@ -89,7 +89,7 @@ pub(crate) async fn run(args: &UploadArgs) -> Result<(), Failure> {
     }
     let counter = bar.clone();
     let stream = ReaderStream::with_capacity(file, 1 << 20).inspect_ok(move |chunk| counter.inc(chunk.len() as u64));
-    let url = format!("{}/api/v1/snapshots", args.server.trim_end_matches('/'));
+    let url = format!("{}{}", args.server.trim_end_matches('/'), vramscope_shared::api::paths::SNAPSHOTS.route());
     let client = reqwest::Client::builder()
         .connect_timeout(args.timeout.min(std::time::Duration::from_secs(30)))
         .read_timeout(args.timeout)

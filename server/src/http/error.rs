@@ -4,6 +4,7 @@
 use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use vramscope_shared::error::ViewError;
 
 /// Why a request failed.
 #[derive(Debug)]
@@ -138,6 +139,15 @@ impl From<&crate::ingest::ParseFailure> for AppError {
         match failure {
             crate::ingest::ParseFailure::Storage(e) => AppError::Internal(anyhow::anyhow!("{e:#}")),
             other => AppError::Unreadable { kind: other.kind(), message: other.message() },
+        }
+    }
+}
+
+impl From<ViewError> for AppError {
+    fn from(e: ViewError) -> AppError {
+        match e {
+            ViewError::NotFound(what) => AppError::NotFound(what),
+            ViewError::BadRequest(why) => AppError::BadRequest(why),
         }
     }
 }

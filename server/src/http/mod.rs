@@ -99,12 +99,12 @@ pub(crate) fn app(state: AppState) -> Router {
             // only axum's extractors honour): the same limit and timeout
             // as every other API request, as layers.
             tower::ServiceBuilder::new()
-                .layer(middleware::from_fn_with_state((state.clone(), v1::mcp::role as role::RoleOf), role::require))
                 .layer(tower_http::limit::RequestBodyLimitLayer::new(state.settings.max_body_bytes))
                 .layer(TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, timeout))
                 .service(v1::mcp::service(state.clone(), state.settings.read_options())),
         )
         .route("/metrics", get(metrics_text))
+        .route_layer(middleware::from_fn_with_state(state.clone(), role::deny_by_default))
         .layer(middleware::from_fn_with_state(state.clone(), authorize));
     Router::new()
         .route("/healthz", get(healthz))
@@ -186,9 +186,7 @@ fn signed_link(state: &AppState, request: &Request) -> Option<Identity> {
         return None;
     }
     let path = request.uri().path();
-    let rest = path.strip_prefix("/api/v1/snapshots/")?;
-    let (_id, what) = rest.split_once('/')?;
-    if !v1::SIGNABLE.contains(&what) {
+    if !v1::SIGNABLE.iter().any(|e| e.matches(path)) {
         return None;
     }
     let query = request.uri().query()?;

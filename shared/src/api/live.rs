@@ -87,3 +87,20 @@ pub struct LiveRead {
     #[serde(default)]
     pub devices: Vec<NvmlDevice>,
 }
+
+/// Query of `GET /api/v1/live/{source}`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReadParams {
+    /// Only samples after this time (ms since the epoch); all by default.
+    pub since_ms: Option<i64>,
+    /// At most this many samples (the newest), default and ceiling 20000.
+    pub limit: Option<i64>,
+}
+
+/// Query of `POST /api/v1/live/{source}/capture`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CaptureParams {
+    /// Ask every process the agent serves, not only this one.
+    #[serde(default)]
+    pub all: bool,
+}

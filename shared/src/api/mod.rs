@@ -7,6 +7,7 @@
 //!   side), [`live`] (telemetry read back), [`predict`] (will it fit) and [`error`] (every refusal's
 //!   body). The analyses' answers are the view types of
 //!   [`crate::views`] and [`crate::timeline`], shared the same way.
+//! - Where each endpoint is, and how its query is written: [`paths`].
 //! - The capture path: [`agent`] (job ⇄ agent ⇄ server).
 //!
 //! Fields are only ever added; a reader ignores what it does not know, and
@@ -16,6 +17,7 @@ pub mod agent;
 pub mod error;
 pub mod jobs;
 pub mod live;
+pub mod paths;
 pub mod predict;
 pub mod review;
 pub mod snapshots;

@@ -158,3 +158,24 @@ pub struct SignedLinks {
     /// Until when they work, milliseconds since the Unix epoch.
     pub expires_ms: i64,
 }
+
+/// Query of `GET /api/v1/snapshots`: the filters (each exact but `q`) and
+/// the page. `C` is the cursor: the server reads it into its own type,
+/// clients hand back the `next_cursor` string of the previous [`Page`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListParams<C = String> {
+    /// Exact job.
+    pub job: Option<String>,
+    /// Exact host.
+    pub host: Option<String>,
+    /// One tag.
+    pub tag: Option<String>,
+    /// Free text over the name, job, host and tags.
+    pub q: Option<String>,
+    /// Most items of the page.
+    pub limit: Option<u32>,
+    /// Where the page starts: the previous page's `next_cursor`.
+    pub cursor: Option<C>,
+    /// Only pinned (or only unpinned) snapshots.
+    pub pinned: Option<bool>,
+}

@@ -154,6 +154,11 @@ pub(crate) struct CompareIds {
 
 /// `GET /api/v1/compare?a=ID&b=ID&top=&align=&px=&device_a=&device_b=`: what
 /// changed from A to B; see [`analysis::diff`].
+///
+/// Not a declared view: a view answers one snapshot (`View::answer` takes
+/// one `Analyzed`, mounted under `/snapshots/{id}/`), a comparison two, each
+/// loaded by its own id. Its query is still read once, by
+/// `vramscope_shared::views::route::compare`, here and in the browser's worker.
 pub(crate) async fn compare(
     State(state): State<AppState>,
     Query(ids): Query<CompareIds>,

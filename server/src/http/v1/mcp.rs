@@ -19,13 +19,7 @@ use crate::mcp::{Store, Work, http_service};
 use crate::store::ListFilter;
 
 /// The path of the MCP endpoint.
-pub(crate) const PATH: &str = "/api/v1/mcp";
-
-/// The role a request to the endpoint needs (its mount's layer): a viewer
-/// (every tool it offers reads), but an admin to DELETE a session.
-pub(crate) fn role(method: &axum::http::Method) -> crate::auth::Role {
-    if method == axum::http::Method::DELETE { crate::auth::Role::Admin } else { crate::auth::Role::Viewer }
-}
+pub(crate) const PATH: &str = vramscope_shared::api::paths::MCP.route();
 
 /// Tool answers kept: a repeated call (an assistant asks again as it
 /// reasons) is answered without a replay, as the HTTP routes answer theirs.

@@ -20,6 +20,10 @@ use axum::routing::{get, post};
 use tower_http::timeout::TimeoutLayer;
 
 use axum::routing::MethodRouter;
+use vramscope_shared::api::paths::{
+    self, CHART_PNG, CHART_SVG, COMMENT, COMMENTS, COMPARE, FILE, JOB, JOB_CHECK, JOBS, LINKS, PREDICT, REPORT,
+    SNAPSHOT, SNAPSHOT_CHECK, SNAPSHOTS, STACK, STATS, TOKEN,
+};
 use vramscope_shared::views::view::{self, Tune, View, Visit, WhatIf};
 
 use super::AppState;
@@ -33,27 +37,27 @@ pub(super) fn routes(timeout: Duration) -> Router<AppState> {
     view::each(&mut views);
     let timed = views
         .0
-        .route("/api/v1/snapshots", get(snapshots::list))
-        .route("/api/v1/snapshots/{id}", get(snapshots::get_one).patch(snapshots::update).delete(snapshots::delete))
-        .route("/api/v1/snapshots/{id}/stats", get(snapshots::stats))
-        .route("/api/v1/snapshots/{id}/report.html", get(snapshots::report))
-        .route("/api/v1/snapshots/{id}/links", post(snapshots::links))
-        .route("/api/v1/snapshots/{id}/chart.svg", get(snapshots::chart_svg))
-        .route("/api/v1/snapshots/{id}/chart.png", get(snapshots::chart_png))
-        .route("/api/v1/snapshots/{id}/stacks/{stack}", get(views::stack))
-        .route("/api/v1/snapshots/{id}/comments", get(review::list).post(review::post))
-        .route("/api/v1/snapshots/{id}/comments/{comment}", axum::routing::delete(review::delete))
-        .route("/api/v1/token", get(review::token_holder))
-        .route("/api/v1/jobs", get(jobs::list))
-        .route("/api/v1/jobs/{job}", get(jobs::get_one))
-        .route("/api/v1/compare", get(analysis::compare))
-        .route("/api/v1/snapshots/{id}/check", get(analysis::check_snapshot))
-        .route("/api/v1/jobs/{job}/check", get(analysis::check_job))
-        .route("/api/v1/predict", get(predict::predict))
+        .route(SNAPSHOTS.route(), get(snapshots::list))
+        .route(SNAPSHOT.route(), get(snapshots::get_one).patch(snapshots::update).delete(snapshots::delete))
+        .route(STATS.route(), get(snapshots::stats))
+        .route(REPORT.route(), get(snapshots::report))
+        .route(LINKS.route(), post(snapshots::links))
+        .route(CHART_SVG.route(), get(snapshots::chart_svg))
+        .route(CHART_PNG.route(), get(snapshots::chart_png))
+        .route(STACK.route(), get(views::stack))
+        .route(COMMENTS.route(), get(review::list).post(review::post))
+        .route(COMMENT.route(), axum::routing::delete(review::delete))
+        .route(TOKEN.route(), get(review::token_holder))
+        .route(JOBS.route(), get(jobs::list))
+        .route(JOB.route(), get(jobs::get_one))
+        .route(COMPARE.route(), get(analysis::compare))
+        .route(SNAPSHOT_CHECK.route(), get(analysis::check_snapshot))
+        .route(JOB_CHECK.route(), get(analysis::check_job))
+        .route(PREDICT.route(), get(predict::predict))
         .layer(TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, timeout));
     let streaming = Router::new()
-        .route("/api/v1/snapshots", post(upload::upload).layer(axum::extract::DefaultBodyLimit::disable()))
-        .route("/api/v1/snapshots/{id}/file", get(snapshots::file));
+        .route(SNAPSHOTS.route(), post(upload::upload).layer(axum::extract::DefaultBodyLimit::disable()))
+        .route(FILE.route(), get(snapshots::file));
     timed.merge(streaming).merge(telemetry::routes())
 }
 
@@ -73,6 +77,6 @@ impl Visit for Mount {
             get(views::answer::<V>)
         };
         let router = std::mem::take(&mut self.0);
-        self.0 = router.route(&format!("/api/v1/snapshots/{{id}}/{}", V::PATH), handler);
+        self.0 = router.route(&paths::view_route(V::PATH), handler);
     }
 }

@@ -16,23 +16,12 @@ use crate::http::AppState;
 use crate::http::error::{AppError, AppResult};
 use crate::http::role::{Admin, RequireRole, Uploader};
 use crate::store::{Cursor, ListFilter, SnapshotRecord, SnapshotStatus, is_not_found};
-use vramscope_shared::api::snapshots::{Page, SignedLinks, SnapshotMeta};
-
-/// Query of `GET /api/v1/snapshots`.
-#[derive(Debug, Deserialize)]
-pub(crate) struct ListParams {
-    job: Option<String>,
-    host: Option<String>,
-    tag: Option<String>,
-    q: Option<String>,
-    limit: Option<u32>,
-    cursor: Option<Cursor>,
-    pinned: Option<bool>,
-}
+use vramscope_shared::api::paths;
+use vramscope_shared::api::snapshots::{ListParams, Page, SignedLinks, SnapshotMeta};
 
 pub(crate) async fn list(
     State(state): State<AppState>,
-    Query(p): Query<ListParams>,
+    Query(p): Query<ListParams<Cursor>>,
 ) -> AppResult<Json<Page<SnapshotMeta>>> {
     let filter =
         ListFilter { job: p.job, host: p.host, tag: p.tag, q: p.q, limit: p.limit, cursor: p.cursor, pinned: p.pinned };
@@ -57,6 +46,12 @@ pub(crate) async fn get_one(State(state): State<AppState>, Path(id): Path<String
 }
 
 /// `GET /api/v1/snapshots/{id}/stats`: the object `vramscope stats --json` prints.
+///
+/// Not a declared view ([`vramscope_shared::views::view`]): a view is "the
+/// answer of the loaded snapshot to a query", and this one never loads it.
+/// It answers the statistics stored with the row at ingest (named after the
+/// record), 202 while the file is being parsed and 422 once its parse failed,
+/// which the dashboard reads as "not yet" and `api::view` does not.
 pub(crate) async fn stats(State(state): State<AppState>, Path(id): Path<String>) -> AppResult<Response> {
     let rec = extract::record(&state, &id).await?;
     match (rec.status, &rec.stats_json) {
@@ -121,19 +116,19 @@ pub(crate) async fn delete(
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// What a signed link may fetch under `/api/v1/snapshots/{id}/`.
-pub(crate) const SIGNABLE: [&str; 4] = ["file", "report.html", "chart.svg", "chart.png"];
+/// What a signed link may fetch.
+pub(crate) const SIGNABLE: [paths::Endpoint<1>; 4] = [paths::FILE, paths::REPORT, paths::CHART_SVG, paths::CHART_PNG];
 
 /// `POST /api/v1/snapshots/{id}/links` is for viewers (it declares no
 /// role): it changes nothing, and only gives links to what a viewer may read.
 pub(crate) async fn links(State(state): State<AppState>, Path(id): Path<String>) -> AppResult<Json<SignedLinks>> {
     let rec = extract::record(&state, &id).await?;
-    let sign = |what: &str| state.links.sign(&format!("/api/v1/snapshots/{}/{what}", rec.id));
+    let [file, report, chart_svg, chart_png] = SIGNABLE.map(|what| state.links.sign(&what.path([&rec.id])));
     Ok(Json(SignedLinks {
-        file: sign("file"),
-        report: sign("report.html"),
-        chart_svg: sign("chart.svg"),
-        chart_png: sign("chart.png"),
+        file,
+        report,
+        chart_svg,
+        chart_png,
         expires_ms: crate::clock::now_ms() + crate::auth::LINK_VALID_MS,
     }))
 }

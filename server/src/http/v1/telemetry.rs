@@ -18,7 +18,6 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
-use serde::Deserialize;
 use tokio::sync::mpsc;
 
 use crate::auth::Role;
@@ -28,7 +27,8 @@ use crate::http::role::{RequireRole, Uploader};
 use crate::store::telemetry::SourceRecord;
 use crate::store::{ListFilter, SnapshotRecord};
 use vramscope_shared::api::agent::{AgentMessage, NvmlDevice, ServerMessage};
-use vramscope_shared::api::live::{Host, LiveList, LiveRead, Marker, Source};
+use vramscope_shared::api::live::{CaptureParams, Host, LiveList, LiveRead, Marker, ReadParams, Source};
+use vramscope_shared::api::paths;
 
 /// How often (per source) the retention pass runs while samples arrive.
 const RETENTION_EVERY_MS: i64 = 60_000;
@@ -68,10 +68,10 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// Outside the request timeout: a WebSocket lasts as long as the job.
 pub(super) fn routes() -> Router<AppState> {
     Router::new()
-        .route("/api/v1/agents/ws", get(agent_socket))
-        .route("/api/v1/live", get(list))
-        .route("/api/v1/live/{source}", get(read))
-        .route("/api/v1/live/{source}/capture", post(capture))
+        .route(paths::AGENT_SOCKET.route(), get(agent_socket))
+        .route(paths::LIVE.route(), get(list))
+        .route(paths::LIVE_SOURCE.route(), get(read))
+        .route(paths::LIVE_CAPTURE.route(), post(capture))
         .layer(Extension(Arc::new(LiveRegistry::default())))
 }
 
@@ -218,15 +218,6 @@ async fn list(
     Ok(Json(LiveList { sources, hosts }))
 }
 
-/// Query of `GET /api/v1/live/{source}`.
-#[derive(Debug, Deserialize)]
-struct ReadParams {
-    /// Only samples after this time (ms since the epoch); all by default.
-    since_ms: Option<i64>,
-    /// At most this many samples (the newest), default and ceiling 20000.
-    limit: Option<i64>,
-}
-
 async fn read(
     State(state): State<AppState>,
     Extension(registry): Extension<Arc<LiveRegistry>>,
@@ -271,14 +262,6 @@ async fn markers(state: &AppState, record: &SourceRecord) -> AppResult<Vec<Marke
         .collect();
     markers.sort_by_key(|m| m.uploaded_at_ms);
     Ok(markers)
-}
-
-/// Query of `POST /api/v1/live/{source}/capture`.
-#[derive(Debug, Deserialize)]
-struct CaptureParams {
-    /// Ask every process the agent serves, not only this one.
-    #[serde(default)]
-    all: bool,
 }
 
 async fn capture(

@@ -8,22 +8,12 @@
 
 use axum::Json;
 use axum::extract::{Path, Query, State};
-use vramscope_shared::error::ViewError;
 use vramscope_shared::views::view::{View, Work};
 use vramscope_shared::views::{self, FrameJson};
 
 use super::extract::Snapshot;
 use crate::http::AppState;
 use crate::http::error::{AppError, AppResult};
-
-impl From<ViewError> for AppError {
-    fn from(e: ViewError) -> AppError {
-        match e {
-            ViewError::NotFound(what) => AppError::NotFound(what),
-            ViewError::BadRequest(why) => AppError::BadRequest(why),
-        }
-    }
-}
 
 /// `GET /api/v1/snapshots/{id}/{V::PATH}?{V::Params}`: the view `V`. The
 /// query is read before the snapshot is loaded, so a bad one is refused
@@ -43,6 +33,11 @@ pub(crate) async fn answer<V: View>(
 }
 
 /// `GET /api/v1/snapshots/{id}/stacks/{stack}`: the frames, innermost first.
+///
+/// Not a declared view: its argument is a path segment, and a view's path is
+/// a literal with all of its arguments in the query (`View::PATH`,
+/// `View::Params`); making it one would mean a new URL (`stack?id=`) and
+/// teaching the View table path parameters for this one route.
 pub(crate) async fn stack(
     Path((_, stack)): Path<(String, u32)>,
     Snapshot { analyzed: a, .. }: Snapshot,
