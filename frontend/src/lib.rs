@@ -14,9 +14,10 @@
 //!   `vramscope-plot` crate's, which `vramscope report` draws with too), the
 //!   analysis charts (`chart`, generic over plotters' backends, with `hidpi`
 //!   scaling), the segment and state geometry (`blocks`), the minimap's
-//!   brush (`brush`), "Will it fit?"'s form and chart (`predict`,
-//!   `predict_chart`), stack frames grouped (`frames`), the view in the URL
-//!   (`permalink`) and query strings (`url`).
+//!   brush (`brush`), a canvas panel's width and paint guard (`panel`),
+//!   "Will it fit?"'s form and chart (`predict`, `predict_chart`), stack
+//!   frames grouped (`frames`), the view in the URL (`permalink`) and
+//!   query strings (`url`).
 //! - `infra`: the browser's services: the one HTTP client (`api`, with the
 //!   token, handing `local-` ids to the worker), "latest request wins"
 //!   (`latest`), the Web Worker that answers for a file opened without

@@ -15,6 +15,7 @@ pub mod fragmentation;
 pub mod frames;
 pub mod hidpi;
 pub mod model;
+pub mod panel;
 pub mod permalink;
 pub mod predict;
 pub mod predict_chart;

@@ -12,7 +12,9 @@ use web_sys::MouseEvent;
 use crate::core::format;
 use crate::core::model::{BreakdownSeries, CATEGORIES, DeviceBreakdown, Instant};
 use crate::core::palette;
+use crate::core::panel::MIN_WIDTH;
 use crate::explorer::DeviceContext;
+use crate::explorer::panel::PanelCanvas;
 use crate::infra::api;
 use crate::infra::canvas;
 use crate::infra::draws;
@@ -36,8 +38,7 @@ const STAGES: usize = 8;
 /// The breakdown panel of the device of `ctx`.
 #[component]
 pub(crate) fn BreakdownPanel(ctx: DeviceContext) -> impl IntoView {
-    let canvas_ref = NodeRef::<leptos::html::Canvas>::new();
-    let wrap_ref = NodeRef::<leptos::html::Div>::new();
+    let panel = PanelCanvas::new();
     let series = RwSignal::new(None::<BreakdownSeries>);
     let at = RwSignal::new(None::<DeviceBreakdown>);
     let error = RwSignal::new(None::<String>);
@@ -67,12 +68,11 @@ pub(crate) fn BreakdownPanel(ctx: DeviceContext) -> impl IntoView {
     );
 
     Effect::new(move |_| {
-        let (Some(canvas), Some(wrap)) = (canvas_ref.get(), wrap_ref.get()) else { return };
+        let Some((canvas, width)) = panel.sized(MIN_WIDTH) else { return };
         let cursor = at.with(|b| b.as_ref().and_then(|b| b.at_row));
         series.with(|s| {
             let Some(s) = s else { return };
             let started = draws::now();
-            let width = canvas::css_width(&wrap);
             if let Some(c) = canvas::context(&canvas, width, HEIGHT) {
                 draw_stack(&c, s, width, cursor);
             }
@@ -81,8 +81,7 @@ pub(crate) fn BreakdownPanel(ctx: DeviceContext) -> impl IntoView {
     });
 
     let on_click = move |ev: MouseEvent| {
-        let Some(wrap) = wrap_ref.get_untracked() else { return };
-        let width = canvas::css_width(&wrap);
+        let Some(width) = panel.width_untracked() else { return };
         let (left, plot_w) = plot_x(width);
         let row = series.with_untracked(|s| {
             let s = s.as_ref()?;
@@ -111,8 +110,8 @@ pub(crate) fn BreakdownPanel(ctx: DeviceContext) -> impl IntoView {
             </div>
             {move || error.get().map(|e| view! { <p class="notice error">{e}</p> })}
             {move || at.get().map(|b| figures(&b))}
-            <div class="canvas-wrap" node_ref=wrap_ref>
-                <canvas id="breakdown-chart" node_ref=canvas_ref on:click=on_click></canvas>
+            <div class="canvas-wrap" node_ref=panel.wrap>
+                <canvas id="breakdown-chart" node_ref=panel.canvas on:click=on_click></canvas>
             </div>
             <p class="hint">
                 "Live requested bytes (y) over the whole trace, by row (x). Categories are inferred from each allocation's stack (module set-up, the optimizer, autograd's backward thread, forward) and from its lifetime; click to move the cursor."

@@ -3,8 +3,6 @@
 //! and rounding waste; the instant where the most bytes were stuck; and the
 //! allocator settings the snapshot recorded (`PYTORCH_CUDA_ALLOC_CONF`).
 
-use std::rc::Rc;
-
 use leptos::prelude::*;
 use web_sys::CanvasRenderingContext2d;
 
@@ -12,12 +10,12 @@ use crate::core::format;
 use crate::core::fragmentation::{self, Settings};
 use crate::core::model::{FragmentationAnswer, Instant, SettingsView};
 use crate::core::palette;
+use crate::core::panel::Aligned;
 use crate::core::viewport::{self, Window};
+use crate::explorer::panel::PanelCanvas;
 use crate::explorer::{DeviceContext, Settled};
 use crate::infra::api;
 use crate::infra::canvas;
-use crate::infra::draws;
-use crate::infra::redraw;
 
 /// Picks one figure of a column.
 type Pick = fn(&crate::core::model::Figures) -> u64;
@@ -33,23 +31,8 @@ pub(crate) fn FragmentationPanel(ctx: DeviceContext) -> impl IntoView {
         |width| Some(viewport::columns(width, 4.0, 400)),
         |id, query, columns| async move { api::fragmentation(&id, query, columns).await },
     );
-    let panel = Panel { ctx, canvas_ref: NodeRef::new(), wrap_ref: NodeRef::new(), data };
-
-    // Once per frame at most: fresh figures drawn for real into an
-    // off-screen image, which a moved window (or cursor) shows shifted and
-    // stretched until the figures for it arrive.
-    let kept = canvas::Kept::new();
-    let redraw = redraw::Redraw::new({
-        let kept = Rc::clone(&kept);
-        move || panel.paint(&kept)
-    });
-    // Fresh figures, a new plot area or size: a real draw; a moved window
-    // or cursor: the image, moved.
-    super::on_fresh_or_moved(ctx, &redraw, kept, move || {
-        data.track();
-        ctx.plot.track();
-        panel.canvas_ref.track();
-    });
+    let panel = Panel { ctx, canvas: PanelCanvas::new(), data };
+    super::panel::keep_drawn(ctx, panel.canvas, data, move |kept| panel.paint(kept));
 
     view! {
         <section class="fragmentation-panel" id="fragmentation-panel">
@@ -63,8 +46,8 @@ pub(crate) fn FragmentationPanel(ctx: DeviceContext) -> impl IntoView {
                 </span>
             </div>
             {move || error.get().map(|e| view! { <p class="notice error">{e}</p> })}
-            <div class="canvas-wrap" node_ref=panel.wrap_ref>
-                <canvas id="fragmentation" node_ref=panel.canvas_ref></canvas>
+            <div class="canvas-wrap" node_ref=panel.canvas.wrap>
+                <canvas id="fragmentation" node_ref=panel.canvas.canvas></canvas>
             </div>
             <p class="hint" id="fragmentation-worst">
                 {move || {
@@ -90,8 +73,7 @@ pub(crate) fn FragmentationPanel(ctx: DeviceContext) -> impl IntoView {
 #[derive(Clone, Copy)]
 struct Panel {
     ctx: DeviceContext,
-    canvas_ref: NodeRef<leptos::html::Canvas>,
-    wrap_ref: NodeRef<leptos::html::Div>,
+    canvas: PanelCanvas,
     data: RwSignal<Option<FragmentationAnswer>>,
 }
 
@@ -100,39 +82,25 @@ impl Panel {
     /// cursor and the scale.
     fn paint(&self, kept: &canvas::Kept) {
         let ctx = self.ctx;
-        let (Some(canvas), Some(wrap), Some(v)) =
-            (self.canvas_ref.get_untracked(), self.wrap_ref.get_untracked(), ctx.view.get_untracked())
-        else {
-            return;
-        };
-        let plot = ctx.plot.get_untracked();
-        let (left, width) = plot;
         self.data.with_untracked(|d| {
             let Some(d) = d else { return };
-            if width <= 0.0 {
-                return;
-            }
-            let started = draws::now();
-            let css_w = canvas::css_width(&wrap);
             let top = fragmentation::top(d);
-            let Some((canvas_ctx, _)) =
-                kept.paint(&canvas, v, plot, css_w, HEIGHT, |canvas_ctx| draw_curves(canvas_ctx, d, v, plot, top))
-            else {
-                return;
-            };
-            if let Some(x) = ctx.cursor_x().filter(|&x| x >= v.start && x < v.end) {
-                canvas::vline(
-                    &canvas_ctx,
-                    palette::CURSOR.css(),
-                    canvas::x_px(v, left, width, x as f64),
-                    0.0,
-                    HEIGHT,
-                    1.0,
-                );
-            }
-            canvas::text(&canvas_ctx, palette::LABEL.css(), &format::bytes(top as u64), 4.0, 24.0);
-            canvas::text(&canvas_ctx, palette::LABEL.css(), "0", 4.0, HEIGHT - 4.0);
-            draws::record("fragmentation", started);
+            let draw = |c: &CanvasRenderingContext2d, at: &Aligned| draw_curves(c, d, at.view, at.plot(), top);
+            self.canvas.paint_kept(ctx, kept, (HEIGHT, "fragmentation"), draw, |canvas_ctx, at, _| {
+                let Aligned { view: v, left, width, .. } = *at;
+                if let Some(x) = at.visible(ctx.cursor_x()) {
+                    canvas::vline(
+                        canvas_ctx,
+                        palette::CURSOR.css(),
+                        canvas::x_px(v, left, width, x as f64),
+                        0.0,
+                        HEIGHT,
+                        1.0,
+                    );
+                }
+                canvas::text(canvas_ctx, palette::LABEL.css(), &format::bytes(top as u64), 4.0, 24.0);
+                canvas::text(canvas_ctx, palette::LABEL.css(), "0", 4.0, HEIGHT - 4.0);
+            });
         });
     }
 }

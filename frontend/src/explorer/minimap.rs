@@ -10,8 +10,10 @@ use web_sys::MouseEvent;
 use crate::core::brush;
 use crate::core::model::TimelineWindow;
 use crate::core::palette;
+use crate::core::panel::Aligned;
 use crate::core::viewport::Window;
 use crate::explorer::DeviceContext;
+use crate::explorer::panel::PanelCanvas;
 use crate::infra::api::{self, TimelineQuery};
 use crate::infra::canvas;
 use crate::infra::draws;
@@ -29,20 +31,14 @@ struct Drag {
 /// The minimap of the device of `ctx`.
 #[component]
 pub(crate) fn Minimap(ctx: DeviceContext) -> impl IntoView {
-    let map = MinimapView {
-        ctx,
-        canvas_ref: NodeRef::new(),
-        wrap_ref: NodeRef::new(),
-        whole: RwSignal::new(None),
-        drag: StoredValue::new(None),
-    };
+    let map = MinimapView { ctx, canvas: PanelCanvas::new(), whole: RwSignal::new(None), drag: StoredValue::new(None) };
     map.fetch();
     Effect::new(move |_| map.paint());
     map.follow_drags();
 
     view! {
-        <div class="minimap-wrap" node_ref=map.wrap_ref title="The whole trace: drag the box to pan, click to centre">
-            <canvas id="minimap" node_ref=map.canvas_ref on:mousedown=move |e| map.press(&e)></canvas>
+        <div class="minimap-wrap" node_ref=map.canvas.wrap title="The whole trace: drag the box to pan, click to centre">
+            <canvas id="minimap" node_ref=map.canvas.canvas on:mousedown=move |e| map.press(&e)></canvas>
         </div>
     }
 }
@@ -52,8 +48,7 @@ pub(crate) fn Minimap(ctx: DeviceContext) -> impl IntoView {
 #[derive(Clone, Copy)]
 struct MinimapView {
     ctx: DeviceContext,
-    canvas_ref: NodeRef<leptos::html::Canvas>,
-    wrap_ref: NodeRef<leptos::html::Div>,
+    canvas: PanelCanvas,
     whole: RwSignal<Option<TimelineWindow>>,
     drag: StoredValue<Option<Drag>>,
 }
@@ -92,59 +87,53 @@ impl MinimapView {
     /// the brush and the cursor.
     fn paint(self) {
         let ctx = self.ctx;
-        let (Some(canvas), Some(wrap), Some(v), Some(extent)) =
-            (self.canvas_ref.get(), self.wrap_ref.get(), ctx.view.get(), ctx.extent.get())
-        else {
-            return;
-        };
-        let (left, width) = ctx.plot.get();
-        if width <= 0.0 {
-            return;
-        }
-        let started = draws::now();
-        let css_w = canvas::css_width(&wrap);
-        let Some(canvas_ctx) = canvas::context(&canvas, css_w, HEIGHT) else { return };
-        canvas::fill(&canvas_ctx, palette::MINIMAP_BACKGROUND.css(), left, 0.0, width, HEIGHT);
-        self.whole.with(|w| {
-            let Some(w) = w else { return };
-            let [reserved, allocated] = brush::curves(&w.buckets, extent, (left, width), HEIGHT);
-            canvas_ctx.begin_path();
-            canvas_ctx.move_to(left, HEIGHT);
-            for &(x, y) in &reserved {
-                canvas_ctx.line_to(x, y);
+        let Some((canvas, at)) = self.canvas.aligned(ctx) else { return };
+        let Some(extent) = ctx.extent.get() else { return };
+        draws::timed("minimap", || {
+            let Aligned { view: v, left, width, css_w } = at;
+            let canvas_ctx = canvas::context(&canvas, css_w, HEIGHT)?;
+            canvas::fill(&canvas_ctx, palette::MINIMAP_BACKGROUND.css(), left, 0.0, width, HEIGHT);
+            self.whole.with(|w| {
+                let Some(w) = w else { return };
+                let [reserved, allocated] = brush::curves(&w.buckets, extent, (left, width), HEIGHT);
+                canvas_ctx.begin_path();
+                canvas_ctx.move_to(left, HEIGHT);
+                for &(x, y) in &reserved {
+                    canvas_ctx.line_to(x, y);
+                }
+                canvas_ctx.line_to(left + width, HEIGHT);
+                canvas_ctx.close_path();
+                canvas_ctx.set_fill_style_str(&palette::RESERVED.css_with_alpha(0.25));
+                canvas_ctx.fill();
+                canvas_ctx.begin_path();
+                canvas_ctx.move_to(left, HEIGHT);
+                for &(x, y) in &allocated {
+                    canvas_ctx.line_to(x, y);
+                }
+                canvas_ctx.set_stroke_style_str(palette::ALLOCATED.css());
+                canvas_ctx.set_line_width(1.0);
+                canvas_ctx.stroke();
+            });
+            // Whole pixels, so the outline is crisp (and findable by colour).
+            let (l, r) = brush::brush_px(v, extent, width);
+            let (l, r) = ((left + l).round(), (left + r).round());
+            canvas_ctx.set_fill_style_str(&palette::ALLOCATED.css_with_alpha(0.15));
+            canvas_ctx.fill_rect(l, 0.0, r - l, HEIGHT);
+            canvas_ctx.set_stroke_style_str(palette::BRUSH.css());
+            canvas_ctx.set_line_width(2.0);
+            canvas_ctx.stroke_rect(l + 1.0, 1.0, (r - l - 2.0).max(1.0), HEIGHT - 2.0);
+            if let Some(x) = ctx.cursor_x() {
+                canvas::vline(
+                    &canvas_ctx,
+                    palette::CURSOR.css(),
+                    canvas::x_px(extent, left, width, x as f64),
+                    0.0,
+                    HEIGHT,
+                    1.0,
+                );
             }
-            canvas_ctx.line_to(left + width, HEIGHT);
-            canvas_ctx.close_path();
-            canvas_ctx.set_fill_style_str(&palette::RESERVED.css_with_alpha(0.25));
-            canvas_ctx.fill();
-            canvas_ctx.begin_path();
-            canvas_ctx.move_to(left, HEIGHT);
-            for &(x, y) in &allocated {
-                canvas_ctx.line_to(x, y);
-            }
-            canvas_ctx.set_stroke_style_str(palette::ALLOCATED.css());
-            canvas_ctx.set_line_width(1.0);
-            canvas_ctx.stroke();
+            Some(())
         });
-        // Whole pixels, so the outline is crisp (and findable by colour).
-        let (l, r) = brush::brush_px(v, extent, width);
-        let (l, r) = ((left + l).round(), (left + r).round());
-        canvas_ctx.set_fill_style_str(&palette::ALLOCATED.css_with_alpha(0.15));
-        canvas_ctx.fill_rect(l, 0.0, r - l, HEIGHT);
-        canvas_ctx.set_stroke_style_str(palette::BRUSH.css());
-        canvas_ctx.set_line_width(2.0);
-        canvas_ctx.stroke_rect(l + 1.0, 1.0, (r - l - 2.0).max(1.0), HEIGHT - 2.0);
-        if let Some(x) = ctx.cursor_x() {
-            canvas::vline(
-                &canvas_ctx,
-                palette::CURSOR.css(),
-                canvas::x_px(extent, left, width, x as f64),
-                0.0,
-                HEIGHT,
-                1.0,
-            );
-        }
-        draws::record("minimap", started);
     }
 
     /// A press: on the brush, a drag starts; elsewhere the window is

@@ -6,7 +6,6 @@
 //! The state they share lives in [`DeviceContext`]; the URL mirrors it
 //! ([`crate::core::permalink`]) so a link opens the same view.
 
-use std::rc::Rc;
 use std::time::Duration;
 
 use leptos::prelude::*;
@@ -15,13 +14,12 @@ use crate::core::model::{AllocatorState, Axis, Instant, SearchAnswer};
 use crate::core::permalink::{self, PageState, Selected, Tab};
 use crate::core::viewport::{ByteRange, Window};
 use crate::infra::api;
-use crate::infra::canvas::Kept;
 use crate::infra::latest::latest;
-use crate::infra::redraw::Redraw;
 
 mod breakdown;
 mod fragmentation;
 mod minimap;
+mod panel;
 mod pools;
 mod search;
 mod segments;
@@ -218,27 +216,6 @@ pub(crate) fn series_and_cursor<T, F, Fut>(
             }
             Err(e) => error.set(Some(e.to_string())),
         });
-    });
-}
-
-/// The two triggers of a view that keeps its last real draw as an image
-/// (`canvas::Kept`): a real draw whenever a signal
-/// that `track_fresh` reads changes (new data, plot area or canvas); the
-/// kept image moved whenever the shared window or cursor moves.
-pub(crate) fn on_fresh_or_moved(ctx: DeviceContext, redraw: &Redraw, kept: Rc<Kept>, track_fresh: impl Fn() + 'static) {
-    Effect::new({
-        let redraw = redraw.clone();
-        move |_| {
-            track_fresh();
-            kept.invalidate();
-            redraw.request();
-        }
-    });
-    let redraw = redraw.clone();
-    Effect::new(move |_| {
-        ctx.view.track();
-        ctx.cursor_x();
-        redraw.request();
     });
 }
 

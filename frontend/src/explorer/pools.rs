@@ -11,7 +11,9 @@ use web_sys::MouseEvent;
 use crate::core::format;
 use crate::core::model::{BandPoint, Instant, PoolsAnswer};
 use crate::core::palette;
+use crate::core::panel::MIN_WIDTH;
 use crate::explorer::DeviceContext;
+use crate::explorer::panel::PanelCanvas;
 use crate::infra::api;
 use crate::infra::canvas;
 
@@ -28,8 +30,7 @@ const SERIES_PX: u32 = 500;
 /// The pools panel of the device of `ctx`.
 #[component]
 pub(crate) fn PoolsPanel(ctx: DeviceContext) -> impl IntoView {
-    let canvas_ref = NodeRef::<leptos::html::Canvas>::new();
-    let wrap_ref = NodeRef::<leptos::html::Div>::new();
+    let panel = PanelCanvas::new();
     let series = RwSignal::new(None::<PoolsAnswer>);
     let at = RwSignal::new(None::<PoolsAnswer>);
     let error = RwSignal::new(None::<String>);
@@ -52,11 +53,10 @@ pub(crate) fn PoolsPanel(ctx: DeviceContext) -> impl IntoView {
     );
 
     Effect::new(move |_| {
-        let (Some(canvas), Some(wrap)) = (canvas_ref.get(), wrap_ref.get()) else { return };
+        let Some((canvas, width)) = panel.sized(MIN_WIDTH) else { return };
         let cursor = at.with(|a| a.as_ref().and_then(|a| a.row));
         series.with(|s| {
             let Some(s) = s else { return };
-            let width = canvas::css_width(&wrap);
             let height = s.bands.len() as f64 * (BAND + LABEL) + 4.0 + canvas::ROW_AXIS_HEIGHT;
             if let Some(c) = canvas::context(&canvas, width, height) {
                 draw_bands(&c, s, width, cursor);
@@ -65,8 +65,7 @@ pub(crate) fn PoolsPanel(ctx: DeviceContext) -> impl IntoView {
     });
 
     let on_click = move |ev: MouseEvent| {
-        let Some(wrap) = wrap_ref.get_untracked() else { return };
-        let width = canvas::css_width(&wrap);
+        let Some(width) = panel.width_untracked() else { return };
         let rows = series.with_untracked(|s| s.as_ref().map(|s| s.rows)).unwrap_or(0);
         let (left, plot_w) = plot_x(width);
         if rows > 0 {
@@ -86,8 +85,8 @@ pub(crate) fn PoolsPanel(ctx: DeviceContext) -> impl IntoView {
             </div>
             {move || error.get().map(|e| view! { <p class="notice error">{e}</p> })}
             {move || at.get().map(|a| table(&a))}
-            <div class="canvas-wrap" node_ref=wrap_ref>
-                <canvas id="pools-chart" node_ref=canvas_ref on:click=on_click></canvas>
+            <div class="canvas-wrap" node_ref=panel.wrap>
+                <canvas id="pools-chart" node_ref=panel.canvas on:click=on_click></canvas>
             </div>
             <p class="hint">
                 "One band per pool and stream: bytes (y, each band from 0 to its own peak, labelled left) over the trace's rows (x): a CUDA graph's private pool keeps what it reserved for its replays, and the grey above the blue is reserved memory it does not use. Click to move the cursor."

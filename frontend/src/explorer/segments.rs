@@ -5,8 +5,6 @@
 //! blocks; expandable segments outlined as mapped ranges. Hover names the
 //! segment; a click moves the cursor there.
 
-use std::rc::Rc;
-
 use leptos::prelude::*;
 use web_sys::{CanvasRenderingContext2d, MouseEvent};
 
@@ -14,12 +12,12 @@ use crate::core::blocks;
 use crate::core::format;
 use crate::core::model::{Instant, SegmentsAnswer};
 use crate::core::palette;
+use crate::core::panel::Aligned;
 use crate::core::viewport::{self, Window};
+use crate::explorer::panel::PanelCanvas;
 use crate::explorer::{DeviceContext, Settled};
 use crate::infra::api;
 use crate::infra::canvas;
-use crate::infra::draws;
-use crate::infra::redraw;
 
 /// Height of the canvas.
 const HEIGHT: f64 = 188.0;
@@ -39,30 +37,9 @@ pub(crate) fn SegmentTimeline(ctx: DeviceContext) -> impl IntoView {
         |width| (width > 0.0).then(|| viewport::columns(width, PX_PER_COLUMN, 600)),
         |id, query, columns| async move { api::segments(&id, query, columns).await },
     );
-    let view = Segments {
-        ctx,
-        canvas_ref: NodeRef::new(),
-        wrap_ref: NodeRef::new(),
-        data,
-        drawn_view: StoredValue::new(None),
-    };
+    let view = Segments { ctx, canvas: PanelCanvas::new(), data, drawn_view: StoredValue::new(None) };
     let hover = RwSignal::new(None::<String>);
-
-    // Draw: once per frame at most. Fresh columns are drawn for real into
-    // an off-screen image; a moved window (or cursor) shows that image
-    // shifted and stretched until the columns for it arrive.
-    let kept = canvas::Kept::new();
-    let redraw = redraw::Redraw::new({
-        let kept = Rc::clone(&kept);
-        move || view.paint(&kept)
-    });
-    // Fresh columns, a new plot area or size: a real draw; a moved window
-    // or cursor: the image, moved.
-    super::on_fresh_or_moved(ctx, &redraw, kept, move || {
-        data.track();
-        ctx.plot.track();
-        view.canvas_ref.track();
-    });
+    super::panel::keep_drawn(ctx, view.canvas, data, move |kept| view.paint(kept));
 
     view! {
         <section class="segments-panel">
@@ -81,10 +58,10 @@ pub(crate) fn SegmentTimeline(ctx: DeviceContext) -> impl IntoView {
                 </Show>
             </div>
             {move || error.get().map(|e| view! { <p class="notice error">{e}</p> })}
-            <div class="canvas-wrap" node_ref=view.wrap_ref>
+            <div class="canvas-wrap" node_ref=view.canvas.wrap>
                 <canvas
                     id="segments"
-                    node_ref=view.canvas_ref
+                    node_ref=view.canvas.canvas
                     aria-label="Segment timeline: each segment's bytes split into allocated, waste, pending free and free; click to move the cursor"
                     on:mousemove=move |e| hover.set(view.describe(&e).map(|(t, _)| t))
                     on:mouseleave=move |_| hover.set(None)
@@ -107,8 +84,7 @@ pub(crate) fn SegmentTimeline(ctx: DeviceContext) -> impl IntoView {
 #[derive(Clone, Copy)]
 struct Segments {
     ctx: DeviceContext,
-    canvas_ref: NodeRef<leptos::html::Canvas>,
-    wrap_ref: NodeRef<leptos::html::Div>,
+    canvas: PanelCanvas,
     data: RwSignal<Option<SegmentsAnswer>>,
     /// The window the shown image was drawn for (the rectangles' window).
     drawn_view: StoredValue<Option<Window>>,
@@ -119,54 +95,16 @@ impl Segments {
     /// cursor, the x axis and the labels.
     fn paint(&self, kept: &canvas::Kept) {
         let ctx = self.ctx;
-        let (Some(canvas), Some(wrap), Some(v)) =
-            (self.canvas_ref.get_untracked(), self.wrap_ref.get_untracked(), ctx.view.get_untracked())
-        else {
-            return;
-        };
-        let plot = ctx.plot.get_untracked();
-        let (left, width) = plot;
         self.data.with_untracked(|d| {
             let Some(d) = d else { return };
-            if width <= 0.0 || Some(d.axis) != ctx.axis.get_untracked() {
+            if Some(d.axis) != ctx.axis.get_untracked() {
                 return;
             }
-            let started = draws::now();
-            let css_w = canvas::css_width(&wrap);
-            let draw = |ctx: &web_sys::CanvasRenderingContext2d| draw_columns(ctx, d, v, plot);
-            let Some((canvas_ctx, image_view)) = kept.paint(&canvas, v, plot, css_w, HEIGHT, draw) else { return };
-            self.drawn_view.set_value(Some(image_view));
-            if let Some(x) = ctx.cursor_x().filter(|&x| x >= v.start && x < v.end) {
-                canvas::vline(
-                    &canvas_ctx,
-                    palette::CURSOR.css(),
-                    canvas::x_px(v, left, width, x as f64),
-                    0.0,
-                    AXIS_TOP,
-                    1.0,
-                );
-            }
-            // The x axis, the main timeline's: drawn fresh over the band
-            // (a moved image stretches the old labels with it).
-            canvas::fill(&canvas_ctx, palette::BACKGROUND.css(), 0.0, AXIS_TOP, css_w, HEIGHT - AXIS_TOP);
-            let origin = ctx.extent.get_untracked().map_or(v.start, |e| e.start);
-            let title = match d.axis {
-                vramscope_shared::timeline::Axis::Event => "row",
-                vramscope_shared::timeline::Axis::Time => "time",
-            };
-            canvas::x_axis(
-                &canvas_ctx,
-                &canvas::XAxis { axis: d.axis, view: v, origin, left, width, y: AXIS_TOP, title },
-            );
-            canvas::text(
-                &canvas_ctx,
-                palette::LABEL.css(),
-                &format!("{} peak", format::bytes(d.max_reserved)),
-                4.0,
-                24.0,
-            );
-            canvas::text(&canvas_ctx, palette::LABEL.css(), &format!("{} segments", d.segments.len()), 4.0, 38.0);
-            draws::record("segments", started);
+            let draw = |c: &CanvasRenderingContext2d, at: &Aligned| draw_columns(c, d, at.view, at.plot());
+            self.canvas.paint_kept(ctx, kept, (HEIGHT, "segments"), draw, |canvas_ctx, at, image_view| {
+                self.drawn_view.set_value(Some(image_view));
+                overlay(canvas_ctx, ctx, d, at);
+            });
         });
     }
 
@@ -183,6 +121,25 @@ impl Segments {
             blocks::segment_hover(d, column, &cell)
         })
     }
+}
+
+/// Over the image: the cursor, the x axis (the main timeline's, drawn
+/// fresh over its band: a moved image stretches the old labels with it)
+/// and the labels.
+fn overlay(canvas_ctx: &CanvasRenderingContext2d, ctx: DeviceContext, d: &SegmentsAnswer, at: &Aligned) {
+    let Aligned { view: v, left, width, css_w } = *at;
+    if let Some(x) = at.visible(ctx.cursor_x()) {
+        canvas::vline(canvas_ctx, palette::CURSOR.css(), canvas::x_px(v, left, width, x as f64), 0.0, AXIS_TOP, 1.0);
+    }
+    canvas::fill(canvas_ctx, palette::BACKGROUND.css(), 0.0, AXIS_TOP, css_w, HEIGHT - AXIS_TOP);
+    let origin = ctx.extent.get_untracked().map_or(v.start, |e| e.start);
+    let title = match d.axis {
+        vramscope_shared::timeline::Axis::Event => "row",
+        vramscope_shared::timeline::Axis::Time => "time",
+    };
+    canvas::x_axis(canvas_ctx, &canvas::XAxis { axis: d.axis, view: v, origin, left, width, y: AXIS_TOP, title });
+    canvas::text(canvas_ctx, palette::LABEL.css(), &format!("{} peak", format::bytes(d.max_reserved)), 4.0, 24.0);
+    canvas::text(canvas_ctx, palette::LABEL.css(), &format!("{} segments", d.segments.len()), 4.0, 38.0);
 }
 
 /// Where the columns of `d` go when placed at `view` in the plot area

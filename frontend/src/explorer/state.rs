@@ -13,12 +13,16 @@ use crate::core::blocks::{self, Rect};
 use crate::core::model::{AllocatorState, Axis, Frame, Instant};
 use crate::core::palette;
 use crate::explorer::DeviceContext;
+use crate::explorer::panel::PanelCanvas;
 use crate::infra::api;
 use crate::infra::canvas;
 use crate::infra::draws;
 
 /// What the mouse (or a click) points at: a segment and a block.
 type Pointed = (usize, usize);
+
+/// The narrowest the bars are drawn, in CSS pixels.
+const MIN_WIDTH: f64 = 480.0;
 
 /// The x of "the end of the trace" on the event axis (the server clamps it
 /// to the last row).
@@ -29,8 +33,7 @@ const AT_THE_END: i64 = i64::MAX - 1;
 pub(crate) fn StatePanel(ctx: DeviceContext) -> impl IntoView {
     let panel = Panel {
         ctx,
-        canvas_ref: NodeRef::new(),
-        wrap_ref: NodeRef::new(),
+        canvas: PanelCanvas::new(),
         rects: StoredValue::new(Vec::new()),
         pointed: RwSignal::new(None),
         clicked: RwSignal::new(None),
@@ -71,10 +74,10 @@ pub(crate) fn StatePanel(ctx: DeviceContext) -> impl IntoView {
                 }}
             </p>
             {move || ctx.state.with(|s| s.as_ref().map(figures_view))}
-            <div class="canvas-wrap state-wrap" node_ref=panel.wrap_ref>
+            <div class="canvas-wrap state-wrap" node_ref=panel.canvas.wrap>
                 <canvas
                     id="state-canvas"
-                    node_ref=panel.canvas_ref
+                    node_ref=panel.canvas.canvas
                     on:mousemove=move |e| pointed.set(panel.hit(&e))
                     on:mouseleave=move |_| pointed.set(None)
                     on:click=move |e| clicked.set(panel.hit(&e))
@@ -107,8 +110,7 @@ pub(crate) fn StatePanel(ctx: DeviceContext) -> impl IntoView {
 #[derive(Clone, Copy)]
 struct Panel {
     ctx: DeviceContext,
-    canvas_ref: NodeRef<leptos::html::Canvas>,
-    wrap_ref: NodeRef<leptos::html::Div>,
+    canvas: PanelCanvas,
     rects: StoredValue<Vec<Rect>>,
     pointed: RwSignal<Option<Pointed>>,
     clicked: RwSignal<Option<Pointed>>,
@@ -119,30 +121,30 @@ impl Panel {
     /// Draw the bars (reading, so tracking, the state and the blocks
     /// pointed at), the segments' labels and the shown block's outline.
     fn paint(self) {
-        let (Some(canvas), Some(wrap)) = (self.canvas_ref.get(), self.wrap_ref.get()) else { return };
+        let Some((canvas, css_w)) = self.canvas.sized(MIN_WIDTH) else { return };
         let shown = self.pointed.get().or(self.clicked.get());
         self.ctx.state.with(|s| {
             let Some(s) = s else { return };
-            let started = draws::now();
-            let css_w = f64::from(wrap.client_width()).max(480.0);
-            let (placed, height) = blocks::state_rects(s, css_w);
-            let Some(canvas_ctx) = canvas::context(&canvas, css_w, height) else { return };
-            for r in &placed {
-                canvas::fill(&canvas_ctx, r.fill.colour().css(), r.x, r.y, r.w.max(0.5), r.h);
-            }
-            for (i, seg) in s.segments.iter().enumerate() {
-                let y = i as f64 * (blocks::ROW_HEIGHT + blocks::ROW_GAP) + 11.0;
-                canvas::text(&canvas_ctx, palette::LABEL.css(), &blocks::segment_label(seg), 2.0, y);
-            }
-            if let Some((si, bi)) = shown
-                && let Some(r) = placed.iter().find(|r| r.segment == si && r.item == bi)
-            {
-                canvas_ctx.set_stroke_style_str(palette::CURSOR.css());
-                canvas_ctx.set_line_width(2.0);
-                canvas_ctx.stroke_rect(r.x - 1.0, r.y - 1.0, r.w.max(1.0) + 2.0, r.h + 2.0);
-            }
-            self.rects.set_value(placed);
-            draws::record("state", started);
+            draws::timed("state", || {
+                let (placed, height) = blocks::state_rects(s, css_w);
+                let canvas_ctx = canvas::context(&canvas, css_w, height)?;
+                for r in &placed {
+                    canvas::fill(&canvas_ctx, r.fill.colour().css(), r.x, r.y, r.w.max(0.5), r.h);
+                }
+                for (i, seg) in s.segments.iter().enumerate() {
+                    let y = i as f64 * (blocks::ROW_HEIGHT + blocks::ROW_GAP) + 11.0;
+                    canvas::text(&canvas_ctx, palette::LABEL.css(), &blocks::segment_label(seg), 2.0, y);
+                }
+                if let Some((si, bi)) = shown
+                    && let Some(r) = placed.iter().find(|r| r.segment == si && r.item == bi)
+                {
+                    canvas_ctx.set_stroke_style_str(palette::CURSOR.css());
+                    canvas_ctx.set_line_width(2.0);
+                    canvas_ctx.stroke_rect(r.x - 1.0, r.y - 1.0, r.w.max(1.0) + 2.0, r.h + 2.0);
+                }
+                self.rects.set_value(placed);
+                Some(())
+            });
         });
     }
 

@@ -9,9 +9,11 @@ use web_sys::{CanvasRenderingContext2d, MouseEvent};
 
 use crate::core::model::{AnnotationRange, AnnotationsAnswer, CommentMark};
 use crate::core::palette;
+use crate::core::panel::Aligned;
 use crate::core::track::{self, LANE, LEVELS};
 use crate::core::viewport::Window;
 use crate::explorer::DeviceContext;
+use crate::explorer::panel::PanelCanvas;
 use crate::infra::api;
 use crate::infra::canvas;
 use crate::infra::draws;
@@ -19,22 +21,17 @@ use crate::infra::draws;
 /// The track of the device of `ctx`.
 #[component]
 pub(crate) fn Track(ctx: DeviceContext) -> impl IntoView {
-    let view = TrackView {
-        ctx,
-        canvas_ref: NodeRef::new(),
-        wrap_ref: NodeRef::new(),
-        ranges: RwSignal::new(None),
-        comments: RwSignal::new(Vec::new()),
-    };
+    let view =
+        TrackView { ctx, canvas: PanelCanvas::new(), ranges: RwSignal::new(None), comments: RwSignal::new(Vec::new()) };
     let hover = RwSignal::new(None::<String>);
     view.fetch();
     Effect::new(move |_| view.paint());
 
     view! {
-        <div class="track-wrap" node_ref=view.wrap_ref>
+        <div class="track-wrap" node_ref=view.canvas.wrap>
             <canvas
                 id="track"
-                node_ref=view.canvas_ref
+                node_ref=view.canvas.canvas
                 on:mousemove=move |e| hover.set(view.at(&e).map(|(_, t)| t))
                 on:mouseleave=move |_| hover.set(None)
                 on:click=move |e| {
@@ -56,8 +53,7 @@ pub(crate) fn Track(ctx: DeviceContext) -> impl IntoView {
 #[derive(Clone, Copy)]
 struct TrackView {
     ctx: DeviceContext,
-    canvas_ref: NodeRef<leptos::html::Canvas>,
-    wrap_ref: NodeRef<leptos::html::Div>,
+    canvas: PanelCanvas,
     ranges: RwSignal<Option<AnnotationsAnswer>>,
     comments: RwSignal<Vec<CommentMark>>,
 }
@@ -92,53 +88,47 @@ impl TrackView {
     /// the search matches, the comments and the cursor.
     fn paint(self) {
         let ctx = self.ctx;
-        let (Some(canvas), Some(wrap), Some(v), Some(axis)) =
-            (self.canvas_ref.get(), self.wrap_ref.get(), ctx.view.get(), ctx.axis.get())
-        else {
-            return;
-        };
-        let (left, width) = ctx.plot.get();
-        if width <= 0.0 {
-            return;
-        }
-        let started = draws::now();
-        let css_w = canvas::css_width(&wrap);
-        let h = self.ranges.with(|r| track::height(r.as_ref()));
-        let Some(canvas_ctx) = canvas::context(&canvas, css_w, h) else { return };
-        canvas::clip_plot(&canvas_ctx, left, width, h);
-        let x_of = |x: i64| canvas::x_px(v, left, width, x as f64);
-        self.ranges.with(|r| {
-            for range in r.iter().flat_map(|r| &r.ranges) {
-                if range.end <= v.start || range.start >= v.end || range.depth >= LEVELS {
-                    continue;
+        let Some((canvas, at)) = self.canvas.aligned(ctx) else { return };
+        let Some(axis) = ctx.axis.get() else { return };
+        draws::timed("track", || {
+            let Aligned { view: v, left, width, css_w } = at;
+            let h = self.ranges.with(|r| track::height(r.as_ref()));
+            let canvas_ctx = canvas::context(&canvas, css_w, h)?;
+            canvas::clip_plot(&canvas_ctx, left, width, h);
+            let x_of = |x: i64| canvas::x_px(v, left, width, x as f64);
+            self.ranges.with(|r| {
+                for range in r.iter().flat_map(|r| &r.ranges) {
+                    if range.end <= v.start || range.start >= v.end || range.depth >= LEVELS {
+                        continue;
+                    }
+                    let (x0, x1) = (x_of(range.start).max(left - 1.0), x_of(range.end).min(left + width + 1.0));
+                    draw_range(&canvas_ctx, range, (x0, x1), left);
                 }
-                let (x0, x1) = (x_of(range.start).max(left - 1.0), x_of(range.end).min(left + width + 1.0));
-                draw_range(&canvas_ctx, range, (x0, x1), left);
-            }
-        });
-        ctx.matches.with(|m| {
-            for x in m.iter().flat_map(|m| &m.matches).filter_map(|m| track::match_x(m, axis)) {
-                if x >= v.start && x < v.end {
-                    canvas::fill(&canvas_ctx, palette::MATCH.css(), x_of(x) - 1.0, 2.0, 2.0, LANE - 4.0);
+            });
+            ctx.matches.with(|m| {
+                for x in m.iter().flat_map(|m| &m.matches).filter_map(|m| track::match_x(m, axis)) {
+                    if at.shows(x) {
+                        canvas::fill(&canvas_ctx, palette::MATCH.css(), x_of(x) - 1.0, 2.0, 2.0, LANE - 4.0);
+                    }
                 }
-            }
-        });
-        self.comments.with(|cs| {
-            for x in cs.iter().filter_map(|c| track::comment_x(c, axis)) {
-                if x >= v.start && x < v.end {
-                    draw_comment(&canvas_ctx, x_of(x));
+            });
+            self.comments.with(|cs| {
+                for x in cs.iter().filter_map(|c| track::comment_x(c, axis)) {
+                    if at.shows(x) {
+                        draw_comment(&canvas_ctx, x_of(x));
+                    }
                 }
+            });
+            if let Some(x) = at.visible(ctx.cursor_x()) {
+                canvas::vline(&canvas_ctx, palette::CURSOR.css(), x_of(x), 0.0, h, 1.0);
             }
+            canvas_ctx.restore();
+            canvas::text(&canvas_ctx, palette::LABEL.css(), "marks", 4.0, 12.0);
+            if self.ranges.with(|r| r.as_ref().is_some_and(|r| r.levels > 0)) {
+                canvas::text(&canvas_ctx, palette::LABEL.css(), "annotations", 4.0, LANE + 12.0);
+            }
+            Some(())
         });
-        if let Some(x) = ctx.cursor_x().filter(|&x| x >= v.start && x < v.end) {
-            canvas::vline(&canvas_ctx, palette::CURSOR.css(), x_of(x), 0.0, h, 1.0);
-        }
-        canvas_ctx.restore();
-        canvas::text(&canvas_ctx, palette::LABEL.css(), "marks", 4.0, 12.0);
-        if self.ranges.with(|r| r.as_ref().is_some_and(|r| r.levels > 0)) {
-            canvas::text(&canvas_ctx, palette::LABEL.css(), "annotations", 4.0, LANE + 12.0);
-        }
-        draws::record("track", started);
     }
 
     /// The range or comment under the mouse, and the window a click on a

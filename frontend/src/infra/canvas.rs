@@ -14,6 +14,7 @@ use plotters::prelude::IntoDrawingArea;
 use plotters_canvas::CanvasBackend;
 
 use crate::core::chart::{self, Area, Chart};
+use crate::core::panel;
 use crate::core::predict::Outcome;
 use crate::core::predict_chart;
 use crate::core::viewport::Window;
@@ -42,9 +43,10 @@ pub(crate) fn context(canvas: &HtmlCanvasElement, css_w: f64, css_h: f64) -> Opt
     Some(ctx)
 }
 
-/// The width of a canvas's container in CSS pixels, at least 320.
+/// The width of a canvas's container in CSS pixels, at least
+/// [`panel::MIN_WIDTH`].
 pub(crate) fn css_width(wrap: &Element) -> f64 {
-    f64::from(wrap.client_width()).max(320.0)
+    panel::css_width(wrap.client_width(), panel::MIN_WIDTH)
 }
 
 /// Save the context and clip it to the plot area `left`..`left + width`

@@ -19,6 +19,15 @@ pub(crate) fn record(kind: &str, started: f64) {
     record_detail(kind, "", started);
 }
 
+/// Run `draw`, timed: recorded as `kind` when it drew (answered `Some`),
+/// not when it found nothing to draw.
+pub(crate) fn timed<T>(kind: &str, draw: impl FnOnce() -> Option<T>) -> Option<T> {
+    let started = now();
+    let drawn = draw()?;
+    record(kind, started);
+    Some(drawn)
+}
+
 /// [`record`] with a note on what was done: main-thread work that is not a
 /// draw (`decode` of an answer, `stack` of a window's bars) is recorded
 /// this way too, so that a benchmark can tell what filled a slow frame.
