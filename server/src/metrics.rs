@@ -7,7 +7,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
-use prometheus_client::registry::Registry;
+use prometheus_client::registry::{Metric, Registry};
 
 /// Label for outcomes (`ok`, `duplicate`, `rejected`, `too_large`, `failed`).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -53,52 +53,39 @@ pub(crate) struct Metrics {
 }
 
 impl Metrics {
+    /// Every metric, registered; the exposition lists them in this order.
     pub(crate) fn new() -> Metrics {
         let mut registry = Registry::with_prefix("vramscope");
-        let uploads = Family::<Outcome, Counter>::default();
-        let upload_bytes = Counter::default();
-        let bytes_stored = Counter::<u64, AtomicU64>::default();
-        let parse_seconds = Histogram::new(exponential_buckets(0.001, 2.0, 16));
-        let errors = Family::<Outcome, Counter>::default();
-        let cached_snapshots = Gauge::default();
-        let token_hashes = Gauge::default();
-        let cached_bytes = Gauge::default();
-        let reports_rendered = Counter::default();
-        let predictions_computed = Counter::default();
-        let mcp_answers_computed = Counter::default();
-        let index_opens = Counter::default();
-        let index_open_seconds = Histogram::new(exponential_buckets(0.001, 2.0, 16));
-        let index_writes = Counter::default();
-        let index_rebuilds = Counter::default();
-        let index_other_snapshot = Counter::default();
-        registry.register("index_opens", "Snapshots opened from their persisted index", index_opens.clone());
-        registry.register("index_open_seconds", "Time to open a persisted index", index_open_seconds.clone());
-        registry.register("index_writes", "Persisted indexes written", index_writes.clone());
-        registry.register("index_rebuilds", "Unusable persisted indexes rebuilt", index_rebuilds.clone());
-        registry.register(
+        let r = &mut registry;
+        let buckets = || exponential_buckets(0.001, 2.0, 16);
+        let index_opens =
+            registered(r, "index_opens", "Snapshots opened from their persisted index", Counter::default());
+        let index_open_seconds =
+            registered(r, "index_open_seconds", "Time to open a persisted index", Histogram::new(buckets()));
+        let index_writes = registered(r, "index_writes", "Persisted indexes written", Counter::default());
+        let index_rebuilds = registered(r, "index_rebuilds", "Unusable persisted indexes rebuilt", Counter::default());
+        let index_other_snapshot = registered(
+            r,
             "index_other_snapshot",
             "Persisted indexes of another snapshot file found in a snapshot's place, rebuilt",
-            index_other_snapshot.clone(),
+            Counter::default(),
         );
-        registry.register("uploads", "Snapshot uploads by outcome", uploads.clone());
-        registry.register("upload_bytes", "Bytes received in uploads", upload_bytes.clone());
-        registry.register("bytes_stored", "Bytes of new snapshot files stored", bytes_stored.clone());
-        registry.register("parse_seconds", "Time to parse and index a snapshot", parse_seconds.clone());
-        registry.register("errors", "Requests that failed, by kind", errors.clone());
-        registry.register("cached_snapshots", "Snapshots held parsed in memory", cached_snapshots.clone());
-        registry.register("reports_rendered", "Report pages rendered", reports_rendered.clone());
-        registry.register(
-            "predictions_computed",
-            "Predictions computed (not from the cache)",
-            predictions_computed.clone(),
-        );
-        registry.register(
-            "mcp_answers_computed",
-            "MCP tool answers computed (not from the cache)",
-            mcp_answers_computed.clone(),
-        );
-        registry.register("cached_bytes", "About how many bytes the cached snapshots hold", cached_bytes.clone());
-        registry.register("token_hashes", "Token secrets checked with argon2 since start", token_hashes.clone());
+        let uploads = registered(r, "uploads", "Snapshot uploads by outcome", Family::default());
+        let upload_bytes = registered(r, "upload_bytes", "Bytes received in uploads", Counter::default());
+        let bytes_stored = registered(r, "bytes_stored", "Bytes of new snapshot files stored", Counter::default());
+        let parse_seconds =
+            registered(r, "parse_seconds", "Time to parse and index a snapshot", Histogram::new(buckets()));
+        let errors = registered(r, "errors", "Requests that failed, by kind", Family::default());
+        let cached_snapshots = registered(r, "cached_snapshots", "Snapshots held parsed in memory", Gauge::default());
+        let reports_rendered = registered(r, "reports_rendered", "Report pages rendered", Counter::default());
+        let predictions_computed =
+            registered(r, "predictions_computed", "Predictions computed (not from the cache)", Counter::default());
+        let mcp_answers_computed =
+            registered(r, "mcp_answers_computed", "MCP tool answers computed (not from the cache)", Counter::default());
+        let cached_bytes =
+            registered(r, "cached_bytes", "About how many bytes the cached snapshots hold", Gauge::default());
+        let token_hashes =
+            registered(r, "token_hashes", "Token secrets checked with argon2 since start", Gauge::default());
         Metrics {
             registry,
             uploads,
@@ -137,5 +124,50 @@ impl Metrics {
             out.push_str("# metrics encoding failed\n");
         }
         out
+    }
+}
+
+/// `metric`, registered in `registry` as `name` with `help`; the handle
+/// the server counts with (a clone: both share the one value).
+fn registered<M: Metric + Clone>(registry: &mut Registry, name: &str, help: &str, metric: M) -> M {
+    registry.register(name, help, metric.clone());
+    metric
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_exposition_lists_every_metric_once_in_registration_order() {
+        let metrics = Metrics::new();
+        // A family without a label set is left out of the exposition.
+        metrics.upload("ok");
+        metrics.error("not_found");
+        let text = metrics.render();
+        let names: Vec<&str> =
+            text.lines().filter_map(|l| l.strip_prefix("# HELP vramscope_")?.split(' ').next()).collect();
+        assert_eq!(
+            names,
+            [
+                "index_opens",
+                "index_open_seconds",
+                "index_writes",
+                "index_rebuilds",
+                "index_other_snapshot",
+                "uploads",
+                "upload_bytes",
+                "bytes_stored",
+                "parse_seconds",
+                "errors",
+                "cached_snapshots",
+                "reports_rendered",
+                "predictions_computed",
+                "mcp_answers_computed",
+                "cached_bytes",
+                "token_hashes",
+            ]
+        );
+        assert!(text.contains("# HELP vramscope_index_other_snapshot Persisted indexes of another snapshot file found in a snapshot's place, rebuilt.\n"), "{text}");
     }
 }
