@@ -19,6 +19,7 @@ use anyhow::{Context, Result};
 use serde::Deserialize;
 
 use vramscope_shared::api::agent::{Sample, SourceLabels};
+use vramscope_shared::api::paths;
 
 /// A manifest entry as the Python side writes it.
 #[derive(Debug, Clone, Deserialize)]
@@ -143,7 +144,7 @@ impl Uploader {
             .connect_timeout(Duration::from_secs(5))
             .build()
             .unwrap_or_else(|_| reqwest::Client::new());
-        let url = format!("{}/api/v1/snapshots", server.trim_end_matches('/'));
+        let url = format!("{}{}", server.trim_end_matches('/'), paths::SNAPSHOTS.path([]));
         Uploader { client, url, token, job, labels: Vec::new() }
     }
 

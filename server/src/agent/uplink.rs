@@ -12,6 +12,7 @@ use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use super::hub::{Hub, lock};
 use super::spool::Backoff;
 use vramscope_shared::api::agent::{AgentMessage, JobCommand, ServerMessage, SourceLabels};
+use vramscope_shared::api::paths;
 
 /// Samples per batch.
 const BATCH: usize = 2000;
@@ -21,7 +22,7 @@ const WINDOW: usize = 8;
 /// Where and how to connect.
 #[derive(Debug, Clone)]
 pub(crate) struct Uplink {
-    /// `ws://` or `wss://` URL of `/api/v1/agents/ws`.
+    /// `ws://` or `wss://` URL of the agents' socket ([`paths::AGENT_SOCKET`]).
     pub(crate) url: String,
     /// Bearer token.
     pub(crate) token: Option<String>,
@@ -43,7 +44,7 @@ pub(crate) fn ws_url(server: &str) -> anyhow::Result<String> {
     } else {
         anyhow::bail!("--server must start with http:// or https://: {server}")
     };
-    Ok(format!("{rest}/api/v1/agents/ws"))
+    Ok(format!("{rest}{}", paths::AGENT_SOCKET.path([])))
 }
 
 impl Uplink {

@@ -40,6 +40,7 @@ use serde_json::{Map, Value};
 use vramscope_shared::ReadOptions;
 use vramscope_shared::analyzed::Analyzed;
 use vramscope_shared::api::SnapshotMeta;
+use vramscope_shared::api::paths;
 
 /// CPU work handed to a [`Store`]'s pool.
 pub(crate) type Work = Box<dyn FnOnce() + Send>;
@@ -247,7 +248,7 @@ pub(crate) fn http_service(
 /// from a server without that route (an older one; it still refuses what
 /// the role may not do). A token the server refuses is an error.
 pub(crate) async fn token_role(server: &str, token: &str) -> anyhow::Result<Option<tools::Role>> {
-    let url = format!("{}/api/v1/token", server.trim_end_matches('/'));
+    let url = format!("{}{}", server.trim_end_matches('/'), paths::TOKEN.path([]));
     let response = tools::http_client().get(&url).bearer_auth(token).send().await.map_err(|e| {
         let why =
             if e.is_timeout() { format!("no answer in {} s", tools::READ_TIMEOUT.as_secs()) } else { e.to_string() };

@@ -13,7 +13,9 @@ use serde_json::{Map, Value, json};
 use vramscope_shared::analysis::check::CheckBudget;
 use vramscope_shared::analyzed::Analyzed;
 use vramscope_shared::answers;
+use vramscope_shared::api::paths;
 use vramscope_shared::api::review::PostComment;
+use vramscope_shared::api::snapshots::ListParams;
 use vramscope_shared::api::{Page, SnapshotMeta};
 use vramscope_shared::simulate::{SimulateOptions, parse_size};
 use vramscope_shared::views::analysis;
@@ -626,10 +628,10 @@ impl Call {
             return Err(format!("{name}: no file {text} (a stored snapshot's id needs --server)"));
         }
         let server = self.server()?;
-        let id = url_segment(&text);
-        let meta: SnapshotMeta = serde_json::from_slice(&self.fetch(&format!("{server}/api/v1/snapshots/{id}")).await?)
-            .map_err(|e| format!("{name}: the server's answer about snapshot {text}: {e}"))?;
-        let bytes = self.fetch(&format!("{server}/api/v1/snapshots/{id}/file")).await?;
+        let meta: SnapshotMeta =
+            serde_json::from_slice(&self.fetch(&format!("{server}{}", paths::SNAPSHOT.path([&text]))).await?)
+                .map_err(|e| format!("{name}: the server's answer about snapshot {text}: {e}"))?;
+        let bytes = self.fetch(&format!("{server}{}", paths::FILE.path([&text]))).await?;
         blocking(move || {
             let snapshot =
                 read_snapshot_bytes(&bytes, &options).map_err(|e| format!("{e} (stored snapshot {})", meta.id))?;
@@ -654,11 +656,6 @@ fn shell_word(text: &str) -> String {
     } else {
         format!("'{}'", text.replace('\'', "'\\''"))
     }
-}
-
-/// One URL path segment.
-fn url_segment(text: &str) -> String {
-    url::form_urlencoded::byte_serialize(text.as_bytes()).collect::<String>().replace('+', "%20")
 }
 
 /// How long connecting to the server may take.
@@ -712,10 +709,9 @@ async fn list_snapshots(c: Call) -> Result<Answer, String> {
     }
     if folder.is_none() && c.context.server.is_some() {
         let server = c.server()?;
-        let mut url = format!("{server}/api/v1/snapshots?limit=100");
-        if let Some(job) = c.opt_str("job")? {
-            url.push_str(&format!("&job={}", url_segment(&job)));
-        }
+        let params = ListParams::<String> { job: c.opt_str("job")?, limit: Some(100), ..Default::default() };
+        let query = paths::SNAPSHOTS.path_with([], &params).map_err(|e| format!("the library's query: {e}"))?;
+        let url = format!("{server}{query}");
         let page: Page<SnapshotMeta> = serde_json::from_slice(&c.fetch(&url).await?)
             .map_err(|e| format!("the server's list of snapshots: {e}"))?;
         let items: Vec<Value> = page.items.iter().map(|m| library_item(m, server)).collect();
@@ -969,7 +965,7 @@ async fn upload(c: Call) -> Result<Answer, String> {
     if let Some(job) = c.opt_str("job")? {
         query.push(("job", job));
     }
-    let url = format!("{server}/api/v1/snapshots");
+    let url = format!("{server}{}", paths::SNAPSHOTS.path([]));
     let response = c
         .request(reqwest::Method::POST, &url)
         .query(&query)
@@ -995,7 +991,7 @@ async fn comment(c: Call) -> Result<Answer, String> {
     let server = c.server()?.to_owned();
     let id = c.str("snapshot")?;
     let body = PostComment { body: c.str("text")?, row: c.opt_u32("row")?, time_us: None, addr: None };
-    let url = format!("{server}/api/v1/snapshots/{}/comments", url_segment(&id));
+    let url = format!("{server}{}", paths::COMMENTS.path([&id]));
     let response =
         c.request(reqwest::Method::POST, &url).json(&body).send().await.map_err(|e| format!("{url}: {e}"))?;
     let status = response.status();
