@@ -332,3 +332,50 @@ fn failure_of(error: ReadError, timed_out: Option<Duration>) -> ParseFailure {
         (other, _) => ParseFailure::Invalid(other),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parser() -> Parser {
+        Parser::new(ReadOptions::default(), Duration::from_secs(60), 1)
+    }
+
+    /// An upload parsed from its tap reads as the file does; its parse slot
+    /// is held until the parse ends.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_upload_parsed_as_it_streams_reads_as_its_file() {
+        let bytes = vramscope_shared::testing::corpus_bytes("oom_leak.pickle");
+        let parser = parser();
+        let tap = parser.parse_upload("staging/a", Arc::new(Metrics::new())).expect("a free slot");
+        assert!(parser.parse_upload("staging/b", Arc::new(Metrics::new())).is_none(), "one slot, taken");
+        for piece in bytes.chunks(1000) {
+            tap.send(Tapped::Bytes(Bytes::copy_from_slice(piece))).await.expect("send");
+        }
+        tap.send(Tapped::End).await.expect("end");
+        let early = parser.take_upload_parse("staging/a").expect("under way");
+        let parsed = early.finish(Duration::from_secs(60)).await.expect("parsed");
+        let expected = read_snapshot(&bytes[..], &ReadOptions::default()).expect("the file reads");
+        assert_eq!(format!("{parsed:?}"), format!("{expected:?}"));
+        assert!(parser.take_upload_parse("staging/a").is_none(), "taken once");
+        assert_eq!(parser.permits.available_permits(), 1, "the slot is free again");
+    }
+
+    /// An upload that stops before its end is never parsed as a shorter
+    /// file: its parse fails as storage (the commit, which never comes,
+    /// would parse the stored file).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_upload_that_stops_is_not_a_shorter_file() {
+        let bytes = vramscope_shared::testing::corpus_bytes("oom_leak.pickle");
+        let parser = parser();
+        let tap = parser.parse_upload("staging/a", Arc::new(Metrics::new())).expect("a free slot");
+        // Half of it, and no `End`.
+        tap.send(Tapped::Bytes(Bytes::copy_from_slice(&bytes[..bytes.len() / 2]))).await.expect("send");
+        drop(tap);
+        let early = parser.take_upload_parse("staging/a").expect("under way");
+        match early.finish(Duration::from_secs(60)).await {
+            Err(ParseFailure::Storage(_)) => {}
+            other => panic!("expected a storage failure, got {:?}", other.map(|_| "a snapshot")),
+        }
+    }
+}

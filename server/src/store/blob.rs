@@ -712,6 +712,7 @@ mod tests {
         missing_keys,
         indexes_go_with_their_file_and_orphans_are_found,
         regression_a_completion_dropped_midway_leaves_nothing_in_staging,
+        a_tap_sees_every_byte_then_the_end_and_never_an_end_that_did_not_come,
     );
 
     /// Deterministic bytes that do not compress or repeat.
@@ -765,6 +766,56 @@ mod tests {
         assert_eq!(odd.sha256, staged.sha256);
         t.blobs.discard(&odd).await.expect("discard");
         assert_eq!(t.keys().await, [key]);
+    }
+
+    /// The parse that runs while an upload streams reads the upload's bytes
+    /// through its tap: all of them, in order, then `End`; an upload that
+    /// stops closes the tap without `End` (never read as a short file); a
+    /// reader that goes away does not stop the upload.
+    async fn a_tap_sees_every_byte_then_the_end_and_never_an_end_that_did_not_come(t: &TestStore) {
+        async fn drain(mut pieces: tokio::sync::mpsc::Receiver<Tapped>) -> (Vec<u8>, bool) {
+            let mut seen = Vec::new();
+            while let Some(piece) = pieces.recv().await {
+                match piece {
+                    Tapped::Bytes(b) => seen.extend_from_slice(&b),
+                    Tapped::End => return (seen, true),
+                }
+            }
+            (seen, false)
+        }
+        let content = pseudo_random(10 * MB + 3, 5);
+        let (tap, pieces) = tokio::sync::mpsc::channel(4);
+        let reader = tokio::spawn(drain(pieces));
+        let mut upload = t.blobs.begin_upload().await.expect("begin");
+        upload.tap(tap);
+        for chunk in content.chunks(MB / 3) {
+            upload.write(Bytes::copy_from_slice(chunk)).await.expect("write");
+        }
+        let staged = upload.finish().await.expect("finish");
+        assert_eq!(reader.await.expect("reader"), (content.clone(), true), "every byte, then the end");
+        t.blobs.discard(&staged).await.expect("discard");
+
+        // Aborted halfway: the tap closes without an end.
+        let (tap, pieces) = tokio::sync::mpsc::channel(4);
+        let reader = tokio::spawn(drain(pieces));
+        let mut upload = t.blobs.begin_upload().await.expect("begin");
+        upload.tap(tap);
+        upload.write(Bytes::copy_from_slice(&content[..MB])).await.expect("write");
+        upload.abort().await.expect("abort");
+        assert_eq!(reader.await.expect("reader"), (content[..MB].to_vec(), false));
+
+        // The reader gone: the upload goes on, whole.
+        let (tap, pieces) = tokio::sync::mpsc::channel(1);
+        drop(pieces);
+        let mut upload = t.blobs.begin_upload().await.expect("begin");
+        upload.tap(tap);
+        for chunk in content.chunks(MB) {
+            upload.write(Bytes::copy_from_slice(chunk)).await.expect("write");
+        }
+        let staged = upload.finish().await.expect("finish");
+        assert_eq!(staged.sha256, hex::encode(Sha256::digest(&content)));
+        t.blobs.discard(&staged).await.expect("discard");
+        assert!(t.staging_is_empty().await);
     }
 
     /// Seen as a flaky server test under load: a client that left while
