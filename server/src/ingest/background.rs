@@ -5,7 +5,7 @@
 //! time, is marked failed with the reason and its bytes removed.
 
 use super::Ingest;
-use super::parse::{UploadParse, stats_json};
+use super::parse::stats_json;
 
 /// Background parses a snapshot gets before it is given up (each start-up
 /// that finds it still `parsing` counts one).
@@ -14,16 +14,12 @@ const PARSE_ATTEMPTS: i64 = 2;
 impl Ingest {
     /// Parse snapshot `id` (file `blob_key`) and record the outcome. It
     /// goes through the cache, so a view asked for meanwhile joins this
-    /// parse instead of starting its own. `early`: the parse of the upload
-    /// that ran while it streamed in, and the file's size.
-    pub(crate) async fn parse_in_background(self, id: String, blob_key: String, early: Option<(UploadParse, u64)>) {
+    /// parse instead of starting its own (an upload's commit starts the
+    /// load first, from the parse that ran while the upload streamed in).
+    pub(crate) async fn parse_in_background(self, id: String, blob_key: String) {
         if let Err(e) = self.db.begin_parse(&id).await {
             tracing::error!(snapshot = id, error = format!("{e:#}"), "could not count the parse; not starting it");
             return;
-        }
-        if let Some((early, size)) = early {
-            let (ingest, key) = (self.clone(), blob_key.clone());
-            drop(self.cache.start(&blob_key, move || async move { ingest.finish_upload_parse(&key, early, size).await }));
         }
         let result = match self.load(&blob_key).await {
             Ok(analyzed) => match stats_json(&analyzed.snapshot) {
@@ -88,7 +84,7 @@ impl Ingest {
                 tracing::warn!(snapshot = id, attempts, "not resuming a parse that was interrupted again and again");
                 self.give_up(&id, &blob_key, &why).await;
             } else {
-                tokio::spawn(self.clone().parse_in_background(id, blob_key, None));
+                tokio::spawn(self.clone().parse_in_background(id, blob_key));
             }
         }
     }

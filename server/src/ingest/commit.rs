@@ -200,8 +200,15 @@ impl Ingest {
                 drop(state.cache.start(&blob_key, move || async move { ingest.index(&key, snapshot).await }));
             }
             None => {
-                let early = early.map(|e| (e, staged.size));
-                tokio::spawn(state.clone().parse_in_background(id.clone(), blob_key, early));
+                // The load starts from the upload's own parse before the
+                // answer: a view asked for right after it joins that parse
+                // instead of starting one from the stored file.
+                if let Some(early) = early {
+                    let (ingest, key, size) = (state.clone(), blob_key.clone(), staged.size);
+                    let load = move || async move { ingest.finish_upload_parse(&key, early, size).await };
+                    drop(state.cache.start(&blob_key, load));
+                }
+                tokio::spawn(state.clone().parse_in_background(id.clone(), blob_key));
             }
         }
         let answer = UploadAnswer { id, sha256: staged.sha256, status, deduplicated: false };
