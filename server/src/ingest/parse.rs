@@ -86,6 +86,9 @@ impl ParseFailure {
     }
 }
 
+/// Parses under way, by file: (bytes read, file size).
+type Progress = HashMap<String, (Arc<AtomicU64>, u64)>;
+
 /// How the server parses: the reader's limits, the time limit and the
 /// slots that bound parses at once.
 pub(crate) struct Parser {
@@ -96,7 +99,7 @@ pub(crate) struct Parser {
     /// Bounds the snapshots parsed at once (each takes about its size in memory).
     pub(crate) permits: Arc<Semaphore>,
     /// Parses under way, by file: (bytes read, file size).
-    progress: Arc<Mutex<HashMap<String, (Arc<AtomicU64>, u64)>>>,
+    progress: Arc<Mutex<Progress>>,
     /// Parses of uploads, by staging key, until their commit takes them.
     uploads: Arc<Mutex<HashMap<String, UploadParse>>>,
 }
@@ -179,7 +182,7 @@ impl<R: Read> Read for Counting<R> {
 
 /// Removes a parse from [`Parser::progress`] when it ends, however it ends.
 pub(crate) struct Tracked {
-    progress: Arc<Mutex<HashMap<String, (Arc<AtomicU64>, u64)>>>,
+    progress: Arc<Mutex<Progress>>,
     key: String,
 }
 
