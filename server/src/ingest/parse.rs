@@ -222,11 +222,16 @@ impl Parser {
     }
 
     /// Start parsing the upload staged at `staging_key` from the copies of
-    /// its bytes sent to the returned tap, if a parse slot is free now
+    /// its bytes sent to the returned tap, if two parse slots are free now
     /// (else `None`: the file is parsed after its commit, as it would be
-    /// anyway). No time limit runs before [`UploadParse::finish`].
+    /// anyway). It holds one slot for as long as the client takes to send
+    /// the file, so it never takes the last: a slow client does not hold
+    /// back the parses of files already stored. No time limit runs before
+    /// [`UploadParse::finish`].
     pub(crate) fn parse_upload(&self, staging_key: &str, metrics: Arc<Metrics>) -> Option<Tap> {
-        let permit = Arc::clone(&self.permits).try_acquire_owned().ok()?;
+        let mut permit = Arc::clone(&self.permits).try_acquire_many_owned(2).ok()?;
+        // Taken two to check, one kept.
+        drop(permit.split(1));
         let (tap, pieces) = mpsc::channel(TAP_PIECES);
         let (answer, result) = oneshot::channel();
         let read = Arc::new(AtomicU64::new(0));
@@ -341,7 +346,7 @@ mod tests {
     use super::*;
 
     fn parser() -> Parser {
-        Parser::new(ReadOptions::default(), Duration::from_secs(60), 1)
+        Parser::new(ReadOptions::default(), Duration::from_secs(60), 2)
     }
 
     /// An upload parsed from its tap reads as the file does; its parse slot
@@ -351,7 +356,8 @@ mod tests {
         let bytes = vramscope_shared::testing::corpus_bytes("oom_leak.pickle");
         let parser = parser();
         let tap = parser.parse_upload("staging/a", Arc::new(Metrics::new())).expect("a free slot");
-        assert!(parser.parse_upload("staging/b", Arc::new(Metrics::new())).is_none(), "one slot, taken");
+        assert_eq!(parser.permits.available_permits(), 1, "one slot taken");
+        assert!(parser.parse_upload("staging/b", Arc::new(Metrics::new())).is_none(), "never the last slot");
         for piece in bytes.chunks(1000) {
             tap.send(Tapped::Bytes(Bytes::copy_from_slice(piece))).await.expect("send");
         }
@@ -361,7 +367,7 @@ mod tests {
         let expected = read_snapshot(&bytes[..], &ReadOptions::default()).expect("the file reads");
         assert_eq!(format!("{parsed:?}"), format!("{expected:?}"));
         assert!(parser.take_upload_parse("staging/a").is_none(), "taken once");
-        assert_eq!(parser.permits.available_permits(), 1, "the slot is free again");
+        assert_eq!(parser.permits.available_permits(), 2, "the slot is free again");
     }
 
     /// An upload that stops before its end is never parsed as a shorter
