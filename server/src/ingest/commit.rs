@@ -103,9 +103,10 @@ impl Ingest {
     /// stored file parsed instead), else the stored file parsed.
     async fn parse_staged(&self, staging_key: &str, early: Option<UploadParse>) -> Result<Snapshot, ParseFailure> {
         if let Some(early) = early {
-            match early.finish(self.parser.timeout).await {
-                Err(ParseFailure::Storage(e)) => {
-                    tracing::debug!(error = format!("{e:#}"), "the upload's own parse failed; parsing the stored file");
+            match early.finish().await {
+                Err(failure) if UploadParse::worth_redoing(&failure) => {
+                    let error = failure.message();
+                    tracing::debug!(error, "the upload's own parse did not finish; parsing the stored file");
                 }
                 done => return done,
             }

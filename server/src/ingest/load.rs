@@ -46,8 +46,8 @@ impl Ingest {
 
     /// The analyzed snapshot of the file `key` from the parse that ran
     /// while its upload (of `size` bytes) streamed in, shown as this
-    /// file's parse; the stored file parsed instead if that parse could not
-    /// read the upload.
+    /// file's parse; the stored file parsed instead if that parse did not
+    /// finish ([`UploadParse::worth_redoing`]).
     pub(crate) async fn finish_upload_parse(
         &self,
         key: &str,
@@ -55,10 +55,11 @@ impl Ingest {
         size: u64,
     ) -> Result<Arc<Analyzed>, ParseFailure> {
         let _shown = self.parser.track(key, early.read(), size);
-        match early.finish(self.parser.timeout).await {
+        match early.finish().await {
             Ok(snapshot) => self.index(key, snapshot).await,
-            Err(ParseFailure::Storage(e)) => {
-                tracing::debug!(error = format!("{e:#}"), "the upload's own parse failed; parsing the stored file");
+            Err(failure) if UploadParse::worth_redoing(&failure) => {
+                let error = failure.message();
+                tracing::debug!(error, "the upload's own parse did not finish; parsing the stored file");
                 self.open_or_parse(key).await
             }
             Err(failure) => Err(failure),

@@ -6,7 +6,9 @@
 //! An upload is parsed while it streams in, when a parse slot is free as
 //! it starts ([`Parser::parse_upload`]): the upload hands each piece it
 //! stores to that parse too, so that the parse ends about when the upload
-//! does, instead of starting then. The commit takes the result
+//! does, instead of starting then. Its time limit counts from the
+//! upload's first byte; one that runs out lets go of the upload, and the
+//! stored file is parsed after the commit as before. The commit takes the result
 //! ([`Parser::take_upload_parse`]); a parse nobody takes within
 //! [`UNCLAIMED`] of its end (the upload was refused or broke off) is
 //! dropped.
@@ -110,7 +112,7 @@ pub(crate) struct UploadParse {
     result: oneshot::Receiver<Result<Snapshot, ParseFailure>>,
     /// Bytes of the upload parsed so far.
     read: Arc<AtomicU64>,
-    cancel: CancelOnDrop,
+    _cancel: CancelOnDrop,
 }
 
 impl UploadParse {
@@ -119,17 +121,21 @@ impl UploadParse {
         Arc::clone(&self.read)
     }
 
-    /// The parsed snapshot, once the parse has read the whole upload. The
-    /// time limit counts from now: the upload's transfer is the client's.
-    pub(crate) async fn finish(self, timeout: Duration) -> Result<Snapshot, ParseFailure> {
-        match tokio::time::timeout(timeout, self.result).await {
-            Ok(Ok(parsed)) => parsed,
-            Ok(Err(_)) => Err(ParseFailure::Storage(anyhow::anyhow!("the upload's parse ended without an answer"))),
-            Err(_) => {
-                self.cancel.0.store(true, Ordering::Relaxed);
-                Err(ParseFailure::TimedOut { secs: timeout.as_secs_f64(), offset: self.read.load(Ordering::Relaxed) })
-            }
+    /// The parsed snapshot, once the parse has read the whole upload.
+    pub(crate) async fn finish(self) -> Result<Snapshot, ParseFailure> {
+        match self.result.await {
+            Ok(parsed) => parsed,
+            Err(_) => Err(ParseFailure::Storage(anyhow::anyhow!("the upload's parse ended without an answer"))),
         }
+    }
+
+    /// Whether a parse that ended so is better done again from the stored
+    /// file: it could not read the upload's copy, or its time limit,
+    /// counted from the upload's first byte, ran out (a slow client's
+    /// transfer is not the file's fault; a file slow to parse times out
+    /// again, under a limit of its own).
+    pub(crate) fn worth_redoing(failure: &ParseFailure) -> bool {
+        matches!(failure, ParseFailure::Storage(_) | ParseFailure::TimedOut { .. })
     }
 }
 
@@ -226,8 +232,8 @@ impl Parser {
     /// (else `None`: the file is parsed after its commit, as it would be
     /// anyway). It holds one slot for as long as the client takes to send
     /// the file, so it never takes the last: a slow client does not hold
-    /// back the parses of files already stored. No time limit runs before
-    /// [`UploadParse::finish`].
+    /// back the parses of files already stored. Its time limit counts from
+    /// now (see [`UploadParse::worth_redoing`]).
     pub(crate) fn parse_upload(&self, staging_key: &str, metrics: Arc<Metrics>) -> Option<Tap> {
         let mut permit = Arc::clone(&self.permits).try_acquire_many_owned(2).ok()?;
         // Taken two to check, one kept.
@@ -238,9 +244,14 @@ impl Parser {
         let cancel = Arc::new(AtomicBool::new(false));
         let options = ReadOptions { cancel: Some(Arc::clone(&cancel)), ..self.options.clone() };
         let source = Counting { inner: TapReader { pieces, piece: Bytes::new(), ended: false }, read: Arc::clone(&read) };
-        let entry = UploadParse { result, read, cancel: CancelOnDrop(cancel) };
+        // The limit counts from the upload's first byte: a parse stopped by
+        // it lets go of the upload, whose stored file is parsed after its
+        // commit, under a limit of its own.
+        let timed_out = Arc::new(AtomicBool::new(false));
+        let watchdog = watchdog(Arc::clone(&cancel), Arc::clone(&timed_out), self.timeout);
+        let entry = UploadParse { result, read, _cancel: CancelOnDrop(cancel) };
         self.uploads.lock().unwrap_or_else(|p| p.into_inner()).insert(staging_key.to_owned(), entry);
-        let (uploads, key) = (Arc::clone(&self.uploads), staging_key.to_owned());
+        let (uploads, key, limit) = (Arc::clone(&self.uploads), staging_key.to_owned(), self.timeout);
         tokio::spawn(async move {
             let started = Instant::now();
             let parsed = tokio::task::spawn_blocking(move || {
@@ -249,9 +260,11 @@ impl Parser {
                 parsed
             })
             .await;
+            watchdog.abort();
             metrics.parse_seconds.observe(started.elapsed().as_secs_f64());
+            let timed_out = timed_out.load(Ordering::Relaxed).then_some(limit);
             let parsed = match parsed {
-                Ok(parsed) => parsed.map_err(|e| failure_of(e, None)),
+                Ok(parsed) => parsed.map_err(|e| failure_of(e, timed_out)),
                 Err(e) => Err(ParseFailure::Storage(anyhow::Error::from(e).context("parse worker"))),
             };
             drop(answer.send(parsed));
@@ -306,14 +319,7 @@ impl Parser {
         let cancel = Arc::new(AtomicBool::new(false));
         let _stop_when_dropped = CancelOnDrop(Arc::clone(&cancel));
         let timed_out = Arc::new(AtomicBool::new(false));
-        let watchdog = {
-            let (cancel, timed_out, timeout) = (Arc::clone(&cancel), Arc::clone(&timed_out), self.timeout);
-            tokio::spawn(async move {
-                tokio::time::sleep(timeout).await;
-                timed_out.store(true, Ordering::Relaxed);
-                cancel.store(true, Ordering::Relaxed);
-            })
-        };
+        let watchdog = watchdog(Arc::clone(&cancel), Arc::clone(&timed_out), self.timeout);
         let options = ReadOptions { cancel: Some(cancel), ..self.options.clone() };
         let started = Instant::now();
         let result =
@@ -325,6 +331,15 @@ impl Parser {
         let timed_out = timed_out.load(Ordering::Relaxed).then_some(self.timeout);
         result?.map_err(|e| failure_of(e, timed_out))
     }
+}
+
+/// Stops a parse (`cancel`) once `limit` has passed, saying so (`timed_out`).
+fn watchdog(cancel: Arc<AtomicBool>, timed_out: Arc<AtomicBool>, limit: Duration) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        tokio::time::sleep(limit).await;
+        timed_out.store(true, Ordering::Relaxed);
+        cancel.store(true, Ordering::Relaxed);
+    })
 }
 
 /// What a reader's error means here; `timed_out`: the limit, when the
@@ -349,6 +364,24 @@ mod tests {
         Parser::new(ReadOptions::default(), Duration::from_secs(60), 2)
     }
 
+    /// The limit counts from the upload's first byte; a parse it stopped
+    /// is one to do again from the stored file.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_upload_parse_out_of_time_is_redone_from_the_file() {
+        let bytes = vramscope_shared::testing::corpus_bytes("oom_leak.pickle");
+        let parser = Parser::new(ReadOptions::default(), Duration::from_millis(1), 2);
+        let tap = parser.parse_upload("staging/a", Arc::new(Metrics::new())).expect("a free slot");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        // The parse may be gone by now: the upload goes on regardless.
+        drop(tap.send(Tapped::Bytes(Bytes::from(bytes))).await);
+        drop(tap.send(Tapped::End).await);
+        let early = parser.take_upload_parse("staging/a").expect("under way");
+        match early.finish().await {
+            Err(failure @ ParseFailure::TimedOut { .. }) => assert!(UploadParse::worth_redoing(&failure)),
+            other => panic!("expected a time-out, got {:?}", other.map(|_| "a snapshot")),
+        }
+    }
+
     /// An upload parsed from its tap reads as the file does; its parse slot
     /// is held until the parse ends.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -363,7 +396,7 @@ mod tests {
         }
         tap.send(Tapped::End).await.expect("end");
         let early = parser.take_upload_parse("staging/a").expect("under way");
-        let parsed = early.finish(Duration::from_secs(60)).await.expect("parsed");
+        let parsed = early.finish().await.expect("parsed");
         let expected = read_snapshot(&bytes[..], &ReadOptions::default()).expect("the file reads");
         assert_eq!(format!("{parsed:?}"), format!("{expected:?}"));
         assert!(parser.take_upload_parse("staging/a").is_none(), "taken once");
@@ -382,7 +415,7 @@ mod tests {
         tap.send(Tapped::Bytes(Bytes::copy_from_slice(&bytes[..bytes.len() / 2]))).await.expect("send");
         drop(tap);
         let early = parser.take_upload_parse("staging/a").expect("under way");
-        match early.finish(Duration::from_secs(60)).await {
+        match early.finish().await {
             Err(ParseFailure::Storage(_)) => {}
             other => panic!("expected a storage failure, got {:?}", other.map(|_| "a snapshot")),
         }
