@@ -96,13 +96,13 @@ impl Ingest {
         };
         Ok(warmed(Arc::new(analyzed)))
     }
-}
 
-impl Ingest {
     /// Write the index file of `analyzed`, served from memory meanwhile;
     /// once it is durable, the cache lets the in-memory copy go (the next
     /// view maps the file: the heap does not keep a second copy of what the
     /// file holds). Not written, the copy stays, as after a failed write.
+    /// The copy's layout checkpoints are not warmed: that thread would
+    /// keep it alive for seconds after it is let go.
     async fn persist_behind(&self, key: &str, analyzed: Arc<Analyzed>) {
         match self.indexes.write(key, Arc::clone(&analyzed)).await {
             Ok(()) => {
