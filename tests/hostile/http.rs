@@ -586,14 +586,15 @@ async fn regression_the_jobs_list_is_bounded() {
 async fn regression_a_file_the_server_dies_on_is_not_parsed_at_every_start() {
     // A file that kills the server mid-parse would kill it again at every
     // start-up. Stand-in for that death: SIGKILL while the background parse
-    // runs (a debug build takes about 2 s over gpt_long).
+    // runs (a debug build takes about 2 s over gpt_long from the stored
+    // file; an upload's own parse runs while it streams in, so the first
+    // kill comes right after the answer, before its indexes are written).
     let gpt_long = std::fs::read(common::large_corpus().join("gpt_long.pickle")).expect("gpt_long");
     let env = [("VRAMSCOPE_INLINE_PARSE_MAX_BYTES", "0")];
     let server = TestServer::start("crash-loop", &env);
     let (status, answer) = server.upload(gpt_long, "name=deadly").await;
     assert_eq!(status, StatusCode::CREATED, "{answer}");
     let id = answer["id"].as_str().expect("id").to_owned();
-    tokio::time::sleep(Duration::from_millis(600)).await;
     let (_, rec) = server.get(&format!("/snapshots/{id}")).await;
     assert_eq!(rec["status"], "parsing", "still parsing when killed: {rec}");
     let dir = server.kill();

@@ -14,7 +14,8 @@ const PARSE_ATTEMPTS: i64 = 2;
 impl Ingest {
     /// Parse snapshot `id` (file `blob_key`) and record the outcome. It
     /// goes through the cache, so a view asked for meanwhile joins this
-    /// parse instead of starting its own.
+    /// parse instead of starting its own (an upload's commit starts the
+    /// load first, from the parse that ran while the upload streamed in).
     pub(crate) async fn parse_in_background(self, id: String, blob_key: String) {
         if let Err(e) = self.db.begin_parse(&id).await {
             tracing::error!(snapshot = id, error = format!("{e:#}"), "could not count the parse; not starting it");

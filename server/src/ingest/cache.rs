@@ -109,6 +109,14 @@ impl AnalysisCache {
         })
     }
 
+    /// Forget a file's loaded snapshot if it is `analyzed` (not one loaded
+    /// since): the next request loads the file again. Those holding it
+    /// keep it until they are done.
+    pub(crate) fn evict_if(&self, key: &str, analyzed: &Arc<Analyzed>) {
+        let mut slots = self.slots.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        slots.retain(|(k, s)| k != key || !matches!(s.peek(), Some(Ok(held)) if Arc::ptr_eq(held, analyzed)));
+    }
+
     /// Forget a file (its last snapshot was deleted).
     pub(crate) fn remove(&self, key: &str) {
         let mut slots = self.slots.lock().unwrap_or_else(|poisoned| poisoned.into_inner());

@@ -4,16 +4,23 @@
 //! the content-addressed key and the row under the file's lock, then the
 //! index (inline parse) or the background parse.
 //!
+//! The parse starts before all that, as the upload begins
+//! ([`Ingest::begin_upload`]): it reads the upload's bytes as they stream
+//! in, and the commit takes its result instead of reading the stored file.
+//!
 //! The order makes a crash harmless: bytes sit in a staging object (never
 //! listed) until they are complete and, for small files, parsed; the row
 //! comes last. Leftover staging objects are swept at start-up.
 
+use vramscope_shared::Snapshot;
 use vramscope_shared::api::UploadAnswer;
 
 use super::labels::{Labels, check_labels, clean_tags};
-use super::parse::stats_json;
+use super::parse::{UploadParse, stats_json};
 use super::{Ingest, ParseFailure};
-use crate::store::{BlobStore, NewSnapshot, Recorded, SnapshotRecord, SnapshotStatus, Staged, Trigger, record_upload};
+use crate::store::{
+    BlobStore, NewSnapshot, Recorded, SnapshotRecord, SnapshotStatus, Staged, StagedUpload, Trigger, record_upload,
+};
 
 /// Why an upload was not recorded.
 #[derive(Debug, thiserror::Error)]
@@ -81,10 +88,38 @@ impl Drop for StagedGuard {
 }
 
 impl Ingest {
+    /// A new staging object for an upload, tapped by a parse of its bytes
+    /// as they arrive when a parse slot is free ([`super::Parser::parse_upload`]).
+    pub(crate) async fn begin_upload(&self) -> anyhow::Result<StagedUpload> {
+        let mut upload = self.blobs.begin_upload().await?;
+        if let Some(tap) = self.parser.parse_upload(upload.key(), self.metrics.clone()) {
+            upload.tap(tap);
+        }
+        Ok(upload)
+    }
+
+    /// The snapshot of an upload staged at `staging_key`: its parse under
+    /// way if it has one (one that could not read the upload's copy, the
+    /// stored file parsed instead), else the stored file parsed.
+    async fn parse_staged(&self, staging_key: &str, early: Option<UploadParse>) -> Result<Snapshot, ParseFailure> {
+        if let Some(early) = early {
+            match early.finish().await {
+                Err(failure) if UploadParse::worth_redoing(&failure) => {
+                    let error = failure.message();
+                    tracing::debug!(error, "the upload's own parse did not finish; parsing the stored file");
+                }
+                done => return done,
+            }
+        }
+        self.parser.parse_stored(&self.blobs, staging_key, &self.metrics).await
+    }
+
     /// Dedup, parse (inline up to `inline_max` bytes), commit and record a
     /// complete upload.
     pub(crate) async fn commit(&self, staged: Staged, meta: Labels, inline_max: u64) -> Result<Committed, CommitError> {
         let state = self;
+        // Dropped (so stopped) on every way out that does not use it.
+        let early = state.parser.take_upload_parse(&staged.staging_key);
         let mut guard = StagedGuard { staged: Some(staged), blobs: state.blobs.clone() };
         let trigger_name = meta.trigger.clone().unwrap_or_else(|| "manual".to_owned());
         let Some(trigger) = Trigger::parse(&trigger_name) else {
@@ -104,11 +139,12 @@ impl Ingest {
         let known = state.db.find_ready_by_sha256(&guard.get()?.sha256).await?.is_some();
         let staged = guard.get()?.clone();
         let inline = !known && staged.size <= inline_max;
+        let mut early = early.filter(|_| !known);
         let mut parsed = None;
         let stats_json = if inline {
             // Dropping this future (the client left) stops the parse, and the
             // guard removes the staged bytes.
-            match state.parser.parse_stored(&state.blobs, &staged.staging_key, &state.metrics).await {
+            match state.parse_staged(&staged.staging_key, early.take()).await {
                 Ok(snapshot) => {
                     let json = stats_json(&snapshot)?;
                     parsed = Some(snapshot);
@@ -165,6 +201,14 @@ impl Ingest {
                 drop(state.cache.start(&blob_key, move || async move { ingest.index(&key, snapshot).await }));
             }
             None => {
+                // The load starts from the upload's own parse before the
+                // answer: a view asked for right after it joins that parse
+                // instead of starting one from the stored file.
+                if let Some(early) = early {
+                    let (ingest, key, size) = (state.clone(), blob_key.clone(), staged.size);
+                    let load = move || async move { ingest.finish_upload_parse(&key, early, size).await };
+                    drop(state.cache.start(&blob_key, load));
+                }
                 tokio::spawn(state.clone().parse_in_background(id.clone(), blob_key));
             }
         }

@@ -16,6 +16,7 @@
 //! from the pickle, never read.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::Context;
@@ -27,6 +28,10 @@ use vramscope_shared::index_file::IndexFileError;
 
 use crate::metrics::Metrics;
 use crate::store::BlobStore;
+
+/// Buffer of an index file's writes: small tables gather into writes of
+/// this size; a column larger than it is written straight from its slice.
+const WRITE_BUFFER: usize = 4 << 20;
 
 /// Where this instance keeps and finds index files.
 pub(crate) struct IndexFiles {
@@ -119,20 +124,7 @@ impl IndexFiles {
         let written = tokio::task::spawn_blocking({
             let (path, sha256) = (path.clone(), sha256_of(blob_key).to_owned());
             move || -> Result<Analyzed, NotSaved> {
-                let partial = path.with_extension(format!("partial-{}", uuid::Uuid::now_v7()));
-                let result = (|| {
-                    let file = std::fs::File::create(&partial)?;
-                    let file = write_index(&analyzed, &sha256, std::io::BufWriter::with_capacity(1 << 20, file))?
-                        .into_inner()
-                        .map_err(|e| e.into_error())?;
-                    // Renamed only once complete: a reader maps a whole file or none.
-                    file.sync_data()?;
-                    std::fs::rename(&partial, &path)?;
-                    anyhow::Ok(())
-                })();
-                if let Err(e) = result {
-                    drop(std::fs::remove_file(&partial));
-                    let error = e.context(format!("writing {}", path.display()));
+                if let Err(error) = write_file(&path, &sha256, &analyzed) {
                     return Err(NotSaved { error, parsed: Some(Box::new(analyzed)) });
                 }
                 drop(analyzed);
@@ -145,8 +137,31 @@ impl IndexFiles {
         })
         .await
         .map_err(|e| NotSaved { error: anyhow::Error::from(e).context("index write task"), parsed: None })??;
+        self.uploaded(blob_key, path);
+        Ok(written)
+    }
+
+    /// Write the index of a snapshot served from memory meanwhile, durably
+    /// (on S3 then uploaded in the background); nothing is opened. Until it
+    /// returns, a crash costs only a parse at the next open: no index file
+    /// is there, or a `.partial-*` one no open reads.
+    pub(crate) async fn write(&self, blob_key: &str, analyzed: Arc<Analyzed>) -> anyhow::Result<()> {
+        let path = self.path_of(blob_key);
+        tokio::task::spawn_blocking({
+            let (path, sha256) = (path.clone(), sha256_of(blob_key).to_owned());
+            move || write_file(&path, &sha256, &analyzed)
+        })
+        .await
+        .context("index write task")??;
+        self.uploaded(blob_key, path);
+        Ok(())
+    }
+
+    /// On S3, upload the index just written at `path`, in the background,
+    /// and trim the cache folder.
+    fn uploaded(&self, blob_key: &str, path: PathBuf) {
         if self.remote {
-            let (blobs, key, path) = (self.blobs.clone(), BlobStore::index_key_of(blob_key), path.clone());
+            let (blobs, key) = (self.blobs.clone(), BlobStore::index_key_of(blob_key));
             let (folder, limit) = (self.folder.clone(), self.cache_bytes);
             tokio::spawn(async move {
                 if let Err(e) = blobs.put_file(&key, &path).await {
@@ -155,7 +170,6 @@ impl IndexFiles {
                 drop(tokio::task::spawn_blocking(move || trim_folder(&folder, limit)).await);
             });
         }
-        Ok(written)
     }
 
     /// Forget the local copy of an index (its snapshot file was deleted;
@@ -172,6 +186,26 @@ pub(crate) struct NotSaved {
     pub(crate) error: anyhow::Error,
     /// The parsed snapshot, when the failure came before it was dropped.
     pub(crate) parsed: Option<Box<Analyzed>>,
+}
+
+/// Write the index of `analyzed` (parsed from the file whose SHA-256 is
+/// `sha256`) to `path`: under a temporary name, synced, then renamed, so
+/// that a reader maps a whole file or none.
+fn write_file(path: &Path, sha256: &str, analyzed: &Analyzed) -> anyhow::Result<()> {
+    let partial = path.with_extension(format!("partial-{}", uuid::Uuid::now_v7()));
+    let result = (|| {
+        let file = std::fs::File::create(&partial)?;
+        let file = write_index(analyzed, sha256, std::io::BufWriter::with_capacity(WRITE_BUFFER, file))?
+            .into_inner()
+            .map_err(|e| e.into_error())?;
+        file.sync_data()?;
+        std::fs::rename(&partial, path)?;
+        anyhow::Ok(())
+    })();
+    if result.is_err() {
+        drop(std::fs::remove_file(&partial));
+    }
+    result.with_context(|| format!("writing {}", path.display()))
 }
 
 /// The SHA-256 (hex) a content-addressed key names: `snapshots/<sha256>`.

@@ -1,6 +1,13 @@
 //! A stored file to the analyzed snapshot every view reads: from the
 //! cache, or joining the load under way, or opened from its persisted
 //! index, or else parsed, indexed and persisted.
+//!
+//! A large snapshot is served from memory as soon as its indexes are
+//! built, while its index file is written and synced on another thread
+//! ([`DEFERRED_WRITE_ROWS`]); once the file is durable the cache lets the
+//! in-memory copy go, and the next view maps the file. A crash before
+//! then costs one parse at the next open, never an answer: the row's
+//! figures came from the parse, and no half-written index is ever opened.
 
 use std::sync::Arc;
 
@@ -8,7 +15,14 @@ use anyhow::Context;
 use vramscope_shared::Snapshot;
 use vramscope_shared::analyzed::Analyzed;
 
+use super::parse::UploadParse;
 use super::{Ingest, Loaded, ParseFailure};
+
+/// Trace rows from which a snapshot's index file is written after the
+/// snapshot is served rather than before: about 60 MB of pickle, whose
+/// index takes tenths of a second to write and sync (a second for 1 GB).
+/// Below it the order stays the simple one: the file written, then served.
+const DEFERRED_WRITE_ROWS: usize = 1 << 20;
 
 impl Ingest {
     /// The analyzed snapshot of a stored file: from the cache, or joining
@@ -30,15 +44,45 @@ impl Ingest {
         self.index(key, snapshot).await
     }
 
+    /// The analyzed snapshot of the file `key` from the parse that ran
+    /// while its upload (of `size` bytes) streamed in, shown as this
+    /// file's parse; the stored file parsed instead if that parse did not
+    /// finish ([`UploadParse::worth_redoing`]).
+    pub(crate) async fn finish_upload_parse(
+        &self,
+        key: &str,
+        early: UploadParse,
+        size: u64,
+    ) -> Result<Arc<Analyzed>, ParseFailure> {
+        let _shown = self.parser.track(key, early.read(), size);
+        match early.finish().await {
+            Ok(snapshot) => self.index(key, snapshot).await,
+            Err(failure) if UploadParse::worth_redoing(&failure) => {
+                let error = failure.message();
+                tracing::debug!(error, "the upload's own parse did not finish; parsing the stored file");
+                self.open_or_parse(key).await
+            }
+            Err(failure) => Err(failure),
+        }
+    }
+
     /// Build the indexes of a snapshot just parsed from `key`, persist
     /// them, and return the snapshot mapped from that file (the parsed
     /// copy is dropped). If the file cannot be written, the parsed copy is
-    /// served and the next open parses again.
+    /// served and the next open parses again. A large snapshot is returned
+    /// at once and its file written behind (see the module's doc).
     pub(crate) async fn index(&self, key: &str, snapshot: Snapshot) -> Result<Arc<Analyzed>, ParseFailure> {
+        let rows: usize = snapshot.devices.iter().map(|d| d.trace.len()).sum();
         let built = tokio::task::spawn_blocking(move || Analyzed::build(snapshot))
             .await
             .context("index worker")
             .map_err(ParseFailure::Storage)?;
+        if rows >= DEFERRED_WRITE_ROWS {
+            let analyzed = Arc::new(built);
+            let (ingest, key, held) = (self.clone(), key.to_owned(), Arc::clone(&analyzed));
+            tokio::spawn(async move { ingest.persist_behind(&key, held).await });
+            return Ok(analyzed);
+        }
         let analyzed = match self.indexes.save(key, built).await {
             Ok(mapped) => {
                 self.metrics.index_writes.inc();
@@ -51,6 +95,22 @@ impl Ingest {
             }
         };
         Ok(warmed(Arc::new(analyzed)))
+    }
+
+    /// Write the index file of `analyzed`, served from memory meanwhile;
+    /// once it is durable, the cache lets the in-memory copy go (the next
+    /// view maps the file: the heap does not keep a second copy of what the
+    /// file holds). Not written, the copy stays, as after a failed write.
+    /// The copy's layout checkpoints are not warmed: that thread would
+    /// keep it alive for seconds after it is let go.
+    async fn persist_behind(&self, key: &str, analyzed: Arc<Analyzed>) {
+        match self.indexes.write(key, Arc::clone(&analyzed)).await {
+            Ok(()) => {
+                self.metrics.index_writes.inc();
+                self.cache.evict_if(key, &analyzed);
+            }
+            Err(e) => tracing::warn!(file = key, error = format!("{e:#}"), "could not persist the index"),
+        }
     }
 }
 

@@ -2,6 +2,16 @@
 //! threads, at most `parse_concurrency` at a time, under the settings'
 //! memory budget, expansion limit and time limit, with the bytes read so
 //! far known to the library page (its progress).
+//!
+//! An upload is parsed while it streams in, when a parse slot is free as
+//! it starts ([`Parser::parse_upload`]): the upload hands each piece it
+//! stores to that parse too, so that the parse ends about when the upload
+//! does, instead of starting then. Its time limit counts from the
+//! upload's first byte; one that runs out lets go of the upload, and the
+//! stored file is parsed after the commit as before. The commit takes the result
+//! ([`Parser::take_upload_parse`]); a parse nobody takes within
+//! [`UNCLAIMED`] of its end (the upload was refused or broke off) is
+//! dropped.
 
 use std::collections::HashMap;
 use std::io::{BufReader, Read};
@@ -10,13 +20,22 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use bytes::{Buf, Bytes};
 use futures::TryStreamExt;
-use tokio::sync::Semaphore;
+use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio_util::io::{StreamReader, SyncIoBridge};
 use vramscope_shared::{ReadError, ReadOptions, Snapshot, read_snapshot};
 
 use crate::metrics::Metrics;
-use crate::store::BlobStore;
+use crate::store::{BlobStore, Tap, Tapped};
+
+/// Pieces of an upload in flight to its parse: with the server's read
+/// chunks (at most a few hundred kB) a few MB, enough for the two to run
+/// side by side.
+const TAP_PIECES: usize = 64;
+
+/// How long the result of an upload's parse waits for its commit.
+const UNCLAIMED: Duration = Duration::from_secs(60);
 
 /// The statistics stored with a parsed snapshot (`/stats` serves them).
 pub(crate) fn stats_json(snapshot: &vramscope_shared::Snapshot) -> anyhow::Result<String> {
@@ -69,6 +88,9 @@ impl ParseFailure {
     }
 }
 
+/// Parses under way, by file: (bytes read, file size).
+type Progress = HashMap<String, (Arc<AtomicU64>, u64)>;
+
 /// How the server parses: the reader's limits, the time limit and the
 /// slots that bound parses at once.
 pub(crate) struct Parser {
@@ -77,9 +99,77 @@ pub(crate) struct Parser {
     /// A parse still running after this long is stopped.
     pub(crate) timeout: Duration,
     /// Bounds the snapshots parsed at once (each takes about its size in memory).
-    pub(crate) permits: Semaphore,
+    pub(crate) permits: Arc<Semaphore>,
     /// Parses under way, by file: (bytes read, file size).
-    pub(crate) progress: Mutex<HashMap<String, (Arc<AtomicU64>, u64)>>,
+    progress: Arc<Mutex<Progress>>,
+    /// Parses of uploads, by staging key, until their commit takes them.
+    uploads: Arc<Mutex<HashMap<String, UploadParse>>>,
+}
+
+/// The parse of an upload that runs while the upload streams in
+/// ([`Parser::parse_upload`]). Dropping it stops the parse.
+pub(crate) struct UploadParse {
+    result: oneshot::Receiver<Result<Snapshot, ParseFailure>>,
+    /// Bytes of the upload parsed so far.
+    read: Arc<AtomicU64>,
+    _cancel: CancelOnDrop,
+}
+
+impl UploadParse {
+    /// The count of bytes parsed so far (for [`Parser::track`]).
+    pub(crate) fn read(&self) -> Arc<AtomicU64> {
+        Arc::clone(&self.read)
+    }
+
+    /// The parsed snapshot, once the parse has read the whole upload.
+    pub(crate) async fn finish(self) -> Result<Snapshot, ParseFailure> {
+        match self.result.await {
+            Ok(parsed) => parsed,
+            Err(_) => Err(ParseFailure::Storage(anyhow::anyhow!("the upload's parse ended without an answer"))),
+        }
+    }
+
+    /// Whether a parse that ended so is better done again from the stored
+    /// file: it could not read the upload's copy, or its time limit,
+    /// counted from the upload's first byte, ran out (a slow client's
+    /// transfer is not the file's fault; a file slow to parse times out
+    /// again, under a limit of its own).
+    pub(crate) fn worth_redoing(failure: &ParseFailure) -> bool {
+        matches!(failure, ParseFailure::Storage(_) | ParseFailure::TimedOut { .. })
+    }
+}
+
+/// Reads an upload from its tap: the pieces in order, the end only once
+/// [`Tapped::End`] says the upload is whole (a tap that closes before is
+/// an upload that stopped, an error, never a shorter file).
+struct TapReader {
+    pieces: mpsc::Receiver<Tapped>,
+    piece: Bytes,
+    ended: bool,
+}
+
+impl Read for TapReader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        while self.piece.is_empty() {
+            if self.ended {
+                return Ok(0);
+            }
+            match self.pieces.blocking_recv() {
+                Some(Tapped::Bytes(piece)) => self.piece = piece,
+                Some(Tapped::End) => self.ended = true,
+                None => {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::UnexpectedEof,
+                        "the upload stopped before its end",
+                    ));
+                }
+            }
+        }
+        let n = buf.len().min(self.piece.len());
+        buf[..n].copy_from_slice(&self.piece[..n]);
+        self.piece.advance(n);
+        Ok(n)
+    }
 }
 
 /// Counts the bytes read through it.
@@ -97,14 +187,14 @@ impl<R: Read> Read for Counting<R> {
 }
 
 /// Removes a parse from [`Parser::progress`] when it ends, however it ends.
-struct Tracked<'a> {
-    parser: &'a Parser,
+pub(crate) struct Tracked {
+    progress: Arc<Mutex<Progress>>,
     key: String,
 }
 
-impl Drop for Tracked<'_> {
+impl Drop for Tracked {
     fn drop(&mut self) {
-        self.parser.progress.lock().unwrap_or_else(|p| p.into_inner()).remove(&self.key);
+        self.progress.lock().unwrap_or_else(|p| p.into_inner()).remove(&self.key);
     }
 }
 
@@ -121,7 +211,72 @@ impl Drop for CancelOnDrop {
 impl Parser {
     /// A parser with these limits.
     pub(crate) fn new(options: ReadOptions, timeout: Duration, concurrency: usize) -> Parser {
-        Parser { options, timeout, permits: Semaphore::new(concurrency), progress: Mutex::new(HashMap::new()) }
+        Parser {
+            options,
+            timeout,
+            permits: Arc::new(Semaphore::new(concurrency)),
+            progress: Arc::default(),
+            uploads: Arc::default(),
+        }
+    }
+
+    /// Show `read` of `total` bytes as the progress of parsing `key` until
+    /// the guard is dropped.
+    pub(crate) fn track(&self, key: &str, read: Arc<AtomicU64>, total: u64) -> Tracked {
+        self.progress.lock().unwrap_or_else(|p| p.into_inner()).insert(key.to_owned(), (read, total));
+        Tracked { progress: Arc::clone(&self.progress), key: key.to_owned() }
+    }
+
+    /// Start parsing the upload staged at `staging_key` from the copies of
+    /// its bytes sent to the returned tap, if two parse slots are free now
+    /// (else `None`: the file is parsed after its commit, as it would be
+    /// anyway). It holds one slot for as long as the client takes to send
+    /// the file, so it never takes the last: a slow client does not hold
+    /// back the parses of files already stored. Its time limit counts from
+    /// now (see [`UploadParse::worth_redoing`]).
+    pub(crate) fn parse_upload(&self, staging_key: &str, metrics: Arc<Metrics>) -> Option<Tap> {
+        let mut permit = Arc::clone(&self.permits).try_acquire_many_owned(2).ok()?;
+        // Taken two to check, one kept.
+        drop(permit.split(1));
+        let (tap, pieces) = mpsc::channel(TAP_PIECES);
+        let (answer, result) = oneshot::channel();
+        let read = Arc::new(AtomicU64::new(0));
+        let cancel = Arc::new(AtomicBool::new(false));
+        let options = ReadOptions { cancel: Some(Arc::clone(&cancel)), ..self.options.clone() };
+        let source = Counting { inner: TapReader { pieces, piece: Bytes::new(), ended: false }, read: Arc::clone(&read) };
+        // The limit counts from the upload's first byte: a parse stopped by
+        // it lets go of the upload, whose stored file is parsed after its
+        // commit, under a limit of its own.
+        let timed_out = Arc::new(AtomicBool::new(false));
+        let watchdog = watchdog(Arc::clone(&cancel), Arc::clone(&timed_out), self.timeout);
+        let entry = UploadParse { result, read, _cancel: CancelOnDrop(cancel) };
+        self.uploads.lock().unwrap_or_else(|p| p.into_inner()).insert(staging_key.to_owned(), entry);
+        let (uploads, key, limit) = (Arc::clone(&self.uploads), staging_key.to_owned(), self.timeout);
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let parsed = tokio::task::spawn_blocking(move || {
+                let parsed = read_snapshot(BufReader::with_capacity(1 << 20, source), &options);
+                drop(permit);
+                parsed
+            })
+            .await;
+            watchdog.abort();
+            metrics.parse_seconds.observe(started.elapsed().as_secs_f64());
+            let timed_out = timed_out.load(Ordering::Relaxed).then_some(limit);
+            let parsed = match parsed {
+                Ok(parsed) => parsed.map_err(|e| failure_of(e, timed_out)),
+                Err(e) => Err(ParseFailure::Storage(anyhow::Error::from(e).context("parse worker"))),
+            };
+            drop(answer.send(parsed));
+            tokio::time::sleep(UNCLAIMED).await;
+            uploads.lock().unwrap_or_else(|p| p.into_inner()).remove(&key);
+        });
+        Some(tap)
+    }
+
+    /// The parse of the upload staged at `staging_key`, if one runs.
+    pub(crate) fn take_upload_parse(&self, staging_key: &str) -> Option<UploadParse> {
+        self.uploads.lock().unwrap_or_else(|p| p.into_inner()).remove(staging_key)
     }
 
     /// How far the parse of a file is, as (bytes read, file size), while
@@ -159,20 +314,12 @@ impl Parser {
             }
         };
         let read = Arc::new(AtomicU64::new(0));
-        self.progress.lock().unwrap_or_else(|p| p.into_inner()).insert(key.to_owned(), (Arc::clone(&read), total));
-        let _tracked = Tracked { parser: self, key: key.to_owned() };
+        let _tracked = self.track(key, Arc::clone(&read), total);
         let bridge = Counting { inner: source, read };
         let cancel = Arc::new(AtomicBool::new(false));
         let _stop_when_dropped = CancelOnDrop(Arc::clone(&cancel));
         let timed_out = Arc::new(AtomicBool::new(false));
-        let watchdog = {
-            let (cancel, timed_out, timeout) = (Arc::clone(&cancel), Arc::clone(&timed_out), self.timeout);
-            tokio::spawn(async move {
-                tokio::time::sleep(timeout).await;
-                timed_out.store(true, Ordering::Relaxed);
-                cancel.store(true, Ordering::Relaxed);
-            })
-        };
+        let watchdog = watchdog(Arc::clone(&cancel), Arc::clone(&timed_out), self.timeout);
         let options = ReadOptions { cancel: Some(cancel), ..self.options.clone() };
         let started = Instant::now();
         let result =
@@ -181,15 +328,96 @@ impl Parser {
                 .map_err(|e| ParseFailure::Storage(anyhow::Error::from(e).context("parse worker")));
         watchdog.abort();
         metrics.parse_seconds.observe(started.elapsed().as_secs_f64());
-        result?.map_err(|e| match e {
-            ReadError::Cancelled { offset } if timed_out.load(Ordering::Relaxed) => {
-                ParseFailure::TimedOut { secs: self.timeout.as_secs_f64(), offset }
-            }
-            // A storage failure surfaces as an I/O error of the reader.
-            ReadError::Io { source, .. } => {
-                ParseFailure::Storage(anyhow::Error::from(source).context("reading the file"))
-            }
-            other => ParseFailure::Invalid(other),
-        })
+        let timed_out = timed_out.load(Ordering::Relaxed).then_some(self.timeout);
+        result?.map_err(|e| failure_of(e, timed_out))
+    }
+}
+
+/// Stops a parse (`cancel`) once `limit` has passed, saying so (`timed_out`).
+fn watchdog(cancel: Arc<AtomicBool>, timed_out: Arc<AtomicBool>, limit: Duration) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        tokio::time::sleep(limit).await;
+        timed_out.store(true, Ordering::Relaxed);
+        cancel.store(true, Ordering::Relaxed);
+    })
+}
+
+/// What a reader's error means here; `timed_out`: the limit, when the
+/// watchdog stopped the parse.
+fn failure_of(error: ReadError, timed_out: Option<Duration>) -> ParseFailure {
+    match (error, timed_out) {
+        (ReadError::Cancelled { offset }, Some(limit)) => ParseFailure::TimedOut { secs: limit.as_secs_f64(), offset },
+        // A storage failure (or an upload that stopped) surfaces as an I/O
+        // error of the reader.
+        (ReadError::Io { source, .. }, _) => {
+            ParseFailure::Storage(anyhow::Error::from(source).context("reading the file"))
+        }
+        (other, _) => ParseFailure::Invalid(other),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parser() -> Parser {
+        Parser::new(ReadOptions::default(), Duration::from_secs(60), 2)
+    }
+
+    /// The limit counts from the upload's first byte; a parse it stopped
+    /// is one to do again from the stored file.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_upload_parse_out_of_time_is_redone_from_the_file() {
+        let bytes = vramscope_shared::testing::corpus_bytes("oom_leak.pickle");
+        let parser = Parser::new(ReadOptions::default(), Duration::from_millis(1), 2);
+        let tap = parser.parse_upload("staging/a", Arc::new(Metrics::new())).expect("a free slot");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        // The parse may be gone by now: the upload goes on regardless.
+        drop(tap.send(Tapped::Bytes(Bytes::from(bytes))).await);
+        drop(tap.send(Tapped::End).await);
+        let early = parser.take_upload_parse("staging/a").expect("under way");
+        match early.finish().await {
+            Err(failure @ ParseFailure::TimedOut { .. }) => assert!(UploadParse::worth_redoing(&failure)),
+            other => panic!("expected a time-out, got {:?}", other.map(|_| "a snapshot")),
+        }
+    }
+
+    /// An upload parsed from its tap reads as the file does; its parse slot
+    /// is held until the parse ends.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_upload_parsed_as_it_streams_reads_as_its_file() {
+        let bytes = vramscope_shared::testing::corpus_bytes("oom_leak.pickle");
+        let parser = parser();
+        let tap = parser.parse_upload("staging/a", Arc::new(Metrics::new())).expect("a free slot");
+        assert_eq!(parser.permits.available_permits(), 1, "one slot taken");
+        assert!(parser.parse_upload("staging/b", Arc::new(Metrics::new())).is_none(), "never the last slot");
+        for piece in bytes.chunks(1000) {
+            tap.send(Tapped::Bytes(Bytes::copy_from_slice(piece))).await.expect("send");
+        }
+        tap.send(Tapped::End).await.expect("end");
+        let early = parser.take_upload_parse("staging/a").expect("under way");
+        let parsed = early.finish().await.expect("parsed");
+        let expected = read_snapshot(&bytes[..], &ReadOptions::default()).expect("the file reads");
+        assert_eq!(format!("{parsed:?}"), format!("{expected:?}"));
+        assert!(parser.take_upload_parse("staging/a").is_none(), "taken once");
+        assert_eq!(parser.permits.available_permits(), 2, "the slot is free again");
+    }
+
+    /// An upload that stops before its end is never parsed as a shorter
+    /// file: its parse fails as storage (the commit, which never comes,
+    /// would parse the stored file).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_upload_that_stops_is_not_a_shorter_file() {
+        let bytes = vramscope_shared::testing::corpus_bytes("oom_leak.pickle");
+        let parser = parser();
+        let tap = parser.parse_upload("staging/a", Arc::new(Metrics::new())).expect("a free slot");
+        // Half of it, and no `End`.
+        tap.send(Tapped::Bytes(Bytes::copy_from_slice(&bytes[..bytes.len() / 2]))).await.expect("send");
+        drop(tap);
+        let early = parser.take_upload_parse("staging/a").expect("under way");
+        match early.finish().await {
+            Err(ParseFailure::Storage(_)) => {}
+            other => panic!("expected a storage failure, got {:?}", other.map(|_| "a snapshot")),
+        }
     }
 }

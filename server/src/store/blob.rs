@@ -16,6 +16,12 @@
 //! goes; then [`BlobStore::commit`] moves it under its hash. A file is
 //! therefore complete whenever its final key exists, and identical uploads
 //! share one file.
+//!
+//! An upload may also be tapped ([`StagedUpload::tap`]): each piece written
+//! is handed on, uncopied, to a reader on another task (the parse that runs
+//! while the upload streams), and [`Tapped::End`] after the last. The tap
+//! never decides what is stored: a reader that goes away only stops the
+//! copies.
 
 use std::fmt;
 use std::ops::Range;
@@ -89,6 +95,21 @@ pub(crate) struct BlobStore {
     location: String,
 }
 
+/// What a tapped upload hands on: its pieces in order, then `End` once it
+/// is complete. A channel that closes without `End` is an upload that
+/// stopped (aborted, dropped, refused).
+#[derive(Debug)]
+pub(crate) enum Tapped {
+    /// The next bytes of the upload.
+    Bytes(Bytes),
+    /// Nothing follows: the upload is whole.
+    End,
+}
+
+/// The sending end of a tap: bounded, so a slow reader holds the upload
+/// back rather than letting the copies pile up in memory.
+pub(crate) type Tap = tokio::sync::mpsc::Sender<Tapped>;
+
 /// An upload being written to a staging object. Dropping it without
 /// [`finish`](Self::finish) or [`abort`](Self::abort) aborts it in the
 /// background (a client that disconnects leaves nothing behind).
@@ -99,6 +120,8 @@ pub(crate) struct StagedUpload {
     size: u64,
     /// The store, to remove the object when its completion outlives the caller.
     blobs: BlobStore,
+    /// Where the bytes are also handed on, if anywhere.
+    tap: Option<Tap>,
 }
 
 /// A complete upload in staging, ready for [`BlobStore::commit`] or
@@ -152,6 +175,7 @@ impl BlobStore {
             hasher: Sha256::new(),
             size: 0,
             blobs: self.clone(),
+            tap: None,
         })
     }
 
@@ -389,13 +413,35 @@ impl StagedUpload {
         self.size
     }
 
+    /// The staging object's key.
+    pub(crate) fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// Hand every piece written from now on to `tap` too, then
+    /// [`Tapped::End`] when [`finish`](Self::finish) completes the upload.
+    pub(crate) fn tap(&mut self, tap: Tap) {
+        self.tap = Some(tap);
+    }
+
     /// Appends `bytes`, waiting while [`PARTS_IN_FLIGHT`] parts are still
-    /// uploading (back pressure on the client instead of memory growth).
+    /// uploading (back pressure on the client instead of memory growth),
+    /// or while the tap's reader is behind.
     pub(crate) async fn write(&mut self, mut bytes: Bytes) -> Result<()> {
-        let key = &self.key;
-        let writer = self.writer.as_mut().with_context(|| format!("upload {key} is already closed"))?;
+        if self.writer.is_none() {
+            bail!("upload {} is already closed", self.key);
+        }
         self.hasher.update(&bytes);
         self.size += bytes.len() as u64;
+        // A reference to the same bytes, not a copy. A reader gone (its parse
+        // ended or failed) only ends the copies.
+        if let Some(tap) = &self.tap
+            && tap.send(Tapped::Bytes(bytes.clone())).await.is_err()
+        {
+            self.tap = None;
+        }
+        let key = &self.key;
+        let writer = self.writer.as_mut().with_context(|| format!("upload {key} is already closed"))?;
         // Pieces of at most one part, so each put starts at most one part
         // upload and the wait below bounds what is in flight.
         while !bytes.is_empty() {
@@ -417,6 +463,10 @@ impl StagedUpload {
     /// hand the object to, removes it.
     pub(crate) async fn finish(mut self) -> Result<Staged> {
         let writer = self.writer.take().with_context(|| format!("upload {} is already closed", self.key))?;
+        if let Some(tap) = self.tap.take() {
+            // Every byte was sent: the reader may take the upload as whole.
+            drop(tap.send(Tapped::End).await);
+        }
         let staged = Staged {
             staging_key: std::mem::take(&mut self.key),
             sha256: hex::encode(std::mem::take(&mut self.hasher).finalize()),
@@ -662,6 +712,7 @@ mod tests {
         missing_keys,
         indexes_go_with_their_file_and_orphans_are_found,
         regression_a_completion_dropped_midway_leaves_nothing_in_staging,
+        a_tap_sees_every_byte_then_the_end_and_never_an_end_that_did_not_come,
     );
 
     /// Deterministic bytes that do not compress or repeat.
@@ -715,6 +766,56 @@ mod tests {
         assert_eq!(odd.sha256, staged.sha256);
         t.blobs.discard(&odd).await.expect("discard");
         assert_eq!(t.keys().await, [key]);
+    }
+
+    /// The parse that runs while an upload streams reads the upload's bytes
+    /// through its tap: all of them, in order, then `End`; an upload that
+    /// stops closes the tap without `End` (never read as a short file); a
+    /// reader that goes away does not stop the upload.
+    async fn a_tap_sees_every_byte_then_the_end_and_never_an_end_that_did_not_come(t: &TestStore) {
+        async fn drain(mut pieces: tokio::sync::mpsc::Receiver<Tapped>) -> (Vec<u8>, bool) {
+            let mut seen = Vec::new();
+            while let Some(piece) = pieces.recv().await {
+                match piece {
+                    Tapped::Bytes(b) => seen.extend_from_slice(&b),
+                    Tapped::End => return (seen, true),
+                }
+            }
+            (seen, false)
+        }
+        let content = pseudo_random(10 * MB + 3, 5);
+        let (tap, pieces) = tokio::sync::mpsc::channel(4);
+        let reader = tokio::spawn(drain(pieces));
+        let mut upload = t.blobs.begin_upload().await.expect("begin");
+        upload.tap(tap);
+        for chunk in content.chunks(MB / 3) {
+            upload.write(Bytes::copy_from_slice(chunk)).await.expect("write");
+        }
+        let staged = upload.finish().await.expect("finish");
+        assert_eq!(reader.await.expect("reader"), (content.clone(), true), "every byte, then the end");
+        t.blobs.discard(&staged).await.expect("discard");
+
+        // Aborted halfway: the tap closes without an end.
+        let (tap, pieces) = tokio::sync::mpsc::channel(4);
+        let reader = tokio::spawn(drain(pieces));
+        let mut upload = t.blobs.begin_upload().await.expect("begin");
+        upload.tap(tap);
+        upload.write(Bytes::copy_from_slice(&content[..MB])).await.expect("write");
+        upload.abort().await.expect("abort");
+        assert_eq!(reader.await.expect("reader"), (content[..MB].to_vec(), false));
+
+        // The reader gone: the upload goes on, whole.
+        let (tap, pieces) = tokio::sync::mpsc::channel(1);
+        drop(pieces);
+        let mut upload = t.blobs.begin_upload().await.expect("begin");
+        upload.tap(tap);
+        for chunk in content.chunks(MB) {
+            upload.write(Bytes::copy_from_slice(chunk)).await.expect("write");
+        }
+        let staged = upload.finish().await.expect("finish");
+        assert_eq!(staged.sha256, hex::encode(Sha256::digest(&content)));
+        t.blobs.discard(&staged).await.expect("discard");
+        assert!(t.staging_is_empty().await);
     }
 
     /// Seen as a flaky server test under load: a client that left while

@@ -25,7 +25,7 @@ mod snapshots;
 pub(crate) mod telemetry;
 mod tokens;
 
-pub(crate) use blob::{BlobStore, S3Settings, Staged, StagedUpload, is_not_found};
+pub(crate) use blob::{BlobStore, S3Settings, Staged, StagedUpload, Tap, Tapped, is_not_found};
 pub(crate) use db::Db;
 pub(crate) use review::{JobSummary, NewComment, RetentionItem};
 pub(crate) use snapshots::{Cursor, ListFilter, NewSnapshot, SnapshotRecord, SnapshotStatus, Trigger};

@@ -164,7 +164,7 @@ pub(crate) async fn upload(
         )));
     }
 
-    let mut receiver = Receiver { staged: Some(state.blobs.begin_upload().await?), size: 0, max };
+    let mut receiver = Receiver { staged: Some(state.ingest.begin_upload().await?), size: 0, max };
     let idle = std::time::Duration::from_secs_f64(state.settings.upload_idle_timeout_secs);
     let received = if multipart {
         receive_multipart(&state, request, &mut receiver, &mut meta, idle).await
