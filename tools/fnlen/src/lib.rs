@@ -209,13 +209,9 @@ mod tests {
     #[test]
     fn no_production_function_is_longer_than_the_limit() {
         let workspace = workspace();
-        // Owned by another branch of issue 28's work (the pickle machine and
-        // the snapshot reader) until it merges; drop these two then.
-        let skip = [
-            workspace.join("shared/src/pickle"),
-            workspace.join("shared/src/snapshot/read.rs"),
-            workspace.join("shared/src/snapshot/read"),
-        ];
+        // The pickle machine's opcode loop (`Machine::run`) is still one
+        // function, until its opcodes are named and it is split (issue 28).
+        let skip = [workspace.join("shared/src/pickle")];
         let mut all = Vec::new();
         for root in workspace_roots(&workspace) {
             all.extend(functions(&root, &skip).expect("the sources parse"));
