@@ -331,15 +331,7 @@ async fn run(
 /// figures, the renderer's memory, and (with `VRAMSCOPE_BENCH_SCREENSHOT`
 /// set to a path) a screenshot of the page at its first draw.
 async fn big_local(browser: &Client, url: &str, input: &Path, driver: u32) -> Result<BigRow, String> {
-    goto(browser, &format!("{url}/")).await?;
-    let picker = browser
-        .wait()
-        .at_most(Duration::from_secs(30))
-        .for_element(Locator::Css("#local-file-input"))
-        .await
-        .map_err(|e| format!("the library's local-file picker: {e}"))?;
-    eval(browser, RECORD_PICK).await?;
-    picker.send_keys(&input.to_string_lossy()).await.map_err(|e| format!("pick {}: {e}", input.display()))?;
+    pick_local(browser, url, input, &input.display().to_string()).await?;
     let first = wait_number(browser, FIRST_DRAW, 300, "vramscope's first draw of the 1 GB local file").await?;
     let pick = eval(browser, "return window.__bench_pick").await?.as_f64().unwrap_or(0.0);
     let open = eval(browser, "return (window.__vramscope_local_open || [])[0] ?? null").await?;
@@ -441,7 +433,9 @@ async fn ours_server(browser: &Client, url: &str, id: &str, file: &str) -> Resul
 const RECORD_PICK: &str = "window.__bench_pick = null; document.addEventListener('change', \
                            () => { window.__bench_pick = performance.now(); }, true); return true";
 
-async fn ours_local(browser: &Client, url: &str, input: &Path, file: &str) -> Result<Row, String> {
+/// Open the library and pick `input` (named `what` in errors) in its
+/// local-file input, with the pick's time recorded for [`FIRST_DRAW`].
+async fn pick_local(browser: &Client, url: &str, input: &Path, what: &str) -> Result<(), String> {
     goto(browser, &format!("{url}/")).await?;
     let picker = browser
         .wait()
@@ -450,7 +444,11 @@ async fn ours_local(browser: &Client, url: &str, input: &Path, file: &str) -> Re
         .await
         .map_err(|e| format!("the library's local-file picker: {e}"))?;
     eval(browser, RECORD_PICK).await?;
-    picker.send_keys(&input.to_string_lossy()).await.map_err(|e| format!("pick {file}: {e}"))?;
+    picker.send_keys(&input.to_string_lossy()).await.map_err(|e| format!("pick {what}: {e}"))
+}
+
+async fn ours_local(browser: &Client, url: &str, input: &Path, file: &str) -> Result<Row, String> {
+    pick_local(browser, url, input, file).await?;
     let first = wait_number(browser, FIRST_DRAW, 120, "vramscope's first draw of a local file").await?;
     let pick = eval(browser, "return window.__bench_pick").await?.as_f64().unwrap_or(0.0);
     let heap = eval(browser, HEAP).await?.as_f64();
