@@ -243,7 +243,8 @@ impl Parser {
         let read = Arc::new(AtomicU64::new(0));
         let cancel = Arc::new(AtomicBool::new(false));
         let options = ReadOptions { cancel: Some(Arc::clone(&cancel)), ..self.options.clone() };
-        let source = Counting { inner: TapReader { pieces, piece: Bytes::new(), ended: false }, read: Arc::clone(&read) };
+        let source =
+            Counting { inner: TapReader { pieces, piece: Bytes::new(), ended: false }, read: Arc::clone(&read) };
         // The limit counts from the upload's first byte: a parse stopped by
         // it lets go of the upload, whose stored file is parsed after its
         // commit, under a limit of its own.
