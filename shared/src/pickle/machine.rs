@@ -5,6 +5,7 @@
 use std::io::Read;
 
 use super::heap::{EmptyKind, Heap, ObjKind};
+use super::opcode::*;
 use super::source::Source;
 use super::value::Value;
 use crate::error::ReadError;
@@ -99,23 +100,28 @@ pub fn run<R: Read, H: Hooks>(input: R, heap: &mut Heap, hooks: &mut H) -> Resul
     Ok(Outcome { root, protocol: m.protocol, bytes: m.src.offset() })
 }
 
-fn forbidden(opcode: u8) -> Option<&'static str> {
-    Some(match opcode {
-        b'c' => "GLOBAL",
-        0x93 => "STACK_GLOBAL",
-        b'R' => "REDUCE",
-        b'b' => "BUILD",
-        b'i' => "INST",
-        b'o' => "OBJ",
-        0x81 => "NEWOBJ",
-        0x92 => "NEWOBJ_EX",
-        b'P' => "PERSID",
-        b'Q' => "BINPERSID",
-        0x82 => "EXT1",
-        0x83 => "EXT2",
-        0x84 => "EXT4",
-        _ => return None,
-    })
+/// The error for a byte that names no opcode the machine runs.
+fn refused(op: u8, at: u64) -> ReadError {
+    match op {
+        NEXT_BUFFER | READONLY_BUFFER => ReadError::UnknownOpcode {
+            opcode: op,
+            offset: at,
+            hint: ": out-of-band buffers (protocol 5 NEXT_BUFFER/READONLY_BUFFER) never occur in snapshots",
+        },
+        STRING | UNICODE => ReadError::UnknownOpcode {
+            opcode: op,
+            offset: at,
+            hint: ": protocol 0 text strings are not supported; snapshots are written with protocol 2 or newer",
+        },
+        _ => match forbidden(op) {
+            Some(name) => ReadError::ForbiddenOpcode { opcode: op, name, offset: at },
+            None => ReadError::UnknownOpcode { opcode: op, offset: at, hint: "" },
+        },
+    }
+}
+
+fn negative_length(at: u64, opcode: &str) -> ReadError {
+    ReadError::BadPickle { offset: at, message: format!("{opcode} with a negative length") }
 }
 
 /// Decode a little-endian two's-complement integer of any width (LONG1/LONG4).
@@ -302,325 +308,337 @@ impl<R: Read, H: Hooks> Machine<'_, R, H> {
             let Some(op) = self.src.next_u8()? else {
                 return Err(ReadError::Truncated { offset: at, context: "expecting the next opcode (no STOP yet)" });
             };
-            match op {
-                0x80 => {
-                    let p = self.src.u8("reading PROTO")?;
-                    if p > HIGHEST_PROTOCOL {
-                        return Err(ReadError::UnknownOpcode {
-                            opcode: op,
-                            offset: at,
-                            hint: ": pickle protocol newer than 5",
-                        });
-                    }
-                    self.protocol = Some(p);
-                }
-                0x95 => {
-                    // FRAME: a length hint for buffered readers; we buffer anyway.
-                    self.src.le::<8>("reading FRAME")?;
-                }
-                b'.' => {
-                    return self.pop(at).map_err(|_| ReadError::BadPickle {
-                        offset: at,
-                        message: "STOP with an empty stack".to_owned(),
-                    });
-                }
-                b'(' => self.push_mark(at)?,
-                b'0' => {
-                    if self.stack.len() > self.marks.last().copied().unwrap_or(0) {
-                        self.stack.pop();
-                    } else {
-                        self.pop_mark(at)?;
-                    }
-                }
-                b'1' => {
-                    let mark = self.pop_mark(at)?;
-                    self.stack.truncate(mark);
-                }
-                b'2' => {
-                    let v = self.top(at)?;
-                    self.heap.add_ref(v);
-                    self.push(v)?;
-                }
-                // Integers.
-                b'J' => {
-                    let v = i32::from_le_bytes(self.src.le::<4>("reading BININT")?);
-                    self.push(Value::small_int(v as i64))?;
-                }
-                b'K' => {
-                    let v = self.src.u8("reading BININT1")?;
-                    self.push(Value::small_int(v as i64))?;
-                }
-                b'M' => {
-                    let v = u16::from_le_bytes(self.src.le::<2>("reading BININT2")?);
-                    self.push(Value::small_int(v as i64))?;
-                }
-                0x8a => {
-                    let n = self.src.u8("reading LONG1")? as usize;
-                    let bytes = self.src.take(n, "reading LONG1")?;
-                    let v = decode_long(self.heap, bytes, at)?;
-                    self.push(v)?;
-                }
-                0x8b => {
-                    let n = i32::from_le_bytes(self.src.le::<4>("reading LONG4")?);
-                    if n < 0 {
-                        return Err(ReadError::BadPickle {
-                            offset: at,
-                            message: "LONG4 with a negative length".into(),
-                        });
-                    }
-                    let n = self.claim(n as u64, at, "a LONG4 integer")?;
-                    let bytes = self.src.take(n, "reading LONG4")?;
-                    let v = decode_long(self.heap, bytes, at)?;
-                    self.src.shrink();
-                    self.push(v)?;
-                }
-                b'I' => {
-                    // Protocol 0 INT; "01"/"00" are True/False.
-                    let line = self.src.line("reading INT")?;
-                    let v = match line.as_slice() {
-                        b"01" => Value::bool(true),
-                        b"00" => Value::bool(false),
-                        _ => {
-                            let t = String::from_utf8_lossy(&line);
-                            let i = t
-                                .trim()
-                                .parse::<i128>()
-                                .map_err(|_| ReadError::BadPickle { offset: at, message: format!("bad INT {t:?}") })?;
-                            self.heap.int(i, at)?
-                        }
-                    };
-                    self.push(v)?;
-                }
-                b'L' => {
-                    let i = self.text_int(at, "reading LONG")?;
-                    let v = self.heap.int(i, at)?;
-                    self.push(v)?;
-                }
-                b'N' => self.push(Value::NONE)?,
-                0x88 => self.push(Value::bool(true))?,
-                0x89 => self.push(Value::bool(false))?,
-                b'G' => {
-                    let f = f64::from_be_bytes(self.src.le::<8>("reading BINFLOAT")?);
-                    let v = self.heap.float(f, at)?;
-                    self.push(v)?;
-                }
-                b'F' => {
-                    let line = self.src.line("reading FLOAT")?;
-                    let t = String::from_utf8_lossy(&line);
-                    let f = t
-                        .trim()
-                        .parse::<f64>()
-                        .map_err(|_| ReadError::BadPickle { offset: at, message: format!("bad FLOAT {t:?}") })?;
-                    let v = self.heap.float(f, at)?;
-                    self.push(v)?;
-                }
-                // Strings.
-                0x8c => {
-                    let n = self.src.u8("reading SHORT_BINUNICODE")? as u64;
-                    let v = self.string(n, at, false)?;
-                    self.push(v)?;
-                }
-                b'X' => {
-                    let n = u32::from_le_bytes(self.src.le::<4>("reading BINUNICODE")?) as u64;
-                    let v = self.string(n, at, false)?;
-                    self.push(v)?;
-                }
-                0x8d => {
-                    let n = u64::from_le_bytes(self.src.le::<8>("reading BINUNICODE8")?);
-                    let v = self.string(n, at, false)?;
-                    self.push(v)?;
-                }
-                b'U' => {
-                    let n = self.src.u8("reading SHORT_BINSTRING")? as u64;
-                    let v = self.string(n, at, true)?;
-                    self.push(v)?;
-                }
-                b'T' => {
-                    let n = i32::from_le_bytes(self.src.le::<4>("reading BINSTRING")?);
-                    if n < 0 {
-                        return Err(ReadError::BadPickle {
-                            offset: at,
-                            message: "BINSTRING with a negative length".into(),
-                        });
-                    }
-                    let v = self.string(n as u64, at, true)?;
-                    self.push(v)?;
-                }
-                b'C' => {
-                    let n = self.src.u8("reading SHORT_BINBYTES")? as u64;
-                    let v = self.byte_string(n, at)?;
-                    self.push(v)?;
-                }
-                b'B' => {
-                    let n = u32::from_le_bytes(self.src.le::<4>("reading BINBYTES")?) as u64;
-                    let v = self.byte_string(n, at)?;
-                    self.push(v)?;
-                }
-                0x8e | 0x96 => {
-                    let n = u64::from_le_bytes(self.src.le::<8>("reading BINBYTES8")?);
-                    let v = self.byte_string(n, at)?;
-                    self.push(v)?;
-                }
-                // Containers.
-                b']' => self.new_empty(EmptyKind::List, at)?,
-                b')' => self.new_empty(EmptyKind::Tuple, at)?,
-                b'}' => {
-                    let bytes = self.src.window(DICT_WINDOW)?;
-                    match self.hooks.on_empty_dict(self.heap, bytes, at)? {
-                        Some((consumed, v)) => {
-                            self.src.advance(consumed);
-                            self.push(v)?;
-                        }
-                        None => self.new_empty(EmptyKind::Dict, at)?,
-                    }
-                }
-                0x8f => self.new_empty(EmptyKind::Set, at)?,
-                b'l' => {
-                    let mark = self.pop_mark(at)?;
-                    let v = self.heap.alloc(ObjKind::List(Vec::new()), at)?;
-                    // The items are appended from the stack in place, as for
-                    // APPENDS: no uncounted copy of a long run of items.
-                    let stack = std::mem::take(&mut self.stack);
-                    let result = self.append(v, &stack[mark..], at);
-                    self.stack = stack;
-                    self.stack.truncate(mark);
-                    result?;
-                    self.push(v)?;
-                }
-                b't' => {
-                    let items = self.items_from_mark(at)?;
-                    self.heap.charge(items.len() as u64 * 8, || "a tuple".into(), at)?;
-                    self.new_container(ObjKind::Tuple(items), at)?;
-                }
-                0x85..=0x87 => {
-                    let n = (op - 0x84) as usize;
-                    let floor = self.marks.last().copied().unwrap_or(0);
-                    if self.stack.len() < floor + n {
-                        return Err(underflow(at));
-                    }
-                    let items = self.stack.split_off(self.stack.len() - n);
-                    self.new_container(ObjKind::Tuple(items), at)?;
-                }
-                b'd' => {
-                    let mark = self.pop_mark(at)?;
-                    let v = self.heap.alloc(ObjKind::Dict(Vec::new()), at)?;
-                    let stack = std::mem::take(&mut self.stack);
-                    let result = self.set_items(v, &stack[mark..], at);
-                    self.stack = stack;
-                    self.stack.truncate(mark);
-                    result?;
-                    self.push(v)?;
-                }
-                b'a' => {
-                    let item = self.pop(at)?;
-                    let list = self.top(at)?;
-                    self.append(list, &[item], at)?;
-                }
-                b'e' => {
-                    let mark = self.pop_mark(at)?;
-                    let list = self.target_below(mark, at)?;
-                    // Work on the items in place: APPENDS comes once per 1000
-                    // trace entries, SETITEMS once per entry; no Vec per batch.
-                    let stack = std::mem::take(&mut self.stack);
-                    let result = self.append(list, &stack[mark..], at);
-                    self.stack = stack;
-                    self.stack.truncate(mark);
-                    result?;
-                }
-                b's' => {
-                    let value = self.pop(at)?;
-                    let key = self.pop(at)?;
-                    let dict = self.top(at)?;
-                    self.set_items(dict, &[key, value], at)?;
-                }
-                b'u' => {
-                    let mark = self.pop_mark(at)?;
-                    let dict = self.target_below(mark, at)?;
-                    let stack = std::mem::take(&mut self.stack);
-                    let pairs = (stack.len() - mark) / 2;
-                    let result = self.set_items(dict, &stack[mark..], at);
-                    self.stack = stack;
-                    self.stack.truncate(mark);
-                    result?;
-                    // A dict written in one short batch is complete: let the
-                    // hooks convert it now, while it has a single holder,
-                    // rather than when it is appended (after up to 1000
-                    // later entries may have fetched its parts from the memo).
-                    if pairs < PICKLER_BATCH
-                        && let Some(replacement) = self.hooks.on_dict_complete(self.heap, dict, at)?
-                    {
-                        self.stack[mark - 1] = replacement;
-                    }
-                }
-                0x90 => {
-                    let mark = self.pop_mark(at)?;
-                    let set = self.target_below(mark, at)?;
-                    let items = self.stack.split_off(mark);
-                    let id = self.target_obj(set, at, "ADDITEMS")?;
-                    for item in items {
-                        self.heap.push_item(id, item, at)?;
-                    }
-                }
-                0x91 => {
-                    let items = self.items_from_mark(at)?;
-                    self.heap.charge(items.len() as u64 * 8, || "a frozenset".into(), at)?;
-                    self.new_container(ObjKind::Set(items), at)?;
-                }
-                // Memo.
-                0x94 => {
-                    let v = self.top(at)?;
-                    let slot = self.heap.memo_len();
-                    self.heap.memo_put(slot, v, at)?;
-                }
-                b'q' => {
-                    let slot = self.src.u8("reading BINPUT")? as u64;
-                    let v = self.top(at)?;
-                    self.heap.memo_put(slot, v, at)?;
-                }
-                b'r' => {
-                    let slot = u32::from_le_bytes(self.src.le::<4>("reading LONG_BINPUT")?) as u64;
-                    let v = self.top(at)?;
-                    self.heap.memo_put(slot, v, at)?;
-                }
-                b'p' => {
-                    let slot = self.text_int(at, "reading PUT")?;
-                    let v = self.top(at)?;
-                    self.heap.memo_put(u64::try_from(slot).unwrap_or(u64::MAX), v, at)?;
-                }
-                b'h' => {
-                    let slot = self.src.u8("reading BINGET")? as u64;
-                    self.memo_get(slot, at)?;
-                }
-                b'j' => {
-                    let slot = u32::from_le_bytes(self.src.le::<4>("reading LONG_BINGET")?) as u64;
-                    self.memo_get(slot, at)?;
-                }
-                b'g' => {
-                    let slot = self.text_int(at, "reading GET")?;
-                    self.memo_get(u64::try_from(slot).unwrap_or(u64::MAX), at)?;
-                }
-                0x97 | 0x98 => {
-                    return Err(ReadError::UnknownOpcode {
-                        opcode: op,
-                        offset: at,
-                        hint: ": out-of-band buffers (protocol 5 NEXT_BUFFER/READONLY_BUFFER) never occur in snapshots",
-                    });
-                }
-                b'S' | b'V' => {
-                    return Err(ReadError::UnknownOpcode {
-                        opcode: op,
-                        offset: at,
-                        hint: ": protocol 0 text strings are not supported; snapshots are written with protocol 2 or newer",
-                    });
-                }
-                _ => {
-                    if let Some(name) = forbidden(op) {
-                        return Err(ReadError::ForbiddenOpcode { opcode: op, name, offset: at });
-                    }
-                    return Err(ReadError::UnknownOpcode { opcode: op, offset: at, hint: "" });
-                }
+            if op == STOP {
+                return self
+                    .pop(at)
+                    .map_err(|_| ReadError::BadPickle { offset: at, message: "STOP with an empty stack".to_owned() });
             }
+            self.step(op, at)?;
         }
+    }
+
+    /// Execute one opcode (any but STOP) read at `at`. One flat match, so
+    /// the compiler keeps a single jump table; each arm is a line.
+    #[inline(always)]
+    fn step(&mut self, op: u8, at: u64) -> Result<(), ReadError> {
+        match op {
+            PROTO => self.proto(at),
+            // A length hint for buffered readers; we buffer anyway.
+            FRAME => self.src.le::<8>("reading FRAME").map(drop),
+            MARK => self.push_mark(at),
+            POP => self.pop_one(at),
+            POP_MARK => self.pop_mark(at).map(|mark| self.stack.truncate(mark)),
+            DUP => self.dup(at),
+            // Integers and other scalars.
+            BININT => self.int_le::<4>("reading BININT", |b| i32::from_le_bytes(b) as i64),
+            BININT1 => self.int_le::<1>("reading BININT1", |b| b[0] as i64),
+            BININT2 => self.int_le::<2>("reading BININT2", |b| u16::from_le_bytes(b) as i64),
+            LONG1 => self.long1(at),
+            LONG4 => self.long4(at),
+            INT => self.text_int_or_bool(at),
+            LONG => self.text_long(at),
+            NONE => self.push(Value::NONE),
+            NEWTRUE => self.push(Value::bool(true)),
+            NEWFALSE => self.push(Value::bool(false)),
+            BINFLOAT => self.binfloat(at),
+            FLOAT => self.text_float(at),
+            // Strings and bytes.
+            SHORT_BINUNICODE => self.sized_string::<1>(at, "reading SHORT_BINUNICODE", false),
+            BINUNICODE => self.sized_string::<4>(at, "reading BINUNICODE", false),
+            BINUNICODE8 => self.sized_string::<8>(at, "reading BINUNICODE8", false),
+            SHORT_BINSTRING => self.sized_string::<1>(at, "reading SHORT_BINSTRING", true),
+            BINSTRING => self.binstring(at),
+            SHORT_BINBYTES => self.sized_bytes::<1>(at, "reading SHORT_BINBYTES"),
+            BINBYTES => self.sized_bytes::<4>(at, "reading BINBYTES"),
+            BINBYTES8 | BYTEARRAY8 => self.sized_bytes::<8>(at, "reading BINBYTES8"),
+            // Containers.
+            EMPTY_LIST => self.new_empty(EmptyKind::List, at),
+            EMPTY_TUPLE => self.new_empty(EmptyKind::Tuple, at),
+            EMPTY_DICT => self.empty_dict(at),
+            EMPTY_SET => self.new_empty(EmptyKind::Set, at),
+            LIST => self.list_from_mark(at),
+            TUPLE => self.collection_from_mark(at, "a tuple", ObjKind::Tuple),
+            TUPLE1..=TUPLE3 => self.short_tuple((op - TUPLE1 + 1) as usize, at),
+            DICT => self.dict_from_mark(at),
+            FROZENSET => self.collection_from_mark(at, "a frozenset", ObjKind::Set),
+            APPEND => self.append_one(at),
+            APPENDS => self.appends(at),
+            SETITEM => self.set_item(at),
+            SETITEMS => self.set_items_from_mark(at),
+            ADDITEMS => self.add_items(at),
+            // Memo.
+            MEMOIZE => self.memo_put(self.heap.memo_len(), at),
+            BINPUT => self.slot_le::<1>("reading BINPUT").and_then(|slot| self.memo_put(slot, at)),
+            LONG_BINPUT => self.slot_le::<4>("reading LONG_BINPUT").and_then(|slot| self.memo_put(slot, at)),
+            PUT => self.text_slot(at, "reading PUT").and_then(|slot| self.memo_put(slot, at)),
+            BINGET => self.slot_le::<1>("reading BINGET").and_then(|slot| self.memo_get(slot, at)),
+            LONG_BINGET => self.slot_le::<4>("reading LONG_BINGET").and_then(|slot| self.memo_get(slot, at)),
+            GET => self.text_slot(at, "reading GET").and_then(|slot| self.memo_get(slot, at)),
+            _ => Err(refused(op, at)),
+        }
+    }
+
+    fn proto(&mut self, at: u64) -> Result<(), ReadError> {
+        let p = self.src.u8("reading PROTO")?;
+        if p > HIGHEST_PROTOCOL {
+            return Err(ReadError::UnknownOpcode { opcode: PROTO, offset: at, hint: ": pickle protocol newer than 5" });
+        }
+        self.protocol = Some(p);
+        Ok(())
+    }
+
+    /// POP: the top item, or, with nothing above the last mark, the mark.
+    fn pop_one(&mut self, at: u64) -> Result<(), ReadError> {
+        if self.stack.len() > self.marks.last().copied().unwrap_or(0) {
+            self.stack.pop();
+            Ok(())
+        } else {
+            self.pop_mark(at).map(drop)
+        }
+    }
+
+    fn dup(&mut self, at: u64) -> Result<(), ReadError> {
+        let v = self.top(at)?;
+        self.heap.add_ref(v);
+        self.push(v)
+    }
+
+    /// BININT, BININT1, BININT2: `N` little-endian bytes, decoded by `decode`.
+    #[inline]
+    fn int_le<const N: usize>(&mut self, context: &'static str, decode: fn([u8; N]) -> i64) -> Result<(), ReadError> {
+        let v = decode(self.src.le::<N>(context)?);
+        self.push(Value::small_int(v))
+    }
+
+    fn long1(&mut self, at: u64) -> Result<(), ReadError> {
+        let n = self.src.u8("reading LONG1")? as usize;
+        let bytes = self.src.take(n, "reading LONG1")?;
+        let v = decode_long(self.heap, bytes, at)?;
+        self.push(v)
+    }
+
+    fn long4(&mut self, at: u64) -> Result<(), ReadError> {
+        let n = i32::from_le_bytes(self.src.le::<4>("reading LONG4")?);
+        let n = u64::try_from(n).map_err(|_| negative_length(at, "LONG4"))?;
+        let n = self.claim(n, at, "a LONG4 integer")?;
+        let bytes = self.src.take(n, "reading LONG4")?;
+        let v = decode_long(self.heap, bytes, at)?;
+        self.src.shrink();
+        self.push(v)
+    }
+
+    /// INT (protocol 0), where `01` and `00` are True and False.
+    fn text_int_or_bool(&mut self, at: u64) -> Result<(), ReadError> {
+        let line = self.src.line("reading INT")?;
+        let v = match line.as_slice() {
+            b"01" => Value::bool(true),
+            b"00" => Value::bool(false),
+            _ => {
+                let t = String::from_utf8_lossy(&line);
+                let i = t
+                    .trim()
+                    .parse::<i128>()
+                    .map_err(|_| ReadError::BadPickle { offset: at, message: format!("bad INT {t:?}") })?;
+                self.heap.int(i, at)?
+            }
+        };
+        self.push(v)
+    }
+
+    fn text_long(&mut self, at: u64) -> Result<(), ReadError> {
+        let i = self.text_int(at, "reading LONG")?;
+        let v = self.heap.int(i, at)?;
+        self.push(v)
+    }
+
+    fn binfloat(&mut self, at: u64) -> Result<(), ReadError> {
+        let f = f64::from_be_bytes(self.src.le::<8>("reading BINFLOAT")?);
+        let v = self.heap.float(f, at)?;
+        self.push(v)
+    }
+
+    fn text_float(&mut self, at: u64) -> Result<(), ReadError> {
+        let line = self.src.line("reading FLOAT")?;
+        let t = String::from_utf8_lossy(&line);
+        let f = t
+            .trim()
+            .parse::<f64>()
+            .map_err(|_| ReadError::BadPickle { offset: at, message: format!("bad FLOAT {t:?}") })?;
+        let v = self.heap.float(f, at)?;
+        self.push(v)
+    }
+
+    /// A little-endian unsigned length of `N` bytes (1, 4 or 8).
+    #[inline]
+    fn length_le<const N: usize>(&mut self, context: &'static str) -> Result<u64, ReadError> {
+        let bytes = self.src.le::<N>(context)?;
+        let mut wide = [0u8; 8];
+        wide[..N].copy_from_slice(&bytes);
+        Ok(u64::from_le_bytes(wide))
+    }
+
+    /// A string with an `N`-byte length; `latin1` for protocol 0/1 byte strings.
+    #[inline]
+    fn sized_string<const N: usize>(&mut self, at: u64, context: &'static str, latin1: bool) -> Result<(), ReadError> {
+        let n = self.length_le::<N>(context)?;
+        let v = self.string(n, at, latin1)?;
+        self.push(v)
+    }
+
+    /// BINSTRING: a Latin-1 string whose four-byte length is signed.
+    fn binstring(&mut self, at: u64) -> Result<(), ReadError> {
+        let n = i32::from_le_bytes(self.src.le::<4>("reading BINSTRING")?);
+        let n = u64::try_from(n).map_err(|_| negative_length(at, "BINSTRING"))?;
+        let v = self.string(n, at, true)?;
+        self.push(v)
+    }
+
+    fn sized_bytes<const N: usize>(&mut self, at: u64, context: &'static str) -> Result<(), ReadError> {
+        let n = self.length_le::<N>(context)?;
+        let v = self.byte_string(n, at)?;
+        self.push(v)
+    }
+
+    /// EMPTY_DICT: offered to the hooks first, which may decode the whole
+    /// dict from the buffered bytes (a trace entry's fast path).
+    #[inline]
+    fn empty_dict(&mut self, at: u64) -> Result<(), ReadError> {
+        let bytes = self.src.window(DICT_WINDOW)?;
+        match self.hooks.on_empty_dict(self.heap, bytes, at)? {
+            Some((consumed, v)) => {
+                self.src.advance(consumed);
+                self.push(v)
+            }
+            None => self.new_empty(EmptyKind::Dict, at),
+        }
+    }
+
+    /// Run `fill` on a new container and the items above the last mark, in
+    /// place on the stack (no uncounted copy of a long run of items), then
+    /// drop those items and the mark, and push the container.
+    fn build_from_mark(
+        &mut self,
+        kind: ObjKind,
+        at: u64,
+        fill: fn(&mut Self, Value, &[Value], u64) -> Result<(), ReadError>,
+    ) -> Result<(), ReadError> {
+        let mark = self.pop_mark(at)?;
+        let v = self.heap.alloc(kind, at)?;
+        self.fill_below(mark, v, at, fill)?;
+        self.push(v)
+    }
+
+    /// Run `fill` on `target` and the items above `mark`, then drop them.
+    #[inline]
+    fn fill_below(
+        &mut self,
+        mark: usize,
+        target: Value,
+        at: u64,
+        fill: fn(&mut Self, Value, &[Value], u64) -> Result<(), ReadError>,
+    ) -> Result<(), ReadError> {
+        let stack = std::mem::take(&mut self.stack);
+        let result = fill(self, target, &stack[mark..], at);
+        self.stack = stack;
+        self.stack.truncate(mark);
+        result
+    }
+
+    fn list_from_mark(&mut self, at: u64) -> Result<(), ReadError> {
+        self.build_from_mark(ObjKind::List(Vec::new()), at, Self::append)
+    }
+
+    fn dict_from_mark(&mut self, at: u64) -> Result<(), ReadError> {
+        self.build_from_mark(ObjKind::Dict(Vec::new()), at, Self::set_items)
+    }
+
+    /// TUPLE and FROZENSET: the items above the last mark, charged and moved.
+    fn collection_from_mark(
+        &mut self,
+        at: u64,
+        what: &'static str,
+        kind: fn(Vec<Value>) -> ObjKind,
+    ) -> Result<(), ReadError> {
+        let items = self.items_from_mark(at)?;
+        self.heap.charge(items.len() as u64 * 8, || what.into(), at)?;
+        self.new_container(kind(items), at)
+    }
+
+    /// TUPLE1, TUPLE2, TUPLE3: the top `n` items, none of them below the mark.
+    fn short_tuple(&mut self, n: usize, at: u64) -> Result<(), ReadError> {
+        let floor = self.marks.last().copied().unwrap_or(0);
+        if self.stack.len() < floor + n {
+            return Err(underflow(at));
+        }
+        let items = self.stack.split_off(self.stack.len() - n);
+        self.new_container(ObjKind::Tuple(items), at)
+    }
+
+    fn append_one(&mut self, at: u64) -> Result<(), ReadError> {
+        let item = self.pop(at)?;
+        let list = self.top(at)?;
+        self.append(list, &[item], at)
+    }
+
+    /// APPENDS comes once per 1000 trace entries: the items are appended
+    /// in place, with no Vec per batch.
+    fn appends(&mut self, at: u64) -> Result<(), ReadError> {
+        let mark = self.pop_mark(at)?;
+        let list = self.target_below(mark, at)?;
+        self.fill_below(mark, list, at, Self::append)
+    }
+
+    fn set_item(&mut self, at: u64) -> Result<(), ReadError> {
+        let value = self.pop(at)?;
+        let key = self.pop(at)?;
+        let dict = self.top(at)?;
+        self.set_items(dict, &[key, value], at)
+    }
+
+    fn set_items_from_mark(&mut self, at: u64) -> Result<(), ReadError> {
+        let mark = self.pop_mark(at)?;
+        let dict = self.target_below(mark, at)?;
+        let pairs = (self.stack.len() - mark) / 2;
+        self.fill_below(mark, dict, at, Self::set_items)?;
+        // A dict written in one short batch is complete: let the hooks
+        // convert it now, while it has a single holder, rather than when it
+        // is appended (after up to 1000 later entries may have fetched its
+        // parts from the memo).
+        if pairs < PICKLER_BATCH
+            && let Some(replacement) = self.hooks.on_dict_complete(self.heap, dict, at)?
+        {
+            self.stack[mark - 1] = replacement;
+        }
+        Ok(())
+    }
+
+    fn add_items(&mut self, at: u64) -> Result<(), ReadError> {
+        let mark = self.pop_mark(at)?;
+        let set = self.target_below(mark, at)?;
+        let items = self.stack.split_off(mark);
+        let id = self.target_obj(set, at, "ADDITEMS")?;
+        for item in items {
+            self.heap.push_item(id, item, at)?;
+        }
+        Ok(())
+    }
+
+    /// A memo slot number of `N` little-endian bytes.
+    #[inline]
+    fn slot_le<const N: usize>(&mut self, context: &'static str) -> Result<u64, ReadError> {
+        self.length_le::<N>(context)
+    }
+
+    /// A memo slot number written as a decimal line (PUT, GET).
+    fn text_slot(&mut self, at: u64, context: &'static str) -> Result<u64, ReadError> {
+        let slot = self.text_int(at, context)?;
+        Ok(u64::try_from(slot).unwrap_or(u64::MAX))
+    }
+
+    #[inline]
+    fn memo_put(&mut self, slot: u64, at: u64) -> Result<(), ReadError> {
+        let v = self.top(at)?;
+        self.heap.memo_put(slot, v, at)
     }
 
     #[inline]

@@ -16,6 +16,7 @@
 pub(crate) mod decompress;
 mod heap;
 mod machine;
+pub mod opcode;
 mod source;
 mod value;
 

@@ -18,6 +18,10 @@
 use super::words::{ACTION, ADDR, COMPILE_CONTEXT, EMPTY, FRAMES, SIZE, STREAM, TIME_US, USER_METADATA};
 use super::{ROW_COST, Reader};
 use crate::error::ReadError;
+use crate::pickle::opcode::{
+    APPEND, APPENDS, BINGET, BININT, BININT1, BININT2, BINUNICODE, EMPTY_LIST, FRAME, LONG_BINGET, LONG1, MARK,
+    MEMOIZE, NONE, SETITEMS, SHORT_BINUNICODE,
+};
 use crate::pickle::{Heap, ObjId, V, Value};
 use crate::snapshot::frames::{EMPTY_STACK, FrameId, StackId, StrId};
 
@@ -25,23 +29,6 @@ use crate::snapshot::frames::{EMPTY_STACK, FrameId, StackId, StrId};
 const MAX_FRESH_STR: usize = 4096;
 /// Most fresh strings in one entry (action, compile_context, user_metadata).
 const MAX_FRESH: usize = 3;
-
-const FRAME: u8 = 0x95;
-const MEMOIZE: u8 = 0x94;
-const MARK: u8 = b'(';
-const SETITEMS: u8 = b'u';
-const BINGET: u8 = b'h';
-const LONG_BINGET: u8 = b'j';
-const APPEND: u8 = b'a';
-const APPENDS: u8 = b'e';
-const EMPTY_LIST: u8 = b']';
-const NONE: u8 = b'N';
-const SHORT_BINUNICODE: u8 = 0x8c;
-const BINUNICODE: u8 = b'X';
-const BININT: u8 = b'J';
-const BININT1: u8 = b'K';
-const BININT2: u8 = b'M';
-const LONG1: u8 = 0x8a;
 
 /// The machine's inline integer range: wider integers take the generic
 /// path, which keeps them in its side table.
