@@ -19,7 +19,7 @@ use crate::infra::latest::latest;
 mod breakdown;
 mod fragmentation;
 mod minimap;
-mod panel;
+pub(crate) mod panel;
 mod pools;
 mod search;
 mod segments;

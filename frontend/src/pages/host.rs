@@ -9,6 +9,8 @@ use vramscope_shared::views::view::Host;
 use crate::components::card::Card;
 use crate::core::format;
 use crate::core::palette;
+use crate::core::panel::MIN_WIDTH;
+use crate::explorer::panel::PanelCanvas;
 use crate::infra::api;
 use crate::infra::canvas;
 
@@ -21,18 +23,16 @@ const POINTS: u32 = 800;
 #[component]
 pub(crate) fn HostMemory(id: String) -> impl IntoView {
     let answer = RwSignal::new(None::<Result<HostAnswer, String>>);
-    let canvas_ref = NodeRef::<leptos::html::Canvas>::new();
-    let wrap_ref = NodeRef::<leptos::html::Div>::new();
+    let panel = PanelCanvas::new();
     leptos::task::spawn_local(async move {
         let p = HostParams { px: Some(POINTS) };
         let a = api::view::<Host>("loading the pinned host memory", &id, &p).await.map_err(|e| e.to_string());
         answer.try_set(Some(a));
     });
     Effect::new(move |_| {
-        let (Some(canvas), Some(wrap)) = (canvas_ref.get(), wrap_ref.get()) else { return };
+        let Some((canvas, width)) = panel.sized(MIN_WIDTH) else { return };
         answer.with(|a| {
             let Some(Ok(a)) = a else { return };
-            let width = canvas::css_width(&wrap);
             if let Some(c) = canvas::context(&canvas, width, HEIGHT) {
                 draw(&c, a, width);
             }
@@ -69,8 +69,8 @@ pub(crate) fn HostMemory(id: String) -> impl IntoView {
                 <span class="key"><span class="swatch reserved"></span>"pinned (cudaHostAlloc)"</span>
                 <span class="key"><span class="swatch allocated"></span>"requested"</span>
             </span>
-            <div class="canvas-wrap" node_ref=wrap_ref>
-                <canvas id="host-chart" node_ref=canvas_ref></canvas>
+            <div class="canvas-wrap" node_ref=panel.wrap>
+                <canvas id="host-chart" node_ref=panel.canvas></canvas>
             </div>
             <p class="hint">
                 "Over the host trace, by event. Read after PyTorch's source: not yet checked against a real capture."
