@@ -4,6 +4,8 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
+use rustc_hash::FxHashMap;
+
 use crate::column::Column;
 use crate::index::DeviceIndex;
 use crate::snapshot::StackId;
@@ -119,9 +121,7 @@ impl AllocationIndex {
         let mut cursor = checkpoint_starts.clone();
         let mut checkpoint_ids = vec![0u32; checkpoint_starts[checkpoints] as usize];
         // Filling in size order leaves every list sorted.
-        let mut order: Vec<u32> = (0..m as u32).collect();
-        order.sort_by_key(|&i| (Reverse(items[i as usize].size), i));
-        for &i in &order {
+        for i in size_order(&items) {
             let (h, l) = span(&items[i as usize], stride);
             for j in l..h.min(checkpoints as u64) {
                 let slot = &mut cursor[j as usize];
@@ -248,4 +248,73 @@ impl AllocationIndex {
 pub(super) fn larger(items: &[AllocItem], a: u32, b: u32) -> u32 {
     let (sa, sb) = (items[a as usize].size, items[b as usize].size);
     if sa > sb || (sa == sb && a < b) { a } else { b }
+}
+
+/// Most distinct sizes counted in a map; past it, a comparison sort.
+const MAX_DISTINCT_SIZES: usize = 1 << 16;
+
+/// Indices of `items` by size, largest first, ties in index order.
+///
+/// Sizes repeat: a real trace has hundreds to a few thousand distinct ones
+/// against millions of allocations, so this is a counting sort over the
+/// distinct sizes (two lookups per item in a map that stays in cache),
+/// not a comparison sort through an index (0.8 s of a 16M-entry build).
+/// A trace of many distinct sizes falls back to the comparison sort.
+fn size_order(items: &[AllocItem]) -> Vec<u32> {
+    let m = items.len();
+    let mut counts: FxHashMap<u64, u32> = FxHashMap::default();
+    for it in items {
+        *counts.entry(it.size).or_insert(0) += 1;
+        if counts.len() > MAX_DISTINCT_SIZES {
+            let mut order: Vec<u32> = (0..m as u32).collect();
+            order.sort_by_key(|&i| (Reverse(items[i as usize].size), i));
+            return order;
+        }
+    }
+    let mut sizes: Vec<(u64, u32)> = counts.iter().map(|(&size, &n)| (size, n)).collect();
+    sizes.sort_unstable_by_key(|&(size, _)| Reverse(size));
+    // Each size's next free place in the order.
+    let mut next = counts;
+    let mut at = 0u32;
+    for (size, n) in sizes {
+        next.insert(size, at);
+        at += n;
+    }
+    let mut order = vec![0u32; m];
+    for (i, it) in items.iter().enumerate() {
+        // Every size was counted above.
+        if let Some(slot) = next.get_mut(&it.size) {
+            order[*slot as usize] = i as u32;
+            *slot += 1;
+        }
+    }
+    order
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn items(sizes: impl Iterator<Item = u64>) -> Vec<AllocItem> {
+        sizes
+            .map(|size| AllocItem { addr: 0, size, stack: StackId::default(), lo: 0, hi: 1, free_requested: NONE })
+            .collect()
+    }
+
+    fn compared(items: &[AllocItem]) -> Vec<u32> {
+        let mut order: Vec<u32> = (0..items.len() as u32).collect();
+        order.sort_by_key(|&i| (Reverse(items[i as usize].size), i));
+        order
+    }
+
+    #[test]
+    fn the_counted_size_order_is_the_compared_one() {
+        // Few distinct sizes, in a scrambled order, with ties.
+        let few = items((0..10_000u64).map(|i| (i * 7919 % 37) << 9));
+        assert_eq!(size_order(&few), compared(&few));
+        // More distinct sizes than the map takes: the comparison sort.
+        let many = items((0..(MAX_DISTINCT_SIZES as u64 + 10)).map(|i| i * 2_654_435_761 % 1_000_003));
+        assert_eq!(size_order(&many), compared(&many));
+        assert!(size_order(&[]).is_empty());
+    }
 }

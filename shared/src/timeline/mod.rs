@@ -231,6 +231,29 @@ pub enum MarkerKind {
     WindowStart,
 }
 
+/// Rows from which a device's timeline is built on two threads.
+const PARALLEL_BUILD_ROWS: usize = 200_000;
+
+/// `a` on another thread while `b` runs on this one, where there are
+/// threads (not in the browser's wasm, where both run here in turn).
+fn beside<A: Send, B>(a: impl FnOnce() -> A + Send, b: impl FnOnce() -> B) -> (A, B) {
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        std::thread::scope(|scope| {
+            let other = scope.spawn(a);
+            let here = b();
+            match other.join() {
+                Ok(there) => (there, here),
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        })
+    }
+    #[cfg(target_arch = "wasm32")]
+    {
+        (a(), b())
+    }
+}
+
 impl TimelineIndex {
     /// Precompute the timelines of every device that has trace rows.
     pub fn build(snapshot: &Snapshot, index: &SnapshotIndex) -> TimelineIndex {
@@ -340,6 +363,22 @@ struct DeviceTimeline {
 
 impl DeviceTimeline {
     fn build(device: &DeviceSnapshot, intervals: &DeviceIndex) -> DeviceTimeline {
+        let n = device.trace.len();
+        let build_allocations = || AllocationIndex::build(intervals, n, MIN_CHECKPOINT_STRIDE, None);
+        // The allocation index and the curves are about half the build
+        // each on a large trace, and share nothing: side by side where
+        // there are threads and enough rows to pay for one.
+        let (allocations, mut timeline) = if n >= PARALLEL_BUILD_ROWS {
+            beside(build_allocations, || DeviceTimeline::build_curves(device))
+        } else {
+            (build_allocations(), DeviceTimeline::build_curves(device))
+        };
+        timeline.allocations = allocations;
+        timeline
+    }
+
+    /// Everything but the allocation index (left empty).
+    fn build_curves(device: &DeviceSnapshot) -> DeviceTimeline {
         let trace = &device.trace;
         let n = trace.len();
         let sizes = trace.sizes();
@@ -399,7 +438,7 @@ impl DeviceTimeline {
             curves,
             oom_rows: oom_rows.into(),
             trace_wrapped,
-            allocations: AllocationIndex::build(intervals, n, MIN_CHECKPOINT_STRIDE, None),
+            allocations: AllocationIndex::default(),
         }
     }
 
