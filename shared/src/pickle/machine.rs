@@ -368,11 +368,11 @@ impl<R: Read, H: Hooks> Machine<'_, R, H> {
             ADDITEMS => self.add_items(at),
             // Memo.
             MEMOIZE => self.memo_put(self.heap.memo_len(), at),
-            BINPUT => self.slot_le::<1>("reading BINPUT").and_then(|slot| self.memo_put(slot, at)),
-            LONG_BINPUT => self.slot_le::<4>("reading LONG_BINPUT").and_then(|slot| self.memo_put(slot, at)),
+            BINPUT => self.length_le::<1>("reading BINPUT").and_then(|slot| self.memo_put(slot, at)),
+            LONG_BINPUT => self.length_le::<4>("reading LONG_BINPUT").and_then(|slot| self.memo_put(slot, at)),
             PUT => self.text_slot(at, "reading PUT").and_then(|slot| self.memo_put(slot, at)),
-            BINGET => self.slot_le::<1>("reading BINGET").and_then(|slot| self.memo_get(slot, at)),
-            LONG_BINGET => self.slot_le::<4>("reading LONG_BINGET").and_then(|slot| self.memo_get(slot, at)),
+            BINGET => self.length_le::<1>("reading BINGET").and_then(|slot| self.memo_get(slot, at)),
+            LONG_BINGET => self.length_le::<4>("reading LONG_BINGET").and_then(|slot| self.memo_get(slot, at)),
             GET => self.text_slot(at, "reading GET").and_then(|slot| self.memo_get(slot, at)),
             _ => Err(refused(op, at)),
         }
@@ -468,7 +468,7 @@ impl<R: Read, H: Hooks> Machine<'_, R, H> {
         self.push(v)
     }
 
-    /// A little-endian unsigned length of `N` bytes (1, 4 or 8).
+    /// A little-endian unsigned length or memo slot of `N` bytes (1, 4 or 8).
     #[inline]
     fn length_le<const N: usize>(&mut self, context: &'static str) -> Result<u64, ReadError> {
         let bytes = self.src.le::<N>(context)?;
@@ -621,12 +621,6 @@ impl<R: Read, H: Hooks> Machine<'_, R, H> {
             self.heap.push_item(id, item, at)?;
         }
         Ok(())
-    }
-
-    /// A memo slot number of `N` little-endian bytes.
-    #[inline]
-    fn slot_le<const N: usize>(&mut self, context: &'static str) -> Result<u64, ReadError> {
-        self.length_le::<N>(context)
     }
 
     /// A memo slot number written as a decimal line (PUT, GET).
