@@ -5,6 +5,7 @@
 use indexmap::IndexSet;
 use rustc_hash::FxBuildHasher;
 
+use super::memo::Memo;
 use super::value::{INLINE_INT_MAX, INLINE_INT_MIN, ObjId, StrId, V, Value};
 use crate::error::ReadError;
 
@@ -106,7 +107,7 @@ pub struct Heap {
     bigs: Vec<BigInt>,
     floats: Vec<f64>,
     byte_strings: Vec<Box<[u8]>>,
-    memo: Vec<Value>,
+    memo: Memo,
     /// Emptied item buffers kept for reuse: a trace has millions of small
     /// dicts and lists, and recycling their buffers saves a malloc/free each.
     spare_pairs: Vec<Vec<(Value, Value)>>,
@@ -127,7 +128,7 @@ impl Heap {
             bigs: Vec::new(),
             floats: Vec::new(),
             byte_strings: Vec::new(),
-            memo: Vec::new(),
+            memo: Memo::default(),
             spare_pairs: Vec::new(),
             spare_items: Vec::new(),
             charged: 0,
@@ -495,7 +496,7 @@ impl Heap {
         if slot_usize >= self.memo.len() {
             let grow = (slot_usize + 1 - self.memo.len()) as u64 * 8;
             self.charge(grow, || format!("memo slot {slot}"), offset)?;
-            self.memo.resize(slot_usize + 1, Value::UNSET);
+            self.memo.grow_to(slot_usize + 1);
         }
         if let V::Obj(id) = v.get() {
             let o = &mut self.objs[id as usize];
@@ -507,7 +508,9 @@ impl Heap {
                 o.refs = o.refs.saturating_add(1);
             }
         }
-        self.memo[slot_usize] = v;
+        if let Some(held) = self.memo.get_mut(slot_usize) {
+            *held = v;
+        }
         Ok(())
     }
 
@@ -515,7 +518,7 @@ impl Heap {
     /// caller that decodes opcodes itself and counts holders when it commits.
     #[inline]
     pub fn memo_peek(&self, slot: u64) -> Option<Value> {
-        let v = *self.memo.get(usize::try_from(slot).ok()?)?;
+        let v = self.memo.get(usize::try_from(slot).ok()?)?;
         (v != Value::UNSET).then_some(v)
     }
 
@@ -527,8 +530,8 @@ impl Heap {
     /// Fetch a value from the memo and count the new holder.
     #[inline]
     pub fn memo_get(&mut self, slot: u64, offset: u64) -> Result<Value, ReadError> {
-        match self.memo.get(slot as usize).copied() {
-            Some(v) if v != Value::UNSET && slot <= usize::MAX as u64 => {
+        match usize::try_from(slot).ok().and_then(|s| self.memo.get(s)) {
+            Some(v) if v != Value::UNSET => {
                 self.add_ref(v);
                 Ok(v)
             }

@@ -16,6 +16,7 @@
 pub(crate) mod decompress;
 mod heap;
 mod machine;
+mod memo;
 pub mod opcode;
 mod source;
 mod value;
