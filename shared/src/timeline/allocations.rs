@@ -71,19 +71,22 @@ impl AllocationIndex {
         // Rows past the trace would mean an index of another trace: skip them
         // rather than index out of bounds later.
         let in_trace = |row: Option<u32>| row.is_none_or(|r| (r as usize) < rows);
-        let mut items: Vec<AllocItem> = intervals
-            .allocations
-            .iter()
-            .filter(|a| a.size > 0 && in_trace(a.alloc_row.get()) && in_trace(a.free_completed_row.get()))
-            .map(|a| AllocItem {
-                addr: a.addr,
-                size: a.size,
-                stack: a.stack,
-                lo: a.alloc_row.get().map_or(0, |r| r.saturating_add(1)),
-                hi: a.free_completed_row.get().map_or(end, |r| r.saturating_add(1)),
-                free_requested: a.free_requested_row.get().unwrap_or(NONE),
-            })
-            .collect();
+        // Sized to the allocations (an upper bound), not grown by doubling.
+        let mut items: Vec<AllocItem> = Vec::with_capacity(intervals.allocations.len());
+        items.extend(
+            intervals
+                .allocations
+                .iter()
+                .filter(|a| a.size > 0 && in_trace(a.alloc_row.get()) && in_trace(a.free_completed_row.get()))
+                .map(|a| AllocItem {
+                    addr: a.addr,
+                    size: a.size,
+                    stack: a.stack,
+                    lo: a.alloc_row.get().map_or(0, |r| r.saturating_add(1)),
+                    hi: a.free_completed_row.get().map_or(end, |r| r.saturating_add(1)),
+                    free_requested: a.free_requested_row.get().unwrap_or(NONE),
+                }),
+        );
         items.sort_by_key(|it| it.lo); // stable: ties keep index order
         let m = items.len();
 
