@@ -172,11 +172,15 @@ async fn open_in_tab(client: &Client, name: &str) -> String {
 
 /// Pick `other` in the snapshot page's compare picker and follow the link;
 /// waits for the comparison's stack table and both charts.
+///
+/// The picker lists this tab's local files at once and the library's
+/// snapshots when the server answers: waiting for any option and picking
+/// the uploaded one failed when the library's list came later (CI, stop 35).
 async fn compare_with(client: &Client, other: &str, expect_path: &str) {
-    let select = until(client, 60, "the compare picker", || async {
-        let s = client.find(Locator::Css("#compare-with")).await.ok()?;
-        let options = text_of(client, "#compare-with").await?;
-        (!options.is_empty()).then_some(s)
+    let option = format!("#compare-with option[value='{other}']");
+    let select = until(client, 60, "the compare picker listing the other snapshot", || async {
+        client.find(Locator::Css(&option)).await.ok()?;
+        client.find(Locator::Css("#compare-with")).await.ok()
     })
     .await;
     select.select_by_value(other).await.expect("pick the other snapshot");

@@ -134,7 +134,14 @@ mod ui {
                     (m.id, label)
                 });
                 let list: Vec<(String, String)> = locals.into_iter().chain(listed).collect();
-                chosen.try_set(list.first().map(|(o, _)| o.clone()).unwrap_or_default());
+                // The list may come after the user picked a local file:
+                // keep their pick, and take the first only if there was none.
+                let first = list.first().map(|(o, _)| o.clone()).unwrap_or_default();
+                chosen.try_update(|c| {
+                    if c.is_empty() {
+                        *c = first;
+                    }
+                });
                 others.try_set(list);
             }
         });
@@ -152,7 +159,11 @@ mod ui {
                                     {others
                                         .get()
                                         .into_iter()
-                                        .map(|(other, label)| view! { <option value=other>{label}</option> })
+                                        .map(|(other, label)| {
+                                            // Redrawn when the library's list comes: show the pick.
+                                            let picked = chosen.get_untracked() == other;
+                                            view! { <option value=other selected=picked>{label}</option> }
+                                        })
                                         .collect_view()}
                                 </select>
                                 <a
