@@ -81,8 +81,7 @@ impl Analyzed {
     /// Build the indexes of a parsed snapshot (CPU work: tens of ms per
     /// million trace entries).
     pub fn build(snapshot: Snapshot) -> Analyzed {
-        let index = SnapshotIndex::build(&snapshot);
-        let timeline = TimelineIndex::build(&snapshot, &index);
+        let (index, timeline) = TimelineIndex::build_with_intervals(&snapshot);
         Analyzed::from_parts(snapshot, index, timeline, false)
     }
 

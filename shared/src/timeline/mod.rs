@@ -269,6 +269,24 @@ impl TimelineIndex {
         TimelineIndex { devices }
     }
 
+    /// The intervals and the timelines of every device, built together
+    /// ([`SnapshotIndex::build`] then [`TimelineIndex::build`], with a
+    /// device's curves built beside its intervals on a large trace).
+    pub fn build_with_intervals(snapshot: &Snapshot) -> (SnapshotIndex, TimelineIndex) {
+        let mut intervals = Vec::with_capacity(snapshot.devices.len());
+        let mut devices = Vec::new();
+        for d in &snapshot.devices {
+            if d.trace.is_empty() {
+                intervals.push(DeviceIndex::build(d));
+            } else {
+                let (i, t) = DeviceTimeline::build_with_intervals(d);
+                intervals.push(i);
+                devices.push(t);
+            }
+        }
+        (SnapshotIndex { devices: intervals }, TimelineIndex { devices })
+    }
+
     /// Devices with a timeline, in snapshot order.
     pub fn devices(&self) -> impl Iterator<Item = u32> + '_ {
         self.devices.iter().map(|d| d.device)
@@ -364,17 +382,36 @@ struct DeviceTimeline {
 impl DeviceTimeline {
     fn build(device: &DeviceSnapshot, intervals: &DeviceIndex) -> DeviceTimeline {
         let n = device.trace.len();
-        let build_allocations = || AllocationIndex::build(intervals, n, MIN_CHECKPOINT_STRIDE, None);
-        // The allocation index and the curves are about half the build
-        // each on a large trace, and share nothing: side by side where
-        // there are threads and enough rows to pay for one.
-        let (allocations, mut timeline) = if n >= PARALLEL_BUILD_ROWS {
-            beside(build_allocations, || DeviceTimeline::build_curves(device))
+        Self::build_beside(device, || ((), AllocationIndex::build(intervals, n, MIN_CHECKPOINT_STRIDE, None))).1
+    }
+
+    /// The device's intervals and its timeline, built together: the
+    /// curves need no intervals, so they are built beside the intervals
+    /// and the allocation index that follows from them.
+    fn build_with_intervals(device: &DeviceSnapshot) -> (DeviceIndex, DeviceTimeline) {
+        let n = device.trace.len();
+        Self::build_beside(device, || {
+            let intervals = DeviceIndex::build(device);
+            let allocations = AllocationIndex::build(&intervals, n, MIN_CHECKPOINT_STRIDE, None);
+            (intervals, allocations)
+        })
+    }
+
+    /// The curves here and `other` (which builds the allocation index and
+    /// whatever else it returns) side by side where there are threads and
+    /// enough rows to pay for one: on a large trace each is about half the
+    /// build, and they share nothing.
+    fn build_beside<T: Send>(
+        device: &DeviceSnapshot,
+        other: impl FnOnce() -> (T, AllocationIndex) + Send,
+    ) -> (T, DeviceTimeline) {
+        let ((extra, allocations), mut timeline) = if device.trace.len() >= PARALLEL_BUILD_ROWS {
+            beside(other, || DeviceTimeline::build_curves(device))
         } else {
-            (build_allocations(), DeviceTimeline::build_curves(device))
+            (other(), DeviceTimeline::build_curves(device))
         };
         timeline.allocations = allocations;
-        timeline
+        (extra, timeline)
     }
 
     /// Everything but the allocation index (left empty).
