@@ -19,27 +19,41 @@ const PAGE_BITS: u32 = 16;
 const PAGE: usize = 1 << PAGE_BITS;
 const MASK: usize = PAGE - 1;
 
+/// One page: an array, so an index masked to the page needs no check.
+type Page = Box<[Value; PAGE]>;
+
+/// A fresh page, every slot unset.
+fn page() -> Page {
+    match vec![Value::UNSET; PAGE].into_boxed_slice().try_into() {
+        Ok(page) => page,
+        // A vector of PAGE values is always a page.
+        Err(_) => unreachable!("a page of {PAGE} slots"),
+    }
+}
+
 /// The memo's slots, [`Value::UNSET`] where nothing was stored.
 #[derive(Default)]
 pub(super) struct Memo {
-    pages: Vec<Box<[Value]>>,
+    pages: Vec<Page>,
     len: usize,
 }
 
 impl Memo {
     /// Slots in use: one past the highest slot stored.
-    #[inline]
+    #[inline(always)]
     pub(super) fn len(&self) -> usize {
         self.len
     }
 
     /// Store `v` in the next slot.
-    #[inline]
+    #[inline(always)]
     pub(super) fn push(&mut self, v: Value) {
-        if self.len & MASK == 0 && self.len >> PAGE_BITS == self.pages.len() {
-            self.pages.push(vec![Value::UNSET; PAGE].into_boxed_slice());
+        if self.len >> PAGE_BITS == self.pages.len() {
+            self.pages.push(page());
         }
-        self.pages[self.len >> PAGE_BITS][self.len & MASK] = v;
+        if let Some(page) = self.pages.get_mut(self.len >> PAGE_BITS) {
+            page[self.len & MASK] = v;
+        }
         self.len += 1;
     }
 
@@ -47,27 +61,26 @@ impl Memo {
     pub(super) fn grow_to(&mut self, len: usize) {
         // Pages are created unset, so only the length and the pages move.
         while self.pages.len() < len.div_ceil(PAGE) {
-            self.pages.push(vec![Value::UNSET; PAGE].into_boxed_slice());
+            self.pages.push(page());
         }
         self.len = self.len.max(len);
     }
 
-    /// The value in `slot`, if the slot exists.
-    #[inline]
+    /// The value in `slot`: [`Value::UNSET`] for a slot never stored,
+    /// `None` past the last page. (One check on the hot path: slots past
+    /// the length within the last page read as unset, as they are.)
+    #[inline(always)]
     pub(super) fn get(&self, slot: usize) -> Option<Value> {
-        if slot >= self.len {
-            return None;
-        }
-        Some(self.pages[slot >> PAGE_BITS][slot & MASK])
+        Some(self.pages.get(slot >> PAGE_BITS)?[slot & MASK])
     }
 
     /// The slot itself, if it exists.
-    #[inline]
+    #[inline(always)]
     pub(super) fn get_mut(&mut self, slot: usize) -> Option<&mut Value> {
         if slot >= self.len {
             return None;
         }
-        Some(&mut self.pages[slot >> PAGE_BITS][slot & MASK])
+        Some(&mut self.pages.get_mut(slot >> PAGE_BITS)?[slot & MASK])
     }
 }
 
@@ -83,7 +96,8 @@ mod tests {
         }
         assert_eq!(memo.len(), 2 * PAGE + 5);
         assert_eq!(memo.get(PAGE + 1), Some(Value::row(PAGE as u32 + 1)));
-        assert_eq!(memo.get(2 * PAGE + 5), None);
+        assert_eq!(memo.get(2 * PAGE + 5), Some(Value::UNSET));
+        assert_eq!(memo.get(3 * PAGE), None);
         // A sparse slot far ahead: the slots between exist and are unset.
         memo.grow_to(5 * PAGE + 1);
         assert_eq!(memo.get(4 * PAGE), Some(Value::UNSET));
