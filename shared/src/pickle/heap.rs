@@ -382,10 +382,8 @@ impl Heap {
             let memo_slot = o.memo_slot;
             o.kind = ObjKind::Free;
             o.memo_slot = NO_MEMO;
-            if memo_slot != NO_MEMO
-                && let Some(slot) = self.memo.get_mut(memo_slot as usize)
-            {
-                *slot = to;
+            if memo_slot != NO_MEMO {
+                self.memo.set(memo_slot as usize, to);
             }
             self.free.push(id);
             self.release(items + OBJ_COST);
@@ -508,9 +506,7 @@ impl Heap {
                 o.refs = o.refs.saturating_add(1);
             }
         }
-        if let Some(held) = self.memo.get_mut(slot_usize) {
-            *held = v;
-        }
+        self.memo.set(slot_usize, v);
         Ok(())
     }
 

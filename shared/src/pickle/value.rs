@@ -73,6 +73,21 @@ impl Value {
     /// `Option<Value>` would take sixteen.
     pub(crate) const UNSET: Value = Value(T_UNSET);
 
+    /// The value as the memo stores it: unset is zero, so a fresh page of
+    /// the memo is zeroed memory the system hands out without writing it.
+    #[cfg(any(target_arch = "wasm32", test))]
+    #[inline(always)]
+    pub(super) const fn to_memo_bits(self) -> u64 {
+        self.0 ^ T_UNSET
+    }
+
+    /// The value of memo bits (see [`Value::to_memo_bits`]).
+    #[cfg(any(target_arch = "wasm32", test))]
+    #[inline(always)]
+    pub(super) const fn from_memo_bits(bits: u64) -> Value {
+        Value(bits ^ T_UNSET)
+    }
+
     const fn pack(tag: u64, payload: u64) -> Value {
         Value((payload << TAG_BITS) | tag)
     }
