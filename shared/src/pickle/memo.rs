@@ -87,8 +87,9 @@ mod paged {
     /// It holds [`Value::to_memo_bits`], where unset is zero.
     type Page = Box<[u64; PAGE]>;
 
-    /// A fresh page, every slot unset: zeroed memory, which the allocator
-    /// takes from the system without writing it.
+    /// A fresh page, every slot unset: zeroed memory (`alloc_zeroed`), which
+    /// an allocator may hand out without writing it (not measured in the
+    /// browser).
     fn page() -> Page {
         match vec![0u64; PAGE].into_boxed_slice().try_into() {
             Ok(page) => page,

@@ -74,7 +74,8 @@ impl Value {
     pub(crate) const UNSET: Value = Value(T_UNSET);
 
     /// The value as the memo stores it: unset is zero, so a fresh page of
-    /// the memo is zeroed memory the system hands out without writing it.
+    /// the memo is zeroed memory, which an allocator may hand out without
+    /// writing it.
     #[cfg(any(target_arch = "wasm32", test))]
     #[inline(always)]
     pub(super) const fn to_memo_bits(self) -> u64 {
