@@ -54,5 +54,7 @@ pub mod timeline;
 pub mod views;
 
 pub use error::ReadError;
-pub use snapshot::{DEFAULT_MAX_EXPANSION, ReadOptions, Snapshot, read_snapshot, read_snapshot_bytes};
+pub use snapshot::{
+    DEFAULT_MAX_EXPANSION, ReadOptions, Snapshot, read_snapshot, read_snapshot_bytes, read_snapshot_bytes_with,
+};
 pub use stats::{DeviceStats, SnapshotStats, StatsReport};

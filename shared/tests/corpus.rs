@@ -163,8 +163,10 @@ fn expandable_segments_are_read_as_such() {
 
 /// The trace entry fast path (entries decoded straight from the opcodes)
 /// against the machine's generic path (a dict per entry, then converted),
-/// on every real and synthetic file: the same model to the last string id,
-/// frame, stack and warning.
+/// and a file read in place (`read_snapshot_bytes`) against the same file
+/// streamed (`read_snapshot` over a reader), on every real and synthetic
+/// file: the same model to the last string id, frame, stack and warning,
+/// or the same error.
 #[test]
 fn the_entry_fast_path_reads_every_file_exactly_as_the_generic_path() {
     use vramscope_shared::ReadOptions;
@@ -185,10 +187,54 @@ fn the_entry_fast_path_reads_every_file_exactly_as_the_generic_path() {
         let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         let fast = vramscope_shared::read_snapshot_bytes(&bytes, &options).map(|s| format!("{s:?}"));
         let generic = read_snapshot_generic(bytes.as_slice(), &options).map(|s| format!("{s:?}"));
+        let streamed =
+            vramscope_shared::read_snapshot(std::io::BufReader::with_capacity(4096, bytes.as_slice()), &options)
+                .map(|s| format!("{s:?}"));
+        match (&fast, streamed) {
+            (Ok(f), Ok(s)) => {
+                assert!(*f == s, "{}: the model read in place differs from the streamed one", path.display())
+            }
+            (Err(f), Err(s)) => assert_eq!(f.to_string(), s.to_string(), "{}", path.display()),
+            (f, s) => panic!("{}: in place {:?} against streamed {:?}", path.display(), f.as_ref().err(), s.err()),
+        }
         match (fast, generic) {
             (Ok(f), Ok(g)) => assert!(f == g, "{}: the fast path's model differs", path.display()),
             (Err(f), Err(g)) => assert_eq!(f.to_string(), g.to_string(), "{}", path.display()),
             (f, g) => panic!("{}: fast {:?} against generic {:?}", path.display(), f.err(), g.err()),
         }
+    }
+}
+
+/// A file read in place reports how far it has read (for the CLI's progress
+/// and its release of pages already read), in order, up to its end; stops
+/// at once when cancelled; and fails on a truncated copy at the same byte,
+/// with the same message, as the same bytes streamed.
+#[test]
+fn a_file_read_in_place_reports_progress_stops_when_cancelled_and_fails_where_streamed() {
+    use std::sync::Arc;
+    use std::sync::atomic::AtomicBool;
+    use vramscope_shared::{ReadError, ReadOptions, read_snapshot, read_snapshot_bytes, read_snapshot_bytes_with};
+    let path = vramscope_shared::testing::fixture_corpus().join("ring_overflow.pickle");
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    assert!(bytes.len() > 3 * (256 << 10), "{} is too small to cross a step", path.display());
+
+    let mut offsets = Vec::new();
+    read_snapshot_bytes_with(&bytes, &ReadOptions::default(), |at| offsets.push(at)).expect("reads");
+    assert!(offsets.len() >= bytes.len() / (256 << 10), "{} reports for {} bytes", offsets.len(), bytes.len());
+    assert!(offsets.windows(2).all(|w| w[0] <= w[1]), "offsets go back: {offsets:?}");
+    assert!(offsets.last().is_some_and(|&l| l as usize <= bytes.len() && l as usize + (256 << 10) >= bytes.len()));
+
+    let cancelled = ReadOptions { cancel: Some(Arc::new(AtomicBool::new(true))), ..ReadOptions::default() };
+    match read_snapshot_bytes(&bytes, &cancelled) {
+        Err(ReadError::Cancelled { offset }) => assert_eq!(offset, 0),
+        other => panic!("a cancelled read gave {:?}", other.map(|_| ())),
+    }
+
+    for cut in [1, 100, bytes.len() / 3, bytes.len() - 1] {
+        let part = &bytes[..cut];
+        let in_place = read_snapshot_bytes(part, &ReadOptions::default()).map(|_| ()).expect_err("truncated");
+        let streamed = read_snapshot(part, &ReadOptions::default()).map(|_| ()).expect_err("truncated");
+        assert_eq!(in_place.to_string(), streamed.to_string(), "cut at {cut}");
+        assert_eq!(in_place.kind(), streamed.kind(), "cut at {cut}");
     }
 }

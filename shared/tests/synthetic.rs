@@ -249,3 +249,72 @@ fn regression_pinned_host_memory_is_read_counted_and_kept_in_the_index() {
         Err(vramscope_shared::error::ViewError::NotFound(_))
     ));
 }
+
+/// The fast path learns the bytes of an entry's key references and matches
+/// later entries against them. A PUT that gives one of those memo slots
+/// another key in between must end that trust: the entry after it is read
+/// as the generic path reads it (its `stream`, not an `addr`).
+#[test]
+fn a_key_slot_written_again_is_not_matched_by_the_learned_keys() {
+    use vramscope_shared::testing::read_snapshot_generic;
+    const PROTO: u8 = 0x80;
+    const EMPTY_DICT: u8 = b'}';
+    const EMPTY_LIST: u8 = b']';
+    const MEMOIZE: u8 = 0x94;
+    const MARK: u8 = b'(';
+    const SETITEMS: u8 = b'u';
+    const APPENDS: u8 = b'e';
+    const APPEND: u8 = b'a';
+    const BINGET: u8 = b'h';
+    const BINPUT: u8 = b'q';
+    const BININT1: u8 = b'K';
+    const POP: u8 = b'0';
+    const STOP: u8 = b'.';
+    fn text(out: &mut Vec<u8>, s: &str) {
+        out.extend([0x8c, s.len() as u8]);
+        out.extend(s.as_bytes());
+    }
+    let mut p = vec![PROTO, 4, EMPTY_DICT, MEMOIZE, MARK]; // memo 0: the root
+    text(&mut p, "segments");
+    p.extend([MEMOIZE, EMPTY_LIST, MEMOIZE]); // 1, 2
+    text(&mut p, "device_traces");
+    p.extend([MEMOIZE, EMPTY_LIST, MEMOIZE, EMPTY_LIST, MEMOIZE, MARK]); // 3, 4, 5
+    // Entry 1, keys written out: memo 6 the dict, 7 'action', 8 'alloc', 9 'addr', 10 'size'.
+    p.extend([EMPTY_DICT, MEMOIZE, MARK]);
+    for (key, value) in [("action", None), ("addr", Some(16u8)), ("size", Some(32))] {
+        text(&mut p, key);
+        p.push(MEMOIZE);
+        match value {
+            None => {
+                text(&mut p, "alloc");
+                p.push(MEMOIZE);
+            }
+            Some(v) => p.extend([BININT1, v]),
+        }
+    }
+    p.push(SETITEMS);
+    // Entry 2 (memo 11): the same keys through the memo; the fast path learns them.
+    p.extend([
+        EMPTY_DICT, MEMOIZE, MARK, BINGET, 7, BINGET, 8, BINGET, 9, BININT1, 48, BINGET, 10, BININT1, 64, SETITEMS,
+    ]);
+    // Slot 9 now names 'stream'.
+    text(&mut p, "stream");
+    p.extend([BINPUT, 9, POP]);
+    // Entry 3 (memo 12): the same bytes as entry 2, but slot 9 is 'stream'.
+    p.extend([
+        EMPTY_DICT, MEMOIZE, MARK, BINGET, 7, BINGET, 8, BINGET, 9, BININT1, 5, BINGET, 10, BININT1, 80, SETITEMS,
+    ]);
+    p.extend([APPENDS, APPEND, SETITEMS, STOP]);
+
+    let options = ReadOptions::default();
+    let fast = vramscope_shared::read_snapshot_bytes(&p, &options).expect("reads");
+    let generic = read_snapshot_generic(p.as_slice(), &options).expect("reads");
+    assert_eq!(format!("{fast:?}"), format!("{generic:?}"));
+    let trace = &fast.devices[0].trace;
+    assert_eq!(trace.len(), 3);
+    let (second, third) = (trace.entry(1), trace.entry(2));
+    assert_eq!((second.addr, second.size), (48, 64));
+    // Entry 3: no addr, stream 5.
+    assert_eq!((third.addr, third.size), (0, 80));
+    assert_eq!(trace.streams()[third.stream as usize], 5);
+}

@@ -104,6 +104,17 @@ impl<R: Read> Read for Decompressing<R> {
     }
 }
 
+/// The compression a stream's first bytes name.
+pub(crate) fn detect(head: &[u8]) -> Compression {
+    if head.starts_with(&GZIP_MAGIC) {
+        Compression::Gzip
+    } else if head.starts_with(&ZSTD_MAGIC) {
+        Compression::Zstd
+    } else {
+        Compression::None
+    }
+}
+
 /// Wrap `input` in the decompressor its first bytes call for, under `limits`.
 pub(crate) fn open<'a, R: Read + 'a>(
     input: R,
@@ -113,20 +124,24 @@ pub(crate) fn open<'a, R: Read + 'a>(
     let counted = Counting { inner: input, read: Rc::clone(&raw) };
     let mut buffered = BufReader::with_capacity(64 * 1024, counted);
     let head = buffered.fill_buf().map_err(|e| ReadError::Io { offset: 0, source: e })?;
-    let (inner, format, compression): (Box<dyn Read + 'a>, _, _) = if head.starts_with(&GZIP_MAGIC) {
-        let decoder = flate2::read::MultiGzDecoder::new(buffered);
-        (Box::new(Decompressing { inner: decoder, format: "gzip" }), "gzip", Compression::Gzip)
-    } else if head.starts_with(&ZSTD_MAGIC) {
-        let decoder = ruzstd::decoding::StreamingDecoder::new(buffered)
-            .map_err(|e| ReadError::BadCompression { format: "zstd", message: e.to_string() })?;
-        (Box::new(Decompressing { inner: decoder, format: "zstd" }), "zstd", Compression::Zstd)
-    } else {
-        // Plain pickle: no ratio to watch, only the cancel flag.
-        let limits = StreamLimits { max_expansion: None, ..limits };
-        return Ok((
-            Box::new(Guard { inner: Box::new(buffered), format: "", raw, output: 0, limits }),
-            Compression::None,
-        ));
+    let (inner, format, compression): (Box<dyn Read + 'a>, _, _) = match detect(head) {
+        Compression::Gzip => {
+            let decoder = flate2::read::MultiGzDecoder::new(buffered);
+            (Box::new(Decompressing { inner: decoder, format: "gzip" }), "gzip", Compression::Gzip)
+        }
+        Compression::Zstd => {
+            let decoder = ruzstd::decoding::StreamingDecoder::new(buffered)
+                .map_err(|e| ReadError::BadCompression { format: "zstd", message: e.to_string() })?;
+            (Box::new(Decompressing { inner: decoder, format: "zstd" }), "zstd", Compression::Zstd)
+        }
+        Compression::None => {
+            // Plain pickle: no ratio to watch, only the cancel flag.
+            let limits = StreamLimits { max_expansion: None, ..limits };
+            return Ok((
+                Box::new(Guard { inner: Box::new(buffered), format: "", raw, output: 0, limits }),
+                Compression::None,
+            ));
+        }
     };
     Ok((Box::new(Guard { inner, format, raw, output: 0, limits }), compression))
 }

@@ -115,6 +115,10 @@ pub struct Heap {
     charged: u64,
     budget: u64,
     watched_key: Option<Value>,
+    /// Counts the times a memo slot that held a value was given another:
+    /// a caller that remembers what slots hold (the trace entry fast path's
+    /// keys) trusts it only while this is unchanged.
+    memo_epoch: u64,
 }
 
 impl Heap {
@@ -129,6 +133,7 @@ impl Heap {
             floats: Vec::new(),
             byte_strings: Vec::new(),
             memo: Memo::default(),
+            memo_epoch: 0,
             spare_pairs: Vec::new(),
             spare_items: Vec::new(),
             charged: 0,
@@ -377,19 +382,60 @@ impl Heap {
             }
             _ => {}
         }
-        let o = &mut self.objs[id as usize];
-        if o.refs <= 1 {
-            let memo_slot = o.memo_slot;
+        let o = &self.objs[id as usize];
+        let memo_slot = o.memo_slot as usize;
+        // Free the slot when nothing else can reach the container: the memo
+        // slot that named it now names the conversion (unless a PUT gave the
+        // slot another value since, which stays). If the memo cannot take
+        // the conversion (its side table full), the container stays as a
+        // forward.
+        let freed = o.refs <= 1
+            && (o.memo_slot == NO_MEMO
+                || self.memo.get(memo_slot) != Some(Value::obj(id))
+                || self.memo.set(memo_slot, to));
+        if freed {
+            let o = &mut self.objs[id as usize];
             o.kind = ObjKind::Free;
             o.memo_slot = NO_MEMO;
-            if memo_slot != NO_MEMO {
-                self.memo.set(memo_slot as usize, to);
-            }
             self.free.push(id);
             self.release(items + OBJ_COST);
         } else {
             self.release(items);
         }
+    }
+
+    /// Append the longest run at the start of `items` that continues a
+    /// list of consecutive rows (a [`ObjKind::Rows`], or an empty list);
+    /// returns how many were appended. A device's trace list takes its
+    /// rows here a batch at a time, one compare per row.
+    #[inline]
+    pub fn push_rows(&mut self, id: ObjId, items: &[Value]) -> usize {
+        let Some(o) = self.objs.get_mut(id as usize) else { return 0 };
+        let (start, len) = match &o.kind {
+            ObjKind::Rows { start, len } => (*start, *len),
+            ObjKind::List(v) if v.is_empty() => match items.first().map(|v| v.get()) {
+                Some(V::Row(first)) => (first, 0),
+                _ => return 0,
+            },
+            _ => return 0,
+        };
+        // The row after the list's last, while one exists (no wrap past u32::MAX).
+        let mut next = start.checked_add(len);
+        let room = (u32::MAX - len) as usize;
+        let mut taken = 0usize;
+        for &item in items {
+            match next {
+                Some(n) if taken < room && item == Value::row(n) => {
+                    taken += 1;
+                    next = n.checked_add(1);
+                }
+                _ => break,
+            }
+        }
+        if taken > 0 {
+            o.kind = ObjKind::Rows { start, len: len + taken as u32 };
+        }
+        taken
     }
 
     /// Push onto a container's item list with budget accounting.
@@ -482,8 +528,7 @@ impl Heap {
         // holding no container.
         if slot == self.memo.len() as u64 && !matches!(v.get(), V::Obj(_)) && slot < u32::MAX as u64 - 1 {
             self.charge(8, || format!("memo slot {slot}"), offset)?;
-            self.memo.push(v);
-            return Ok(());
+            return if self.memo.push(v) { Ok(()) } else { Err(wide_memo_full(offset)) };
         }
         // Memo indices are sequential in every pickler; allow sparse ones only
         // within the budget (a claimed index of 2^32 must not allocate 32 GB).
@@ -495,6 +540,8 @@ impl Heap {
             let grow = (slot_usize + 1 - self.memo.len()) as u64 * 8;
             self.charge(grow, || format!("memo slot {slot}"), offset)?;
             self.memo.grow_to(slot_usize + 1);
+        } else if self.memo.get(slot_usize) != Some(Value::UNSET) {
+            self.memo_epoch += 1;
         }
         if let V::Obj(id) = v.get() {
             let o = &mut self.objs[id as usize];
@@ -506,8 +553,7 @@ impl Heap {
                 o.refs = o.refs.saturating_add(1);
             }
         }
-        self.memo.set(slot_usize, v);
-        Ok(())
+        if self.memo.set(slot_usize, v) { Ok(()) } else { Err(wide_memo_full(offset)) }
     }
 
     /// What a memo slot holds, without counting a new holder: for a
@@ -516,6 +562,13 @@ impl Heap {
     pub fn memo_peek(&self, slot: u64) -> Option<Value> {
         let v = self.memo.get(usize::try_from(slot).ok()?)?;
         (v != Value::UNSET).then_some(v)
+    }
+
+    /// Changes whenever a memo slot that held a value is given another (a
+    /// PUT over a used slot); appending slots leaves it.
+    #[inline]
+    pub fn memo_epoch(&self) -> u64 {
+        self.memo_epoch
     }
 
     /// The number of memo slots in use (the next MEMOIZE index).
@@ -561,6 +614,14 @@ impl Heap {
 }
 
 #[cold]
+/// The memo's side table of values too wide for a slot is full.
+fn wide_memo_full(offset: u64) -> ReadError {
+    ReadError::BadPickle {
+        offset,
+        message: "more than 2^28 memo slots hold values too wide for 32 bits (integers, or ids past 2^28)".to_owned(),
+    }
+}
+
 fn memo_miss(slot: u64, offset: u64) -> ReadError {
     ReadError::BadPickle { offset, message: format!("memo GET of index {slot}, which was never stored") }
 }

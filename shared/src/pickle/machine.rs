@@ -3,17 +3,21 @@
 //! appended (how trace entries become columns without ever existing as a tree).
 
 use std::io::Read;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 
 use super::heap::{EmptyKind, Heap, ObjKind};
 use super::opcode::*;
-use super::source::Source;
+use super::source::{ByteSource, SliceSource, Source};
 use super::value::Value;
 use crate::error::ReadError;
 
 /// Called by the machine as it builds the object graph.
 pub trait Hooks {
     /// An item is about to be appended to a list. Return the value to store
-    /// instead (the item itself, or what it was converted to).
+    /// instead (the item itself, or what it was converted to). Rows (items
+    /// a hook already converted) that continue a list of rows are appended
+    /// without this call.
     fn on_append(&mut self, heap: &mut Heap, item: Value, offset: u64) -> Result<Value, ReadError>;
 
     /// A dict just received its items (SETITEMS with fewer than a full batch
@@ -63,8 +67,8 @@ const PICKLER_BATCH: usize = 1000;
 /// The newest pickle protocol this reader knows.
 pub const HIGHEST_PROTOCOL: u8 = 5;
 
-struct Machine<'a, R, H> {
-    src: Source<R>,
+struct Machine<'a, S, H> {
+    src: S,
     heap: &'a mut Heap,
     hooks: &'a mut H,
     stack: Vec<Value>,
@@ -87,8 +91,27 @@ pub struct Outcome {
 
 /// Run a pickle stream to its STOP opcode.
 pub fn run<R: Read, H: Hooks>(input: R, heap: &mut Heap, hooks: &mut H) -> Result<Outcome, ReadError> {
+    run_source(Source::new(input), heap, hooks)
+}
+
+/// Run a pickle held in memory to its STOP opcode, reading it in place.
+/// Every 256 KiB it looks at `cancel` (failing with
+/// [`ReadError::Cancelled`] once set) and calls `consumed` with the offset
+/// below which it will read no byte again: for progress, or to let go of
+/// the bytes already read.
+pub fn run_slice<H: Hooks>(
+    bytes: &[u8],
+    cancel: Option<Arc<AtomicBool>>,
+    consumed: impl FnMut(u64),
+    heap: &mut Heap,
+    hooks: &mut H,
+) -> Result<Outcome, ReadError> {
+    run_source(SliceSource::new(bytes, cancel, consumed), heap, hooks)
+}
+
+fn run_source<S: ByteSource, H: Hooks>(src: S, heap: &mut Heap, hooks: &mut H) -> Result<Outcome, ReadError> {
     let mut m = Machine {
-        src: Source::new(input),
+        src,
         heap,
         hooks,
         stack: Vec::new(),
@@ -152,7 +175,7 @@ fn decode_long(heap: &mut Heap, bytes: &[u8], at: u64) -> Result<Value, ReadErro
     heap.int(i128::from_le_bytes(buf), at)
 }
 
-impl<R: Read, H: Hooks> Machine<'_, R, H> {
+impl<S: ByteSource, H: Hooks> Machine<'_, S, H> {
     #[inline]
     fn push(&mut self, v: Value) -> Result<(), ReadError> {
         if self.stack.len() == self.stack.capacity() {
@@ -295,11 +318,15 @@ impl<R: Read, H: Hooks> Machine<'_, R, H> {
 
     fn append(&mut self, list: Value, items: &[Value], at: u64) -> Result<(), ReadError> {
         let id = self.target_obj(list, at, "APPEND")?;
-        for &item in items {
+        let mut rest = items;
+        loop {
+            // Runs of rows (trace entries already converted) go in at once.
+            rest = &rest[self.heap.push_rows(id, rest)..];
+            let Some((&item, tail)) = rest.split_first() else { return Ok(()) };
             let item = self.hooks.on_append(self.heap, item, at)?;
             self.heap.push_item(id, item, at)?;
+            rest = tail;
         }
-        Ok(())
     }
 
     fn run(&mut self) -> Result<Value, ReadError> {

@@ -22,5 +22,5 @@ mod source;
 mod value;
 
 pub use heap::{BigInt, Heap, Obj, ObjKind};
-pub use machine::{DICT_WINDOW, HIGHEST_PROTOCOL, Hooks, NoHooks, Outcome, run};
+pub use machine::{DICT_WINDOW, HIGHEST_PROTOCOL, Hooks, NoHooks, Outcome, run, run_slice};
 pub use value::{ObjId, StrId, V, Value};

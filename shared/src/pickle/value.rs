@@ -2,10 +2,10 @@
 //!
 //! Why packed: the memo of a real snapshot holds two to three entries per trace
 //! entry (the entry's dict, its `compile_context` string, often its frames
-//! list), so a 1.5M-entry trace puts ~4M values in the memo alone. At eight
-//! bytes each that is 32 MB; a plain Rust enum would be sixteen bytes and
-//! double it, which breaks the "peak RSS under 1.5x the file size" target.
-//! The layout is a 4-bit tag in the low bits and a 60-bit payload above it.
+//! list), so a 1.5M-entry trace puts ~4M values in the memo alone. A plain
+//! Rust enum would be sixteen bytes a value. The layout is a 4-bit tag in
+//! the low bits and a 60-bit payload above it; the memo keeps the low 32
+//! bits of the values that fit in them, nearly all (see `memo`).
 
 /// Index of an interned string in the heap's string table.
 pub type StrId = u32;
@@ -33,6 +33,11 @@ const T_STACK: u64 = 9;
 const T_FRAME: u64 = 10;
 /// Marks a memo slot that was never stored (never a value on the stack).
 const T_UNSET: u64 = 15;
+/// The tag no value has: a memo slot's 32 bits holding an index into the
+/// memo's side table of values too wide for 32 bits.
+pub(super) const MEMO_WIDE: u32 = 14;
+/// Bits of a memo slot's tag.
+pub(super) const MEMO_TAG_BITS: u32 = TAG_BITS;
 
 /// The largest integer stored inline; larger ones go to the heap's big-int table.
 pub(crate) const INLINE_INT_MAX: i64 = (1 << 59) - 1;
@@ -73,20 +78,18 @@ impl Value {
     /// `Option<Value>` would take sixteen.
     pub(crate) const UNSET: Value = Value(T_UNSET);
 
-    /// The value as the memo stores it: unset is zero, so a fresh page of
-    /// the memo is zeroed memory, which an allocator may hand out without
-    /// writing it.
-    #[cfg(any(target_arch = "wasm32", test))]
+    /// The value in the memo's 32 bits a slot, when it fits: ids, rows and
+    /// small non-negative integers do (a payload under 2^28). `None`: the
+    /// memo keeps it in its side table, under [`MEMO_WIDE`].
     #[inline(always)]
-    pub(super) const fn to_memo_bits(self) -> u64 {
-        self.0 ^ T_UNSET
+    pub(super) fn to_memo_u32(self) -> Option<u32> {
+        u32::try_from(self.0).ok()
     }
 
-    /// The value of memo bits (see [`Value::to_memo_bits`]).
-    #[cfg(any(target_arch = "wasm32", test))]
+    /// The value of a memo slot's 32 bits (not [`MEMO_WIDE`]).
     #[inline(always)]
-    pub(super) const fn from_memo_bits(bits: u64) -> Value {
-        Value(bits ^ T_UNSET)
+    pub(super) const fn from_memo_u32(bits: u32) -> Value {
+        Value(bits as u64)
     }
 
     const fn pack(tag: u64, payload: u64) -> Value {
@@ -153,13 +156,42 @@ impl Value {
         }
     }
 
+    /// The payload of a value of kind `tag`: one compare, where matching
+    /// on [`Value::get`] compiles to a decode of every kind (the trace
+    /// entry fast path asks this several times per entry).
+    #[inline(always)]
+    const fn payload_if(self, tag: u64) -> Option<u32> {
+        if self.0 & TAG_MASK == tag { Some((self.0 >> TAG_BITS) as u32) } else { None }
+    }
+
     /// The container id, if this is one.
-    #[inline]
+    #[inline(always)]
     pub fn as_obj(self) -> Option<ObjId> {
-        match self.get() {
-            V::Obj(id) => Some(id),
-            _ => None,
-        }
+        self.payload_if(T_OBJ)
+    }
+
+    /// The interned string, if this is one.
+    #[inline(always)]
+    pub fn as_str(self) -> Option<StrId> {
+        self.payload_if(T_STR)
+    }
+
+    /// The interned frame, if this is one.
+    #[inline(always)]
+    pub fn as_frame(self) -> Option<u32> {
+        self.payload_if(T_FRAME)
+    }
+
+    /// The interned stack, if this is one.
+    #[inline(always)]
+    pub fn as_stack(self) -> Option<u32> {
+        self.payload_if(T_STACK)
+    }
+
+    /// Whether this is Python `None`.
+    #[inline(always)]
+    pub fn is_none(self) -> bool {
+        self.0 == T_NONE
     }
 }
 
@@ -186,5 +218,29 @@ mod tests {
         assert_eq!(Value::stack(3).get(), V::Stack(3));
         assert_eq!(Value::frame(5).get(), V::Frame(5));
         assert_eq!(std::mem::size_of::<Value>(), 8);
+    }
+
+    #[test]
+    fn kind_accessors_agree_with_get() {
+        let all = [
+            Value::NONE,
+            Value::bool(false),
+            Value::small_int(3),
+            Value::small_int(-1),
+            Value::str(4),
+            Value::obj(5),
+            Value::row(6),
+            Value::stack(7),
+            Value::frame(8),
+            Value::UNSET,
+        ];
+        for v in all {
+            let unset = v == Value::UNSET;
+            assert_eq!(v.as_obj(), if let (V::Obj(id), false) = (v.get(), unset) { Some(id) } else { None });
+            assert_eq!(v.as_str(), if let (V::Str(id), false) = (v.get(), unset) { Some(id) } else { None });
+            assert_eq!(v.as_stack(), if let (V::Stack(id), false) = (v.get(), unset) { Some(id) } else { None });
+            assert_eq!(v.as_frame(), if let (V::Frame(id), false) = (v.get(), unset) { Some(id) } else { None });
+            assert_eq!(v.is_none(), v.get() == V::None);
+        }
     }
 }

@@ -89,17 +89,16 @@ fn stack_hash(frames: &[FrameId]) -> u64 {
 
 impl Default for FrameTable {
     fn default() -> Self {
-        let mut t = FrameTable {
+        // Stack 0 is the empty one (`stack_starts` 0..0), interned here
+        // once: `intern_stack` answers it without a lookup.
+        FrameTable {
             frames: Vec::new(),
             frame_ids: FxHashMap::default(),
-            stack_starts: vec![0],
+            stack_starts: vec![0, 0],
             stack_frames: Vec::new(),
             stack_ids: FxHashMap::default(),
-            same_hash: Vec::new(),
-        };
-        let empty = t.intern_stack(&[]);
-        debug_assert_eq!(empty, EMPTY_STACK);
-        t
+            same_hash: vec![NO_STACK],
+        }
     }
 }
 
@@ -117,6 +116,11 @@ impl FrameTable {
 
     /// Intern a stack given as frame ids, innermost first.
     pub fn intern_stack(&mut self, frames: &[FrameId]) -> StackId {
+        if frames.is_empty() {
+            // Interned first, by `default`: entries with no Python frames
+            // (allocations from C++) need no hash.
+            return EMPTY_STACK;
+        }
         let hash = stack_hash(frames);
         let head = self.stack_ids.get(&hash).copied().unwrap_or(NO_STACK);
         let mut at = head;
@@ -222,7 +226,9 @@ pub(crate) fn load_tables(r: &Reader, h: &TablesHeader) -> Result<(Strings, Fram
     let n_strings = strings.len() as u32;
     check(files.iter().chain(names.iter()).all(|&s| s < n_strings), || "a frame names a missing string".to_owned())?;
     check(
+        // Stack 0 is the empty one: `intern_stack` answers it unlooked.
         starts.first() == Some(&0)
+            && starts.get(1) == Some(&0)
             && starts.windows(2).all(|w| w[0] <= w[1])
             && starts.last().is_some_and(|&e| e as usize == stack_frames.len()),
         || "stack offsets out of order".to_owned(),

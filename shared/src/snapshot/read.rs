@@ -34,7 +34,7 @@ use super::frames::{FrameId, FrameTable, StackId, StrId};
 use super::model::Snapshot;
 use super::trace::{Action, TraceBuilder};
 use crate::error::ReadError;
-use crate::pickle::decompress;
+use crate::pickle::decompress::{self, Compression};
 use crate::pickle::{self, Heap, Hooks, V, Value};
 use words::{A_ALLOC, A_OOM, ACTION, WORDS};
 
@@ -87,22 +87,69 @@ pub fn read_snapshot<R: Read>(input: R, options: &ReadOptions) -> Result<Snapsho
 pub(crate) fn read_with<R: Read>(input: R, options: &ReadOptions, generic_only: bool) -> Result<Snapshot, ReadError> {
     let limits = decompress::StreamLimits { max_expansion: options.max_expansion, cancel: options.cancel.clone() };
     let (decoded, compression) = decompress::open(input, limits)?;
+    read_pickle(options, generic_only, compression, |heap, reader| pickle::run(decoded, heap, reader))
+}
+
+/// Read a snapshot held in memory. A plain pickle is read in place, with no
+/// copy; a compressed one streams through its decoder.
+pub fn read_snapshot_bytes(bytes: &[u8], options: &ReadOptions) -> Result<Snapshot, ReadError> {
+    read_snapshot_bytes_with(bytes, options, |_| {})
+}
+
+/// [`read_snapshot_bytes`], calling `consumed(offset)` every 256 KiB or so
+/// of `bytes` read, with the offset below which the reader reads nothing
+/// again: for a progress bar, or to let go of a mapped file's pages already
+/// read.
+pub fn read_snapshot_bytes_with(
+    bytes: &[u8],
+    options: &ReadOptions,
+    consumed: impl FnMut(u64),
+) -> Result<Snapshot, ReadError> {
+    match decompress::detect(bytes) {
+        Compression::None => read_pickle(options, false, Compression::None, |heap, reader| {
+            pickle::run_slice(bytes, options.cancel.clone(), consumed, heap, reader)
+        }),
+        _ => read_with(Reporting { bytes, pos: 0, consumed }, options, false),
+    }
+}
+
+/// Run the machine (`run`) with a fresh heap and reader, then build the
+/// snapshot from what it produced.
+fn read_pickle(
+    options: &ReadOptions,
+    generic_only: bool,
+    compression: Compression,
+    run: impl FnOnce(&mut Heap, &mut Reader) -> Result<pickle::Outcome, ReadError>,
+) -> Result<Snapshot, ReadError> {
     let mut heap = Heap::new(options.memory_budget);
     for word in WORDS {
         heap.intern(word, 0)?;
     }
     heap.watch_key(Value::str(ACTION));
     let mut reader = Reader { generic_only, ..Reader::default() };
-    let outcome = pickle::run(decoded, &mut heap, &mut reader)?;
+    let outcome = run(&mut heap, &mut reader)?;
     let mut snapshot = reader.build(&mut heap, outcome.root)?;
     snapshot.protocol = outcome.protocol;
     snapshot.compression = compression;
     Ok(snapshot)
 }
 
-/// Read a snapshot held in memory.
-pub fn read_snapshot_bytes(bytes: &[u8], options: &ReadOptions) -> Result<Snapshot, ReadError> {
-    read_snapshot(bytes, options)
+/// A compressed file held in memory, read as a stream that reports how far
+/// it has been read.
+struct Reporting<'a, F> {
+    bytes: &'a [u8],
+    pos: usize,
+    consumed: F,
+}
+
+impl<F: FnMut(u64)> Read for Reporting<'_, F> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = buf.len().min(self.bytes.len() - self.pos);
+        buf[..n].copy_from_slice(&self.bytes[self.pos..self.pos + n]);
+        self.pos += n;
+        (self.consumed)(self.pos as u64);
+        Ok(n)
+    }
 }
 
 /// Bytes charged to the budget per trace row (the columns' width).

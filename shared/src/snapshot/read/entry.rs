@@ -22,7 +22,7 @@ use crate::pickle::opcode::{
     APPEND, APPENDS, BINGET, BININT, BININT1, BININT2, BINUNICODE, EMPTY_LIST, FRAME, LONG_BINGET, LONG1, MARK,
     MEMOIZE, NONE, SETITEMS, SHORT_BINUNICODE,
 };
-use crate::pickle::{Heap, ObjId, V, Value};
+use crate::pickle::{Heap, ObjId, Value};
 use crate::snapshot::frames::{EMPTY_STACK, FrameId, StackId, StrId};
 
 /// The longest fresh string taken on the fast path.
@@ -80,6 +80,32 @@ pub(super) struct Scratch {
     /// validating and hashing it each time.
     last_fresh: Vec<u8>,
     last_fresh_id: Option<StrId>,
+    /// The keys of the last entry read, to match the next ones against.
+    template: Template,
+    /// The keys of this entry read the long way (after the template's).
+    learned: Vec<TemplateKey>,
+}
+
+/// One key of a [`Template`]: the bytes of its memo reference (`BINGET n`
+/// or `LONG_BINGET n`) as a little-endian word under `mask`, and the key.
+#[derive(Clone, Copy)]
+struct TemplateKey {
+    bytes: u64,
+    mask: u64,
+    len: u8,
+    key: StrId,
+}
+
+/// PyTorch writes every trace entry's keys in the same order, each a
+/// memo reference to the same slot: the same bytes, entry after entry.
+/// Matching those bytes spares decoding the reference, fetching the slot
+/// and checking what it holds, about a tenth of the fast path. Trusted only
+/// while no memo slot has been overwritten since it was learned
+/// ([`Heap::memo_epoch`]); anything else takes the long way.
+#[derive(Default)]
+struct Template {
+    keys: Vec<TemplateKey>,
+    epoch: u64,
 }
 
 /// An entry read by [`scan`], not yet applied.
@@ -121,6 +147,13 @@ impl Cursor<'_> {
     #[inline(always)]
     fn array<const N: usize>(&mut self) -> Option<[u8; N]> {
         self.take(N)?.try_into().ok()
+    }
+
+    /// The next eight bytes as a little-endian word, if there are eight.
+    #[inline(always)]
+    fn word(&self) -> Option<u64> {
+        let eight = self.b.get(self.pos..self.pos.checked_add(8)?)?;
+        Some(u64::from_le_bytes(eight.try_into().ok()?))
     }
 
     /// The next opcode, past any FRAME (a length hint, ignored by the
@@ -209,7 +242,7 @@ fn fetch(heap: &Heap, scratch: &mut Scratch, slot: u64, first_new: u64) -> Optio
         return None;
     }
     let v = heap.memo_peek(slot)?;
-    if let V::Obj(id) = v.get() {
+    if let Some(id) = v.as_obj() {
         scratch.fetched.push(id);
         return Some(heap.resolve(v));
     }
@@ -227,11 +260,14 @@ fn string(
     none_ok: bool,
 ) -> Option<StrRef> {
     match op {
-        BINGET | LONG_BINGET => match fetch(heap, scratch, c.memo_ref(op)?, first_new)?.get() {
-            V::Str(s) => Some(StrRef::Id(s)),
-            V::None if none_ok => Some(StrRef::Id(EMPTY)),
-            _ => None,
-        },
+        BINGET | LONG_BINGET => {
+            let v = fetch(heap, scratch, c.memo_ref(op)?, first_new)?;
+            match v.as_str() {
+                Some(s) => Some(StrRef::Id(s)),
+                None if none_ok && v.is_none() => Some(StrRef::Id(EMPTY)),
+                None => None,
+            }
+        }
         NONE if none_ok => Some(StrRef::Id(EMPTY)),
         SHORT_BINUNICODE | BINUNICODE => {
             let n = match op {
@@ -263,13 +299,17 @@ fn string(
 /// One item of a new frames list: a memoized frame, already interned.
 #[inline(always)]
 fn frame(heap: &Heap, scratch: &mut Scratch, slot: u64, first_new: u64) -> Option<()> {
-    match fetch(heap, scratch, slot, first_new)?.get() {
-        V::Frame(f) => {
-            scratch.frames.push(f);
-            Some(())
-        }
-        _ => None,
+    if slot >= first_new {
+        return None;
     }
+    let v = heap.memo_peek(slot)?;
+    // Interned frames are the usual case: no container, no holder to count.
+    let f = match v.as_frame() {
+        Some(f) => f,
+        None => fetch(heap, scratch, slot, first_new)?.as_frame()?,
+    };
+    scratch.frames.push(f);
+    Some(())
 }
 
 /// The frames field: a memoized list already converted, None, or a new
@@ -277,11 +317,14 @@ fn frame(heap: &Heap, scratch: &mut Scratch, slot: u64, first_new: u64) -> Optio
 #[inline(always)]
 fn frames(heap: &Heap, scratch: &mut Scratch, c: &mut Cursor<'_>, op: u8, first_new: u64) -> Option<Stack> {
     match op {
-        BINGET | LONG_BINGET => match fetch(heap, scratch, c.memo_ref(op)?, first_new)?.get() {
-            V::Stack(s) => Some(Stack::Known(s)),
-            V::None => Some(Stack::Known(EMPTY_STACK)),
-            _ => None,
-        },
+        BINGET | LONG_BINGET => {
+            let v = fetch(heap, scratch, c.memo_ref(op)?, first_new)?;
+            match v.as_stack() {
+                Some(s) => Some(Stack::Known(s)),
+                None if v.is_none() => Some(Stack::Known(EMPTY_STACK)),
+                None => None,
+            }
+        }
         NONE => Some(Stack::Known(EMPTY_STACK)),
         EMPTY_LIST => {
             if c.peek_op()? == MEMOIZE {
@@ -351,22 +394,63 @@ pub(super) fn scan(heap: &Heap, scratch: &mut Scratch, b: &[u8]) -> Option<Scann
         user_metadata: StrRef::Id(EMPTY),
     };
     let mut seen = 0u32;
+    // Keys matched against the template so far; `None` once one was not.
+    let mut matched = (scratch.template.epoch == heap.memo_epoch()).then_some(0usize);
+    let mut learnable = true;
+    scratch.learned.clear();
     loop {
-        let op = c.op()?;
-        if op == SETITEMS {
-            break;
-        }
-        let V::Str(key) = fetch(heap, scratch, c.memo_ref(op)?, first_new)?.get() else { return None };
-        // One bit per key handled here; an unknown or repeated key (or
-        // `pool_id`, `device_free`) goes the generic way.
-        if !(ACTION..=USER_METADATA).contains(&key) {
-            return None;
-        }
-        let bit = 1u32 << (key - ACTION);
-        if seen & bit != 0 {
-            return None;
-        }
-        seen |= bit;
+        let key = match matched.and_then(|k| Some((k, scratch.template.keys.get(k)?))) {
+            Some((k, t)) if c.word().is_some_and(|w| w & t.mask == t.bytes) => {
+                // Checked when learned: a schema key, none twice.
+                c.pos += t.len as usize;
+                matched = Some(k + 1);
+                seen |= 1u32 << (t.key - ACTION);
+                t.key
+            }
+            _ => {
+                let start = c.pos;
+                let op = c.op()?;
+                if op == SETITEMS {
+                    break;
+                }
+                if let Some(k) = matched {
+                    // Off the template: the rest of the keys the long way.
+                    scratch.learned.extend_from_slice(&scratch.template.keys[..k]);
+                    matched = None;
+                }
+                let slot = c.memo_ref(op)?;
+                let key = fetch(heap, scratch, slot, first_new)?.as_str()?;
+                // Learnable: a string held by the slot itself (no forward
+                // whose holders the commit counts), referenced with no
+                // FRAME in between.
+                let direct = heap.memo_peek(slot).and_then(|v| v.as_str()).is_some();
+                match c.b.get(start..c.pos).filter(|r| direct && r.len() <= 5) {
+                    Some(r) => {
+                        let mut word = [0u8; 8];
+                        word[..r.len()].copy_from_slice(r);
+                        let mask = u64::MAX >> (64 - 8 * r.len() as u32);
+                        scratch.learned.push(TemplateKey {
+                            bytes: u64::from_le_bytes(word),
+                            mask,
+                            len: r.len() as u8,
+                            key,
+                        });
+                    }
+                    None => learnable = false,
+                }
+                // One bit per key handled here; an unknown or repeated key
+                // (or `pool_id`, `device_free`) goes the generic way.
+                if !(ACTION..=USER_METADATA).contains(&key) {
+                    return None;
+                }
+                let bit = 1u32 << (key - ACTION);
+                if seen & bit != 0 {
+                    return None;
+                }
+                seen |= bit;
+                key
+            }
+        };
         let op = c.op()?;
         match key {
             ACTION => s.action = string(heap, scratch, &mut c, op, first_new, false)?,
@@ -382,6 +466,17 @@ pub(super) fn scan(heap: &Heap, scratch: &mut Scratch, b: &[u8]) -> Option<Scann
     if seen & 1 == 0 {
         // No action: not a trace entry (or a broken one); the machine decides.
         return None;
+    }
+    let template = &mut scratch.template;
+    match matched {
+        Some(k) if k == template.keys.len() => {}
+        // Fewer keys than the template: keep the ones this entry had.
+        Some(k) => template.keys.truncate(k),
+        None if learnable => {
+            std::mem::swap(&mut template.keys, &mut scratch.learned);
+            template.epoch = heap.memo_epoch();
+        }
+        None => template.keys.clear(),
     }
     s.len = c.pos;
     Some(s)
