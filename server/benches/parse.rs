@@ -40,6 +40,21 @@
 //!   the next steps are the stack interning (a hash and a compare per new
 //!   frames list) and the fresh pages of the output (41 bytes of columns
 //!   and 24 of memo per entry).
+//! * then (session 17): instructions counted by callgrind for
+//!   `read_snapshot_bytes` on the 1.5M file went from 2.65G to 2.36G
+//!   (1,770 to 1,570 per entry): key references matched against the
+//!   last entry's bytes, value kinds asked with one compare, rows appended
+//!   a run at a time, the empty stack answered unhashed. The memo went to
+//!   4 bytes a slot (the peak RSS from 1.12x to 0.98x the file). The wall
+//!   time of `stats` did not move with them: a third of its CPU time is
+//!   the kernel's (about 25,000 page faults of fresh output at several
+//!   microseconds each on this virtual machine, and the read's copy on the
+//!   second thread), and the rest waits on the stores of fresh pages more
+//!   than on instructions. Tried and dropped: mapping the file (`mmap`,
+//!   with pages populated ahead on a second thread and released behind)
+//!   was 5 to 15% slower than the read-ahead thread; transparent huge
+//!   pages for the output (glibc's `hugetlb` tunable) halved the faults
+//!   but made a cold process slower (each 2 MB page zeroed whole).
 //!
 //! Environment: `VRAMSCOPE_CORPUS`, `CARGO_TARGET_DIR`, `VRAMSCOPE_BENCH_RUNS`
 //! (default 3), `VRAMSCOPE_BENCH_PYTHON` (default `python3`), and
