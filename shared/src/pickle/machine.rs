@@ -8,7 +8,7 @@ use std::sync::atomic::AtomicBool;
 
 use super::heap::{EmptyKind, Heap, ObjKind};
 use super::opcode::*;
-use super::source::{ByteSource, SliceSource, Source};
+use super::source::{Backing, Held, Source, Streamed};
 use super::value::Value;
 use crate::error::ReadError;
 
@@ -67,8 +67,8 @@ const PICKLER_BATCH: usize = 1000;
 /// The newest pickle protocol this reader knows.
 pub const HIGHEST_PROTOCOL: u8 = 5;
 
-struct Machine<'a, S, H> {
-    src: S,
+struct Machine<'a, B, H> {
+    src: Source<B>,
     heap: &'a mut Heap,
     hooks: &'a mut H,
     stack: Vec<Value>,
@@ -91,7 +91,7 @@ pub struct Outcome {
 
 /// Run a pickle stream to its STOP opcode.
 pub fn run<R: Read, H: Hooks>(input: R, heap: &mut Heap, hooks: &mut H) -> Result<Outcome, ReadError> {
-    run_source(Source::new(input), heap, hooks)
+    run_source(Source::new(Streamed::new(input)), heap, hooks)
 }
 
 /// Run a pickle held in memory to its STOP opcode, reading it in place.
@@ -106,10 +106,10 @@ pub fn run_slice<H: Hooks>(
     heap: &mut Heap,
     hooks: &mut H,
 ) -> Result<Outcome, ReadError> {
-    run_source(SliceSource::new(bytes, cancel, consumed), heap, hooks)
+    run_source(Source::new(Held::new(bytes, cancel, consumed)), heap, hooks)
 }
 
-fn run_source<S: ByteSource, H: Hooks>(src: S, heap: &mut Heap, hooks: &mut H) -> Result<Outcome, ReadError> {
+fn run_source<B: Backing, H: Hooks>(src: Source<B>, heap: &mut Heap, hooks: &mut H) -> Result<Outcome, ReadError> {
     let mut m = Machine {
         src,
         heap,
@@ -175,7 +175,7 @@ fn decode_long(heap: &mut Heap, bytes: &[u8], at: u64) -> Result<Value, ReadErro
     heap.int(i128::from_le_bytes(buf), at)
 }
 
-impl<S: ByteSource, H: Hooks> Machine<'_, S, H> {
+impl<B: Backing, H: Hooks> Machine<'_, B, H> {
     #[inline]
     fn push(&mut self, v: Value) -> Result<(), ReadError> {
         if self.stack.len() == self.stack.capacity() {
