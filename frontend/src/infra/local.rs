@@ -22,7 +22,7 @@ use serde_json::json;
 use vramscope_shared::analyzed::Analyzed;
 use vramscope_shared::error::ViewError;
 use vramscope_shared::views::route;
-use vramscope_shared::{ReadOptions, Snapshot, read_snapshot};
+use vramscope_shared::{ReadOptions, Snapshot, read_snapshot, read_snapshot_bytes};
 
 /// Memory budget for files read in the browser: a tab has a few GB at most.
 pub(crate) const BROWSER_MEMORY_BUDGET: u64 = 2 << 30;
@@ -161,7 +161,7 @@ impl Opened {
 /// or another local file), naming it in the error.
 pub(crate) fn read_other(bytes: &[u8], other_id: &str) -> Result<Analyzed, ViewError> {
     let options = ReadOptions::with_budget(BROWSER_MEMORY_BUDGET);
-    let snapshot = read_snapshot(&mut &bytes[..], &options)
+    let snapshot = read_snapshot_bytes(bytes, &options)
         .map_err(|e| ViewError::BadRequest(format!("reading snapshot {other_id} to compare: {e}")))?;
     Ok(Analyzed::build(snapshot))
 }

@@ -441,21 +441,11 @@ impl Heap {
     /// Push onto a container's item list with budget accounting.
     #[inline]
     pub fn push_item(&mut self, id: ObjId, item: Value, offset: u64) -> Result<(), ReadError> {
-        let o = &mut self.objs[id as usize];
-        if let V::Row(row) = item.get() {
-            match &mut o.kind {
-                ObjKind::List(v) if v.is_empty() => {
-                    o.kind = ObjKind::Rows { start: row, len: 1 };
-                    return Ok(());
-                }
-                ObjKind::Rows { start, len } if start.checked_add(*len) == Some(row) => {
-                    *len += 1;
-                    return Ok(());
-                }
-                _ => {}
-            }
+        // The next row of a list of rows, or a first row: kept as a range.
+        if self.push_rows(id, std::slice::from_ref(&item)) == 1 {
+            return Ok(());
         }
-        if let ObjKind::Rows { start, len } = o.kind {
+        if let ObjKind::Rows { start, len } = self.objs[id as usize].kind {
             // Anything but the next row: fall back to a plain list.
             self.charge(len as u64 * 8, || "a list's items".to_owned(), offset)?;
             self.objs[id as usize].kind = ObjKind::List((start..start + len).map(Value::row).collect());
@@ -613,8 +603,8 @@ impl Heap {
     }
 }
 
-#[cold]
 /// The memo's side table of values too wide for a slot is full.
+#[cold]
 fn wide_memo_full(offset: u64) -> ReadError {
     ReadError::BadPickle {
         offset,
@@ -622,6 +612,7 @@ fn wide_memo_full(offset: u64) -> ReadError {
     }
 }
 
+#[cold]
 fn memo_miss(slot: u64, offset: u64) -> ReadError {
     ReadError::BadPickle { offset, message: format!("memo GET of index {slot}, which was never stored") }
 }
