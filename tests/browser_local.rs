@@ -184,7 +184,15 @@ async fn compare_with(client: &Client, other: &str, expect_path: &str) {
     })
     .await;
     select.select_by_value(other).await.expect("pick the other snapshot");
-    client.find(Locator::Css("#compare-link")).await.expect("compare link").click().await.expect("click compare");
+    // The link follows the pick through the page's reactive update: click
+    // it once it points at the pair, not at the pick before.
+    let link = until(client, 30, "the compare link pointing at the pick", || async {
+        let link = client.find(Locator::Css("#compare-link")).await.ok()?;
+        let href = link.attr("href").await.ok()??;
+        href.ends_with(expect_path).then_some(link)
+    })
+    .await;
+    link.click().await.expect("click compare");
     until(client, 30, "the compare page", || async {
         let u = client.current_url().await.ok()?;
         (u.path() == expect_path).then_some(())

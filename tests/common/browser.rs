@@ -186,7 +186,19 @@ where
         }
         if Instant::now() > deadline {
             screenshot(client, &format!("failed-{}", what.replace(' ', "-"))).await;
-            panic!("timed out after {secs} s waiting for {what}");
+            // Where the page was and what it said: all a CI log keeps of it.
+            let at = client.current_url().await.map_or_else(|e| format!("(no url: {e})"), |u| u.to_string());
+            let notices = match client.find_all(Locator::Css(".notice")).await {
+                Ok(found) => {
+                    let mut texts = Vec::new();
+                    for n in found {
+                        texts.push(n.text().await.unwrap_or_default());
+                    }
+                    texts.join(" | ")
+                }
+                Err(e) => format!("(notices unreadable: {e})"),
+            };
+            panic!("timed out after {secs} s waiting for {what}, at {at}; notices on the page: [{notices}]");
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
