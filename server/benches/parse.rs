@@ -55,6 +55,14 @@
 //!   was 5 to 15% slower than the read-ahead thread; transparent huge
 //!   pages for the output (glibc's `hugetlb` tunable) halved the faults
 //!   but made a cold process slower (each 2 MB page zeroed whole).
+//! * stop 36, on an Intel Xeon VM: `stats` 226.7 ms best against CPython's
+//!   4.26 s (18.8x; 19.4x at the median). `perf`: the opcode loop 41%,
+//!   page faults of the output 15 to 25% (`clear_page_erms` alone 5 to 25%
+//!   between two runs of the same binary: the host backs the guest's pages
+//!   lazily), the read's copy 6% (second thread), `intern_stack` 4%,
+//!   `DeviceStats::of` 4%. Here the hugetlb tunable was 4% faster at the
+//!   median over 20 alternations (232.5 against 242.0 ms), 0.98x to 1.08x
+//!   the file in RSS.
 //!
 //! Environment: `VRAMSCOPE_CORPUS`, `CARGO_TARGET_DIR`, `VRAMSCOPE_BENCH_RUNS`
 //! (default 3), `VRAMSCOPE_BENCH_PYTHON` (default `python3`), and
