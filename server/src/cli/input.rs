@@ -51,9 +51,9 @@ pub(crate) fn load(path: &Path, budget: MemoryBudget) -> Result<Snapshot, Failur
 const AHEAD_CHUNK: usize = 1 << 20;
 /// Chunks in flight: what the read-ahead adds to the peak (a few MiB).
 const AHEAD_DEPTH: usize = 2;
-/// Chunks the reading thread ever makes: those in flight, the parser's,
-/// and the one being filled. Past that it waits for the parser to give one
-/// back. It used to make a new chunk whenever the parser's was not back
+/// Chunks there are: those in flight, the parser's, and the one being
+/// filled. The reading thread waits for the parser to give one back. It
+/// used to make a new chunk whenever the parser's was not back
 /// yet, which was most chunks: a megabyte allocated and zeroed per
 /// megabyte read (glibc mostly handed back freed ones, so few were fresh
 /// pages; `memset` was 0.5 to 4% of `stats` in `perf`, stop 36).
@@ -75,22 +75,15 @@ impl ReadAhead {
     fn new(mut file: File) -> ReadAhead {
         let (send, chunks) = sync_channel::<std::io::Result<Vec<u8>>>(AHEAD_DEPTH);
         let (spent, reuse) = sync_channel::<Vec<u8>>(AHEAD_CHUNKS);
+        // The chunks there will ever be, empty until first filled.
+        for _ in 0..AHEAD_CHUNKS {
+            let _ = spent.try_send(Vec::new());
+        }
         // Ends at the end of the file, on an error, or when the parser is
         // gone (its receiver dropped, a send or a wait for a chunk fails).
         std::thread::spawn(move || {
-            let mut made = 0;
             loop {
-                let mut buf = match reuse.try_recv() {
-                    Ok(buf) => buf,
-                    Err(_) if made < AHEAD_CHUNKS => {
-                        made += 1;
-                        Vec::new()
-                    }
-                    Err(_) => match reuse.recv() {
-                        Ok(buf) => buf,
-                        Err(_) => return,
-                    },
-                };
+                let Ok(mut buf) = reuse.recv() else { return };
                 buf.resize(AHEAD_CHUNK, 0);
                 let mut filled = 0;
                 let result = loop {
@@ -134,7 +127,7 @@ impl Read for ReadAhead {
                     if self.chunk.len() < AHEAD_CHUNK {
                         self.done = true;
                     }
-                    // Only chunks the reading thread made go back (not the
+                    // Only the thread's chunks go back (not the parser's
                     // first, empty one). It may have ended already: nothing
                     // to give back to.
                     if old.capacity() > 0 {
