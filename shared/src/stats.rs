@@ -15,7 +15,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::snapshot::{Action, BlockState, CaptureContext, DeviceSnapshot, Snapshot};
+use crate::snapshot::{Action, BlockState, CaptureContext, DeviceSnapshot, Snapshot, TraceColumns};
 
 /// The figures `vramscope stats --json` prints for a file.
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
@@ -158,20 +158,66 @@ struct Replay {
     requested: i128,
     peak_reserved: i128,
     peak_requested: i128,
+    ooms: usize,
 }
 
 impl Replay {
-    fn step(&mut self, action: Action, size: u64) {
-        let size = size as i128;
-        match action {
-            Action::SegmentAlloc | Action::SegmentMap => self.reserved += size,
-            Action::SegmentFree | Action::SegmentUnmap => self.reserved -= size,
-            Action::Alloc => self.requested += size,
-            Action::FreeCompleted => self.requested -= size,
-            _ => return,
+    /// One pass over the action and size columns: this is the only
+    /// per-entry work of `stats` (4% of `vramscope stats` when it went
+    /// through `action(i)`, a `match` and `i128` sums per entry, then a
+    /// second pass to count OOMs). The sums are kept in `i128` so that no
+    /// file can overflow them, but per block of [`BLOCK`] rows they run in
+    /// `i64` (a shorter chain of dependent instructions) when every size in
+    /// the block is below 2^48, so a block's sum cannot overflow.
+    fn of(trace: &TraceColumns) -> Replay {
+        /// Rows per block.
+        const BLOCK: usize = 4096;
+        /// Sizes under this sum to less than `i64::MAX` over a block.
+        const SMALL: u64 = 1 << 48;
+        // Per action code: the sign of its effect on reserved and on
+        // requested bytes, and whether it is an OOM. Codes past the known
+        // ones (`Other`) do nothing.
+        let mut effect = [(0i64, 0i64, 0usize); Action::KNOWN.len() + 1];
+        for (code, (_, action)) in Action::KNOWN.iter().enumerate() {
+            effect[code] = match action {
+                Action::SegmentAlloc | Action::SegmentMap => (1, 0, 0),
+                Action::SegmentFree | Action::SegmentUnmap => (-1, 0, 0),
+                Action::Alloc => (0, 1, 0),
+                Action::FreeCompleted => (0, -1, 0),
+                Action::Oom => (0, 0, 1),
+                _ => (0, 0, 0),
+            };
         }
-        self.peak_reserved = self.peak_reserved.max(self.reserved);
-        self.peak_requested = self.peak_requested.max(self.requested);
+        let effect_of = |code: u16| effect[usize::from(code).min(Action::KNOWN.len())];
+        let mut r = Replay::default();
+        for (codes, sizes) in trace.action.chunks(BLOCK).zip(trace.sizes().chunks(BLOCK)) {
+            if sizes.iter().all(|&s| s < SMALL) {
+                // Totals and peaks relative to the block's start.
+                let (mut reserved, mut requested, mut peak_reserved, mut peak_requested) = (0i64, 0i64, 0i64, 0i64);
+                for (&code, &size) in codes.iter().zip(sizes) {
+                    let (reserve, request, oom) = effect_of(code);
+                    reserved += reserve * size as i64;
+                    requested += request * size as i64;
+                    peak_reserved = peak_reserved.max(reserved);
+                    peak_requested = peak_requested.max(requested);
+                    r.ooms += oom;
+                }
+                r.peak_reserved = r.peak_reserved.max(r.reserved + i128::from(peak_reserved));
+                r.peak_requested = r.peak_requested.max(r.requested + i128::from(peak_requested));
+                r.reserved += i128::from(reserved);
+                r.requested += i128::from(requested);
+            } else {
+                for (&code, &size) in codes.iter().zip(sizes) {
+                    let (reserve, request, oom) = effect_of(code);
+                    r.reserved += i128::from(reserve) * i128::from(size);
+                    r.requested += i128::from(request) * i128::from(size);
+                    r.peak_reserved = r.peak_reserved.max(r.reserved);
+                    r.peak_requested = r.peak_requested.max(r.requested);
+                    r.ooms += oom;
+                }
+            }
+        }
+        r
     }
 }
 
@@ -202,10 +248,7 @@ impl DeviceStats {
         // trace's net effect. One pass gives both the net effect and the
         // highest point relative to the start; the peak is start + that.
         let trace = &device.trace;
-        let mut replay = Replay::default();
-        for i in 0..trace.len() {
-            replay.step(trace.action(i), trace.sizes()[i]);
-        }
+        let replay = Replay::of(trace);
         let start_reserved = reserved_bytes as i128 - replay.reserved;
         let start_requested = requested_bytes as i128 - replay.requested;
         let trace_wrapped = !trace.is_empty() && (start_reserved != 0 || start_requested != 0);
@@ -232,7 +275,7 @@ impl DeviceStats {
             free_bytes,
             reserved_unallocated_bytes: reserved_bytes.saturating_sub(allocated_bytes),
             internal_waste_bytes,
-            ooms: trace.count(Action::Oom),
+            ooms: replay.ooms,
             process_used_bytes: None,
             outside_allocator_bytes: None,
         }
@@ -241,4 +284,64 @@ impl DeviceStats {
 
 fn clamp(v: i128) -> u64 {
     u64::try_from(v.max(0)).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::snapshot::trace::TraceBuilder;
+
+    /// The replay of one action at a time, in `i128`: what the blocked
+    /// pass must equal.
+    fn naive(trace: &TraceColumns) -> (i128, i128, i128, i128, usize) {
+        let (mut res, mut req, mut peak_res, mut peak_req, mut ooms) = (0i128, 0i128, 0i128, 0i128, 0);
+        for i in 0..trace.len() {
+            let size = trace.sizes()[i] as i128;
+            match trace.action(i) {
+                Action::SegmentAlloc | Action::SegmentMap => res += size,
+                Action::SegmentFree | Action::SegmentUnmap => res -= size,
+                Action::Alloc => req += size,
+                Action::FreeCompleted => req -= size,
+                Action::Oom => ooms += 1,
+                _ => {}
+            }
+            peak_res = peak_res.max(res);
+            peak_req = peak_req.max(req);
+        }
+        (res, req, peak_res, peak_req, ooms)
+    }
+
+    /// Blocks of small sizes (summed in `i64`), blocks with sizes near
+    /// 2^64 (summed in `i128`), unknown action codes, and totals that go
+    /// below the start: the one pass gives what one action at a time gives.
+    #[test]
+    fn the_blocked_replay_matches_one_action_at_a_time() {
+        let mut b = TraceBuilder::default();
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        for row in 0..20_000u64 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            // Codes 0 to 10: the nine known actions and two unknown ones.
+            b.action.push((x % 11) as u16);
+            let size = match row / 4096 {
+                // The third block holds sizes a block's i64 sum overflows.
+                2 => u64::MAX - (x >> 40),
+                _ => x >> 44,
+            };
+            b.size.push(size);
+        }
+        let n = b.action.len();
+        b.addr = vec![0; n];
+        b.stream = vec![0; n];
+        b.time_us = vec![0; n];
+        b.stack = vec![Default::default(); n];
+        b.compile_context = vec![Default::default(); n];
+        b.user_metadata = vec![Default::default(); n];
+        let trace = TraceColumns::from(b);
+        let r = Replay::of(&trace);
+        assert_eq!((r.reserved, r.requested, r.peak_reserved, r.peak_requested, r.ooms), naive(&trace));
+        let past_i64 = |v: i128| v > i128::from(i64::MAX) || v < i128::from(i64::MIN);
+        assert!(r.ooms > 0 && (past_i64(r.reserved) || past_i64(r.peak_reserved)), "the trace misses the cases");
+    }
 }
