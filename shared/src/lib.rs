@@ -56,5 +56,6 @@ pub mod views;
 pub use error::ReadError;
 pub use snapshot::{
     DEFAULT_MAX_EXPANSION, ReadOptions, Snapshot, read_snapshot, read_snapshot_bytes, read_snapshot_bytes_with,
+    read_snapshot_chunks,
 };
 pub use stats::{DeviceStats, SnapshotStats, StatsReport};

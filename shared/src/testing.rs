@@ -86,3 +86,46 @@ pub fn oracle(name: &str) -> HashMap<String, u64> {
 pub fn read_snapshot_generic<R: std::io::Read>(input: R, options: &ReadOptions) -> Result<Snapshot, crate::ReadError> {
     crate::snapshot::read::read_with(input, options, true)
 }
+
+/// Bytes handed over as a [`ChunkFeed`](crate::pickle::ChunkFeed) would
+/// hand a file: in chunks of the sizes in `sizes` (cycled), each after the
+/// headroom, with a count of the chunks out (handed over, not given back).
+pub struct SliceFeed {
+    bytes: Vec<u8>,
+    at: usize,
+    sizes: Vec<usize>,
+    handed: usize,
+    out: usize,
+    /// The most chunks out at once.
+    pub most_out: usize,
+}
+
+impl SliceFeed {
+    /// A feed of `bytes` in chunks of `sizes` (cycled; none zero).
+    pub fn new(bytes: Vec<u8>, sizes: &[usize]) -> SliceFeed {
+        assert!(!sizes.is_empty() && !sizes.contains(&0), "chunk sizes {sizes:?}");
+        SliceFeed { bytes, at: 0, sizes: sizes.to_vec(), handed: 0, out: 0, most_out: 0 }
+    }
+}
+
+impl crate::pickle::ChunkFeed for SliceFeed {
+    fn next_chunk(&mut self) -> std::io::Result<Option<Vec<u8>>> {
+        if self.at == self.bytes.len() {
+            return Ok(None);
+        }
+        let n = self.sizes[self.handed % self.sizes.len()].min(self.bytes.len() - self.at);
+        self.handed += 1;
+        self.out += 1;
+        self.most_out = self.most_out.max(self.out);
+        // The headroom's bytes are garbage the reader must not read.
+        let mut chunk = vec![0xEE; crate::pickle::CHUNK_HEADROOM];
+        chunk.extend_from_slice(&self.bytes[self.at..self.at + n]);
+        self.at += n;
+        Ok(Some(chunk))
+    }
+
+    fn recycle(&mut self, chunk: Vec<u8>) {
+        assert!(chunk.capacity() > 0, "an empty buffer given back");
+        self.out -= 1;
+    }
+}

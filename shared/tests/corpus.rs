@@ -170,7 +170,7 @@ fn expandable_segments_are_read_as_such() {
 #[test]
 fn the_entry_fast_path_reads_every_file_exactly_as_the_generic_path() {
     use vramscope_shared::ReadOptions;
-    use vramscope_shared::testing::{fixture_corpus, large_corpus, read_snapshot_generic};
+    use vramscope_shared::testing::{SliceFeed, fixture_corpus, large_corpus, read_snapshot_generic};
     let mut files = Vec::new();
     for dir in [fixture_corpus(), large_corpus(), common::synthetic_dir()] {
         for entry in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
@@ -190,6 +190,17 @@ fn the_entry_fast_path_reads_every_file_exactly_as_the_generic_path() {
         let streamed =
             vramscope_shared::read_snapshot(std::io::BufReader::with_capacity(4096, bytes.as_slice()), &options)
                 .map(|s| format!("{s:?}"));
+        // Chunks of uneven sizes, some shorter than a value, some longer
+        // than the headroom: the CLI's read-ahead hands a file over so.
+        let feed = SliceFeed::new(bytes.clone(), &[1, 4095, 5000, 65536, 3, 1 << 20]);
+        let chunked = vramscope_shared::read_snapshot_chunks(feed, &options).map(|s| format!("{s:?}"));
+        match (&fast, chunked) {
+            (Ok(f), Ok(c)) => {
+                assert!(*f == c, "{}: the model read in chunks differs from the one read in place", path.display())
+            }
+            (Err(f), Err(c)) => assert_eq!(f.to_string(), c.to_string(), "{}", path.display()),
+            (f, c) => panic!("{}: in place {:?} against in chunks {:?}", path.display(), f.as_ref().err(), c.err()),
+        }
         match (&fast, streamed) {
             (Ok(f), Ok(s)) => {
                 assert!(*f == s, "{}: the model read in place differs from the streamed one", path.display())
@@ -236,5 +247,9 @@ fn a_file_read_in_place_reports_progress_stops_when_cancelled_and_fails_where_st
         let streamed = read_snapshot(part, &ReadOptions::default()).map(|_| ()).expect_err("truncated");
         assert_eq!(in_place.to_string(), streamed.to_string(), "cut at {cut}");
         assert_eq!(in_place.kind(), streamed.kind(), "cut at {cut}");
+        let feed = vramscope_shared::testing::SliceFeed::new(part.to_vec(), &[4097, 1, 65536]);
+        let chunked = vramscope_shared::read_snapshot_chunks(feed, &ReadOptions::default()).map(|_| ());
+        let chunked = chunked.expect_err("truncated");
+        assert_eq!(chunked.to_string(), streamed.to_string(), "cut at {cut}, in chunks");
     }
 }

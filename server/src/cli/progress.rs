@@ -1,22 +1,22 @@
 //! A progress bar on stderr for reads that take more than a second.
 
-use std::io::Read;
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use vramscope_shared::pickle::{CHUNK_HEADROOM, ChunkFeed};
 
 /// How long a read runs before the bar appears: quick reads print nothing.
 const SHOW_AFTER: Duration = Duration::from_secs(1);
 
-/// Wraps a reader and shows a byte-count bar once reading passes one second.
-pub(crate) struct ProgressReader<R> {
+/// Wraps a chunk feed and shows a byte-count bar once reading passes one second.
+pub(crate) struct ProgressFeed<R> {
     inner: R,
     bar: ProgressBar,
     started: Instant,
     shown: bool,
 }
 
-impl<R: Read> ProgressReader<R> {
+impl<R: ChunkFeed> ProgressFeed<R> {
     /// `total` is the file size, `label` the file name shown beside the bar.
     pub(crate) fn new(inner: R, total: u64, label: &str) -> Self {
         // A pipe or FIFO has no size: show bytes read and speed, no bar.
@@ -31,7 +31,7 @@ impl<R: Read> ProgressReader<R> {
             .unwrap_or_else(|_| ProgressStyle::default_bar());
         bar.set_style(style);
         bar.set_message(label.to_owned());
-        ProgressReader { inner, bar, started: Instant::now(), shown: false }
+        ProgressFeed { inner, bar, started: Instant::now(), shown: false }
     }
 
     /// Remove the bar from the terminal.
@@ -40,14 +40,18 @@ impl<R: Read> ProgressReader<R> {
     }
 }
 
-impl<R: Read> Read for ProgressReader<R> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let n = self.inner.read(buf)?;
-        self.bar.inc(n as u64);
+impl<R: ChunkFeed> ChunkFeed for ProgressFeed<R> {
+    fn next_chunk(&mut self) -> std::io::Result<Option<Vec<u8>>> {
+        let chunk = self.inner.next_chunk()?;
+        self.bar.inc(chunk.as_ref().map_or(0, |c| c.len().saturating_sub(CHUNK_HEADROOM)) as u64);
         if !self.shown && self.started.elapsed() > SHOW_AFTER {
             self.shown = true;
             self.bar.set_draw_target(ProgressDrawTarget::stderr());
         }
-        Ok(n)
+        Ok(chunk)
+    }
+
+    fn recycle(&mut self, chunk: Vec<u8>) {
+        self.inner.recycle(chunk);
     }
 }

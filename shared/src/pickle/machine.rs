@@ -8,7 +8,7 @@ use std::sync::atomic::AtomicBool;
 
 use super::heap::{EmptyKind, Heap, ObjKind};
 use super::opcode::*;
-use super::source::{Backing, Held, Source, Streamed};
+use super::source::{Backing, ChunkFeed, Chunked, Held, Source, Streamed};
 use super::value::Value;
 use crate::error::ReadError;
 
@@ -47,6 +47,9 @@ pub trait Hooks {
 /// Bytes buffered for [`Hooks::on_empty_dict`]: far more than a trace
 /// entry takes (60 to 300 bytes).
 pub const DICT_WINDOW: usize = 4096;
+// A chunk's headroom holds what a dict's window leaves unread at the
+// chunk's end, so entries read across chunk ends are never copied whole.
+const _: () = assert!(super::source::CHUNK_HEADROOM >= DICT_WINDOW);
 
 /// Hooks that change nothing.
 pub struct NoHooks;
@@ -107,6 +110,17 @@ pub fn run_slice<H: Hooks>(
     hooks: &mut H,
 ) -> Result<Outcome, ReadError> {
     run_source(Source::new(Held::new(bytes, cancel, consumed)), heap, hooks)
+}
+
+/// Run a pickle that arrives in owned chunks to its STOP opcode, reading
+/// each chunk in place. It looks at `cancel` before each chunk.
+pub fn run_chunks<F: ChunkFeed, H: Hooks>(
+    feed: F,
+    cancel: Option<Arc<AtomicBool>>,
+    heap: &mut Heap,
+    hooks: &mut H,
+) -> Result<Outcome, ReadError> {
+    run_source(Source::new(Chunked::new(feed, cancel)), heap, hooks)
 }
 
 fn run_source<B: Backing, H: Hooks>(src: Source<B>, heap: &mut Heap, hooks: &mut H) -> Result<Outcome, ReadError> {

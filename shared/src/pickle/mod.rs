@@ -22,5 +22,6 @@ mod source;
 mod value;
 
 pub use heap::{BigInt, Heap, Obj, ObjKind};
-pub use machine::{DICT_WINDOW, HIGHEST_PROTOCOL, Hooks, NoHooks, Outcome, run, run_slice};
+pub use machine::{DICT_WINDOW, HIGHEST_PROTOCOL, Hooks, NoHooks, Outcome, run, run_chunks, run_slice};
+pub use source::{CHUNK_HEADROOM, ChunkFeed};
 pub use value::{ObjId, StrId, V, Value};

@@ -1,7 +1,8 @@
 //! The machine's bytes: one [`Source`] that knows its offset and never
-//! trusts a length it has not seen the bytes for, over one of two
-//! [`Backing`]s: a buffered [`Read`] ([`Streamed`]), or bytes held in
-//! memory and read in place ([`Held`]).
+//! trusts a length it has not seen the bytes for, over one of three
+//! [`Backing`]s: a buffered [`Read`] ([`Streamed`]), bytes held in memory
+//! and read in place ([`Held`]), or owned chunks from a [`ChunkFeed`] (a
+//! reading thread's buffers), read in place ([`Chunked`]).
 
 use std::io::Read;
 use std::sync::Arc;
@@ -12,7 +13,8 @@ use crate::error::ReadError;
 const CHUNK: usize = 256 * 1024;
 
 /// The readable part of a backing's bytes: `bytes()[pos..end]`, the first
-/// of them at stream offset `base + pos`.
+/// of them at stream offset `base + pos` (in wrapping arithmetic: a
+/// [`Chunked`] window starts inside its first chunk, past its headroom).
 #[derive(Default)]
 pub(crate) struct Window {
     pos: usize,
@@ -48,7 +50,7 @@ impl<B: Backing> Source<B> {
     /// Offset of the next byte to be read.
     #[inline]
     pub(crate) fn offset(&self) -> u64 {
-        self.w.base + self.w.pos as u64
+        self.w.base.wrapping_add(self.w.pos as u64)
     }
 
     /// One byte, or `None` at a clean end of stream.
@@ -66,7 +68,7 @@ impl<B: Backing> Source<B> {
     #[inline]
     pub(crate) fn take(&mut self, n: usize, context: &'static str) -> Result<&[u8], ReadError> {
         if self.w.end - self.w.pos < n && !self.back.fill(&mut self.w, n)? {
-            return Err(ReadError::Truncated { offset: self.w.base + self.w.end as u64, context });
+            return Err(ReadError::Truncated { offset: self.w.base.wrapping_add(self.w.end as u64), context });
         }
         let start = self.w.pos;
         self.w.pos += n;
@@ -225,5 +227,169 @@ impl<F: FnMut(u64)> Backing for Held<'_, F> {
         let left = self.bytes.len() - w.pos;
         w.end = w.pos + left.min(n.max(CHUNK));
         Ok(left >= n)
+    }
+}
+
+/// Room left at the front of every chunk a [`ChunkFeed`] hands over. The
+/// unread end of the chunk before (a value cut by the chunk's end: a few
+/// bytes, mostly) is put there, so a chunk is read where it lies, not
+/// copied into a buffer. A value longer than this is put together in a
+/// buffer of its own.
+pub const CHUNK_HEADROOM: usize = 4096;
+
+/// A byte stream that arrives in owned chunks: a reading thread's buffers,
+/// handed over and back instead of copied.
+pub trait ChunkFeed {
+    /// The next chunk: its bytes are `chunk[CHUNK_HEADROOM..]`, and what
+    /// is before them is the reader's to write. `None` at the end of the
+    /// stream, and after it.
+    fn next_chunk(&mut self) -> std::io::Result<Option<Vec<u8>>>;
+
+    /// A chunk read to its end, for the feed to fill again.
+    fn recycle(&mut self, chunk: Vec<u8>);
+}
+
+impl<F: ChunkFeed + ?Sized> ChunkFeed for &mut F {
+    fn next_chunk(&mut self) -> std::io::Result<Option<Vec<u8>>> {
+        (**self).next_chunk()
+    }
+
+    fn recycle(&mut self, chunk: Vec<u8>) {
+        (**self).recycle(chunk);
+    }
+}
+
+/// A [`ChunkFeed`]'s chunks, read in place.
+pub(crate) struct Chunked<F> {
+    feed: F,
+    /// The chunk being read, or a value longer than the headroom put
+    /// together (`stitched`).
+    buf: Vec<u8>,
+    stitched: bool,
+    ended: bool,
+    cancel: Option<Arc<AtomicBool>>,
+}
+
+impl<F: ChunkFeed> Chunked<F> {
+    pub(crate) fn new(feed: F, cancel: Option<Arc<AtomicBool>>) -> Self {
+        Chunked { feed, buf: Vec::new(), stitched: false, ended: false, cancel }
+    }
+}
+
+impl<F: ChunkFeed> Backing for Chunked<F> {
+    #[inline(always)]
+    fn bytes(&self) -> &[u8] {
+        &self.buf
+    }
+
+    fn fill(&mut self, w: &mut Window, n: usize) -> Result<bool, ReadError> {
+        while w.end - w.pos < n {
+            if self.ended {
+                return Ok(false);
+            }
+            // The stream offset of the first unread byte, which stays put.
+            let offset = w.base.wrapping_add(w.pos as u64);
+            if self.cancel.as_ref().is_some_and(|c| c.load(Ordering::Relaxed)) {
+                return Err(ReadError::Cancelled { offset });
+            }
+            let next = match self.feed.next_chunk() {
+                Ok(Some(chunk)) if chunk.len() > CHUNK_HEADROOM => chunk,
+                Ok(Some(empty)) => {
+                    self.feed.recycle(empty);
+                    continue;
+                }
+                Ok(None) => {
+                    self.ended = true;
+                    continue;
+                }
+                Err(e) => return Err(crate::error::map_io_error(e, w.base.wrapping_add(w.end as u64))),
+            };
+            let tail = w.end - w.pos;
+            if tail > CHUNK_HEADROOM {
+                // A long value: gathered in a buffer of its own, which
+                // grows by the bytes that come (never by a claimed length).
+                if self.stitched {
+                    self.buf.copy_within(w.pos..w.end, 0);
+                    self.buf.truncate(tail);
+                } else {
+                    let mut joined = Vec::with_capacity(tail + next.len() - CHUNK_HEADROOM);
+                    joined.extend_from_slice(&self.buf[w.pos..w.end]);
+                    let chunk = std::mem::replace(&mut self.buf, joined);
+                    self.feed.recycle(chunk);
+                    self.stitched = true;
+                }
+                self.buf.extend_from_slice(&next[CHUNK_HEADROOM..]);
+                self.feed.recycle(next);
+                w.pos = 0;
+            } else {
+                let mut next = next;
+                let start = CHUNK_HEADROOM - tail;
+                next[start..CHUNK_HEADROOM].copy_from_slice(&self.buf[w.pos..w.end]);
+                let spent = std::mem::replace(&mut self.buf, next);
+                // A stitched buffer is let go; a chunk goes back.
+                if !std::mem::take(&mut self.stitched) && spent.capacity() > 0 {
+                    self.feed.recycle(spent);
+                }
+                w.pos = start;
+            }
+            w.end = self.buf.len();
+            w.base = offset.wrapping_sub(w.pos as u64);
+        }
+        Ok(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use crate::testing::SliceFeed as Feed;
+
+    fn pattern(n: usize) -> Vec<u8> {
+        (0..n).map(|i| (i * 7 + i / 251) as u8).collect()
+    }
+
+    /// Reads of every length, across chunk ends, give the stream's bytes
+    /// at the stream's offsets; values longer than the headroom are
+    /// gathered whole; the reader holds two chunks at most; the end is a
+    /// truncation at the last byte.
+    #[test]
+    fn chunked_reads_match_the_stream_across_chunk_ends() {
+        let bytes = pattern(200_000);
+        for sizes in [&[1usize][..], &[3, 4096, 5], &[5000], &[65536, 1, 10_000], &[CHUNK_HEADROOM]] {
+            let mut src = Source::new(Chunked::new(Feed::new(bytes.clone(), sizes), None));
+            let mut at = 0usize;
+            for (i, n) in [1usize, 9, 4095, 4096, 4097, 30_000, 2, 70_000].iter().cycle().enumerate() {
+                let n = (*n).min(bytes.len() - at);
+                if n == 0 {
+                    break;
+                }
+                assert_eq!(src.offset(), at as u64, "sizes {sizes:?}, read {i}");
+                let got = src.take(n, "test").unwrap_or_else(|e| panic!("sizes {sizes:?}, read {i}: {e}"));
+                assert!(got == &bytes[at..at + n], "sizes {sizes:?}, read {i} of {n} at {at}");
+                at += n;
+            }
+            assert_eq!(src.offset(), bytes.len() as u64);
+            match src.take(1, "the end") {
+                Err(ReadError::Truncated { offset, .. }) => assert_eq!(offset, bytes.len() as u64),
+                other => panic!("sizes {sizes:?}: past the end gave {:?}", other.map(<[u8]>::len)),
+            }
+            assert!(src.back.feed.most_out <= 2, "sizes {sizes:?}: {} chunks held", src.back.feed.most_out);
+        }
+    }
+
+    /// A cancelled read stops before its next chunk, at the offset it had
+    /// reached.
+    #[test]
+    fn chunked_read_stops_when_cancelled() {
+        let cancel = Arc::new(AtomicBool::new(false));
+        let mut src = Source::new(Chunked::new(Feed::new(pattern(10_000), &[1000]), Some(Arc::clone(&cancel))));
+        src.take(1500, "test").expect("reads");
+        cancel.store(true, Ordering::Relaxed);
+        src.take(400, "test").expect("the chunk already there");
+        match src.take(200, "test") {
+            Err(ReadError::Cancelled { offset }) => assert_eq!(offset, 1900),
+            other => panic!("a cancelled read gave {:?}", other.map(<[u8]>::len)),
+        }
     }
 }

@@ -7,5 +7,8 @@ pub mod trace;
 
 pub use frames::{EMPTY_STACK, Frame, FrameId, FrameTable, StackId, StrId, Strings};
 pub use model::*;
-pub use read::{DEFAULT_MAX_EXPANSION, ReadOptions, read_snapshot, read_snapshot_bytes, read_snapshot_bytes_with};
+pub use read::{
+    DEFAULT_MAX_EXPANSION, ReadOptions, read_snapshot, read_snapshot_bytes, read_snapshot_bytes_with,
+    read_snapshot_chunks,
+};
 pub use trace::{Action, TraceColumns, TraceEntry};

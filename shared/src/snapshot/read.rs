@@ -35,7 +35,7 @@ use super::model::Snapshot;
 use super::trace::{Action, TraceBuilder};
 use crate::error::ReadError;
 use crate::pickle::decompress::{self, Compression};
-use crate::pickle::{self, Heap, Hooks, V, Value};
+use crate::pickle::{self, CHUNK_HEADROOM, ChunkFeed, Heap, Hooks, V, Value};
 use words::{A_ALLOC, A_OOM, ACTION, WORDS};
 
 /// Limits for reading untrusted input.
@@ -110,6 +110,74 @@ pub fn read_snapshot_bytes_with(
             pickle::run_slice(bytes, options.cancel.clone(), consumed, heap, reader)
         }),
         _ => read_with(Reporting { bytes, pos: 0, consumed }, options, false),
+    }
+}
+
+/// Read a snapshot that arrives in owned chunks (a reading thread's
+/// buffers, see [`ChunkFeed`]). A plain pickle is read in the chunks where
+/// they lie, with no copy; a compressed one streams through its decoder.
+pub fn read_snapshot_chunks<F: ChunkFeed>(mut feed: F, options: &ReadOptions) -> Result<Snapshot, ReadError> {
+    let io = |e| crate::error::map_io_error(e, 0);
+    let mut first = feed.next_chunk().map_err(io)?;
+    // Enough bytes to tell the compression by: the longest magic is four.
+    while let Some(chunk) = first.as_mut().filter(|c| c.len() < CHUNK_HEADROOM + 4) {
+        let Some(more) = feed.next_chunk().map_err(io)? else { break };
+        chunk.extend_from_slice(more.get(CHUNK_HEADROOM..).unwrap_or_default());
+        feed.recycle(more);
+    }
+    let head = first.as_deref().and_then(|c| c.get(CHUNK_HEADROOM..)).unwrap_or_default();
+    let compression = decompress::detect(head);
+    // The first answer goes back in front of the others.
+    let feed = FirstAgain { first: Some(first), feed };
+    match compression {
+        Compression::None => read_pickle(options, false, Compression::None, |heap, reader| {
+            pickle::run_chunks(feed, options.cancel.clone(), heap, reader)
+        }),
+        _ => read_with(FeedReader { feed, chunk: Vec::new(), pos: 0 }, options, false),
+    }
+}
+
+/// A feed with its first answer, taken to look at, put back in front.
+struct FirstAgain<F> {
+    first: Option<Option<Vec<u8>>>,
+    feed: F,
+}
+
+impl<F: ChunkFeed> ChunkFeed for FirstAgain<F> {
+    fn next_chunk(&mut self) -> std::io::Result<Option<Vec<u8>>> {
+        match self.first.take() {
+            Some(first) => Ok(first),
+            None => self.feed.next_chunk(),
+        }
+    }
+
+    fn recycle(&mut self, chunk: Vec<u8>) {
+        self.feed.recycle(chunk);
+    }
+}
+
+/// A feed read as a stream, copying: for a compressed file, whose decoder
+/// reads from a [`Read`].
+struct FeedReader<F> {
+    feed: F,
+    chunk: Vec<u8>,
+    pos: usize,
+}
+
+impl<F: ChunkFeed> Read for FeedReader<F> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        while self.pos >= self.chunk.len() {
+            let Some(next) = self.feed.next_chunk()? else { return Ok(0) };
+            let spent = std::mem::replace(&mut self.chunk, next);
+            if spent.capacity() > 0 {
+                self.feed.recycle(spent);
+            }
+            self.pos = CHUNK_HEADROOM;
+        }
+        let n = buf.len().min(self.chunk.len() - self.pos);
+        buf[..n].copy_from_slice(&self.chunk[self.pos..self.pos + n]);
+        self.pos += n;
+        Ok(n)
     }
 }
 
