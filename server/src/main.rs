@@ -27,6 +27,7 @@ mod layers;
 mod machine;
 mod mcp;
 mod metrics;
+mod prefault;
 mod report;
 mod retention;
 mod settings;
@@ -35,6 +36,11 @@ mod store;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+
+/// The system allocator, with large blocks' fresh pages faulted in on a
+/// spare core once a command reading a file turns it on (`prefault`).
+#[global_allocator]
+static ALLOCATOR: prefault::Prefaulting = prefault::Prefaulting;
 
 /// GPU memory observatory for PyTorch: reads CUDA caching-allocator snapshots.
 #[derive(Debug, Parser)]

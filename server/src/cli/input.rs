@@ -38,6 +38,7 @@ pub(crate) fn load(path: &Path, budget: MemoryBudget) -> Result<Snapshot, Failur
         return read_snapshot(BufReader::with_capacity(1 << 20, &mut stdin), &budget.options())
             .map_err(|e| Failure::BadInput(anyhow!("{e} (standard input)")));
     }
+    crate::prefault::start();
     let file =
         File::open(path).with_context(|| format!("cannot open {}", path.display())).map_err(Failure::BadInput)?;
     let size = file.metadata().map(|m| m.len()).unwrap_or(0);
