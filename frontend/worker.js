@@ -13,10 +13,15 @@
 import init, { local_open, local_answer, local_compare } from "./vramscope_frontend.js";
 
 const started = init();
+// For the dashboard bench: when the module was ready, on this worker's
+// clock (which starts when the page creates the worker).
+let ready_ms = null;
+started.then(() => { ready_ms = performance.now(); });
 
 self.onmessage = async (event) => {
   const message = event.data;
   if (message.type === "open") {
+    const received_ms = performance.now();
     try {
       self.postMessage({ type: "progress", phase: "reading", read: 0 });
       const exports = await started;
@@ -40,7 +45,16 @@ self.onmessage = async (event) => {
       const end = performance.now();
       // For the dashboard bench: where the time went, and the WebAssembly
       // memory (it never shrinks: its size is the peak).
-      const timing = { parse_ms: (parsed ?? end) - start, index_ms: end - (parsed ?? end), read_ms, wasm_bytes: exports.memory.buffer.byteLength };
+      // The *_at_ms are on the worker's clock (from its creation).
+      const timing = {
+        parse_ms: (parsed ?? end) - start,
+        index_ms: end - (parsed ?? end),
+        read_ms,
+        wasm_bytes: exports.memory.buffer.byteLength,
+        received_at_ms: received_ms,
+        ready_at_ms: ready_ms,
+        opened_at_ms: end,
+      };
       self.postMessage({ type: "opened", meta, timing });
     } catch (e) {
       self.postMessage({ type: "failed", error: String(e && e.message ? e.message : e) });

@@ -452,6 +452,32 @@ async fn ours_local(browser: &Client, url: &str, input: &Path, file: &str) -> Re
     let first = wait_number(browser, FIRST_DRAW, 120, "vramscope's first draw of a local file").await?;
     let pick = eval(browser, "return window.__bench_pick").await?.as_f64().unwrap_or(0.0);
     let heap = eval(browser, HEAP).await?.as_f64();
+    // Where the first draw's time went, on the worker's clock (from its
+    // creation, just after the pick) and then the page's.
+    let open = eval(browser, "return (window.__vramscope_local_open || []).slice(-1)[0] ?? null").await?;
+    let answers = eval(browser, "return window.__vramscope_local_answers || []").await?;
+    let at = |k: &str| open[k].as_f64().map_or("?".to_owned(), |v| format!("{v:.0}"));
+    let first_answers: Vec<String> = answers
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .take(4)
+                .map(|p| format!("{} {:.0}", p[0].as_str().unwrap_or("?"), p[1].as_f64().unwrap_or(0.0)))
+                .collect()
+        })
+        .unwrap_or_default();
+    println!(
+        "  {file} local: worker ready at {} ms, open received at {}, parse {} (reading the file {}), index {}, \
+         opened at {} (worker's clock); first draw {:.0} ms after the pick; first answers (ms): {}",
+        at("ready_at_ms"),
+        at("received_at_ms"),
+        at("parse_ms"),
+        at("read_ms"),
+        at("index_ms"),
+        at("opened_at_ms"),
+        first - pick,
+        first_answers.join(", ")
+    );
     let mut row = interact_ours(browser, file, "vramscope (local file)").await?;
     row.first_draw = Some(first - pick);
     row.heap = max_opt(row.heap, heap);

@@ -22,7 +22,7 @@ use serde_json::json;
 use vramscope_shared::analyzed::Analyzed;
 use vramscope_shared::error::ViewError;
 use vramscope_shared::views::route;
-use vramscope_shared::{ReadOptions, Snapshot, read_snapshot, read_snapshot_bytes};
+use vramscope_shared::{ReadOptions, Snapshot, read_snapshot, read_snapshot_bytes, read_snapshot_bytes_with};
 
 /// Memory budget for files read in the browser: a tab has a few GB at most.
 pub(crate) const BROWSER_MEMORY_BUDGET: u64 = 2 << 30;
@@ -81,9 +81,9 @@ pub(crate) struct Opened {
     pub(crate) meta: serde_json::Value,
 }
 
-/// Read a file's bytes into an [`Opened`] snapshot, calling `progress`
-/// with the bytes read so far now and then. Errors are the reader's (the
-/// caller names the file).
+/// Read a file's bytes into an [`Opened`] snapshot, in place, calling
+/// `progress` with the bytes read so far now and then. Errors are the
+/// reader's (the caller names the file).
 pub(crate) fn open_bytes(
     bytes: &[u8],
     id: &str,
@@ -91,7 +91,13 @@ pub(crate) fn open_bytes(
     modified_ms: f64,
     progress: impl FnMut(u64),
 ) -> Result<Opened, String> {
-    open_reader(bytes, bytes.len() as u64, id, name, modified_ms, progress)
+    let len = bytes.len() as u64;
+    let mut steps = Steps { next_report: PROGRESS_STEP, progress };
+    let options = ReadOptions::with_budget(BROWSER_MEMORY_BUDGET);
+    let snapshot = read_snapshot_bytes_with(bytes, &options, |at| steps.reached(at)).map_err(|e| e.to_string())?;
+    // All read: what follows is building the indexes.
+    (steps.progress)(len);
+    Ok(opened(snapshot, len, id, name, modified_ms))
 }
 
 /// [`open_bytes`] over a `Read` of `len` bytes: the worker reads the file
@@ -104,11 +110,16 @@ pub(crate) fn open_reader(
     modified_ms: f64,
     progress: impl FnMut(u64),
 ) -> Result<Opened, String> {
-    let mut counted = Counted { rest: input, read: 0, next_report: PROGRESS_STEP, progress };
+    let mut counted = Counted { rest: input, read: 0, steps: Steps { next_report: PROGRESS_STEP, progress } };
     let options = ReadOptions::with_budget(BROWSER_MEMORY_BUDGET);
     let snapshot = read_snapshot(&mut counted, &options).map_err(|e| e.to_string())?;
     // All read: what follows is building the indexes.
-    (counted.progress)(len);
+    (counted.steps.progress)(len);
+    Ok(opened(snapshot, len, id, name, modified_ms))
+}
+
+/// The snapshot with its indexes, and its record shaped like the server's.
+fn opened(snapshot: Snapshot, len: u64, id: &str, name: &str, modified_ms: f64) -> Opened {
     let meta = json!({
         "id": id,
         "sha256": "",
@@ -124,7 +135,7 @@ pub(crate) fn open_reader(
         "error": null,
         "local": true,
     });
-    Ok(Opened { analyzed: Analyzed::build(snapshot), meta })
+    Opened { analyzed: Analyzed::build(snapshot), meta }
 }
 
 /// `oom` when a trace recorded an out-of-memory event, else `manual`: what
@@ -169,22 +180,33 @@ pub(crate) fn read_other(bytes: &[u8], other_id: &str) -> Result<Analyzed, ViewE
 /// Bytes between two progress reports.
 const PROGRESS_STEP: u64 = 4 << 20;
 
+/// Progress reports, one per [`PROGRESS_STEP`] bytes at most.
+struct Steps<F: FnMut(u64)> {
+    next_report: u64,
+    progress: F,
+}
+
+impl<F: FnMut(u64)> Steps<F> {
+    fn reached(&mut self, read: u64) {
+        if read >= self.next_report {
+            (self.progress)(read);
+            self.next_report = read + PROGRESS_STEP;
+        }
+    }
+}
+
 /// A `Read` over the file's bytes that reports how far the reader got.
 struct Counted<R: Read, F: FnMut(u64)> {
     rest: R,
     read: u64,
-    next_report: u64,
-    progress: F,
+    steps: Steps<F>,
 }
 
 impl<R: Read, F: FnMut(u64)> Read for Counted<R, F> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         let n = self.rest.read(buf)?;
         self.read += n as u64;
-        if self.read >= self.next_report {
-            (self.progress)(self.read);
-            self.next_report = self.read + PROGRESS_STEP;
-        }
+        self.steps.reached(self.read);
         Ok(n)
     }
 }
