@@ -63,6 +63,25 @@
 //!   `DeviceStats::of` 4%. Here the hugetlb tunable was 4% faster at the
 //!   median over 20 alternations (232.5 against 242.0 ms), 0.98x to 1.08x
 //!   the file in RSS.
+//! * stop 37, the same machine: three changes, each measured by
+//!   alternating binaries (`perf stat -r 20` and 30 alternations) and the
+//!   whole by this bench with the stop-36 binary as baseline, in one run:
+//!   `stats` 194.5 ms best (197.3 ms median) against the baseline's
+//!   219.8 ms (234.1 ms) and CPython's 4.28 s (4.57 s): **22.0x best, 23.2x
+//!   median**, peak RSS 1.00x the file. (1) The file is read in the
+//!   read-ahead thread's own chunks, in place (`read_snapshot_chunks`): the
+//!   copy of each chunk into the parser's buffer (3 to 4%), and the layers
+//!   of `Read` it went through, are gone; about 9%. (2) A global allocator
+//!   in the CLI hands the first half of each large block's fresh pages to a
+//!   helper thread that faults them in (`MADV_POPULATE_WRITE`): the page
+//!   faults leave the parsing thread; about 4% (all of the fresh part: the
+//!   same time, 1.22x the file in RSS). (3) `stats`' per-entry pass reads
+//!   the columns as slices, in `i64` within blocks (4% to 1.7%), and
+//!   3-byte fresh strings are compared inline instead of by `memcmp`
+//!   (2.5%). Tried and dropped: huge pages for the helper's ranges (no
+//!   gain), leaking the snapshot at exit (the unmapping only moves to the
+//!   process's exit). What is left: the opcode loop and the entry commit,
+//!   60% of the parsing thread.
 //!
 //! Environment: `VRAMSCOPE_CORPUS`, `CARGO_TARGET_DIR`, `VRAMSCOPE_BENCH_RUNS`
 //! (default 3), `VRAMSCOPE_BENCH_PYTHON` (default `python3`), and
