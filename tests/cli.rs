@@ -155,3 +155,32 @@ fn regression_upload_to_a_server_that_never_answers_gives_up_after_its_timeout()
     assert!(!out.status.success(), "{stderr}");
     assert!(stderr.contains("sent nothing for 2 s (--timeout)"), "{stderr}");
 }
+
+/// The CLI reads a file in its read-ahead thread's 1 MiB chunks, in place:
+/// a value longer than a chunk (here a 3 MiB string) spans several and is
+/// read whole, and a claimed length past the file fails on the budget at
+/// the byte that claims it, not on a buffer of that size.
+#[test]
+fn a_value_longer_than_the_read_ahead_chunks_is_read_whole() {
+    let dir = crate::common::server::unique_dir("cli-long-value");
+    let long = dir.join("long_string.pickle");
+    let mut bytes = b"\x80\x04\x8d".to_vec();
+    bytes.extend_from_slice(&(3u64 << 20).to_le_bytes());
+    bytes.extend(std::iter::repeat_n(b'x', 3 << 20));
+    bytes.push(b'.');
+    std::fs::write(&long, &bytes).expect("write");
+    let out = vramscope().args(["stats", "--json"]).arg(&long).output().expect("run");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("not a PyTorch memory snapshot: the pickle holds str \"xxxx"), "{err}");
+
+    let claimed = dir.join("claimed.pickle");
+    let mut bytes = b"\x80\x04\x8d".to_vec();
+    bytes.extend_from_slice(&10_000_000_000u64.to_le_bytes());
+    bytes.extend(std::iter::repeat_n(b'x', 3 << 20));
+    std::fs::write(&claimed, &bytes).expect("write");
+    let out = vramscope().args(["stats", "--json"]).arg(&claimed).output().expect("run");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("memory budget exceeded at byte 2"), "{err}");
+}
