@@ -179,14 +179,8 @@ impl Replay {
         // ones (`Other`) do nothing.
         let mut effect = [(0i64, 0i64, 0usize); Action::KNOWN.len() + 1];
         for (code, (_, action)) in Action::KNOWN.iter().enumerate() {
-            effect[code] = match action {
-                Action::SegmentAlloc | Action::SegmentMap => (1, 0, 0),
-                Action::SegmentFree | Action::SegmentUnmap => (-1, 0, 0),
-                Action::Alloc => (0, 1, 0),
-                Action::FreeCompleted => (0, -1, 0),
-                Action::Oom => (0, 0, 1),
-                _ => (0, 0, 0),
-            };
+            let (reserve, request) = action.byte_effect();
+            effect[code] = (i64::from(reserve), i64::from(request), usize::from(*action == Action::Oom));
         }
         let effect_of = |code: u16| effect[usize::from(code).min(Action::KNOWN.len())];
         let mut r = Replay::default();

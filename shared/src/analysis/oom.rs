@@ -303,12 +303,11 @@ fn reserved_peak_before(trace: &crate::snapshot::TraceColumns, row: u32, reserve
     let mut at: i128 = reserved as i128;
     let mut peak = at;
     for i in (0..row as usize).rev() {
-        let size = trace.sizes()[i] as i128;
-        match trace.action(i) {
-            Action::SegmentAlloc | Action::SegmentMap => at -= size,
-            Action::SegmentFree | Action::SegmentUnmap => at += size,
-            _ => continue,
+        let (reserve, _) = trace.action(i).byte_effect();
+        if reserve == 0 {
+            continue;
         }
+        at -= i128::from(reserve) * trace.sizes()[i] as i128;
         peak = peak.max(at);
     }
     u64::try_from(peak).unwrap_or(u64::MAX)

@@ -51,6 +51,20 @@ impl Action {
         ("oom", Action::Oom),
     ];
 
+    /// The sign of the action's effect on reserved bytes (segments mapped
+    /// or freed) and on requested bytes (blocks allocated, frees
+    /// completed): the two running totals `stats`, the host view and the
+    /// OOM post-mortem replay.
+    pub fn byte_effect(self) -> (i8, i8) {
+        match self {
+            Action::SegmentAlloc | Action::SegmentMap => (1, 0),
+            Action::SegmentFree | Action::SegmentUnmap => (-1, 0),
+            Action::Alloc => (0, 1),
+            Action::FreeCompleted => (0, -1),
+            _ => (0, 0),
+        }
+    }
+
     /// PyTorch's name for the action (`"other"` for unknown ones).
     pub fn name(self) -> &'static str {
         Action::KNOWN.iter().find(|(_, a)| *a == self).map_or("other", |(n, _)| n)

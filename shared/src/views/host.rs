@@ -9,7 +9,6 @@ use serde::{Deserialize, Serialize};
 
 use crate::analyzed::Analyzed;
 use crate::error::ViewError;
-use crate::snapshot::Action;
 use crate::stats::DeviceStats;
 use crate::timeline::MAX_PX;
 
@@ -52,13 +51,9 @@ pub fn host(a: &Analyzed, p: &HostParams) -> Result<HostAnswer, ViewError> {
     let (mut reserved, mut requested) = (stats.reserved_bytes as i128, stats.requested_bytes as i128);
     for i in 0..n {
         let size = trace.sizes()[i] as i128;
-        match trace.action(i) {
-            Action::SegmentAlloc | Action::SegmentMap => reserved -= size,
-            Action::SegmentFree | Action::SegmentUnmap => reserved += size,
-            Action::Alloc => requested -= size,
-            Action::FreeCompleted => requested += size,
-            _ => {}
-        }
+        let (reserve, request) = trace.action(i).byte_effect();
+        reserved -= i128::from(reserve) * size;
+        requested -= i128::from(request) * size;
     }
     let mut out = HostAnswer {
         stats,
@@ -71,13 +66,9 @@ pub fn host(a: &Analyzed, p: &HostParams) -> Result<HostAnswer, ViewError> {
     for &row in &rows {
         while next <= row as usize {
             let size = trace.sizes()[next] as i128;
-            match trace.action(next) {
-                Action::SegmentAlloc | Action::SegmentMap => reserved += size,
-                Action::SegmentFree | Action::SegmentUnmap => reserved -= size,
-                Action::Alloc => requested += size,
-                Action::FreeCompleted => requested -= size,
-                _ => {}
-            }
+            let (reserve, request) = trace.action(next).byte_effect();
+            reserved += i128::from(reserve) * size;
+            requested += i128::from(request) * size;
             next += 1;
         }
         out.rows.push(row);
