@@ -250,6 +250,57 @@ async fn compare_locally(client: &Client, url: &str, uploaded: &str) {
     assert_eq!(asked, serde_json::json!([]), "the server was asked about a local file");
 }
 
+/// A local file larger than the worker's read-ahead ring (the corpus's
+/// 22 MB `gpt_long.pickle`: six 4 MiB slices through four slots) is read by
+/// a second worker while the first parses, on the cross-origin isolated
+/// page, and reads as the uploaded file does: the same statistics, the
+/// same rows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_local_file_is_read_ahead_and_reads_as_uploaded() {
+    let (_server, url) = start_server(&scratch("local-ahead-data"), &[]);
+    assert_dashboard_built(&url).await;
+    let file = crate::common::large_corpus().join("gpt_long.pickle");
+    let uploaded = upload(&url, &file).await;
+    let (_driver, driver_url) = start_chromedriver();
+    let client = connect(&driver_url, "local-ahead-profile").await;
+    closing(&client, read_ahead_as_uploaded(&client, &url, &uploaded, &file)).await;
+}
+
+/// The statistics and the timeline's rows of the snapshot page shown now.
+async fn summary_and_rows(client: &Client, what: &str) -> (String, (i64, i64)) {
+    let summary = until(client, 60, &format!("{what}'s statistics"), || text_of(client, "#stats-summary")).await;
+    let rows = until(client, 60, &format!("{what}'s timeline"), || async {
+        rows_shown(&text_of(client, "#timeline-status").await?)
+    })
+    .await;
+    (summary, rows)
+}
+
+async fn read_ahead_as_uploaded(client: &Client, url: &str, uploaded: &str, file: &std::path::Path) {
+    let client = client.clone();
+    client.goto(&format!("{url}/snapshots/{uploaded}")).await.expect("open the uploaded file");
+    let (server_summary, server_rows) = summary_and_rows(&client, "the uploaded file").await;
+
+    client.goto(&format!("{url}/")).await.expect("open the library");
+    let isolated = client.execute("return self.crossOriginIsolated === true", vec![]).await.expect("isolation");
+    assert_eq!(isolated, serde_json::json!(true), "the dashboard is served cross-origin isolated");
+    local_picker(&client).await.send_keys(&file.to_string_lossy()).await.expect("choose the snapshot");
+    until(&client, 60, "the local snapshot page", || async {
+        let path = client.current_url().await.ok()?.path().to_owned();
+        path.starts_with("/snapshots/local-").then_some(())
+    })
+    .await;
+    let (summary, rows) = summary_and_rows(&client, "the local file").await;
+    assert_eq!(summary, server_summary);
+    assert_eq!(rows, server_rows);
+    let open = client
+        .execute("return (window.__vramscope_local_open || []).slice(-1)[0] ?? null", vec![])
+        .await
+        .expect("the worker's timing");
+    assert_eq!(open["read_ahead"], serde_json::json!(true), "read by the reader worker: {open}");
+    screenshot(&client, "local-4-read-ahead").await;
+}
+
 /// The library's "Open a local file" input, once the page shows it.
 async fn local_picker(client: &Client) -> fantoccini::elements::Element {
     client

@@ -466,8 +466,11 @@ async fn ours_local(browser: &Client, url: &str, input: &Path, file: &str) -> Re
                 .collect()
         })
         .unwrap_or_default();
+    // With a reader worker (a cross-origin isolated page), the parse's
+    // time in `slice` is only its waits for bytes not yet read ahead.
+    let reading = if open["read_ahead"] == true { "waiting on the reader worker" } else { "reading the file" };
     println!(
-        "  {file} local: worker ready at {} ms, open received at {}, parse {} (reading the file {}), index {}, \
+        "  {file} local: worker ready at {} ms, open received at {}, parse {} ({reading} {}), index {}, \
          opened at {} (worker's clock); first draw {:.0} ms after the pick; first answers (ms): {}",
         at("ready_at_ms"),
         at("received_at_ms"),
