@@ -22,7 +22,7 @@ impl Ingest {
             return;
         }
         let result = match self.load(&blob_key).await {
-            Ok(analyzed) => match stats_json(&analyzed.snapshot) {
+            Ok(analyzed) => match stats_json(analyzed.stats()) {
                 Ok(json) => self.db.set_ready(&id, &json).await,
                 Err(_) => self.db.set_failed(&id, "could not serialize the statistics").await,
             },

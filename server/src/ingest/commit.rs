@@ -146,7 +146,7 @@ impl Ingest {
             // guard removes the staged bytes.
             match state.parse_staged(&staged.staging_key, early.take()).await {
                 Ok(snapshot) => {
-                    let json = stats_json(&snapshot)?;
+                    let json = stats_json(&snapshot.stats())?;
                     parsed = Some(snapshot);
                     Some(json)
                 }

@@ -37,10 +37,11 @@ const TAP_PIECES: usize = 64;
 /// How long the result of an upload's parse waits for its commit.
 const UNCLAIMED: Duration = Duration::from_secs(60);
 
-/// The statistics stored with a parsed snapshot (`/stats` serves them).
-pub(crate) fn stats_json(snapshot: &vramscope_shared::Snapshot) -> anyhow::Result<String> {
-    serde_json::to_string(&snapshot.stats().report(String::new()))
-        .map_err(|e| anyhow::anyhow!("serializing stats: {e}"))
+/// The statistics stored with a parsed snapshot (`/stats` serves them),
+/// from [`vramscope_shared::Snapshot::stats`] or an analyzed snapshot's
+/// copy ([`vramscope_shared::analyzed::Analyzed::stats`]).
+pub(crate) fn stats_json(stats: &vramscope_shared::SnapshotStats) -> anyhow::Result<String> {
+    serde_json::to_string(&stats.report(String::new())).map_err(|e| anyhow::anyhow!("serializing stats: {e}"))
 }
 
 /// Why a stored file could not be parsed.

@@ -14,7 +14,8 @@ use crate::analysis::layout::{Checkpoints, Rewinder};
 use crate::error::ViewError;
 use crate::index::{DeviceIndex, SnapshotIndex};
 use crate::pools::PoolMap;
-use crate::timeline::TimelineIndex;
+use crate::stats::SnapshotStats;
+use crate::timeline::{self, TimelineIndex};
 
 /// A snapshot with its indexes, ready for timeline and state queries.
 #[derive(Debug)]
@@ -35,6 +36,9 @@ pub struct Analyzed {
     /// query that needs it (one pass over the trace, none for a run that
     /// used no private pool).
     pools: Vec<(u32, OnceLock<PoolMap>)>,
+    /// PyTorch's counters recomputed from the snapshot ([`Snapshot::stats`]):
+    /// built beside the indexes of a large trace, else by the first ask.
+    stats: OnceLock<SnapshotStats>,
     /// Opened from a persisted index: the big columns view its file.
     from_index: bool,
 }
@@ -79,10 +83,29 @@ impl Analyzed {
     }
 
     /// Build the indexes of a parsed snapshot (CPU work: tens of ms per
-    /// million trace entries).
+    /// million trace entries). On a large trace the statistics are
+    /// computed beside them: the index build leaves a core idle for part
+    /// of its time, and a server's upload waits for both.
     pub fn build(snapshot: Snapshot) -> Analyzed {
-        let (index, timeline) = TimelineIndex::build_with_intervals(&snapshot);
-        Analyzed::from_parts(snapshot, index, timeline, false)
+        let rows: usize = snapshot.devices.iter().map(|d| d.trace.len()).sum();
+        let ((index, timeline), stats) = if rows >= timeline::PARALLEL_BUILD_ROWS {
+            let (built, stats) =
+                timeline::beside(|| TimelineIndex::build_with_intervals(&snapshot), || snapshot.stats());
+            (built, Some(stats))
+        } else {
+            (TimelineIndex::build_with_intervals(&snapshot), None)
+        };
+        let analyzed = Analyzed::from_parts(snapshot, index, timeline, false);
+        if let Some(stats) = stats {
+            let _ = analyzed.stats.set(stats);
+        }
+        analyzed
+    }
+
+    /// PyTorch's counters recomputed from the snapshot, as
+    /// [`Snapshot::stats`] answers them, computed once.
+    pub fn stats(&self) -> &SnapshotStats {
+        self.stats.get_or_init(|| self.snapshot.stats())
     }
 
     /// Assemble built or loaded parts.
@@ -95,7 +118,7 @@ impl Analyzed {
         let checkpoints = snapshot.devices.iter().map(|d| (d.device, OnceLock::new())).collect();
         let categories = snapshot.devices.iter().map(|d| (d.device, OnceLock::new())).collect();
         let pools = snapshot.devices.iter().map(|d| (d.device, OnceLock::new())).collect();
-        Analyzed { snapshot, index, timeline, checkpoints, categories, pools, from_index }
+        Analyzed { snapshot, index, timeline, checkpoints, categories, pools, stats: OnceLock::new(), from_index }
     }
 
     /// The device asked for, or the first one when none was.
@@ -169,5 +192,24 @@ impl Analyzed {
             .iter()
             .find(|d| d.device == device)
             .ok_or_else(|| ViewError::NotFound(format!("device {device}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The statistics built beside the indexes of a large trace (gpt_long:
+    /// 255,577 rows) are the snapshot's own, as is the lazy copy of a small
+    /// one's.
+    #[test]
+    fn the_statistics_built_beside_the_indexes_are_the_snapshots() {
+        for name in ["gpt_long", "oom_leak"] {
+            let snapshot = crate::testing::snapshot(name);
+            let expected = serde_json::to_string(&snapshot.stats().report("")).expect("json");
+            let analyzed = Analyzed::build(snapshot);
+            assert_eq!(analyzed.stats.get().is_some(), name == "gpt_long", "{name}: built beside the indexes");
+            assert_eq!(serde_json::to_string(&analyzed.stats().report("")).expect("json"), expected, "{name}");
+        }
     }
 }

@@ -7,7 +7,7 @@ use std::collections::BinaryHeap;
 use rustc_hash::FxHashMap;
 
 use crate::column::Column;
-use crate::index::DeviceIndex;
+use crate::index::{Allocation, DeviceIndex};
 use crate::snapshot::StackId;
 
 /// "No row" in [`AllocItem::free_requested`].
@@ -71,23 +71,31 @@ impl AllocationIndex {
         // Rows past the trace would mean an index of another trace: skip them
         // rather than index out of bounds later.
         let in_trace = |row: Option<u32>| row.is_none_or(|r| (r as usize) < rows);
+        let item = |a: &Allocation| {
+            (a.size > 0 && in_trace(a.alloc_row.get()) && in_trace(a.free_completed_row.get())).then(|| AllocItem {
+                addr: a.addr,
+                size: a.size,
+                stack: a.stack,
+                lo: a.alloc_row.get().map_or(0, |r| r.saturating_add(1)),
+                hi: a.free_completed_row.get().map_or(end, |r| r.saturating_add(1)),
+                free_requested: a.free_requested_row.get().unwrap_or(NONE),
+            })
+        };
+        // Sorted by start, ties in index order. The intervals list an
+        // allocation at its first row, so those with an alloc row come in
+        // order already: the ones alive from the start (start 0) go first,
+        // then the rest as listed, sorted only if they are not in order.
+        // The stable sort of the whole list took a scratch copy of half of
+        // it (85 MB on a 16M-entry trace) to find that out.
         // Sized to the allocations (an upper bound), not grown by doubling.
         let mut items: Vec<AllocItem> = Vec::with_capacity(intervals.allocations.len());
-        items.extend(
-            intervals
-                .allocations
-                .iter()
-                .filter(|a| a.size > 0 && in_trace(a.alloc_row.get()) && in_trace(a.free_completed_row.get()))
-                .map(|a| AllocItem {
-                    addr: a.addr,
-                    size: a.size,
-                    stack: a.stack,
-                    lo: a.alloc_row.get().map_or(0, |r| r.saturating_add(1)),
-                    hi: a.free_completed_row.get().map_or(end, |r| r.saturating_add(1)),
-                    free_requested: a.free_requested_row.get().unwrap_or(NONE),
-                }),
-        );
-        items.sort_by_key(|it| it.lo); // stable: ties keep index order
+        items.extend(intervals.allocations.iter().filter(|a| a.alloc_row.get().is_none()).filter_map(item));
+        let from_start = items.len();
+        items.extend(intervals.allocations.iter().filter(|a| a.alloc_row.get().is_some()).filter_map(item));
+        let started = &mut items[from_start..];
+        if !started.is_sorted_by_key(|it| it.lo) {
+            started.sort_by_key(|it| it.lo); // stable: ties keep index order
+        }
         let m = items.len();
 
         // The segment tree and the checkpoint lists share nothing but the
@@ -278,10 +286,22 @@ fn checkpoint_lists(
     let s = CeilDiv::new(stride);
     let checkpoints = rows / stride as usize + 1;
 
+    // The items that span a checkpoint (a third of them on a real trace),
+    // in item order, with their spans, read once: every pass below walks
+    // these rather than all the items (each pass over all of them, spans
+    // recomputed, was a tenth of the build on a 16M-entry trace).
+    let listed: Vec<Listed> = items
+        .iter()
+        .enumerate()
+        .filter_map(|(i, it)| {
+            let (h, l) = span(it, s);
+            let h = h.min(checkpoints as u64);
+            (l < h).then_some(Listed { item: i as u32, first: l as u32, end: h as u32 })
+        })
+        .collect();
     let mut counts = vec![0u32; checkpoints + 1];
-    for it in items {
-        let (h, l) = span(it, s);
-        for j in l..h.min(checkpoints as u64) {
+    for at in &listed {
+        for j in at.first..at.end {
             counts[j as usize + 1] += 1;
         }
     }
@@ -291,19 +311,12 @@ fn checkpoint_lists(
     let checkpoint_starts = counts;
     let mut cursor = checkpoint_starts.clone();
     let mut checkpoint_ids = vec![0u32; checkpoint_starts[checkpoints] as usize];
-    // Filling in size order leaves every list sorted. Only the items
-    // that span a checkpoint are listed, with their span read in item
-    // order: reading each item's span in size order missed the cache
-    // on every item (38% of this build on a 16M-entry trace).
-    let listed = by_size(items, |i, it| {
-        let (h, l) = span(it, s);
-        let h = h.min(checkpoints as u64);
-        (l < h).then_some((i, l as u32, h as u32))
-    });
-    for (i, l, h) in listed {
-        for j in l..h {
+    // Filling in size order leaves every list sorted. The sizes are read
+    // in item order, as the list is.
+    for at in by_size(&listed, |at| items[at.item as usize].size) {
+        for j in at.first..at.end {
             let slot = &mut cursor[j as usize];
-            checkpoint_ids[*slot as usize] = i;
+            checkpoint_ids[*slot as usize] = at.item;
             *slot += 1;
         }
     }
@@ -313,31 +326,32 @@ fn checkpoint_lists(
 /// Most distinct sizes counted in a map; past it, a comparison sort.
 const MAX_DISTINCT_SIZES: usize = 1 << 16;
 
-/// `keep(i, item)` of each item that gives one, ordered by the items'
-/// sizes, largest first, ties in index order.
+/// An item listed at checkpoints `first..end`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Listed {
+    item: u32,
+    first: u32,
+    end: u32,
+}
+
+/// `entries` ordered by their sizes, largest first, ties in the slice's
+/// order.
 ///
 /// Sizes repeat: a real trace has hundreds to a few thousand distinct ones
 /// against millions of allocations, so this is a counting sort over the
-/// distinct sizes (two lookups per item in a map that stays in cache),
+/// distinct sizes (two lookups per entry in a map that stays in cache),
 /// not a comparison sort through an index (0.8 s of a 16M-entry build).
 /// A trace of many distinct sizes falls back to the comparison sort.
-fn by_size<P: Copy>(items: &[AllocItem], keep: impl Fn(u32, &AllocItem) -> Option<P>) -> Vec<P> {
+fn by_size<P: Copy>(entries: &[P], size: impl Fn(&P) -> u64) -> Vec<P> {
+    let Some(&first) = entries.first() else { return Vec::new() };
     let mut counts: FxHashMap<u64, u32> = FxHashMap::default();
-    let mut kept = 0usize;
-    for (i, it) in items.iter().enumerate() {
-        if keep(i as u32, it).is_none() {
-            continue;
-        }
-        kept += 1;
-        *counts.entry(it.size).or_insert(0) += 1;
+    for entry in entries {
+        *counts.entry(size(entry)).or_insert(0) += 1;
         if counts.len() > MAX_DISTINCT_SIZES {
-            let mut order: Vec<(Reverse<u64>, u32, P)> = items
-                .iter()
-                .enumerate()
-                .filter_map(|(i, it)| Some((Reverse(it.size), i as u32, keep(i as u32, it)?)))
-                .collect();
-            order.sort_by_key(|&(size, i, _)| (size, i));
-            return order.into_iter().map(|(_, _, p)| p).collect();
+            let mut order: Vec<(Reverse<u64>, u32)> =
+                entries.iter().enumerate().map(|(i, e)| (Reverse(size(e)), i as u32)).collect();
+            order.sort_unstable();
+            return order.into_iter().map(|(_, i)| entries[i as usize]).collect();
         }
     }
     let mut sizes: Vec<(u64, u32)> = counts.iter().map(|(&size, &n)| (size, n)).collect();
@@ -349,17 +363,16 @@ fn by_size<P: Copy>(items: &[AllocItem], keep: impl Fn(u32, &AllocItem) -> Optio
         next.insert(size, at);
         at += n;
     }
-    let mut order: Vec<Option<P>> = vec![None; kept];
-    for (i, it) in items.iter().enumerate() {
-        // Every kept item's size was counted above.
-        if let Some(p) = keep(i as u32, it)
-            && let Some(slot) = next.get_mut(&it.size)
-        {
-            order[*slot as usize] = Some(p);
+    // Every place is written below (each size was counted above): `first`
+    // only fills the list until then.
+    let mut order: Vec<P> = vec![first; entries.len()];
+    for &entry in entries {
+        if let Some(slot) = next.get_mut(&size(&entry)) {
+            order[*slot as usize] = entry;
             *slot += 1;
         }
     }
-    order.into_iter().flatten().collect()
+    order
 }
 
 #[cfg(test)]
@@ -378,9 +391,52 @@ mod tests {
         order
     }
 
+    /// The indexes of the items `keep` keeps, ordered by [`by_size`].
+    fn sized(items: &[AllocItem], keep: impl Fn(u32) -> bool) -> Vec<u32> {
+        let kept: Vec<u32> = (0..items.len() as u32).filter(|&i| keep(i)).collect();
+        by_size(&kept, |&i| items[i as usize].size)
+    }
+
+    /// The items in start order, ties in index order, as the stable sort
+    /// of the whole list gave them: with the alloc rows in order (as the
+    /// intervals list them), and out of order (an index of another
+    /// making), ghosts interleaved either way.
+    #[test]
+    fn items_come_in_start_order_without_sorting_the_ghosts() {
+        use crate::index::OptRow;
+        let allocation = |addr: u64, alloc: Option<u32>, freed: Option<u32>| Allocation {
+            addr,
+            size: 512,
+            stack: StackId::default(),
+            alloc_row: alloc.map_or(OptRow::NONE, OptRow::some),
+            free_requested_row: OptRow::NONE,
+            free_completed_row: freed.map_or(OptRow::NONE, OptRow::some),
+        };
+        for rows in [[1, 4, 6, 8], [6, 1, 8, 4]] {
+            let allocations = vec![
+                allocation(1, Some(rows[0]), Some(9)),
+                allocation(2, None, Some(3)),
+                allocation(3, Some(rows[1]), None),
+                allocation(4, Some(rows[2]), None),
+                allocation(5, None, None),
+                allocation(6, Some(rows[3]), Some(9)),
+            ];
+            let expected: Vec<(u32, u64)> = {
+                let mut by_start: Vec<(u32, u64)> =
+                    allocations.iter().map(|a| (a.alloc_row.get().map_or(0, |r| r + 1), a.addr)).collect();
+                by_start.sort_by_key(|&(lo, _)| lo);
+                by_start
+            };
+            let intervals = DeviceIndex { device: 0, allocations: allocations.into(), segments: Vec::new() };
+            let index = AllocationIndex::build(&intervals, 10, 1, None);
+            let got: Vec<(u32, u64)> = index.items.iter().map(|it| (it.lo, it.addr)).collect();
+            assert_eq!(got, expected, "alloc rows {rows:?}");
+        }
+    }
+
     #[test]
     fn the_counted_size_order_is_the_compared_one() {
-        let all = |items: &[AllocItem]| by_size(items, |i, _| Some(i));
+        let all = |items: &[AllocItem]| sized(items, |_| true);
         // Few distinct sizes, in a scrambled order, with ties.
         let few = items((0..10_000u64).map(|i| (i * 7919 % 37) << 9));
         assert_eq!(all(&few), compared(&few));
@@ -391,7 +447,7 @@ mod tests {
         // Only the kept ones, in the same order, both ways.
         for sample in [&few, &many] {
             let odd: Vec<u32> = compared(sample).into_iter().filter(|i| i % 2 == 1).collect();
-            assert_eq!(by_size(sample, |i, _| (i % 2 == 1).then_some(i)), odd);
+            assert_eq!(sized(sample, |i| i % 2 == 1), odd);
         }
     }
 }

@@ -232,11 +232,11 @@ pub enum MarkerKind {
 }
 
 /// Rows from which a device's timeline is built on two threads.
-const PARALLEL_BUILD_ROWS: usize = 200_000;
+pub(crate) const PARALLEL_BUILD_ROWS: usize = 200_000;
 
 /// `a` on another thread while `b` runs on this one, where there are
 /// threads (not in the browser's wasm, where both run here in turn).
-fn beside<A: Send, B>(a: impl FnOnce() -> A + Send, b: impl FnOnce() -> B) -> (A, B) {
+pub(crate) fn beside<A: Send, B>(a: impl FnOnce() -> A + Send, b: impl FnOnce() -> B) -> (A, B) {
     #[cfg(not(target_arch = "wasm32"))]
     {
         std::thread::scope(|scope| {

@@ -29,7 +29,7 @@ use crate::error::ViewError;
 pub fn answer(a: &Analyzed, route: &str, query: &str) -> Result<String, ViewError> {
     let route = route.trim_matches('/');
     match route.split_once('/') {
-        None if route == "stats" => json(&a.snapshot.stats().report("")),
+        None if route == "stats" => json(&a.stats().report("")),
         None => {
             let mut lookup = Lookup { analyzed: a, route, query, answer: None };
             view::each(&mut lookup);
