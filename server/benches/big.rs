@@ -44,6 +44,20 @@
 //! 0.48-0.58 s; upload → first timeline from 2.09x `stats` (73ee613) to
 //! 1.24x (two runs, 3.10 and 3.19 s against 2.50 and 2.56 s).
 //!
+//! Stop 38, perf on the server during the upload (`perf record -F 1999 -g
+//! -p <pid>`, samples bucketed by time): the staging file's buffered
+//! write (`copy_folio_from_iter_atomic`, the page cache copy) took about
+//! 65% of a core through the whole upload and SHA-256 about 20%, beside
+//! the parse on the other core; after it, the parse finished 95 ms behind
+//! the upload, the index build took 0.68 s (intervals 0.28 s beside the
+//! curves 0.26 s, then the allocation index 0.3 s: items, checkpoint lists
+//! beside the segment tree), mostly in first touches of fresh pages on
+//! this VM (150k page faults, `clear_page_erms` the top symbol), and the
+//! statistics 44 ms after it. Since then the staging file is written
+//! around the page cache (`store/direct.rs`, `O_DIRECT`) and the
+//! statistics are built beside the index. Without the staging write at
+//! all (a measuring hack, not kept) upload → first timeline was 2.79 s.
+//!
 //! With `VRAMSCOPE_BENCH_BASELINE` set to another `vramscope` build, steps
 //! 2 to 4 run again with it, in the same run, rows labelled `baseline:`.
 //!

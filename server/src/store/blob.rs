@@ -40,6 +40,8 @@ use object_store::{GetOptions, GetRange, ObjectStore, WriteMultipart};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use super::direct::DirectFile;
+
 /// Size of one uploaded part. S3 needs at least 5 MiB for every part but the
 /// last; bigger parts mean fewer requests but more memory per upload.
 pub(crate) const PART_SIZE: usize = 8 * 1024 * 1024;
@@ -115,13 +117,22 @@ pub(crate) type Tap = tokio::sync::mpsc::Sender<Tapped>;
 /// background (a client that disconnects leaves nothing behind).
 pub(crate) struct StagedUpload {
     key: String,
-    writer: Option<WriteMultipart>,
+    writer: Option<Writer>,
     hasher: Sha256,
     size: u64,
     /// The store, to remove the object when its completion outlives the caller.
     blobs: BlobStore,
     /// Where the bytes are also handed on, if anywhere.
     tap: Option<Tap>,
+}
+
+/// Where a staged upload's bytes go.
+enum Writer {
+    /// Through `object_store`: to S3 in parts.
+    Parts(WriteMultipart),
+    /// A local folder's file, written around the page cache
+    /// ([`super::direct`]).
+    Local(DirectFile),
 }
 
 /// A complete upload in staging, ready for [`BlobStore::commit`] or
@@ -164,19 +175,31 @@ impl BlobStore {
     /// Starts an upload into a new staging object.
     pub(crate) async fn begin_upload(&self) -> Result<StagedUpload> {
         let key = format!("{STAGING_DIR}/{}", uuid::Uuid::now_v7());
-        let upload = self
-            .store
-            .put_multipart(&ObjectPath::from(key.as_str()))
-            .await
-            .with_context(|| format!("cannot start upload {key} in {}", self.location))?;
-        Ok(StagedUpload {
-            key,
-            writer: Some(WriteMultipart::new_with_chunk_size(upload, PART_SIZE)),
-            hasher: Sha256::new(),
-            size: 0,
-            blobs: self.clone(),
-            tap: None,
-        })
+        let writer = match &self.local_root {
+            // The key's path in the folder, as `object_store` maps it (a
+            // uuid needs no escaping).
+            Some(root) => {
+                let folder = root.join(STAGING_DIR);
+                tokio::fs::create_dir_all(&folder)
+                    .await
+                    .with_context(|| format!("cannot create {}", folder.display()))?;
+                let path = root.join(&key);
+                Writer::Local(
+                    DirectFile::create(path.clone())
+                        .await
+                        .with_context(|| format!("cannot start upload {}", path.display()))?,
+                )
+            }
+            None => {
+                let upload = self
+                    .store
+                    .put_multipart(&ObjectPath::from(key.as_str()))
+                    .await
+                    .with_context(|| format!("cannot start upload {key} in {}", self.location))?;
+                Writer::Parts(WriteMultipart::new_with_chunk_size(upload, PART_SIZE))
+            }
+        };
+        Ok(StagedUpload { key, writer: Some(writer), hasher: Sha256::new(), size: 0, blobs: self.clone(), tap: None })
     }
 
     /// The content-addressed key of a file whose SHA-256 is `sha256`.
@@ -441,15 +464,19 @@ impl StagedUpload {
             self.tap = None;
         }
         let key = &self.key;
-        let writer = self.writer.as_mut().with_context(|| format!("upload {key} is already closed"))?;
-        // Pieces of at most one part, so each put starts at most one part
-        // upload and the wait below bounds what is in flight.
-        while !bytes.is_empty() {
-            writer
-                .wait_for_capacity(PARTS_IN_FLIGHT)
-                .await
-                .with_context(|| format!("cannot upload a part of {key}"))?;
-            writer.put(bytes.split_to(bytes.len().min(PART_SIZE)));
+        match self.writer.as_mut().with_context(|| format!("upload {key} is already closed"))? {
+            // Pieces of at most one part, so each put starts at most one part
+            // upload and the wait below bounds what is in flight.
+            Writer::Parts(writer) => {
+                while !bytes.is_empty() {
+                    writer
+                        .wait_for_capacity(PARTS_IN_FLIGHT)
+                        .await
+                        .with_context(|| format!("cannot upload a part of {key}"))?;
+                    writer.put(bytes.split_to(bytes.len().min(PART_SIZE)));
+                }
+            }
+            Writer::Local(file) => file.write(&bytes).await.with_context(|| format!("cannot write {key}"))?,
         }
         Ok(())
     }
@@ -476,7 +503,11 @@ impl StagedUpload {
         let (hand_over, received) = tokio::sync::oneshot::channel();
         tokio::spawn(async move {
             let key = staged.staging_key.clone();
-            let done = writer.finish().await.with_context(|| format!("cannot complete upload {key}")).map(|_| staged);
+            let done = match writer {
+                Writer::Parts(writer) => writer.finish().await.map(drop).map_err(anyhow::Error::from),
+                Writer::Local(file) => file.finish().await.map_err(anyhow::Error::from),
+            };
+            let done = done.with_context(|| format!("cannot complete upload {key}")).map(|()| staged);
             if let Err(Ok(abandoned)) = hand_over.send(done)
                 && let Err(e) = blobs.discard(&abandoned).await
             {
@@ -488,24 +519,40 @@ impl StagedUpload {
 
     /// Cancels the upload and removes the parts already written.
     pub(crate) async fn abort(mut self) -> Result<()> {
+        let key = &self.key;
         match self.writer.take() {
-            Some(writer) => writer.abort().await.with_context(|| format!("cannot abort upload {}", self.key)),
+            Some(writer) => writer.abort().await.with_context(|| format!("cannot abort upload {key}")),
             None => Ok(()),
+        }
+    }
+}
+
+impl Writer {
+    /// Stops the upload and removes what was written.
+    async fn abort(self) -> Result<()> {
+        match self {
+            Writer::Parts(writer) => Ok(writer.abort().await?),
+            Writer::Local(file) => Ok(file.abort().await?),
         }
     }
 }
 
 impl Drop for StagedUpload {
     fn drop(&mut self) {
-        if let Some(writer) = self.writer.take()
-            && let Ok(runtime) = tokio::runtime::Handle::try_current()
-        {
-            let key = std::mem::take(&mut self.key);
-            runtime.spawn(async move {
-                if let Err(e) = writer.abort().await {
-                    tracing::warn!("cannot abort abandoned upload {key}: {e}");
+        match self.writer.take() {
+            // Removes its file itself.
+            Some(Writer::Local(file)) => drop(file),
+            Some(Writer::Parts(writer)) => {
+                if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                    let key = std::mem::take(&mut self.key);
+                    runtime.spawn(async move {
+                        if let Err(e) = Writer::Parts(writer).abort().await {
+                            tracing::warn!("cannot abort abandoned upload {key}: {e}");
+                        }
+                    });
                 }
-            });
+            }
+            None => {}
         }
     }
 }

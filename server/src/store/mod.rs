@@ -19,6 +19,7 @@
 
 mod blob;
 mod db;
+mod direct;
 mod lock;
 mod review;
 mod snapshots;
