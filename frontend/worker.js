@@ -54,7 +54,7 @@ self.onmessage = async (event) => {
         parse_ms: (parsed ?? end) - start,
         index_ms: end - (parsed ?? end),
         read_ms,
-        read_ahead: reading !== null || read_ahead_used,
+        read_ahead: read_ahead_used,
         wasm_bytes: exports.memory.buffer.byteLength,
         received_at_ms: received_ms,
         ready_at_ms: ready_ms,
