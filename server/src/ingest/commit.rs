@@ -146,8 +146,9 @@ impl Ingest {
             // guard removes the staged bytes.
             match state.parse_staged(&staged.staging_key, early.take()).await {
                 Ok(snapshot) => {
-                    let json = stats_json(&snapshot.stats())?;
-                    parsed = Some(snapshot);
+                    let stats = snapshot.stats();
+                    let json = stats_json(&stats)?;
+                    parsed = Some((snapshot, stats));
                     Some(json)
                 }
                 Err(failure) => {
@@ -196,9 +197,10 @@ impl Ingest {
         match parsed {
             // Index and persist it right away, off the answer's path; a view
             // asked for before that ends waits for it instead of parsing again.
-            Some(snapshot) => {
+            Some((snapshot, stats)) => {
                 let (ingest, key) = (state.clone(), blob_key.clone());
-                drop(state.cache.start(&blob_key, move || async move { ingest.index(&key, snapshot).await }));
+                let index = move || async move { ingest.index(&key, snapshot, Some(stats)).await };
+                drop(state.cache.start(&blob_key, index));
             }
             None => {
                 // The load starts from the upload's own parse before the

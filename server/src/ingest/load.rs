@@ -12,8 +12,8 @@
 use std::sync::Arc;
 
 use anyhow::Context;
-use vramscope_shared::Snapshot;
 use vramscope_shared::analyzed::Analyzed;
+use vramscope_shared::{Snapshot, SnapshotStats};
 
 use super::parse::UploadParse;
 use super::{Ingest, Loaded, ParseFailure};
@@ -41,7 +41,7 @@ impl Ingest {
             return Ok(warmed(Arc::new(analyzed)));
         }
         let snapshot = self.parser.parse_stored(&self.blobs, key, &self.metrics).await?;
-        self.index(key, snapshot).await
+        self.index(key, snapshot, None).await
     }
 
     /// The analyzed snapshot of the file `key` from the parse that ran
@@ -56,7 +56,7 @@ impl Ingest {
     ) -> Result<Arc<Analyzed>, ParseFailure> {
         let _shown = self.parser.track(key, early.read(), size);
         match early.finish().await {
-            Ok(snapshot) => self.index(key, snapshot).await,
+            Ok(snapshot) => self.index(key, snapshot, None).await,
             Err(failure) if UploadParse::worth_redoing(&failure) => {
                 let error = failure.message();
                 tracing::debug!(error, "the upload's own parse did not finish; parsing the stored file");
@@ -70,10 +70,17 @@ impl Ingest {
     /// them, and return the snapshot mapped from that file (the parsed
     /// copy is dropped). If the file cannot be written, the parsed copy is
     /// served and the next open parses again. A large snapshot is returned
-    /// at once and its file written behind (see the module's doc).
-    pub(crate) async fn index(&self, key: &str, snapshot: Snapshot) -> Result<Arc<Analyzed>, ParseFailure> {
+    /// at once and its file written behind (see the module's doc). The
+    /// statistics, `stats` when the caller computed them, are kept with it
+    /// (the background parse stores them).
+    pub(crate) async fn index(
+        &self,
+        key: &str,
+        snapshot: Snapshot,
+        stats: Option<SnapshotStats>,
+    ) -> Result<Arc<Analyzed>, ParseFailure> {
         let rows: usize = snapshot.devices.iter().map(|d| d.trace.len()).sum();
-        let built = tokio::task::spawn_blocking(move || Analyzed::build(snapshot))
+        let built = tokio::task::spawn_blocking(move || Analyzed::build_with_stats(snapshot, stats))
             .await
             .context("index worker")
             .map_err(ParseFailure::Storage)?;

@@ -83,17 +83,26 @@ impl Analyzed {
     }
 
     /// Build the indexes of a parsed snapshot (CPU work: tens of ms per
-    /// million trace entries). On a large trace the statistics are
-    /// computed beside them: the index build leaves a core idle for part
-    /// of its time, and a server's upload waits for both.
+    /// million trace entries). The statistics wait for their first ask.
     pub fn build(snapshot: Snapshot) -> Analyzed {
+        let (index, timeline) = TimelineIndex::build_with_intervals(&snapshot);
+        Analyzed::from_parts(snapshot, index, timeline, false)
+    }
+
+    /// [`Analyzed::build`] for a caller that needs the statistics as well
+    /// (a server stores them when a snapshot becomes ready): `known` when
+    /// they were computed already, else computed beside the indexes of a
+    /// large trace, whose build leaves a core idle for part of its time.
+    pub fn build_with_stats(snapshot: Snapshot, known: Option<SnapshotStats>) -> Analyzed {
         let rows: usize = snapshot.devices.iter().map(|d| d.trace.len()).sum();
-        let ((index, timeline), stats) = if rows >= timeline::PARALLEL_BUILD_ROWS {
-            let (built, stats) =
-                timeline::beside(|| TimelineIndex::build_with_intervals(&snapshot), || snapshot.stats());
-            (built, Some(stats))
-        } else {
-            (TimelineIndex::build_with_intervals(&snapshot), None)
+        let ((index, timeline), stats) = match known {
+            Some(stats) => (TimelineIndex::build_with_intervals(&snapshot), Some(stats)),
+            None if rows >= timeline::PARALLEL_BUILD_ROWS => {
+                let (built, stats) =
+                    timeline::beside(|| TimelineIndex::build_with_intervals(&snapshot), || snapshot.stats());
+                (built, Some(stats))
+            }
+            None => (TimelineIndex::build_with_intervals(&snapshot), None),
         };
         let analyzed = Analyzed::from_parts(snapshot, index, timeline, false);
         if let Some(stats) = stats {
@@ -207,7 +216,7 @@ mod tests {
         for name in ["gpt_long", "oom_leak"] {
             let snapshot = crate::testing::snapshot(name);
             let expected = serde_json::to_string(&snapshot.stats().report("")).expect("json");
-            let analyzed = Analyzed::build(snapshot);
+            let analyzed = Analyzed::build_with_stats(snapshot, None);
             assert_eq!(analyzed.stats.get().is_some(), name == "gpt_long", "{name}: built beside the indexes");
             assert_eq!(serde_json::to_string(&analyzed.stats().report("")).expect("json"), expected, "{name}");
         }
