@@ -120,35 +120,36 @@ const START_WAIT_MS = 2000;
 const STALL_MS = 60000;
 
 // The reader worker's whole script (a blob: URL, so that a report's page
-// needs no second file). It fills slot i % SLOTS with slice i once the
-// parse has taken slice i - SLOTS.
+// needs no second file), with the ring's layout written in from the
+// constants above. It fills slot i % SLOTS with slice i once the parse has
+// taken slice i - SLOTS.
 const READER_SCRIPT = `
-self.onmessage = ({ data: { file, ring, control, header, slots, slot_bytes } }) => {
+self.onmessage = ({ data: { file, ring, control } }) => {
   const bytes = new Uint8Array(ring);
   const c = new Int32Array(control);
-  const lengths = new Int32Array(control, 4 * header);
+  const lengths = new Int32Array(control, 4 * ${HEADER});
   const reader = new FileReaderSync();
   self.postMessage("started");
   try {
     for (let i = 0, offset = 0; offset < file.size; i++) {
       for (;;) {
-        if (Atomics.load(c, 3)) return;
-        const taken = Atomics.load(c, 1);
-        if (i - taken < slots) break;
-        Atomics.wait(c, 1, taken);
+        if (Atomics.load(c, ${STOP})) return;
+        const taken = Atomics.load(c, ${TAKEN});
+        if (i - taken < ${SLOTS}) break;
+        Atomics.wait(c, ${TAKEN}, taken);
       }
-      const end = Math.min(file.size, offset + slot_bytes);
+      const end = Math.min(file.size, offset + ${SLOT_BYTES});
       const slice = new Uint8Array(reader.readAsArrayBuffer(file.slice(offset, end)));
-      bytes.set(slice, (i % slots) * slot_bytes);
-      lengths[i % slots] = slice.length;
-      Atomics.store(c, 0, i + 1);
-      Atomics.notify(c, 0);
+      bytes.set(slice, (i % ${SLOTS}) * ${SLOT_BYTES});
+      lengths[i % ${SLOTS}] = slice.length;
+      Atomics.store(c, ${FILLED}, i + 1);
+      Atomics.notify(c, ${FILLED});
       if (slice.length === 0) return;
       offset += slice.length;
     }
   } catch (e) {
-    Atomics.store(c, 2, 1);
-    Atomics.notify(c, 0);
+    Atomics.store(c, ${FAILED}, 1);
+    Atomics.notify(c, ${FILLED});
   }
 };
 `;
@@ -193,7 +194,7 @@ const readAhead = async (file) => {
     worker.onerror = () => resolve(false);
     setTimeout(() => resolve(false), START_WAIT_MS);
   });
-  worker.postMessage({ file, ring, control: shared, header: HEADER, slots: SLOTS, slot_bytes: SLOT_BYTES });
+  worker.postMessage({ file, ring, control: shared });
   if (!(await began) || reading === null || reading.worker !== worker) {
     if (reading !== null && reading.worker === worker) stopReading();
     return null;
@@ -208,7 +209,7 @@ const readAhead = async (file) => {
     if (!fallback && offset !== start + at) fallback = true;
     if (!fallback) {
       let len = index < Atomics.load(control, FILLED) ? lengths[index % SLOTS] : -1;
-      if (len >= 0 && at === len && len > 0) {
+      if (len > 0 && at === len) {
         // This slot is used up: hand it back to the reader.
         index += 1; start += len; at = 0;
         Atomics.store(control, TAKEN, index);

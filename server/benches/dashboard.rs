@@ -191,6 +191,12 @@ struct BigRow {
     renderer_rss: Option<u64>,
 }
 
+/// What the worker's `read_ms` counts: with a reader worker (a cross-origin
+/// isolated page), only the parse's waits for bytes not yet read ahead.
+fn reading(read_ahead: bool) -> &'static str {
+    if read_ahead { "waiting on the reader worker" } else { "reading the file" }
+}
+
 fn print_big(input: &Path, r: &BigRow) {
     let len = file_len(input) as f64;
     println!();
@@ -204,7 +210,7 @@ fn print_big(input: &Path, r: &BigRow) {
         TARGET_BIG_FIRST_DRAW_MS / 1e3,
         verdict(r.first_draw <= TARGET_BIG_FIRST_DRAW_MS)
     );
-    let reading = if r.read_ahead { "waiting on the reader worker" } else { "reading the file" };
+    let reading = reading(r.read_ahead);
     println!(
         "  in the worker: parse {} (of which {reading} {}), indexes {}, answers before the first draw (route ms, in order): {}",
         ms(r.parse_ms),
@@ -479,9 +485,7 @@ async fn ours_local(browser: &Client, url: &str, input: &Path, file: &str) -> Re
                 .collect()
         })
         .unwrap_or_default();
-    // With a reader worker (a cross-origin isolated page), the parse's
-    // time in `slice` is only its waits for bytes not yet read ahead.
-    let reading = if open["read_ahead"] == true { "waiting on the reader worker" } else { "reading the file" };
+    let reading = reading(open["read_ahead"] == true);
     println!(
         "  {file} local: worker ready at {} ms, open received at {}, parse {} ({reading} {}), index {}, \
          opened at {} (worker's clock); first draw {:.0} ms after the pick; first answers (ms): {}",

@@ -68,7 +68,8 @@ impl Part {
 pub(crate) struct DirectFile {
     path: PathBuf,
     file: Option<std::sync::Arc<File>>,
-    /// Whether the file is open with `O_DIRECT` (false after a refusal).
+    /// Whether the file is open with `O_DIRECT` (false when the open was
+    /// refused; a refused write is redone through a buffered handle).
     direct: bool,
     /// The part being filled, and the offset it starts at.
     part: Option<Part>,
@@ -112,6 +113,8 @@ impl DirectFile {
     pub(crate) async fn create(path: PathBuf) -> io::Result<DirectFile> {
         let opened = path.clone();
         let (file, direct) = tokio::task::spawn_blocking(move || {
+            // Created first, then opened: tmpfs creates the file before it
+            // refuses `O_DIRECT`, so a create with it could not be retried.
             let created = File::create_new(&opened)?;
             drop(created);
             open(&opened, true)
