@@ -763,3 +763,52 @@ async fn legend_markers(client: &Client, url: &str) {
     assert!(legend.contains("OOM") && !legend.contains("trace start"), "the OOM alone: {legend}");
     screenshot(client, "views-11-legend-oom").await;
 }
+
+/// A snapshot page sent a dozen requests at once as it opened (the OOM
+/// post-mortem and the leak ranking, which replay the trace, the library
+/// for the compare picker, the comments twice, the record twice, the state
+/// at the end, the annotations, the time-axis probe), and the timeline the
+/// user waits for shared the server and the page's main thread with them.
+/// Now only the record and the statistics go before the first timeline,
+/// and every other request starts once that timeline's answer is in; the
+/// record is asked for once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_the_first_timeline_is_asked_for_before_the_rest_of_the_page() {
+    let (_server, url) = start_server(&scratch("views-first-timeline"), &[]);
+    assert_dashboard_built(&url).await;
+    let id = upload(&url, &crate::common::fixture_corpus().join("oom_leak.pickle")).await;
+    let (_driver, driver_url) = start_chromedriver();
+    let client = connect(&driver_url, "profile-views-first-timeline").await;
+    closing(&client, async {
+        client.goto(&format!("{url}/snapshots/{id}")).await.expect("open the snapshot");
+        // Everything the page asks for on its own has come back.
+        until(&client, 60, "the post-mortem", || text_of(&client, "#oom-panel")).await;
+        until(&client, 30, "the review thread", || text_of(&client, "#no-comments")).await;
+        until(&client, 60, "the leak ranking", || async {
+            text_of(&client, "#leaks-panel").await.filter(|t| !t.contains("Loading"))
+        })
+        .await;
+        let script = "return performance.getEntriesByType('resource')\
+            .filter(e => new URL(e.name).pathname.startsWith('/api/'))\
+            .map(e => [new URL(e.name).pathname + new URL(e.name).search, e.startTime, e.responseEnd])";
+        let entries = client.execute(script, vec![]).await.expect("resource timings");
+        let requests: Vec<(String, f64, f64)> = serde_json::from_value(entries).expect("[url, start, end] rows");
+        let record = format!("/api/v1/snapshots/{id}");
+        let stats = format!("{record}/stats");
+        let timeline = |u: &str| u.starts_with(&format!("{record}/timeline?")) && !u.contains("max_allocations=0");
+        let first =
+            requests.iter().find(|(u, ..)| timeline(u)).unwrap_or_else(|| panic!("no timeline in {requests:?}"));
+        let after: Vec<&(String, f64, f64)> =
+            requests.iter().filter(|r| r.0 != record && r.0 != stats && !std::ptr::eq(*r, first)).collect();
+        for (u, start, _) in &after {
+            assert!(*start >= first.2, "{u} started at {start:.1} ms, before the first timeline's answer ({first:?})");
+        }
+        let asked = |part: &str| after.iter().any(|(u, ..)| u.contains(part));
+        for part in ["/comments", "/explain?", "/leaks?", "/api/v1/snapshots?", "/annotations?", "/state?"] {
+            assert!(asked(part), "no request for {part} after the first timeline: {requests:?}");
+        }
+        let records = requests.iter().filter(|(u, ..)| *u == record).count();
+        assert_eq!(records, 1, "the record once: {requests:?}");
+    })
+    .await;
+}

@@ -14,6 +14,7 @@ use crate::core::model::{AllocatorState, Axis, Instant, SearchAnswer};
 use crate::core::permalink::{self, PageState, Selected, Tab};
 use crate::core::viewport::{ByteRange, Window};
 use crate::infra::api;
+use crate::infra::first_view::FirstView;
 use crate::infra::latest::latest;
 
 mod breakdown;
@@ -122,8 +123,12 @@ pub(crate) fn DeviceViews(id: String, device: u32, initial: PageState) -> impl I
     // The allocator state follows the instant; answers to superseded
     // instants are dropped.
     let states = latest();
+    let first_view = FirstView::current();
     Effect::new(move |_| {
         let Some(at) = ctx.instant.get() else { return };
+        if !first_view.passed() {
+            return;
+        }
         let id = ctx.id.get_value();
         states.run(async move { api::state(&id, device, at).await }, move |answer| match answer {
             Ok(s) => ctx.state.set(Some(s)),

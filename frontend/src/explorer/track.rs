@@ -17,6 +17,7 @@ use crate::explorer::panel::PanelCanvas;
 use crate::infra::api;
 use crate::infra::canvas;
 use crate::infra::draws;
+use crate::infra::first_view::{FirstView, after_first_view};
 
 /// The track of the device of `ctx`.
 #[component]
@@ -64,9 +65,10 @@ impl TrackView {
     /// for the comments' marks once.
     fn fetch(self) {
         let (ctx, ranges, comments) = (self.ctx, self.ranges, self.comments);
+        let first_view = FirstView::current();
         Effect::new(move |_| {
             let Some(axis) = ctx.axis.get() else { return };
-            if ctx.extent.get().is_none() {
+            if ctx.extent.get().is_none() || !first_view.passed() {
                 return;
             }
             let query = api::WindowQuery { device: ctx.device, axis, window: None };
@@ -78,9 +80,11 @@ impl TrackView {
                 }
             });
         });
-        spawn_local(async move {
-            let marks = api::comment_marks(&ctx.id.get_value()).await;
-            comments.try_set(marks);
+        after_first_view(move || {
+            spawn_local(async move {
+                let marks = api::comment_marks(&ctx.id.get_value()).await;
+                comments.try_set(marks);
+            })
         });
     }
 

@@ -445,13 +445,6 @@ pub(crate) async fn comments(id: &str) -> Result<Vec<Comment>, ApiError> {
     get("loading the comments", &paths::COMMENTS.path([id])).await
 }
 
-/// Whether a snapshot is pinned (kept from retention); `None` when its
-/// record does not say.
-pub(crate) async fn pinned(id: &str) -> Result<Option<bool>, ApiError> {
-    let record: serde_json::Value = get("loading the snapshot", &paths::SNAPSHOT.path([id])).await?;
-    Ok(record["pinned"].as_bool())
-}
-
 /// Post a comment; `body` is `{"body": …, "row"?: …, "addr"?: …}`.
 pub(crate) async fn post_comment(id: &str, body: &serde_json::Value) -> Result<(), ApiError> {
     let url = paths::COMMENTS.path([id]);

@@ -109,6 +109,7 @@ mod ui {
     use crate::core::format;
     use crate::core::model::SnapshotMeta;
     use crate::infra::canvas::{chart_width, paint_chart};
+    use crate::infra::first_view::after_first_view;
     use crate::infra::{api, local};
 
     /// Pick another snapshot from the library to compare this one with.
@@ -124,26 +125,28 @@ mod ui {
         let others = RwSignal::new(locals.clone());
         let chosen = RwSignal::new(locals.first().map(|(o, _)| o.clone()).unwrap_or_default());
         let this = id.clone();
-        spawn_local(async move {
-            if let Ok(page) = api::list(&api::ListQuery::default(), None).await {
-                let listed = page.items.into_iter().filter(|m| m.id != this).map(|m: SnapshotMeta| {
-                    let label = match (&m.job, m.rank) {
-                        (Some(j), Some(r)) => format!("{} ({j}, rank {r})", m.name),
-                        _ => m.name.clone(),
-                    };
-                    (m.id, label)
-                });
-                let list: Vec<(String, String)> = locals.into_iter().chain(listed).collect();
-                // The list may come after the user picked a local file:
-                // keep their pick, and take the first only if there was none.
-                let first = list.first().map(|(o, _)| o.clone()).unwrap_or_default();
-                chosen.try_update(|c| {
-                    if c.is_empty() {
-                        *c = first;
-                    }
-                });
-                others.try_set(list);
-            }
+        after_first_view(move || {
+            spawn_local(async move {
+                if let Ok(page) = api::list(&api::ListQuery::default(), None).await {
+                    let listed = page.items.into_iter().filter(|m| m.id != this).map(|m: SnapshotMeta| {
+                        let label = match (&m.job, m.rank) {
+                            (Some(j), Some(r)) => format!("{} ({j}, rank {r})", m.name),
+                            _ => m.name.clone(),
+                        };
+                        (m.id, label)
+                    });
+                    let list: Vec<(String, String)> = locals.into_iter().chain(listed).collect();
+                    // The list may come after the user picked a local file:
+                    // keep their pick, and take the first only if there was none.
+                    let first = list.first().map(|(o, _)| o.clone()).unwrap_or_default();
+                    chosen.try_update(|c| {
+                        if c.is_empty() {
+                            *c = first;
+                        }
+                    });
+                    others.try_set(list);
+                }
+            })
         });
         let id = StoredValue::new(id);
         view! {

@@ -13,6 +13,7 @@ use crate::core::panel::MIN_WIDTH;
 use crate::explorer::panel::PanelCanvas;
 use crate::infra::api;
 use crate::infra::canvas;
+use crate::infra::first_view::after_first_view;
 
 /// Height of the chart.
 const HEIGHT: f64 = 150.0;
@@ -24,10 +25,12 @@ const POINTS: u32 = 800;
 pub(crate) fn HostMemory(id: String) -> impl IntoView {
     let answer = RwSignal::new(None::<Result<HostAnswer, String>>);
     let panel = PanelCanvas::new();
-    leptos::task::spawn_local(async move {
-        let p = HostParams { px: Some(POINTS) };
-        let a = api::view::<Host>("loading the pinned host memory", &id, &p).await.map_err(|e| e.to_string());
-        answer.try_set(Some(a));
+    after_first_view(move || {
+        leptos::task::spawn_local(async move {
+            let p = HostParams { px: Some(POINTS) };
+            let a = api::view::<Host>("loading the pinned host memory", &id, &p).await.map_err(|e| e.to_string());
+            answer.try_set(Some(a));
+        })
     });
     Effect::new(move |_| {
         let Some((canvas, width)) = panel.sized(MIN_WIDTH) else { return };

@@ -83,10 +83,13 @@ mod component {
     use crate::core::model::review::Comment;
     use crate::infra::api;
     use crate::infra::clock;
+    use crate::infra::first_view::after_first_view;
 
     /// The review thread of snapshot `id`: pin, comments, a form to add one.
+    /// Whether it is pinned comes from the record the page loaded
+    /// (`pinned_now`), not from a request of its own.
     #[component]
-    pub(crate) fn ReviewThread(id: String) -> impl IntoView {
+    pub(crate) fn ReviewThread(id: String, pinned_now: Signal<Option<bool>>) -> impl IntoView {
         let thread = Thread {
             id: StoredValue::new(id),
             comments: RwSignal::new(None),
@@ -97,10 +100,10 @@ mod component {
             busy: RwSignal::new(false),
             moment_hint: RwSignal::new(None),
         };
-        thread.reload();
-        spawn_local(async move {
-            if let Ok(record) = api::pinned(&thread.id.get_value()).await {
-                thread.pinned.try_set(record);
+        after_first_view(move || thread.reload());
+        Effect::new(move |_| {
+            if let Some(p) = pinned_now.get() {
+                thread.pinned.set(Some(p));
             }
         });
         thread.refresh_hint();

@@ -17,6 +17,7 @@ use crate::core::format;
 use crate::core::model::{SnapshotMeta, StatsReport};
 use crate::core::permalink;
 use crate::explorer::DeviceViews;
+use crate::infra::first_view::FirstView;
 use crate::infra::{api, clock};
 
 /// How often the statistics are asked for again while the server parses.
@@ -48,6 +49,9 @@ pub(crate) fn SnapshotView(id: String) -> impl IntoView {
     let meta = RwSignal::new(None::<Result<SnapshotMeta, String>>);
     let stats = RwSignal::new(StatsState::Loading);
     let device = RwSignal::new(None::<u32>);
+    // The timeline goes first; a page that will draw none lets the rest go
+    // as soon as it knows.
+    let first_view = FirstView::provide();
     // The view a link describes (`?device=…&axis=…&start=…`), for the first
     // device shown; a device picked afterwards starts fresh.
     let linked = permalink::parse(&window().location().search().unwrap_or_default());
@@ -76,6 +80,16 @@ pub(crate) fn SnapshotView(id: String) -> impl IntoView {
             _ => None,
         })
     };
+    Effect::new(move |_| {
+        let no_timeline = match &*stats.read() {
+            StatsState::Loading | StatsState::Parsing => false,
+            StatsState::Failed(_) => true,
+            StatsState::Ready(_) => selected().is_none_or(|d| d.trace_entries == 0),
+        };
+        if no_timeline {
+            first_view.open();
+        }
+    });
     let timeline_id = StoredValue::new(id.clone());
     // An offline report has no library and no server to keep comments.
     let report = crate::infra::local::in_report();
@@ -123,7 +137,7 @@ pub(crate) fn SnapshotView(id: String) -> impl IntoView {
                 stats.with(|s| matches!(s, StatsState::Ready(r) if r.host.is_some()))
                     .then(|| view! { <crate::pages::host::HostMemory id=timeline_id.get_value()/> })
             }}
-            {review(timeline_id.get_value(), report)}
+            {review(timeline_id.get_value(), report, meta)}
         </section>
     }
 }
@@ -170,10 +184,10 @@ fn device_views(id: String, d: &DeviceStats, initial: permalink::PageState) -> A
     }
 }
 
-/// The review thread of snapshot `id`. Comments and pins live on the
-/// server: an offline `report` has none, and a file opened in this tab has
+/// The review thread of snapshot `id`, pinned as its record (`meta`)
+/// says. Comments and pins live on the server: an offline `report` has none, and a file opened in this tab has
 /// none either (asking the server about its id is a 404).
-fn review(id: String, report: bool) -> AnyView {
+fn review(id: String, report: bool, meta: RwSignal<Option<Result<SnapshotMeta, String>>>) -> AnyView {
     if report {
         ().into_any()
     } else if crate::infra::local::is_local(&id) {
@@ -184,7 +198,8 @@ fn review(id: String, report: bool) -> AnyView {
         }
         .into_any()
     } else {
-        view! { <crate::pages::review::ReviewThread id=id/> }.into_any()
+        let pinned_now = Signal::derive(move || meta.with(|m| m.as_ref()?.as_ref().ok().map(|m| m.pinned)));
+        view! { <crate::pages::review::ReviewThread id=id pinned_now=pinned_now/> }.into_any()
     }
 }
 

@@ -19,6 +19,7 @@ use crate::core::plot;
 use crate::core::viewport::{ByteRange, Window};
 use crate::infra::api::{self, TimelineQuery};
 use crate::infra::draws;
+use crate::infra::first_view::after_first_view;
 
 /// Most allocations asked for per window at an ordinary zoom.
 const MAX_ALLOCATIONS: u32 = 2000;
@@ -36,7 +37,8 @@ impl TimelineState {
     /// Ask for a window: `None` for the whole trace on the current axis,
     /// which also sets the extent and resets the view.
     pub(super) fn fetch(self, window: Option<Window>) {
-        let TimelineState { ctx, width, geometry, data, loading, error, windows, schedule_fetch, .. } = self;
+        let TimelineState { ctx, width, geometry, data, loading, error, windows, schedule_fetch, first_view, .. } =
+            self;
         let (axis, extent, view, y_zoom) = (ctx.axis, ctx.extent, ctx.view, ctx.memory);
         let px = geometry
             .get_value()
@@ -77,7 +79,10 @@ impl TimelineState {
                     data.set(Some(Arc::new(Prepared { window: w, bars })));
                     error.set(None);
                 }
-                Err(e) => error.set(Some(e.to_string())),
+                Err(e) => {
+                    error.set(Some(e.to_string()));
+                    first_view.open();
+                }
             }
         });
     }
@@ -213,17 +218,19 @@ impl TimelineState {
         });
         // Whether the trace records times (PyTorch 2.2+): a one-bucket window
         // on the time axis answers, or says there is none.
-        spawn_local(async move {
-            let probe = TimelineQuery {
-                device: ctx.device,
-                axis: Some(Axis::Time),
-                window: None,
-                px: 1,
-                max_allocations: 0,
-                y_span: None,
-            };
-            let has_time = api::timeline(&ctx.id.get_value(), probe).await.is_ok();
-            time_available.try_set(has_time);
+        after_first_view(move || {
+            spawn_local(async move {
+                let probe = TimelineQuery {
+                    device: ctx.device,
+                    axis: Some(Axis::Time),
+                    window: None,
+                    px: 1,
+                    max_allocations: 0,
+                    y_span: None,
+                };
+                let has_time = api::timeline(&ctx.id.get_value(), probe).await.is_ok();
+                time_available.try_set(has_time);
+            })
         });
         let resize = window_event_listener(ev::resize, move |_| {
             if self.measure() && view.get_untracked().is_some() {

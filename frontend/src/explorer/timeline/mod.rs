@@ -43,6 +43,7 @@ use crate::core::viewport::Window;
 use crate::explorer::DeviceContext;
 use crate::infra::canvas;
 use crate::infra::draws;
+use crate::infra::first_view::FirstView;
 use crate::infra::latest::{Latest, latest};
 use crate::infra::redraw;
 
@@ -91,6 +92,8 @@ struct TimelineState {
     schedule_fetch: RwSignal<Option<Window>>,
     /// The data's top at the last draw, which a memory zoom stays inside.
     y_full: StoredValue<u64>,
+    /// The page's gate, opened by the first window drawn (or failed).
+    first_view: FirstView,
 }
 
 impl TimelineState {
@@ -111,13 +114,14 @@ impl TimelineState {
             timer: StoredValue::new(None),
             schedule_fetch: RwSignal::new(None),
             y_full: StoredValue::new(0),
+            first_view: FirstView::current(),
         }
     }
 
     /// Draw whenever the data, the view, the size or the highlight change,
     /// once per animation frame however many changes come before it.
     fn draw_on_change(self) {
-        let TimelineState { ctx, canvas_ref, width, data, geometry, hovered, error, y_full, .. } = self;
+        let TimelineState { ctx, canvas_ref, width, data, geometry, hovered, error, y_full, first_view, .. } = self;
         let (view, extent, y_zoom) = (ctx.view, ctx.extent, ctx.memory);
         let redraw = redraw::Redraw::new(move || {
             let (Some(canvas), Some(v)) = (canvas_ref.get(), view.get()) else { return };
@@ -173,8 +177,12 @@ impl TimelineState {
                             ctx.plot.set((g.left, g.width));
                         }
                         draws::record("timeline", started);
+                        first_view.open();
                     }
-                    Err(e) => error.set(Some(e)),
+                    Err(e) => {
+                        error.set(Some(e));
+                        first_view.open();
+                    }
                 }
             });
         });

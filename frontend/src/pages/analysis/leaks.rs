@@ -76,6 +76,7 @@ mod ui {
     use crate::core::format;
     use crate::infra::api;
     use crate::infra::canvas::{chart_width, paint_chart};
+    use crate::infra::first_view::after_first_view;
 
     /// Stacks asked for.
     const TOP: usize = 15;
@@ -84,10 +85,12 @@ mod ui {
     #[component]
     pub(crate) fn LeaksPanel(id: String, device: u32) -> impl IntoView {
         let answer = RwSignal::new(None::<Result<LeaksAnswer, String>>);
-        spawn_local(async move {
-            let p = LeaksParams { device: Some(device), top: Some(TOP) };
-            let result = api::view::<Leaks>("ranking the leaks", &id, &p).await.map_err(|e| e.to_string());
-            answer.try_set(Some(result));
+        after_first_view(move || {
+            spawn_local(async move {
+                let p = LeaksParams { device: Some(device), top: Some(TOP) };
+                let result = api::view::<Leaks>("ranking the leaks", &id, &p).await.map_err(|e| e.to_string());
+                answer.try_set(Some(result));
+            })
         });
         view! {
             <div class="panel leaks" id="leaks-panel">

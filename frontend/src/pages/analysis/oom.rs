@@ -144,15 +144,18 @@ mod ui {
     use crate::components::stack::StackDetails;
     use crate::core::format;
     use crate::infra::api;
+    use crate::infra::first_view::after_first_view;
 
     /// The post-mortem of each OOM of a device; nothing when it had none.
     #[component]
     pub(crate) fn OomPanel(id: String, device: u32) -> impl IntoView {
         let answer = RwSignal::new(None::<Result<ExplainAnswer, String>>);
-        spawn_local(async move {
-            let p = ExplainParams { device: Some(device), simulate: None };
-            let result = api::view::<Explain>("explaining the OOMs", &id, &p).await.map_err(|e| e.to_string());
-            answer.try_set(Some(result));
+        after_first_view(move || {
+            spawn_local(async move {
+                let p = ExplainParams { device: Some(device), simulate: None };
+                let result = api::view::<Explain>("explaining the OOMs", &id, &p).await.map_err(|e| e.to_string());
+                answer.try_set(Some(result));
+            })
         });
         move || {
             answer.get().map(|a| match a {
