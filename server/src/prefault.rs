@@ -19,8 +19,9 @@
 //! calls itself: the queue is a fixed ring behind a `Mutex`, which on Linux
 //! is a futex and allocates nothing. No crate does this; it is small.
 //!
-//! It is off until [`start`] is called (the commands that read a file), and
-//! a no-op away from Linux.
+//! It is off until [`start`] is called (the commands that read a file, and
+//! `serve`, whose uploads are parsed and indexed), and a no-op away from
+//! Linux.
 
 // The one other place the server allows `unsafe` (beside the index file's
 // map): a global allocator is an unsafe trait, and `madvise` an unsafe call.

@@ -27,6 +27,11 @@ pub(crate) async fn run(args: &ServeArgs) -> anyhow::Result<()> {
         print!("{EXAMPLE_CONFIG}");
         return Ok(());
     }
+    // An upload is parsed and indexed into fresh memory while the other
+    // core receives it: the helper faults in large blocks' pages ahead
+    // (the 1 GB bench, upload -> first timeline: 2.91 s against 3.00 s
+    // without, mean of 5 alternated runs; peak RSS 1.37x against 1.36x).
+    crate::prefault::start();
     let settings = Settings::load(&args.settings)?;
     let (db, blobs) = settings.open_stores().await?;
     if settings.tokens_required() && db.count_tokens().await? == 0 {
