@@ -125,9 +125,14 @@ mod ui {
         let others = RwSignal::new(locals.clone());
         let chosen = RwSignal::new(locals.first().map(|(o, _)| o.clone()).unwrap_or_default());
         let this = id.clone();
+        // Whether the library has answered (it is asked for once the
+        // page's first timeline is drawn).
+        let listed = RwSignal::new(false);
         after_first_view(move || {
             spawn_local(async move {
-                if let Ok(page) = api::list(&api::ListQuery::default(), None).await {
+                let answer = api::list(&api::ListQuery::default(), None).await;
+                listed.try_set(true);
+                if let Ok(page) = answer {
                     let listed = page.items.into_iter().filter(|m| m.id != this).map(|m: SnapshotMeta| {
                         let label = match (&m.job, m.rank) {
                             (Some(j), Some(r)) => format!("{} ({j}, rank {r})", m.name),
@@ -153,34 +158,31 @@ mod ui {
             <div class="panel compare-picker" id="compare-picker">
                 <h2>"Compare with another snapshot"</h2>
                 {move || {
-                    if others.with(Vec::is_empty) {
-                        view! { <p class="hint">"No other snapshot in the library yet."</p> }.into_any()
-                    } else {
-                        view! {
-                            <div class="toolbar">
-                                <select id="compare-with" on:change=move |ev| chosen.set(event_target_value(&ev))>
-                                    {others
-                                        .get()
-                                        .into_iter()
-                                        .map(|(other, label)| {
-                                            // Redrawn when the library's list comes: show the pick.
-                                            let picked = chosen.get_untracked() == other;
-                                            view! { <option value=other selected=picked>{label}</option> }
-                                        })
-                                        .collect_view()}
-                                </select>
-                                <a
-                                    id="compare-link"
-                                    class="button"
-                                    href=move || compare_path(&id.get_value(), &chosen.get())
-                                >
-                                    "Compare"
-                                </a>
-                            </div>
-                        }
-                            .into_any()
-                    }
+                    (listed.get() && others.with(Vec::is_empty))
+                        .then(|| view! { <p class="hint">"No other snapshot in the library yet."</p> })
                 }}
+                // Built once: the library's list may come while the user
+                // picks (it waits for the page's first timeline), and only
+                // the options follow it, so the select and the link under
+                // the mouse stay the same elements.
+                <div class="toolbar" class:hidden=move || others.with(Vec::is_empty)>
+                    <select id="compare-with" on:change=move |ev| chosen.set(event_target_value(&ev))>
+                        {move || {
+                            others
+                                .get()
+                                .into_iter()
+                                .map(|(other, label)| {
+                                    // Redrawn when the library's list comes: show the pick.
+                                    let picked = chosen.get_untracked() == other;
+                                    view! { <option value=other selected=picked>{label}</option> }
+                                })
+                                .collect_view()
+                        }}
+                    </select>
+                    <a id="compare-link" class="button" href=move || compare_path(&id.get_value(), &chosen.get())>
+                        "Compare"
+                    </a>
+                </div>
             </div>
         }
     }
