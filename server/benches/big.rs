@@ -58,6 +58,20 @@
 //! statistics are built beside the index. Without the staging write at
 //! all (a measuring hack, not kept) upload → first timeline was 2.79 s.
 //!
+//! Stop 39, the build timed phase by phase (prints in a build of the
+//! shared crate, not kept; 3 builds): intervals 270-300 ms beside the
+//! curves 265 ms; then the allocation items 105-120 ms on one thread
+//! (mostly first touches of their 170 MB); then the checkpoint lists
+//! 180-195 ms (stride search 20, listed items 45, counts 13, size order
+//! 65-72, fill 35-43) beside the segment tree 85-92 ms. Computing the
+//! statistics beside the build cost it 6-30 ms. The items are now gathered
+//! on two threads (the build 0.55-0.60 s → 0.52-0.54 s), and the server
+//! runs the prefaulting allocator's helper as the CLI does. With curl
+//! sending, the server used 3.4 s of CPU from the upload's first byte to
+//! `ready` against the CLI's 2.2 s for `stats`: both cores are busy
+//! through the upload (the parse on one; receiving, SHA-256, the copies
+//! and the client on the other).
+//!
 //! With `VRAMSCOPE_BENCH_BASELINE` set to another `vramscope` build, steps
 //! 2 to 4 run again with it, in the same run, rows labelled `baseline:`.
 //!
