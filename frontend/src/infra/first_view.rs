@@ -9,8 +9,8 @@
 //!
 //! So a page provides a [`FirstView`] gate, the timeline opens it once its
 //! first window is drawn (or has failed), and the other views send their
-//! requests through [`after_first_view`] or check [`passed`] in their
-//! effects. A view on a page without a gate asks at once.
+//! requests through [`after_first_view`] or check [`FirstView::passed`] in
+//! their effects. A view on a page without a gate asks at once.
 
 use std::time::Duration;
 

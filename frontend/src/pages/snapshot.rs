@@ -185,8 +185,9 @@ fn device_views(id: String, d: &DeviceStats, initial: permalink::PageState) -> A
 }
 
 /// The review thread of snapshot `id`, pinned as its record (`meta`)
-/// says. Comments and pins live on the server: an offline `report` has none, and a file opened in this tab has
-/// none either (asking the server about its id is a 404).
+/// says. Comments and pins live on the server: an offline `report` has
+/// none, and a file opened in this tab has none either (asking the server
+/// about its id is a 404).
 fn review(id: String, report: bool, meta: RwSignal<Option<Result<SnapshotMeta, String>>>) -> AnyView {
     if report {
         ().into_any()
