@@ -65,6 +65,10 @@ async fn review_a_snapshot(client: &Client, url: &str) {
     let expected_row = search.as_str().and_then(|q| q.contains("row=1200").then_some(1200));
     assert_eq!(expected_row, Some(1200), "the page keeps its moment in the URL: {search}");
 
+    // No comment yet: no marker on the track.
+    let (_, before) = until(&client, 30, "the track drawn", || colours(&client, "track", &[COMMENT])).await;
+    assert_eq!(before[0], 0, "a comment marker before any comment");
+
     let field = client.find(Locator::Css("#comment-text")).await.expect("comment field");
     field.click().await.expect("focus");
     field.send_keys("The side stream frees this block late.").await.expect("type");
@@ -74,6 +78,19 @@ async fn review_a_snapshot(client: &Client, url: &str) {
     let meta = text_of(&client, ".comment .meta").await.expect("meta");
     assert!(meta.starts_with("local · "), "author is the token's name, `local` without tokens: {meta}");
     assert!(meta.contains("at row 1,200"), "{meta}");
+    // Its marker is on the track at once: the track draws the thread's
+    // comments (it used to load its own copy once, so a posted comment had
+    // no marker until the page was reloaded).
+    until(&client, 20, "the posted comment's marker", || async {
+        let (_, c) = colours(&client, "track", &[COMMENT]).await?;
+        (c[0] > 10).then_some(())
+    })
+    .await;
+    client
+        .execute("document.getElementById('track').scrollIntoView({ block: 'center' })", vec![])
+        .await
+        .expect("scroll");
+    screenshot(&client, "review-1-comment-marker").await;
     client.execute("document.getElementById('review').scrollIntoView()", vec![]).await.expect("scroll");
     screenshot(&client, "review-1-comment-posted").await;
 
@@ -112,6 +129,12 @@ async fn review_a_snapshot(client: &Client, url: &str) {
     client.find(Locator::Css(".comment button.danger")).await.expect("delete button").click().await.expect("delete");
     until(&client, 20, "the empty thread", || text_of(&client, "#no-comments")).await;
     assert_eq!(api(url, &format!("/snapshots/{id}/comments")).await, serde_json::json!([]));
+    // And its marker is gone with it.
+    until(&client, 20, "no marker left", || async {
+        let (_, c) = colours(&client, "track", &[COMMENT]).await?;
+        (c[0] == 0).then_some(())
+    })
+    .await;
 }
 
 /// Three ranks of one job from real files; the leaking one stands out.

@@ -26,7 +26,6 @@ const SEG_ALLOCATED: [u8; 3] = [9, 105, 218];
 const SEG_INACTIVE: [u8; 3] = [208, 215, 222];
 const LARGEST_FREE: [u8; 3] = [26, 127, 55];
 const MATCH: [u8; 3] = [191, 135, 0];
-const COMMENT: [u8; 3] = [130, 80, 223];
 const ANNOTATION: [u8; 3] = [221, 244, 255];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -49,31 +48,6 @@ async fn canvases_are_sharp_at_a_device_pixel_ratio_of_two() {
 
 async fn api(url: &str, path: &str) -> Value {
     reqwest::get(format!("{url}{path}")).await.expect("GET").json().await.expect("json")
-}
-
-/// Pixels of a canvas (backing store) in each colour, and how many are not
-/// transparent or white.
-async fn colours(client: &Client, canvas: &str, want: &[[u8; 3]]) -> Option<(u64, Vec<u64>)> {
-    let script = r#"
-        const c = document.getElementById(arguments[0]);
-        if (!c || c.width === 0 || c.height === 0) return null;
-        const d = c.getContext("2d").getImageData(0, 0, c.width, c.height).data;
-        const want = arguments[1];
-        const counts = new Array(want.length).fill(0);
-        let painted = 0;
-        for (let i = 0; i < d.length; i += 4) {
-            if (d[i + 3] === 0) continue;
-            if (d[i] !== 255 || d[i + 1] !== 255 || d[i + 2] !== 255) painted++;
-            for (let k = 0; k < want.length; k++) {
-                if (Math.abs(d[i] - want[k][0]) <= 2 && Math.abs(d[i + 1] - want[k][1]) <= 2
-                    && Math.abs(d[i + 2] - want[k][2]) <= 2 && d[i + 3] === 255) counts[k]++;
-            }
-        }
-        return { painted, counts };
-    "#;
-    let answer = client.execute(script, vec![json!(canvas), json!(want)]).await.ok()?;
-    let counts = answer["counts"].as_array()?.iter().filter_map(Value::as_u64).collect();
-    Some((answer["painted"].as_u64()?, counts))
 }
 
 /// The first pixel of `colour`, top down, in the pixel column `across`

@@ -165,6 +165,34 @@ pub async fn browser_log(client: &Client) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// The track's comment markers (`palette::COMMENT`).
+pub const COMMENT: [u8; 3] = [130, 80, 223];
+
+/// Pixels of a canvas (backing store) in each colour, and how many are not
+/// transparent or white.
+pub async fn colours(client: &Client, canvas: &str, want: &[[u8; 3]]) -> Option<(u64, Vec<u64>)> {
+    let script = r#"
+        const c = document.getElementById(arguments[0]);
+        if (!c || c.width === 0 || c.height === 0) return null;
+        const d = c.getContext("2d").getImageData(0, 0, c.width, c.height).data;
+        const want = arguments[1];
+        const counts = new Array(want.length).fill(0);
+        let painted = 0;
+        for (let i = 0; i < d.length; i += 4) {
+            if (d[i + 3] === 0) continue;
+            if (d[i] !== 255 || d[i + 1] !== 255 || d[i + 2] !== 255) painted++;
+            for (let k = 0; k < want.length; k++) {
+                if (Math.abs(d[i] - want[k][0]) <= 2 && Math.abs(d[i + 1] - want[k][1]) <= 2
+                    && Math.abs(d[i + 2] - want[k][2]) <= 2 && d[i + 3] === 255) counts[k]++;
+            }
+        }
+        return { painted, counts };
+    "#;
+    let answer = client.execute(script, vec![json!(canvas), json!(want)]).await.ok()?;
+    let counts = answer["counts"].as_array()?.iter().filter_map(Value::as_u64).collect();
+    Some((answer["painted"].as_u64()?, counts))
+}
+
 pub async fn screenshot(client: &Client, name: &str) {
     let png = client.screenshot().await.expect("screenshot");
     let path = artifacts().join(format!("{name}.png"));

@@ -26,7 +26,7 @@ mod search;
 mod segments;
 mod state;
 mod timeline;
-mod track;
+pub(crate) mod track;
 
 /// What the views of a device share: the snapshot and device, the axis and
 /// window, the cursor and its allocator state, the selection, the panel

@@ -17,13 +17,29 @@ use crate::explorer::panel::PanelCanvas;
 use crate::infra::api;
 use crate::infra::canvas;
 use crate::infra::draws;
-use crate::infra::first_view::{FirstView, after_first_view};
+use crate::infra::first_view::FirstView;
+
+/// The review comments of the page's snapshot, shared by the track (their
+/// markers) and the review thread (their text), which loads them and loads
+/// them again after a post or a delete: one request for both, and a
+/// comment's marker shows as soon as it is posted. `None` until loaded; a
+/// page without a review thread (a local file, a report) has none.
+#[derive(Clone, Copy)]
+pub(crate) struct PageComments(pub(crate) RwSignal<Option<Result<Vec<CommentMark>, String>>>);
+
+impl PageComments {
+    /// The page's comments, not loaded yet, given to the views below it.
+    pub(crate) fn provide() -> Self {
+        let comments = PageComments(RwSignal::new(None));
+        provide_context(comments);
+        comments
+    }
+}
 
 /// The track of the device of `ctx`.
 #[component]
 pub(crate) fn Track(ctx: DeviceContext) -> impl IntoView {
-    let view =
-        TrackView { ctx, canvas: PanelCanvas::new(), ranges: RwSignal::new(None), comments: RwSignal::new(Vec::new()) };
+    let view = TrackView { ctx, canvas: PanelCanvas::new(), ranges: RwSignal::new(None), comments: use_context() };
     let hover = RwSignal::new(None::<String>);
     view.fetch();
     Effect::new(move |_| view.paint());
@@ -56,15 +72,15 @@ struct TrackView {
     ctx: DeviceContext,
     canvas: PanelCanvas,
     ranges: RwSignal<Option<AnnotationsAnswer>>,
-    comments: RwSignal<Vec<CommentMark>>,
+    /// The page's comments, where it has them.
+    comments: Option<PageComments>,
 }
 
 impl TrackView {
     /// Ask for the whole trace's ranges, once per axis (they are few, one
-    /// per `record_function` call, so panning needs no new request), and
-    /// for the comments' marks once.
+    /// per `record_function` call, so panning needs no new request).
     fn fetch(self) {
-        let (ctx, ranges, comments) = (self.ctx, self.ranges, self.comments);
+        let (ctx, ranges) = (self.ctx, self.ranges);
         let first_view = FirstView::current();
         Effect::new(move |_| {
             let Some(axis) = ctx.axis.get() else { return };
@@ -79,12 +95,6 @@ impl TrackView {
                     ranges.set(Some(a));
                 }
             });
-        });
-        after_first_view(move || {
-            spawn_local(async move {
-                let marks = api::comment_marks(&ctx.id.get_value()).await;
-                comments.try_set(marks);
-            })
         });
     }
 
@@ -116,7 +126,7 @@ impl TrackView {
                     }
                 }
             });
-            self.comments.with(|cs| {
+            self.with_comments(|cs| {
                 for x in cs.iter().filter_map(|c| track::comment_x(c, axis)) {
                     if at.shows(x) {
                         draw_comment(&canvas_ctx, x_of(x));
@@ -142,8 +152,18 @@ impl TrackView {
         let (v, axis) = (ctx.view.get_untracked()?, ctx.axis.get_untracked()?);
         let plot = ctx.plot.get_untracked();
         let pointer = (f64::from(e.offset_x()), f64::from(e.offset_y()));
-        self.ranges
-            .with_untracked(|r| self.comments.with_untracked(|cs| track::hit(r.as_ref(), cs, (v, axis), plot, pointer)))
+        self.ranges.with_untracked(|r| {
+            untrack(|| self.with_comments(|cs| track::hit(r.as_ref(), cs, (v, axis), plot, pointer)))
+        })
+    }
+
+    /// `f` of the page's comments as loaded so far (tracked): none before
+    /// they come, or where they failed to load (the thread says why).
+    fn with_comments<T>(self, f: impl Fn(&[CommentMark]) -> T) -> T {
+        let loaded = |c: &Option<Result<Vec<CommentMark>, String>>| {
+            f(c.as_ref().and_then(|c| c.as_ref().ok()).map_or(&[][..], Vec::as_slice))
+        };
+        self.comments.and_then(|c| c.0.try_with(loaded)).unwrap_or_else(|| f(&[]))
     }
 }
 

@@ -34,8 +34,8 @@ use crate::core::model::jobs::{JobReport, JobSummary};
 use crate::core::model::live::{LiveList, LiveRead};
 use crate::core::model::review::Comment;
 use crate::core::model::{
-    AllocatorState, AnnotationsAnswer, Axis, CommentMark, ErrorBody, FragmentationAnswer, Frame, Instant, Page,
-    SegmentsAnswer, SnapshotMeta, StatsReport, TimelineWindow, UploadAnswer,
+    AllocatorState, AnnotationsAnswer, Axis, ErrorBody, FragmentationAnswer, Frame, Instant, Page, SegmentsAnswer,
+    SnapshotMeta, StatsReport, TimelineWindow, UploadAnswer,
 };
 use crate::core::viewport::Window;
 
@@ -298,12 +298,6 @@ pub(crate) async fn annotations(id: &str, w: WindowQuery) -> Result<AnnotationsA
     let p =
         AnnotationsParams { device: Some(w.device), axis: Some(w.axis), start: w.start(), end: w.end(), limit: None };
     view::<Annotations>("loading the annotations", id, &p).await
-}
-
-/// The review comments of a snapshot, for their markers; none where the
-/// server has no comments (an older server answers 404).
-pub(crate) async fn comment_marks(id: &str) -> Vec<CommentMark> {
-    get::<Vec<CommentMark>>("loading the comments", &paths::COMMENTS.path([id])).await.unwrap_or_default()
 }
 
 /// The frames of a stack, innermost first.

@@ -81,18 +81,20 @@ mod component {
 
     use super::{about_moment as about_moment_label, moment_label, moment_link, moment_of_query, post_body};
     use crate::core::model::review::Comment;
+    use crate::explorer::track::PageComments;
     use crate::infra::api;
     use crate::infra::clock;
     use crate::infra::first_view::after_first_view;
 
     /// The review thread of snapshot `id`: pin, comments, a form to add one.
     /// Whether it is pinned comes from the record the page loaded
-    /// (`pinned_now`), not from a request of its own.
+    /// (`pinned_now`), not from a request of its own; the comments it loads
+    /// are the page's (`comments`), which the track marks too.
     #[component]
-    pub(crate) fn ReviewThread(id: String, pinned_now: Signal<Option<bool>>) -> impl IntoView {
+    pub(crate) fn ReviewThread(id: String, pinned_now: Signal<Option<bool>>, comments: PageComments) -> impl IntoView {
         let thread = Thread {
             id: StoredValue::new(id),
-            comments: RwSignal::new(None),
+            comments: comments.0,
             pinned: RwSignal::new(None),
             draft: RwSignal::new(String::new()),
             about_moment: RwSignal::new(true),

@@ -17,6 +17,7 @@ use crate::core::format;
 use crate::core::model::{SnapshotMeta, StatsReport};
 use crate::core::permalink;
 use crate::explorer::DeviceViews;
+use crate::explorer::track::PageComments;
 use crate::infra::first_view::FirstView;
 use crate::infra::{api, clock};
 
@@ -52,6 +53,7 @@ pub(crate) fn SnapshotView(id: String) -> impl IntoView {
     // The timeline goes first; a page that will draw none lets the rest go
     // as soon as it knows.
     let first_view = FirstView::provide();
+    let comments = PageComments::provide();
     // The view a link describes (`?device=…&axis=…&start=…`), for the first
     // device shown; a device picked afterwards starts fresh.
     let linked = permalink::parse(&window().location().search().unwrap_or_default());
@@ -137,7 +139,7 @@ pub(crate) fn SnapshotView(id: String) -> impl IntoView {
                 stats.with(|s| matches!(s, StatsState::Ready(r) if r.host.is_some()))
                     .then(|| view! { <crate::pages::host::HostMemory id=timeline_id.get_value()/> })
             }}
-            {review(timeline_id.get_value(), report, meta)}
+            {review(timeline_id.get_value(), report, meta, comments)}
         </section>
     }
 }
@@ -185,10 +187,15 @@ fn device_views(id: String, d: &DeviceStats, initial: permalink::PageState) -> A
 }
 
 /// The review thread of snapshot `id`, pinned as its record (`meta`)
-/// says. Comments and pins live on the server: an offline `report` has
+/// says, loading the page's `comments`. Comments and pins live on the server: an offline `report` has
 /// none, and a file opened in this tab has none either (asking the server
 /// about its id is a 404).
-fn review(id: String, report: bool, meta: RwSignal<Option<Result<SnapshotMeta, String>>>) -> AnyView {
+fn review(
+    id: String,
+    report: bool,
+    meta: RwSignal<Option<Result<SnapshotMeta, String>>>,
+    comments: PageComments,
+) -> AnyView {
     if report {
         ().into_any()
     } else if crate::infra::local::is_local(&id) {
@@ -200,7 +207,7 @@ fn review(id: String, report: bool, meta: RwSignal<Option<Result<SnapshotMeta, S
         .into_any()
     } else {
         let pinned_now = Signal::derive(move || meta.with(|m| m.as_ref()?.as_ref().ok().map(|m| m.pinned)));
-        view! { <crate::pages::review::ReviewThread id=id pinned_now=pinned_now/> }.into_any()
+        view! { <crate::pages::review::ReviewThread id=id pinned_now=pinned_now comments=comments/> }.into_any()
     }
 }
 
