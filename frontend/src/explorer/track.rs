@@ -7,7 +7,8 @@ use leptos::prelude::*;
 use leptos::task::spawn_local;
 use web_sys::{CanvasRenderingContext2d, MouseEvent};
 
-use crate::core::model::{AnnotationRange, AnnotationsAnswer, CommentMark};
+use crate::core::model::review::Comment;
+use crate::core::model::{AnnotationRange, AnnotationsAnswer};
 use crate::core::palette;
 use crate::core::panel::Aligned;
 use crate::core::track::{self, LANE, LEVELS};
@@ -25,7 +26,7 @@ use crate::infra::first_view::FirstView;
 /// comment's marker shows as soon as it is posted. `None` until loaded; a
 /// page without a review thread (a local file, a report) has none.
 #[derive(Clone, Copy)]
-pub(crate) struct PageComments(pub(crate) RwSignal<Option<Result<Vec<CommentMark>, String>>>);
+pub(crate) struct PageComments(pub(crate) RwSignal<Option<Result<Vec<Comment>, String>>>);
 
 impl PageComments {
     /// The page's comments, not loaded yet, given to the views below it.
@@ -159,8 +160,8 @@ impl TrackView {
 
     /// `f` of the page's comments as loaded so far (tracked): none before
     /// they come, or where they failed to load (the thread says why).
-    fn with_comments<T>(self, f: impl Fn(&[CommentMark]) -> T) -> T {
-        let loaded = |c: &Option<Result<Vec<CommentMark>, String>>| {
+    fn with_comments<T>(self, f: impl Fn(&[Comment]) -> T) -> T {
+        let loaded = |c: &Option<Result<Vec<Comment>, String>>| {
             f(c.as_ref().and_then(|c| c.as_ref().ok()).map_or(&[][..], Vec::as_slice))
         };
         self.comments.and_then(|c| c.0.try_with(loaded)).unwrap_or_else(|| f(&[]))

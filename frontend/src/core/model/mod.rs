@@ -10,7 +10,6 @@ pub mod review;
 
 pub use vramscope_shared::StatsReport;
 pub use vramscope_shared::analysis::breakdown::{BreakdownSeries, CATEGORIES, DeviceBreakdown};
-pub use vramscope_shared::api::review::Comment as CommentMark;
 pub use vramscope_shared::api::{ErrorBody, SnapshotMeta, SnapshotStatus, Trigger, UploadAnswer};
 pub use vramscope_shared::timeline::{Axis, Marker, MarkerKind, TimelineWindow, VisibleAllocation};
 pub use vramscope_shared::views::analysis::BreakdownAnswer;
@@ -63,7 +62,7 @@ mod tests {
         let up: UploadAnswer =
             serde_json::from_str(r#"{"id":"x","sha256":"y","status":"ready","deduplicated":true}"#).expect("upload");
         assert!(up.deduplicated);
-        let marks: Vec<CommentMark> = serde_json::from_str(
+        let marks: Vec<review::Comment> = serde_json::from_str(
             r#"[{"id":"7","author":"ana","body":"leak here","created_ms":1,"row":120,"time_us":null,"addr":null},
             {"id":"8","author":"bo","body":"general","created_ms":2,"row":null,"time_us":null,"addr":null}]"#,
         )
