@@ -133,14 +133,14 @@ mod ui {
                 let answer = api::list(&api::ListQuery::default(), None).await;
                 listed.try_set(true);
                 if let Ok(page) = answer {
-                    let listed = page.items.into_iter().filter(|m| m.id != this).map(|m: SnapshotMeta| {
+                    let library = page.items.into_iter().filter(|m| m.id != this).map(|m: SnapshotMeta| {
                         let label = match (&m.job, m.rank) {
                             (Some(j), Some(r)) => format!("{} ({j}, rank {r})", m.name),
                             _ => m.name.clone(),
                         };
                         (m.id, label)
                     });
-                    let list: Vec<(String, String)> = locals.into_iter().chain(listed).collect();
+                    let list: Vec<(String, String)> = locals.into_iter().chain(library).collect();
                     // The list may come after the user picked a local file:
                     // keep their pick, and take the first only if there was none.
                     let first = list.first().map(|(o, _)| o.clone()).unwrap_or_default();
