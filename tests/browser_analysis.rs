@@ -142,7 +142,8 @@ async fn explore(client: &Client, url: &str, leak: &str, other: &str) {
         until(&client, 30, "the snapshot picker", || async { client.find(Locator::Css("#compare-with")).await.ok() })
             .await;
     select.select_by_value(other).await.expect("pick the other snapshot");
-    client.find(Locator::Css("#compare-link")).await.expect("compare link").click().await.expect("click compare");
+    let link = client.find(Locator::Css("#compare-link")).await.expect("compare link");
+    click_when_still(&client, &link, "the compare link").await;
     until(&client, 30, "the compare page", || async {
         let u = client.current_url().await.ok()?;
         (u.path() == format!("/compare/{leak}/{other}")).then_some(())

@@ -192,7 +192,7 @@ async fn compare_with(client: &Client, other: &str, expect_path: &str) {
         href.ends_with(expect_path).then_some(link)
     })
     .await;
-    link.click().await.expect("click compare");
+    click_when_still(client, &link, "the compare link").await;
     until(client, 30, "the compare page", || async {
         let u = client.current_url().await.ok()?;
         (u.path() == expect_path).then_some(())

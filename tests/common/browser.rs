@@ -232,6 +232,29 @@ where
     }
 }
 
+/// Click `element` (`what`, for the failure) as a user would: a panel
+/// above it that fills in as its answer comes (the analyses wait for the
+/// page's first timeline) may move it between WebDriver's scroll and its
+/// click, which WebDriver reports as an intercepted click. Scroll it to
+/// the middle and click again, for up to 10 s; any other error fails.
+pub async fn click_when_still(client: &Client, element: &fantoccini::elements::Element, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let script = "arguments[0].scrollIntoView({block: 'center'});";
+        let arg = serde_json::to_value(element).expect("element reference");
+        client.execute(script, vec![arg]).await.unwrap_or_else(|e| panic!("scroll to {what}: {e}"));
+        match element.click().await {
+            Ok(()) => return,
+            Err(fantoccini::error::CmdError::Standard(e))
+                if e.error == fantoccini::error::ErrorStatus::ElementClickIntercepted && Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            Err(e) => panic!("click {what}: {e:?}"),
+        }
+    }
+}
+
 pub async fn text_of(client: &Client, css: &str) -> Option<String> {
     client.find(Locator::Css(css)).await.ok()?.text().await.ok()
 }

@@ -41,11 +41,14 @@ mod ui {
     pub(crate) fn AnalysisPanels(id: String, device: u32) -> impl IntoView {
         view! {
             <section class="analysis" id="analysis">
+                // First: a control of fixed height. The panels below fill
+                // in as their answers come, after the page's first
+                // timeline, and would move it under the user's pointer.
+                // Nothing to compare with in an offline report.
+                {(!crate::infra::local::in_report()).then(|| view! { <ComparePicker id=id.clone()/> })}
                 <OomPanel id=id.clone() device=device/>
                 <WhatIfPanel id=id.clone() device=device/>
-                <LeaksPanel id=id.clone() device=device/>
-                // Nothing to compare with in an offline report.
-                {(!crate::infra::local::in_report()).then(|| view! { <ComparePicker id=id/> })}
+                <LeaksPanel id=id device=device/>
             </section>
         }
     }
