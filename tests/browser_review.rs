@@ -70,9 +70,12 @@ async fn review_a_snapshot(client: &Client, url: &str) {
     assert_eq!(before[0], 0, "a comment marker before any comment");
 
     let field = client.find(Locator::Css("#comment-text")).await.expect("comment field");
-    field.click().await.expect("focus");
+    // The thread is below the analysis panels, which fill in after the
+    // first timeline: click as a user would, again if they moved it.
+    click_when_still(&client, &field, "the comment field").await;
     field.send_keys("The side stream frees this block late.").await.expect("type");
-    client.find(Locator::Css("#post-comment")).await.expect("button").click().await.expect("post");
+    let post = client.find(Locator::Css("#post-comment")).await.expect("button");
+    click_when_still(&client, &post, "post").await;
     let body = until(&client, 30, "the posted comment", || text_of(&client, ".comment .body")).await;
     assert_eq!(body, "The side stream frees this block late.");
     let meta = text_of(&client, ".comment .meta").await.expect("meta");
@@ -107,7 +110,7 @@ async fn review_a_snapshot(client: &Client, url: &str) {
     let link = client.find(Locator::Css(".comment a.moment")).await.expect("moment link");
     let href = link.attr("href").await.expect("href").expect("has href");
     assert_eq!(href, format!("/snapshots/{id}?row=1200"));
-    link.click().await.expect("follow");
+    click_when_still(&client, &link, "the moment link").await;
     until(&client, 30, "the moment's page", || async {
         let v = client.execute("return window.location.search", vec![]).await.ok()?;
         v.as_str().filter(|q| q.contains("row=1200")).map(str::to_owned)
@@ -126,7 +129,8 @@ async fn review_a_snapshot(client: &Client, url: &str) {
     screenshot(&client, "review-2-pinned-at-the-moment").await;
 
     // Delete the comment: the thread is empty again, here and on the server.
-    client.find(Locator::Css(".comment button.danger")).await.expect("delete button").click().await.expect("delete");
+    let delete = client.find(Locator::Css(".comment button.danger")).await.expect("delete button");
+    click_when_still(&client, &delete, "delete").await;
     until(&client, 20, "the empty thread", || text_of(&client, "#no-comments")).await;
     assert_eq!(api(url, &format!("/snapshots/{id}/comments")).await, serde_json::json!([]));
     // And its marker is gone with it.
