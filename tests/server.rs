@@ -534,6 +534,38 @@ async fn large_uploads_parse_in_the_background_and_bad_ones_are_dropped() {
     assert_eq!(stored_files(&server.data_dir).len(), 1, "only the good file is kept");
 }
 
+/// `stats?wait=S` holds a parsing snapshot's answer until its parse ends:
+/// one request gets the statistics of a file still parsing when it was
+/// asked, and the refusal of one whose parse fails. A page waiting on a
+/// 1 GB upload polled every 400 ms, 0.2 s late on average.
+#[tokio::test]
+async fn stats_wait_answers_when_the_background_parse_ends() {
+    let dir = unique_dir("stats-wait");
+    let server = TestServer::start_in(&dir, &[("VRAMSCOPE_INLINE_PARSE_MAX_BYTES", "0")]);
+    let gpt_long = std::fs::read(crate::common::large_corpus().join("gpt_long.pickle")).expect("gpt_long");
+    let (status, answer) = server.upload(gpt_long, "name=waited").await;
+    assert_eq!((status, &answer["status"]), (StatusCode::CREATED, &Value::from("parsing")), "{answer}");
+    let id = answer["id"].as_str().expect("id").to_owned();
+    let (status, stats) = get_json(&server.api(&format!("/snapshots/{id}/stats?wait=10"))).await;
+    assert_eq!(status, StatusCode::OK, "one waiting request gets the statistics: {stats}");
+    assert_eq!(stats["file"], "waited");
+    assert!(stats["devices"][0]["trace_entries"].as_u64().is_some_and(|n| n > 0), "{stats}");
+
+    let truncated = corpus_file("oom_leak.pickle");
+    let (status, answer) = server.upload(truncated[..truncated.len() / 2].to_vec(), "name=cut").await;
+    assert_eq!(status, StatusCode::CREATED, "{answer}");
+    let bad = answer["id"].as_str().expect("id").to_owned();
+    let (status, refusal) = get_json(&server.api(&format!("/snapshots/{bad}/stats?wait=10"))).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "one waiting request gets the refusal: {refusal}");
+    assert!(refusal["error"].as_str().is_some_and(|e| e.contains("truncated")), "{refusal}");
+
+    // What the wait cannot be.
+    for query in ["wait=soon", "wait=-1", "wait=1&poll=2"] {
+        let (status, refusal) = get_json(&server.api(&format!("/snapshots/{id}/stats?{query}"))).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{query}: {refusal}");
+    }
+}
+
 #[tokio::test]
 async fn the_upload_command_sends_a_file() {
     let server = TestServer::start("cli", &[]);

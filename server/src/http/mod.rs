@@ -84,6 +84,7 @@ impl AppState {
             indexes,
             cache,
             metrics: Arc::clone(&metrics),
+            settled: tokio::sync::Notify::new(),
         });
         Ok(AppState(Arc::new(Inner { settings, db, blobs, auth, metrics, ingest, analyses, links, proxies })))
     }

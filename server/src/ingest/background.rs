@@ -38,6 +38,7 @@ impl Ingest {
         if let Err(e) = result {
             tracing::error!(snapshot = id, error = format!("{e:#}"), "could not record the parse result");
         }
+        self.settled.notify_waiters();
     }
 
     /// Marks a snapshot failed, saying why, and removes its bytes unless a
@@ -48,6 +49,7 @@ impl Ingest {
         if let Err(e) = self.db.set_failed(id, why).await {
             tracing::error!(snapshot = id, error = format!("{e:#}"), "could not mark a snapshot failed");
         }
+        self.settled.notify_waiters();
         if let Err(e) = self.remove_bad_bytes(blob_key).await {
             tracing::warn!(error = format!("{e:#}"), "could not remove the bytes of a bad upload");
         }

@@ -47,6 +47,9 @@ pub(crate) struct Parts {
     pub(crate) cache: AnalysisCache,
     /// The server's metrics.
     pub(crate) metrics: Arc<Metrics>,
+    /// Woken each time a parse of this instance ends, ready or failed:
+    /// what a request waiting on a parse (`stats?wait=`) listens to.
+    pub(crate) settled: tokio::sync::Notify,
 }
 
 impl Deref for Ingest {

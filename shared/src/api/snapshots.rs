@@ -179,3 +179,17 @@ pub struct ListParams<C = String> {
     /// Only pinned (or only unpinned) snapshots.
     pub pinned: Option<bool>,
 }
+
+/// Query of `GET /api/v1/snapshots/{id}/stats`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StatsParams {
+    /// While the server still parses the file, hold the answer this many
+    /// seconds (at most [`STATS_WAIT_MAX_S`]) for the parse to end, instead
+    /// of answering 202 at once: a page waiting on a large upload is told
+    /// the moment it is ready, without polling.
+    pub wait: Option<u32>,
+}
+
+/// The longest [`StatsParams::wait`] honoured, in seconds.
+pub const STATS_WAIT_MAX_S: u32 = 10;

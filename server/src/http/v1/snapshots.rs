@@ -7,6 +7,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
+use std::time::Duration;
 use vramscope_shared::StatsReport;
 
 use crate::report::{self, ChartFormat};
@@ -17,7 +18,13 @@ use crate::http::error::{AppError, AppResult};
 use crate::http::role::{Admin, RequireRole, Uploader};
 use crate::store::{Cursor, ListFilter, SnapshotRecord, SnapshotStatus, is_not_found};
 use vramscope_shared::api::paths;
-use vramscope_shared::api::snapshots::{ListParams, Page, SignedLinks, SnapshotMeta};
+use vramscope_shared::api::snapshots::{
+    ListParams, Page, STATS_WAIT_MAX_S, SignedLinks, SnapshotMeta, StatsParams,
+};
+
+/// How often a `stats?wait=` request reads its row again: a parse on
+/// another instance wakes nothing here.
+const RECHECK: Duration = Duration::from_secs(1);
 
 pub(crate) async fn list(
     State(state): State<AppState>,
@@ -47,13 +54,34 @@ pub(crate) async fn get_one(State(state): State<AppState>, Path(id): Path<String
 
 /// `GET /api/v1/snapshots/{id}/stats`: the object `vramscope stats --json` prints.
 ///
+/// With `?wait=S` a snapshot still parsing holds the answer up to `S`
+/// seconds (at most [`STATS_WAIT_MAX_S`]) for its parse to end: woken by
+/// this instance's parses as they end, and reading the row again every
+/// [`RECHECK`] for a parse on another instance behind the same database.
+///
 /// Not a declared view ([`vramscope_shared::views::view`]): a view is "the
 /// answer of the loaded snapshot to a query", and this one never loads it.
 /// It answers the statistics stored with the row at ingest (named after the
 /// record), 202 while the file is being parsed and 422 once its parse failed,
 /// which the dashboard reads as "not yet" and `api::view` does not.
-pub(crate) async fn stats(State(state): State<AppState>, Path(id): Path<String>) -> AppResult<Response> {
-    let rec = extract::record(&state, &id).await?;
+pub(crate) async fn stats(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Query(params): Query<StatsParams>,
+) -> AppResult<Response> {
+    let wait = Duration::from_secs(params.wait.unwrap_or(0).min(STATS_WAIT_MAX_S).into());
+    let deadline = tokio::time::Instant::now() + wait;
+    let rec = loop {
+        // Listening before the row is read: a parse ending between the
+        // read and the wait still wakes it.
+        let settled = state.ingest.settled.notified();
+        let rec = extract::record(&state, &id).await?;
+        let now = tokio::time::Instant::now();
+        if rec.status != SnapshotStatus::Parsing || now >= deadline {
+            break rec;
+        }
+        let _ = tokio::time::timeout(RECHECK.min(deadline - now), settled).await;
+    };
     match (rec.status, &rec.stats_json) {
         (SnapshotStatus::Ready, Some(json)) => {
             let mut report: StatsReport = serde_json::from_str(json)
