@@ -20,7 +20,7 @@ use wasm_bindgen_futures::JsFuture;
 use vramscope_shared::api::live::{CaptureParams, ReadParams};
 use vramscope_shared::api::paths::{self, CompareIds};
 use vramscope_shared::api::predict::{PredictQuery, PredictReport};
-use vramscope_shared::api::snapshots::ListParams;
+use vramscope_shared::api::snapshots::{ListParams, STATS_WAIT_MAX_S, StatsParams};
 use vramscope_shared::views::TimelineParams;
 use vramscope_shared::views::analysis::{Align, DiffAnswer, DiffParams};
 use vramscope_shared::views::annotations::AnnotationsParams;
@@ -186,10 +186,15 @@ pub(crate) async fn snapshot(id: &str) -> Result<SnapshotMeta, ApiError> {
     get("loading the snapshot", &paths::SNAPSHOT.path([id])).await
 }
 
-/// A snapshot's statistics; `None` while the server is still parsing it.
+/// A snapshot's statistics; `None` while the server is still parsing it
+/// (after waiting up to [`STATS_WAIT_MAX_S`] for the parse to end).
 pub(crate) async fn stats(id: &str) -> Result<Option<StatsReport>, ApiError> {
     let what = "loading the statistics";
-    let response = send(what, Request::get(&paths::STATS.path([id])), None).await?;
+    // While the server parses, it answers when the parse ends (or after
+    // the longest wait), not at once: the page is told the moment it can draw.
+    let params = StatsParams { wait: Some(STATS_WAIT_MAX_S) };
+    let url = written(what, paths::STATS.path_with([id], &params))?;
+    let response = send(what, Request::get(&url), None).await?;
     if response.status() == 202 {
         return Ok(None);
     }
