@@ -88,20 +88,25 @@ impl AllocationIndex {
         // The stable sort of the whole list took a scratch copy of half of
         // it (85 MB on a 16M-entry trace) to find that out.
         let all = &intervals.allocations[..];
-        let (mut items, from_start) =
-            if all.len() >= super::PARALLEL_BUILD_ROWS { gather_beside(all, item) } else { gather(all, item) };
-        let started = &mut items[from_start..];
-        if !started.is_sorted_by_key(|it| it.lo) {
-            started.sort_by_key(|it| it.lo); // stable: ties keep index order
+        let least = CeilDiv::new(min_stride.max(1));
+        let Gathered { mut items, from_start, started_in_order, listed_at_least } =
+            if all.len() >= super::PARALLEL_BUILD_ROWS {
+                gather_beside(all, item, least)
+            } else {
+                gather(all, item, least)
+            };
+        if !started_in_order {
+            items[from_start..].sort_by_key(|it| it.lo); // stable: ties keep index order
         }
         let m = items.len();
 
         // The segment tree and the checkpoint lists share nothing but the
         // items: side by side on a large trace.
+        let lists = || checkpoint_lists(&items, rows, (least, listed_at_least), budget);
         let (tree, (stride, checkpoint_starts, checkpoint_ids)) = if m >= super::PARALLEL_BUILD_ROWS {
-            super::beside(|| segment_tree(&items), || checkpoint_lists(&items, rows, min_stride, budget))
+            super::beside(|| segment_tree(&items), lists)
         } else {
-            (segment_tree(&items), checkpoint_lists(&items, rows, min_stride, budget))
+            (segment_tree(&items), lists())
         };
         AllocationIndex {
             items: items.into(),
@@ -222,23 +227,50 @@ impl AllocationIndex {
 /// the start (no alloc row) first, then the rest, each part in `all`'s
 /// order; and where the rest begins. Sized to the allocations (an upper
 /// bound), not grown by doubling.
-fn gather(all: &[Allocation], item: impl Fn(&Allocation) -> Option<AllocItem>) -> (Vec<AllocItem>, usize) {
+/// The items, as [`gather`] lists them, with what was learnt on the way.
+struct Gathered {
+    /// The items alive from the start (start 0), then the rest as listed.
+    items: Vec<AllocItem>,
+    /// How many come first for being alive from the start.
+    from_start: usize,
+    /// The rest are already in order of start (real traces: always).
+    started_in_order: bool,
+    /// Checkpoint-list entries at the least stride (see [`checkpoint_lists`]).
+    listed_at_least: u64,
+}
+
+/// Checkpoint `j` (at position `j · s`) lies in an item's `[lo, hi)` iff
+/// `ceil(lo/s) <= j < ceil(hi/s)`: how many checkpoints list it.
+#[inline]
+fn checkpoints_spanned(it: &AllocItem, s: CeilDiv) -> u64 {
+    s.of(it.hi).saturating_sub(s.of(it.lo))
+}
+
+/// The items of `all` (those `item` makes one of): the ones alive from the
+/// start first, then the rest as listed; with their checkpoint-list
+/// entries at stride `least`.
+fn gather(all: &[Allocation], item: impl Fn(&Allocation) -> Option<AllocItem>, least: CeilDiv) -> Gathered {
     let mut items = Vec::with_capacity(all.len());
     items.extend(all.iter().filter(|a| a.alloc_row.get().is_none()).filter_map(&item));
     let from_start = items.len();
     items.extend(all.iter().filter(|a| a.alloc_row.get().is_some()).filter_map(&item));
-    (items, from_start)
+    let started_in_order = items[from_start..].is_sorted_by_key(|it| it.lo);
+    let listed_at_least = items.iter().map(|it| checkpoints_spanned(it, least)).sum();
+    Gathered { items, from_start, started_in_order, listed_at_least }
 }
 
 /// [`gather`] on two threads, each over half of `all`: a pass counts each
 /// half's two kinds, then each half writes its own places. Most of the
 /// items' time is first touches of their fresh pages (170 MB on a
 /// 16M-entry trace), which two threads take in half the time; the
-/// counting pass reads without writing.
+/// counting pass reads without writing. Each half checks its order and
+/// counts its checkpoint-list entries as it writes: two passes over the
+/// items on one thread after it took 40 ms.
 fn gather_beside(
     all: &[Allocation],
     item: impl Fn(&Allocation) -> Option<AllocItem> + Sync,
-) -> (Vec<AllocItem>, usize) {
+    least: CeilDiv,
+) -> Gathered {
     let (first, second) = all.split_at(all.len() / 2);
     // (alive from the start, the rest) of a half.
     let count = |half: &[Allocation]| {
@@ -253,18 +285,39 @@ fn gather_beside(
     let (from_start, rest) = items.split_at_mut(start1 + start2);
     let (from_start1, from_start2) = from_start.split_at_mut(start1);
     let (rest1, rest2) = rest.split_at_mut(rest1);
+    // (the half's rest in order of start, its checkpoint-list entries).
     let fill = |half: &[Allocation], from_start: &mut [AllocItem], rest: &mut [AllocItem]| {
         let (mut at_start, mut later) = (from_start.iter_mut(), rest.iter_mut());
+        let (mut in_order, mut last_lo, mut listed) = (true, 0u32, 0u64);
         for a in half {
             let Some(it) = item(a) else { continue };
-            let slot = if a.alloc_row.get().is_none() { at_start.next() } else { later.next() };
+            listed += checkpoints_spanned(&it, least);
+            let slot = if a.alloc_row.get().is_none() {
+                at_start.next()
+            } else {
+                in_order &= last_lo <= it.lo;
+                last_lo = it.lo;
+                later.next()
+            };
             if let Some(slot) = slot {
                 *slot = it;
             }
         }
+        (in_order, listed)
     };
-    super::beside(|| fill(first, from_start1, rest1), || fill(second, from_start2, rest2));
-    (items, start1 + start2)
+    let ((in_order1, listed1), (in_order2, listed2)) =
+        super::beside(|| fill(first, from_start1, &mut *rest1), || fill(second, from_start2, &mut *rest2));
+    // Where the halves meet.
+    let joined = match (rest1.last(), rest2.first()) {
+        (Some(a), Some(b)) => a.lo <= b.lo,
+        _ => true,
+    };
+    Gathered {
+        items,
+        from_start: start1 + start2,
+        started_in_order: in_order1 && in_order2 && joined,
+        listed_at_least: listed1 + listed2,
+    }
 }
 
 /// The larger of two items by size, the lower index on ties.
@@ -310,25 +363,25 @@ impl CeilDiv {
     }
 }
 
-/// The stride and the checkpoint lists (starts, ids) over `items`.
+/// The stride and the checkpoint lists (starts, ids) over `items`, given
+/// the least stride and the entries its lists would hold (counted as the
+/// items were gathered).
 fn checkpoint_lists(
     items: &[AllocItem],
     rows: usize,
-    min_stride: u64,
+    (least, listed_at_least): (CeilDiv, u64),
     budget: Option<u64>,
 ) -> (u64, Vec<u32>, Vec<u32>) {
     let m = items.len();
     // Checkpoint j lies in [lo, hi) iff ceil(lo/s) <= j < ceil(hi/s).
     let span = |it: &AllocItem, s: CeilDiv| (s.of(it.hi), s.of(it.lo));
     let budget = budget.unwrap_or((4 * m as u64).max(1 << 16));
-    let mut stride = min_stride.max(1);
-    while stride <= rows as u64 {
-        let s = CeilDiv::new(stride);
-        let total: u64 = items.iter().map(|it| span(it, s)).map(|(h, l)| h.saturating_sub(l)).sum();
-        if total <= budget {
-            break;
-        }
+    let (mut stride, mut total) = (least.s, listed_at_least);
+    // Doubled until the lists fit the budget (or one checkpoint is left).
+    while stride <= rows as u64 && total > budget {
         stride *= 2;
+        let s = CeilDiv::new(stride);
+        total = items.iter().map(|it| checkpoints_spanned(it, s)).sum();
     }
     let s = CeilDiv::new(stride);
     let checkpoints = rows / stride as usize + 1;
@@ -355,18 +408,40 @@ fn checkpoint_lists(
         counts[j + 1] += counts[j];
     }
     let checkpoint_starts = counts;
-    let mut cursor = checkpoint_starts.clone();
+    // Zeroed by the allocator: each thread below faults in its own part.
     let mut checkpoint_ids = vec![0u32; checkpoint_starts[checkpoints] as usize];
     // Filling in size order leaves every list sorted. The sizes are read
     // in item order, as the list is.
-    for at in by_size(&listed, |at| items[at.item as usize].size) {
-        for j in at.first..at.end {
-            let slot = &mut cursor[j as usize];
-            checkpoint_ids[*slot as usize] = at.item;
+    let order = by_size(&listed, |at| items[at.item as usize].size);
+    if listed.len() >= super::PARALLEL_BUILD_ROWS {
+        // The checkpoints' first half on one thread, the rest on the
+        // other: each reads the whole order and writes its own lists.
+        let half = checkpoints / 2;
+        let (low, high) = checkpoint_ids.split_at_mut(checkpoint_starts[half] as usize);
+        super::beside(
+            || fill_lists(&order, &checkpoint_starts, 0..half, low),
+            || fill_lists(&order, &checkpoint_starts, half..checkpoints, high),
+        );
+    } else {
+        fill_lists(&order, &checkpoint_starts, 0..checkpoints, &mut checkpoint_ids);
+    }
+    (stride, checkpoint_starts, checkpoint_ids)
+}
+
+/// Write the lists of checkpoints `part` into `ids` (theirs, from
+/// `starts[part.start]` on), each entry of `order` at the checkpoints it
+/// spans there, in `order`'s order.
+fn fill_lists(order: &[Listed], starts: &[u32], part: std::ops::Range<usize>, ids: &mut [u32]) {
+    let base = starts[part.start];
+    let mut cursor: Vec<u32> = starts[part.clone()].iter().map(|&s| s - base).collect();
+    let (from, to) = (part.start as u32, part.end as u32);
+    for at in order {
+        for j in at.first.max(from)..at.end.min(to) {
+            let slot = &mut cursor[(j - from) as usize];
+            ids[*slot as usize] = at.item;
             *slot += 1;
         }
     }
-    (stride, checkpoint_starts, checkpoint_ids)
 }
 
 /// Most distinct sizes counted in a map; past it, a comparison sort.
@@ -481,8 +556,10 @@ mod tests {
     }
 
     /// The items gathered on two threads are those gathered on one, in
-    /// the same places: ghosts, zero sizes (not items) and rows past the
-    /// trace spread over both halves, at even and odd lengths.
+    /// the same places, with the same order check and checkpoint-list
+    /// count: ghosts, zero sizes (not items) and rows past the trace
+    /// spread over both halves, at even and odd lengths, with starts in
+    /// order and not, at a stride of a power of two and not.
     #[test]
     fn the_items_gathered_on_two_threads_are_those_on_one() {
         use crate::index::OptRow;
@@ -493,28 +570,96 @@ mod tests {
                 size: a.size,
                 stack: a.stack,
                 lo: a.alloc_row.get().map_or(0, |r| r + 1),
-                hi: rows + 1,
+                hi: a.alloc_row.get().map_or(rows + 1, |r| (r + 40).min(rows + 1)),
                 free_requested: NONE,
             })
         };
-        for n in [0u32, 1, 2, 7, 1000, 1001] {
+        for (n, step, ordered) in [
+            (0u32, 7, true),
+            (1, 7, true),
+            (2, 7, true),
+            (7, 7, true),
+            (1000, 7, false),
+            (1001, 7, false),
+            (1001, 1, true),
+            (1000, 1, true),
+        ] {
             let all: Vec<Allocation> = (0..n)
                 .map(|i| Allocation {
                     addr: u64::from(i),
                     size: u64::from(i % 5) * 512,
                     stack: StackId::default(),
-                    alloc_row: if i % 3 == 0 { OptRow::NONE } else { OptRow::some(i * 7 % 1100) },
+                    alloc_row: if i % 3 == 0 { OptRow::NONE } else { OptRow::some(i * step % 1100) },
                     free_requested_row: OptRow::NONE,
                     free_completed_row: OptRow::NONE,
                 })
                 .collect();
-            let (one, from_start_one) = gather(&all, item);
-            let (two, from_start_two) = gather_beside(&all, item);
-            let key = |items: &[AllocItem]| items.iter().map(|it| (it.addr, it.lo)).collect::<Vec<_>>();
-            assert_eq!(key(&two), key(&one), "{n} allocations");
-            assert_eq!(from_start_two, from_start_one, "{n} allocations");
-            assert!(one[..from_start_one].iter().all(|it| it.lo == 0), "{n}: the ghosts first");
-            assert!(n == 0 || one.len() < n as usize, "{n}: zero sizes are not items");
+            for stride in [1u64, 3, 16] {
+                let least = CeilDiv::new(stride);
+                let (one, two) = (gather(&all, item, least), gather_beside(&all, item, least));
+                let key = |items: &[AllocItem]| items.iter().map(|it| (it.addr, it.lo)).collect::<Vec<_>>();
+                let what = format!("{n} allocations, stride {stride}");
+                assert_eq!(key(&two.items), key(&one.items), "{what}");
+                assert_eq!(two.from_start, one.from_start, "{what}");
+                assert_eq!((two.started_in_order, one.started_in_order), (ordered, ordered), "{what}");
+                assert_eq!(two.listed_at_least, one.listed_at_least, "{what}");
+                let spans: u64 = one
+                    .items
+                    .iter()
+                    .map(|it| u64::from(it.hi).div_ceil(stride) - u64::from(it.lo).div_ceil(stride))
+                    .sum();
+                assert_eq!(one.listed_at_least, spans, "{what}");
+                assert!(one.items[..one.from_start].iter().all(|it| it.lo == 0), "{what}: the ghosts first");
+                assert!(n == 0 || one.items.len() < n as usize, "{what}: zero sizes are not items");
+            }
+        }
+        // Each half in order, but not where they meet.
+        let all: Vec<Allocation> = (0..100u32)
+            .map(|i| Allocation {
+                addr: u64::from(i),
+                size: 512,
+                stack: StackId::default(),
+                alloc_row: OptRow::some(if i < 50 { 500 + i } else { i }),
+                free_requested_row: OptRow::NONE,
+                free_completed_row: OptRow::NONE,
+            })
+            .collect();
+        let least = CeilDiv::new(4);
+        let (one, two) = (gather(&all, item, least), gather_beside(&all, item, least));
+        assert_eq!((one.started_in_order, two.started_in_order), (false, false));
+    }
+
+    /// The lists filled in two parts (two threads on a large trace) are
+    /// those filled in one: entries spanning the cut, ending at it and
+    /// starting at it, at an even and an odd number of checkpoints.
+    #[test]
+    fn the_lists_filled_in_two_parts_are_those_filled_in_one() {
+        for checkpoints in [1usize, 2, 9, 10] {
+            let order: Vec<Listed> = (0..200u32)
+                .map(|i| {
+                    let first = i * 7 % checkpoints as u32;
+                    let end = (first + 1 + i % 4).min(checkpoints as u32);
+                    Listed { item: i, first, end }
+                })
+                .collect();
+            let mut starts = vec![0u32; checkpoints + 1];
+            for at in &order {
+                for j in at.first..at.end {
+                    starts[j as usize + 1] += 1;
+                }
+            }
+            for j in 0..checkpoints {
+                starts[j + 1] += starts[j];
+            }
+            let mut one = vec![u32::MAX; starts[checkpoints] as usize];
+            fill_lists(&order, &starts, 0..checkpoints, &mut one);
+            let mut two = vec![u32::MAX; one.len()];
+            let half = checkpoints / 2;
+            let (low, high) = two.split_at_mut(starts[half] as usize);
+            fill_lists(&order, &starts, 0..half, low);
+            fill_lists(&order, &starts, half..checkpoints, high);
+            assert_eq!(two, one, "{checkpoints} checkpoints");
+            assert!(!one.contains(&u32::MAX), "{checkpoints} checkpoints: every place written");
         }
     }
 
