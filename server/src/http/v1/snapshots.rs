@@ -18,9 +18,7 @@ use crate::http::error::{AppError, AppResult};
 use crate::http::role::{Admin, RequireRole, Uploader};
 use crate::store::{Cursor, ListFilter, SnapshotRecord, SnapshotStatus, is_not_found};
 use vramscope_shared::api::paths;
-use vramscope_shared::api::snapshots::{
-    ListParams, Page, STATS_WAIT_MAX_S, SignedLinks, SnapshotMeta, StatsParams,
-};
+use vramscope_shared::api::snapshots::{ListParams, Page, STATS_WAIT_MAX_S, SignedLinks, SnapshotMeta, StatsParams};
 
 /// How often a `stats?wait=` request reads its row again: a parse on
 /// another instance wakes nothing here.
