@@ -508,6 +508,23 @@ async fn two_instances_review_jobs_and_retention() {
     }
     let (status, _) = send(client().get(a.api(&format!("/snapshots/{rank1}"))).bearer_auth(&alice)).await;
     assert_eq!(status, StatusCode::OK, "the commented one stays");
+
+    // A parse on another instance: D parses an upload in the background,
+    // and B, asked to hold the statistics until it ends, is woken by none
+    // of its own parses: it reads the shared row again every second.
+    drop(c);
+    let mut parse_env = env.clone();
+    parse_env.push(("VRAMSCOPE_INLINE_PARSE_MAX_BYTES", "0".to_owned()));
+    let d = start_instance(&scratch("d"), &config, &parse_env);
+    let gpt_long = std::fs::read(crate::common::large_corpus().join("gpt_long.pickle")).expect("gpt_long");
+    let parsed_on_d = upload(&d, &agents, gpt_long, "name=gpt_long.pickle").await;
+    let waited = client().get(b.api(&format!("/snapshots/{parsed_on_d}/stats?wait=10"))).bearer_auth(&alice);
+    let (status, stats) = send(waited).await;
+    assert_eq!(
+        (status, &stats["file"]),
+        (StatusCode::OK, &json!("gpt_long.pickle")),
+        "B waited for D's parse: {stats}"
+    );
 }
 
 /// No Docker engine runs here, so the image is not built; this keeps the
