@@ -398,16 +398,7 @@ fn checkpoint_lists(
             (l < h).then_some(Listed { item: i as u32, first: l as u32, end: h as u32 })
         })
         .collect();
-    let mut counts = vec![0u32; checkpoints + 1];
-    for at in &listed {
-        for j in at.first..at.end {
-            counts[j as usize + 1] += 1;
-        }
-    }
-    for j in 0..checkpoints {
-        counts[j + 1] += counts[j];
-    }
-    let checkpoint_starts = counts;
+    let checkpoint_starts = list_starts(&listed, checkpoints);
     // Zeroed by the allocator: each thread below faults in its own part.
     let mut checkpoint_ids = vec![0u32; checkpoint_starts[checkpoints] as usize];
     // Filling in size order leaves every list sorted. The sizes are read
@@ -426,6 +417,21 @@ fn checkpoint_lists(
         fill_lists(&order, &checkpoint_starts, 0..checkpoints, &mut checkpoint_ids);
     }
     (stride, checkpoint_starts, checkpoint_ids)
+}
+
+/// Where each of the `checkpoints` lists starts among the ids, and one past
+/// the last: the running count of the `listed` entries before it.
+fn list_starts(listed: &[Listed], checkpoints: usize) -> Vec<u32> {
+    let mut starts = vec![0u32; checkpoints + 1];
+    for at in listed {
+        for j in at.first..at.end {
+            starts[j as usize + 1] += 1;
+        }
+    }
+    for j in 0..checkpoints {
+        starts[j + 1] += starts[j];
+    }
+    starts
 }
 
 /// Write the lists of checkpoints `part` into `ids` (theirs, from
@@ -642,15 +648,7 @@ mod tests {
                     Listed { item: i, first, end }
                 })
                 .collect();
-            let mut starts = vec![0u32; checkpoints + 1];
-            for at in &order {
-                for j in at.first..at.end {
-                    starts[j as usize + 1] += 1;
-                }
-            }
-            for j in 0..checkpoints {
-                starts[j + 1] += starts[j];
-            }
+            let starts = list_starts(&order, checkpoints);
             let mut one = vec![u32::MAX; starts[checkpoints] as usize];
             fill_lists(&order, &starts, 0..checkpoints, &mut one);
             let mut two = vec![u32::MAX; one.len()];
