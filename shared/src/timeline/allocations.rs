@@ -223,10 +223,6 @@ impl AllocationIndex {
     }
 }
 
-/// The items of `all` (`item` of each, where it is one): those alive from
-/// the start (no alloc row) first, then the rest, each part in `all`'s
-/// order; and where the rest begins. Sized to the allocations (an upper
-/// bound), not grown by doubling.
 /// The items, as [`gather`] lists them, with what was learnt on the way.
 struct Gathered {
     /// The items alive from the start (start 0), then the rest as listed.
@@ -246,9 +242,11 @@ fn checkpoints_spanned(it: &AllocItem, s: CeilDiv) -> u64 {
     s.of(it.hi).saturating_sub(s.of(it.lo))
 }
 
-/// The items of `all` (those `item` makes one of): the ones alive from the
-/// start first, then the rest as listed; with their checkpoint-list
-/// entries at stride `least`.
+/// The items of `all` (`item` of each, where it is one): those alive from
+/// the start (no alloc row) first, then the rest, each part in `all`'s
+/// order; where the rest begins, whether it is in order of start, and the
+/// checkpoint-list entries at stride `least`. Sized to the allocations (an
+/// upper bound), not grown by doubling.
 fn gather(all: &[Allocation], item: impl Fn(&Allocation) -> Option<AllocItem>, least: CeilDiv) -> Gathered {
     let mut items = Vec::with_capacity(all.len());
     items.extend(all.iter().filter(|a| a.alloc_row.get().is_none()).filter_map(&item));
