@@ -402,9 +402,10 @@ fn checkpoint_lists(
     // Filling in size order leaves every list sorted. The sizes are read
     // in item order, as the list is.
     let order = by_size(&listed, |at| items[at.item as usize].size);
-    if listed.len() >= super::PARALLEL_BUILD_ROWS {
+    if super::THREADS && listed.len() >= super::PARALLEL_BUILD_ROWS {
         // The checkpoints' first half on one thread, the rest on the
-        // other: each reads the whole order and writes its own lists.
+        // other: each reads the whole order and writes its own lists (in
+        // turn, on one thread, that would read it twice).
         let half = checkpoints / 2;
         let (low, high) = checkpoint_ids.split_at_mut(checkpoint_starts[half] as usize);
         super::beside(
