@@ -14,7 +14,7 @@ use vramscope_shared::snapshot::CaptureContext;
 
 use crate::components::card::Card;
 use crate::core::format;
-use crate::core::model::{SnapshotMeta, StatsReport};
+use crate::core::model::{SnapshotMeta, SnapshotStatus, StatsReport};
 use crate::core::permalink;
 use crate::explorer::DeviceViews;
 use crate::explorer::track::PageComments;
@@ -76,6 +76,15 @@ pub(crate) fn SnapshotView(id: String) -> impl IntoView {
     let meta_id = id.clone();
     spawn_local(async move {
         let answer = api::snapshot(&meta_id).await.map_err(|e| e.to_string());
+        // The statistics' request waits on the server while it parses:
+        // the record says so at once.
+        if answer.as_ref().is_ok_and(|m| m.status == SnapshotStatus::Parsing) {
+            stats.try_update(|s| {
+                if *s == StatsState::Loading {
+                    *s = StatsState::Parsing;
+                }
+            });
+        }
         meta.try_set(Some(answer));
     });
     follow_stats(id.clone(), linked.device, stats, device);
