@@ -2,9 +2,11 @@
 //! cache, or joining the load under way, or opened from its persisted
 //! index, or else parsed, indexed and persisted.
 //!
-//! A large snapshot is served from memory as soon as its indexes are
-//! built, while its index file is written and synced on another thread
-//! ([`DEFERRED_WRITE_ROWS`]); once the file is durable the cache lets the
+//! A large snapshot ([`DEFERRED_WRITE_ROWS`]) is served from memory as
+//! soon as its intervals and curves are built. Its allocation indexes are
+//! built behind the first answers (which scan the intervals for a window's
+//! largest allocations meanwhile), then its index file is written and
+//! synced on another thread; once the file is durable the cache lets the
 //! in-memory copy go, and the next view maps the file. A crash before
 //! then costs one parse at the next open, never an answer: the row's
 //! figures came from the parse, and no half-written index is ever opened.
@@ -70,7 +72,9 @@ impl Ingest {
     /// them, and return the snapshot mapped from that file (the parsed
     /// copy is dropped). If the file cannot be written, the parsed copy is
     /// served and the next open parses again. A large snapshot is returned
-    /// at once and its file written behind (see the module's doc). The
+    /// before its allocation indexes are built (its first windows scan for
+    /// their largest allocations meanwhile), and they are built and its
+    /// file written behind (see the module's doc). The
     /// statistics, `stats` when the caller computed them, are kept with it
     /// (the background parse stores them).
     pub(crate) async fn index(
@@ -80,11 +84,18 @@ impl Ingest {
         stats: Option<SnapshotStats>,
     ) -> Result<Arc<Analyzed>, ParseFailure> {
         let rows: usize = snapshot.devices.iter().map(|d| d.trace.len()).sum();
-        let built = tokio::task::spawn_blocking(move || Analyzed::build_with_stats(snapshot, stats))
-            .await
-            .context("index worker")
-            .map_err(ParseFailure::Storage)?;
-        if rows >= DEFERRED_WRITE_ROWS {
+        let deferred = rows >= DEFERRED_WRITE_ROWS;
+        let built = tokio::task::spawn_blocking(move || {
+            if deferred {
+                Analyzed::build_with_stats_deferred(snapshot, stats)
+            } else {
+                Analyzed::build_with_stats(snapshot, stats)
+            }
+        })
+        .await
+        .context("index worker")
+        .map_err(ParseFailure::Storage)?;
+        if deferred {
             let analyzed = Arc::new(built);
             let (ingest, key, held) = (self.clone(), key.to_owned(), Arc::clone(&analyzed));
             tokio::spawn(async move { ingest.persist_behind(&key, held).await });
@@ -111,6 +122,11 @@ impl Ingest {
     /// The copy's layout checkpoints are not warmed: that thread would
     /// keep it alive for seconds after it is let go.
     async fn persist_behind(&self, key: &str, analyzed: Arc<Analyzed>) {
+        // First what the answers meanwhile scan for (a third of the build).
+        let building = Arc::clone(&analyzed);
+        if let Err(e) = tokio::task::spawn_blocking(move || building.build_allocation_indexes()).await {
+            tracing::error!(file = key, error = format!("{e:#}"), "could not build the allocation indexes");
+        }
         match self.indexes.write(key, Arc::clone(&analyzed)).await {
             Ok(()) => {
                 self.metrics.index_writes.inc();

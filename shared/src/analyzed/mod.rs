@@ -94,21 +94,47 @@ impl Analyzed {
     /// they were computed already, else computed beside the indexes of a
     /// large trace, whose build leaves a core idle for part of its time.
     pub fn build_with_stats(snapshot: Snapshot, known: Option<SnapshotStats>) -> Analyzed {
+        Analyzed::build_parts(snapshot, known, false)
+    }
+
+    /// [`Analyzed::build_with_stats`] without the timeline's allocation
+    /// indexes, a third of a large trace's build: the caller builds them
+    /// with [`Analyzed::build_allocation_indexes`] after its first answers,
+    /// which meanwhile find a window's largest allocations by a scan (see
+    /// [`TimelineIndex::build_with_intervals_deferred`]). Writing the
+    /// index file builds them too.
+    pub fn build_with_stats_deferred(snapshot: Snapshot, known: Option<SnapshotStats>) -> Analyzed {
+        Analyzed::build_parts(snapshot, known, true)
+    }
+
+    fn build_parts(snapshot: Snapshot, known: Option<SnapshotStats>, defer: bool) -> Analyzed {
         let rows: usize = snapshot.devices.iter().map(|d| d.trace.len()).sum();
+        let build = || {
+            if defer {
+                TimelineIndex::build_with_intervals_deferred(&snapshot)
+            } else {
+                TimelineIndex::build_with_intervals(&snapshot)
+            }
+        };
         let ((index, timeline), stats) = match known {
-            Some(stats) => (TimelineIndex::build_with_intervals(&snapshot), Some(stats)),
+            Some(stats) => (build(), Some(stats)),
             None if rows >= timeline::PARALLEL_BUILD_ROWS => {
-                let (built, stats) =
-                    timeline::beside(|| TimelineIndex::build_with_intervals(&snapshot), || snapshot.stats());
+                let (built, stats) = timeline::beside(build, || snapshot.stats());
                 (built, Some(stats))
             }
-            None => (TimelineIndex::build_with_intervals(&snapshot), None),
+            None => (build(), None),
         };
         let analyzed = Analyzed::from_parts(snapshot, index, timeline, false);
         if let Some(stats) = stats {
             let _ = analyzed.stats.set(stats);
         }
         analyzed
+    }
+
+    /// Build what [`Analyzed::build_with_stats_deferred`] left: the
+    /// timeline's allocation indexes (nothing when they are built).
+    pub fn build_allocation_indexes(&self) {
+        self.timeline.build_allocation_indexes();
     }
 
     /// PyTorch's counters recomputed from the snapshot, as

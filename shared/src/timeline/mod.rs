@@ -54,11 +54,13 @@ pub(crate) use persist::DeviceTimelineHeader;
 
 use serde::{Deserialize, Serialize};
 
+use std::sync::OnceLock;
+
 use crate::column::Column;
-use crate::index::{DeviceIndex, SnapshotIndex};
+use crate::index::{Allocation, DeviceIndex, SnapshotIndex};
 use crate::snapshot::{Action, BlockState, DeviceSnapshot, Snapshot, StackId};
 
-use allocations::{AllocationIndex, NONE};
+use allocations::{AllocItem, AllocationIndex, NONE};
 use curves::{Curves, Rows};
 
 /// Rows per block of the min/max tables. A bucket scans at most two partial
@@ -277,18 +279,49 @@ impl TimelineIndex {
     /// ([`SnapshotIndex::build`] then [`TimelineIndex::build`], with a
     /// device's curves built beside its intervals on a large trace).
     pub fn build_with_intervals(snapshot: &Snapshot) -> (SnapshotIndex, TimelineIndex) {
+        Self::build_with_intervals_then(snapshot, false)
+    }
+
+    /// [`TimelineIndex::build_with_intervals`] without the allocation
+    /// indexes, which are built by
+    /// [`TimelineIndex::build_allocation_indexes`] (or by the first write
+    /// of an index file). Until then a window's largest allocations are
+    /// found by a pass over the device's intervals: the same answers, each
+    /// costing a pass. A server answers its first windows of a large
+    /// upload this way while the indexes are built behind them (they are
+    /// a third of the build).
+    pub fn build_with_intervals_deferred(snapshot: &Snapshot) -> (SnapshotIndex, TimelineIndex) {
+        Self::build_with_intervals_then(snapshot, true)
+    }
+
+    fn build_with_intervals_then(snapshot: &Snapshot, defer: bool) -> (SnapshotIndex, TimelineIndex) {
         let mut intervals = Vec::with_capacity(snapshot.devices.len());
         let mut devices = Vec::new();
         for d in &snapshot.devices {
             if d.trace.is_empty() {
                 intervals.push(DeviceIndex::build(d));
             } else {
-                let (i, t) = DeviceTimeline::build_with_intervals(d);
+                let (i, t) = DeviceTimeline::build_with_intervals(d, defer);
                 intervals.push(i);
                 devices.push(t);
             }
         }
         (SnapshotIndex { devices: intervals }, TimelineIndex { devices })
+    }
+
+    /// Build the allocation indexes that
+    /// [`TimelineIndex::build_with_intervals_deferred`] left (nothing when
+    /// they are built). Queries meanwhile answer by a scan; one that comes
+    /// after this returns uses the index.
+    pub fn build_allocation_indexes(&self) {
+        for d in &self.devices {
+            d.allocation_index();
+        }
+    }
+
+    /// Whether every device's allocation index is built.
+    pub fn allocation_indexes_built(&self) -> bool {
+        self.devices.iter().all(|d| d.allocations.get().is_some())
     }
 
     /// Devices with a timeline, in snapshot order.
@@ -380,42 +413,72 @@ struct DeviceTimeline {
     /// Rows of `oom` entries, ascending.
     oom_rows: Column<u32>,
     trace_wrapped: bool,
-    allocations: AllocationIndex,
+    /// The allocation index: built with the rest, else from `intervals`
+    /// by [`DeviceTimeline::allocation_index`].
+    allocations: OnceLock<AllocationIndex>,
+    /// The device's allocation intervals while `allocations` may not be
+    /// built yet (shared with the interval index); empty otherwise.
+    intervals: Column<Allocation>,
 }
 
 impl DeviceTimeline {
     fn build(device: &DeviceSnapshot, intervals: &DeviceIndex) -> DeviceTimeline {
         let n = device.trace.len();
-        Self::build_beside(device, || ((), AllocationIndex::build(intervals, n, MIN_CHECKPOINT_STRIDE, None))).1
+        let index = || AllocationIndex::build(&intervals.allocations, n, MIN_CHECKPOINT_STRIDE, None);
+        Self::build_beside(device, || ((), Some(index()))).1
     }
 
     /// The device's intervals and its timeline, built together: the
     /// curves need no intervals, so they are built beside the intervals
-    /// and the allocation index that follows from them.
-    fn build_with_intervals(device: &DeviceSnapshot) -> (DeviceIndex, DeviceTimeline) {
+    /// and the allocation index that follows from them (unless `defer`:
+    /// see [`TimelineIndex::build_with_intervals_deferred`]).
+    fn build_with_intervals(device: &DeviceSnapshot, defer: bool) -> (DeviceIndex, DeviceTimeline) {
         let n = device.trace.len();
-        Self::build_beside(device, || {
+        let (intervals, mut timeline) = Self::build_beside(device, || {
             let intervals = DeviceIndex::build(device);
-            let allocations = AllocationIndex::build(&intervals, n, MIN_CHECKPOINT_STRIDE, None);
+            let allocations =
+                (!defer).then(|| AllocationIndex::build(&intervals.allocations, n, MIN_CHECKPOINT_STRIDE, None));
             (intervals, allocations)
-        })
+        });
+        if defer {
+            timeline.intervals = intervals.allocations.clone();
+        }
+        (intervals, timeline)
     }
 
-    /// The curves here and `other` (which builds the allocation index and
-    /// whatever else it returns) side by side where there are threads and
-    /// enough rows to pay for one: on a large trace each is about half the
-    /// build, and they share nothing.
+    /// The curves here and `other` (which builds the allocation index, if
+    /// it does, and whatever else it returns) side by side where there are
+    /// threads and enough rows to pay for one: on a large trace each is
+    /// about half the build, and they share nothing.
     fn build_beside<T: Send>(
         device: &DeviceSnapshot,
-        other: impl FnOnce() -> (T, AllocationIndex) + Send,
+        other: impl FnOnce() -> (T, Option<AllocationIndex>) + Send,
     ) -> (T, DeviceTimeline) {
         let ((extra, allocations), mut timeline) = if device.trace.len() >= PARALLEL_BUILD_ROWS {
             beside(other, || DeviceTimeline::build_curves(device))
         } else {
             (other(), DeviceTimeline::build_curves(device))
         };
-        timeline.allocations = allocations;
+        if let Some(allocations) = allocations {
+            timeline.allocations = OnceLock::from(allocations);
+        }
         (extra, timeline)
+    }
+
+    /// The allocation index, built now if it was deferred (a call made
+    /// meanwhile on another thread waits for that build).
+    fn allocation_index(&self) -> &AllocationIndex {
+        self.allocations.get_or_init(|| AllocationIndex::build(&self.intervals, self.rows, MIN_CHECKPOINT_STRIDE, None))
+    }
+
+    /// The `k` largest allocations of at least `min_size` alive in
+    /// positions `[pa, pb)` ([`AllocationIndex::top_k`]): from the index,
+    /// or while it is not built, from a scan of the intervals.
+    fn largest(&self, pa: u64, pb: u64, min_size: u64, k: usize) -> Vec<AllocItem> {
+        match self.allocations.get() {
+            Some(index) => index.top_k(pa, pb, min_size, k).into_iter().map(|i| index.items[i as usize]).collect(),
+            None => allocations::scan_top_k(&self.intervals, self.rows, pa, pb, min_size, k),
+        }
     }
 
     /// Everything but the allocation index (left empty).
@@ -479,7 +542,8 @@ impl DeviceTimeline {
             curves,
             oom_rows: oom_rows.into(),
             trace_wrapped,
-            allocations: AllocationIndex::default(),
+            allocations: OnceLock::new(),
+            intervals: Column::default(),
         }
     }
 
@@ -488,7 +552,7 @@ impl DeviceTimeline {
         self.times.as_ref().filter(|_| !self.times_from_trace).map_or(0, Column::heap_bytes)
             + self.curves.heap_bytes()
             + self.oom_rows.heap_bytes()
-            + self.allocations.heap_bytes()
+            + self.allocations.get().map_or(0, AllocationIndex::heap_bytes)
     }
 
     fn extent(&self, axis: Axis) -> Option<(i64, i64)> {
@@ -599,14 +663,13 @@ impl DeviceTimeline {
         let peak = buckets.iter().map(|b| b.reserved.max.max(b.active.max).max(b.allocated.max)).max().unwrap_or(0);
         let min_visible_size = y_span.map_or((peak / (2 * u64::from(px))).max(1), YSpan::min_visible_size);
         let (pa, pb) = self.window_positions(axis, start, end);
-        let mut found = self.allocations.top_k(pa, pb, min_visible_size, max_allocations.saturating_add(1));
+        let mut found = self.largest(pa, pb, min_visible_size, max_allocations.saturating_add(1));
         let more_allocations = found.len() > max_allocations;
         found.truncate(max_allocations);
         let (ext_start, ext_end) = self.extent(axis).unwrap_or((start, end));
         let allocations = found
             .into_iter()
-            .map(|k| {
-                let it = &self.allocations.items[k as usize];
+            .map(|it| {
                 let alloc_row = it.lo.checked_sub(1);
                 let free_row = (it.hi as usize <= self.rows).then(|| it.hi - 1);
                 VisibleAllocation {
@@ -976,6 +1039,49 @@ mod tests {
         }
     }
 
+    /// A timeline whose allocation indexes are deferred answers every
+    /// window as the one built whole, by its scan and again once the
+    /// indexes are built (y spans included: they set the size threshold).
+    #[test]
+    fn a_deferred_timeline_answers_as_the_whole_one() {
+        let mut rng = Lcg(29);
+        for name in FIXTURES.iter().copied().chain(["gpt_long"]) {
+            let snapshot = crate::testing::snapshot(name);
+            let (_, whole) = TimelineIndex::build_with_intervals(&snapshot);
+            let (_, deferred) = TimelineIndex::build_with_intervals_deferred(&snapshot);
+            assert!(whole.allocation_indexes_built(), "{name}");
+            let mut windows = Vec::new();
+            for device in whole.devices() {
+                for axis in axes(&whole, device) {
+                    let (lo, hi) = whole.extent(device, axis).expect("extent");
+                    for round in 0..40 {
+                        let (start, end) = if round == 0 {
+                            (lo, hi)
+                        } else {
+                            let a = rng.in_range(lo - 5, hi + 5);
+                            let shift = rng.next(12);
+                            let width = 1 + rng.next(((hi - lo) as u64 >> shift).max(1)) as i64;
+                            (a, a + width)
+                        };
+                        let px = 1 + rng.next(2000) as u32;
+                        let max_allocations = [0, 1, 5, 2000][rng.next(4) as usize];
+                        let y_span = (round % 3 == 0).then(|| YSpan { bytes: 1 + rng.next(1 << 32), px: 300 });
+                        windows.push((WindowRequest { device, axis, start, end, px, max_allocations }, y_span));
+                    }
+                }
+            }
+            assert_eq!(deferred.allocation_indexes_built(), windows.is_empty(), "{name}: deferred");
+            let answers = |t: &TimelineIndex| windows.iter().map(|&(w, y)| t.query_zoomed(w, y)).collect::<Vec<_>>();
+            let expected = answers(&whole);
+            let shown = expected.iter().flatten().any(|w| w.allocations.len() > 1);
+            assert!(shown || windows.is_empty(), "{name}: allocations shown");
+            assert_eq!(answers(&deferred), expected, "{name}: by the scan");
+            deferred.build_allocation_indexes();
+            assert!(deferred.allocation_indexes_built(), "{name}");
+            assert_eq!(answers(&deferred), expected, "{name}: by the index built later");
+        }
+    }
+
     #[test]
     fn allocation_index_is_exact_at_any_stride() {
         let mut rng = Lcg(3);
@@ -987,7 +1093,7 @@ mod tests {
             let di = &index.devices[0];
             // Stride 1: a checkpoint per position; huge: only checkpoint 0.
             for stride in [1, 7, 256, 1 << 40] {
-                let ai = AllocationIndex::build(di, rows, stride, Some(u64::MAX));
+                let ai = AllocationIndex::build(&di.allocations, rows, stride, Some(u64::MAX));
                 assert_eq!(ai.stride, stride);
                 for _ in 0..200 {
                     let pa = rng.next(rows as u64 + 1);

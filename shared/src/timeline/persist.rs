@@ -1,6 +1,8 @@
 //! The timelines in an index file: where each device's columns lie, and
 //! reading them back (checked, never trusted).
 
+use std::sync::OnceLock;
+
 use serde::{Deserialize, Serialize};
 
 use super::allocations::{AllocItem, AllocationIndex, NONE};
@@ -49,7 +51,7 @@ impl TimelineIndex {
                 Some(_) if d.times_from_trace => TimesHeader::Trace,
                 Some(t) => TimesHeader::Own(w.column(t)?),
             };
-            let a = &d.allocations;
+            let a = d.allocation_index();
             out.push(DeviceTimelineHeader {
                 device: d.device,
                 rows: d.rows,
@@ -143,13 +145,14 @@ impl TimelineIndex {
                 curves,
                 oom_rows,
                 trace_wrapped: h.trace_wrapped,
-                allocations: AllocationIndex {
+                allocations: OnceLock::from(AllocationIndex {
                     items,
                     tree,
                     stride: h.stride,
                     checkpoint_starts: starts,
                     checkpoint_ids: ids,
-                },
+                }),
+                intervals: Column::default(),
             });
         }
         Ok(TimelineIndex { devices })
