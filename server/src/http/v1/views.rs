@@ -24,9 +24,11 @@ pub(crate) async fn answer<V: View>(
     Snapshot { id, analyzed: a }: Snapshot,
 ) -> AppResult<Json<V::Answer>> {
     let answer = match V::WORK {
-        Work::Light => V::answer(&a, &p)?,
-        // A pass over the trace: off the async workers.
-        Work::Pass => blocking(move || V::answer(&a, &p)).await??,
+        Work::Light if a.timeline.allocation_indexes_built() => V::answer(&a, &p)?,
+        // A pass over the trace: off the async workers. So is a timeline
+        // window of a large upload whose allocation index is still being
+        // built behind its first answers (it scans the intervals).
+        Work::Light | Work::Pass => blocking(move || V::answer(&a, &p)).await??,
         Work::Analysis => state.analyses.run(&id, move || Ok(V::answer(&a, &p)?)).await?,
     };
     Ok(Json(answer))
