@@ -52,9 +52,9 @@ mod persist;
 
 pub(crate) use persist::DeviceTimelineHeader;
 
-use serde::{Deserialize, Serialize};
-
 use std::sync::OnceLock;
+
+use serde::{Deserialize, Serialize};
 
 use crate::column::Column;
 use crate::index::{Allocation, DeviceIndex, SnapshotIndex};
@@ -842,6 +842,14 @@ mod tests {
         fn in_range(&mut self, lo: i64, hi: i64) -> i64 {
             lo + self.next((hi - lo).max(1) as u64) as i64
         }
+        /// A window over the extent `[lo, hi)` (reaching a little past
+        /// it) of a random width, down to a 4096th of it.
+        fn window(&mut self, lo: i64, hi: i64) -> (i64, i64) {
+            let a = self.in_range(lo - 5, hi + 5);
+            let shift = self.next(12);
+            let width = 1 + self.next(((hi - lo) as u64 >> shift).max(1)) as i64;
+            (a, a + width)
+        }
     }
 
     fn check_buckets(w: &TimelineWindow, px: u32) {
@@ -1003,14 +1011,7 @@ mod tests {
                 for axis in axes(&t, d.device) {
                     let (lo, hi) = t.extent(d.device, axis).expect("extent");
                     for round in 0..60 {
-                        let (start, end) = if round == 0 {
-                            (lo, hi)
-                        } else {
-                            let a = rng.in_range(lo - 5, hi + 5);
-                            let shift = rng.next(12);
-                            let width = 1 + rng.next(((hi - lo) as u64 >> shift).max(1)) as i64;
-                            (a, a + width)
-                        };
+                        let (start, end) = if round == 0 { (lo, hi) } else { rng.window(lo, hi) };
                         let px = 1 + rng.next(2000) as u32;
                         let k = [0, 1, 5, 50, 100_000][rng.next(5) as usize];
                         let w = t.query(d.device, axis, start, end, px, k).expect("window");
@@ -1055,14 +1056,7 @@ mod tests {
                 for axis in axes(&whole, device) {
                     let (lo, hi) = whole.extent(device, axis).expect("extent");
                     for round in 0..40 {
-                        let (start, end) = if round == 0 {
-                            (lo, hi)
-                        } else {
-                            let a = rng.in_range(lo - 5, hi + 5);
-                            let shift = rng.next(12);
-                            let width = 1 + rng.next(((hi - lo) as u64 >> shift).max(1)) as i64;
-                            (a, a + width)
-                        };
+                        let (start, end) = if round == 0 { (lo, hi) } else { rng.window(lo, hi) };
                         let px = 1 + rng.next(2000) as u32;
                         let max_allocations = [0, 1, 5, 2000][rng.next(4) as usize];
                         let y_span = (round % 3 == 0).then(|| YSpan { bytes: 1 + rng.next(1 << 32), px: 300 });
