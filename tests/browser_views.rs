@@ -817,3 +817,42 @@ async fn regression_a_page_opened_while_the_server_parses_asks_for_the_statistic
     })
     .await;
 }
+
+/// A page opened while the server parses its snapshot said "Loading the
+/// statistics…" until the parse ended (stop 40 made the statistics'
+/// request wait on the server for it), instead of saying that the server
+/// is parsing. It now says so as soon as the snapshot's record comes.
+/// One parse at a time, so that the upload is not parsed while it streams
+/// in and the whole parse (over two seconds of a million rows in the
+/// debug build) comes after the page opens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_a_page_opened_while_the_server_parses_says_so_before_the_parse_ends() {
+    let env = [("VRAMSCOPE_INLINE_PARSE_MAX_BYTES", "0"), ("VRAMSCOPE_PARSE_CONCURRENCY", "1")];
+    let (_server, url) = start_server(&scratch("views-parsing-notice"), &env);
+    assert_dashboard_built(&url).await;
+    let (_driver, driver_url) = start_chromedriver();
+    let client = connect(&driver_url, "profile-views-parsing-notice").await;
+    let id = upload(&url, &crate::common::million_row_snapshot()).await;
+    closing(&client, async {
+        client.goto(&format!("{url}/snapshots/{id}")).await.expect("open the snapshot");
+        let script = "return [document.body.innerText.includes('The server is still parsing this snapshot'), \
+                      typeof window.__vramscope_first_draw === 'number']";
+        let mut said = false;
+        for _ in 0..1200 {
+            let seen: (bool, bool) =
+                serde_json::from_value(client.execute(script, vec![]).await.expect("read the page")).expect("pair");
+            said |= seen.0;
+            if seen.1 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        assert!(said, "the page drew (or gave up) without saying the server was parsing");
+        until(&client, 60, "the timeline drawn", || async {
+            let (_, c) = colours(&client, "timeline", &[ALLOCATED]).await?;
+            (c[0] > 500).then_some(())
+        })
+        .await;
+    })
+    .await;
+}

@@ -33,3 +33,31 @@ pub fn compress(tool: &str, bytes: &[u8]) -> Vec<u8> {
 pub fn gzip(bytes: &[u8]) -> Vec<u8> {
     compress("gzip", bytes)
 }
+
+/// A realistic snapshot of about a million rows (1.1M, 70 MB) made by the
+/// benches' generator (`server/benches/gen_large_snapshot.py`, seed 0),
+/// once per test run: more rows than the corpus holds, for what only
+/// large traces do (the server's deferred index) and for a parse long
+/// enough to watch. Kept under the test binary's scratch space.
+pub fn million_row_snapshot() -> std::path::PathBuf {
+    use std::sync::Mutex;
+    static MADE: Mutex<()> = Mutex::new(());
+    let _one_at_a_time = MADE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("generated");
+    let file = dir.join("large_1100000.pickle");
+    if file.is_file() {
+        return file;
+    }
+    std::fs::create_dir_all(&dir).expect("scratch folder");
+    let partial = dir.join(format!("large_1100000.pickle.{}", std::process::id()));
+    let generator = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/gen_large_snapshot.py");
+    let made = std::process::Command::new("python3")
+        .arg(&generator)
+        .arg(&partial)
+        .args(["--entries", "1100000"])
+        .output()
+        .unwrap_or_else(|e| panic!("python3 runs {}: {e}", generator.display()));
+    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    std::fs::rename(&partial, &file).expect("the generated snapshot in place");
+    file
+}
