@@ -35,10 +35,11 @@ pub fn gzip(bytes: &[u8]) -> Vec<u8> {
 }
 
 /// A realistic snapshot of about a million rows (1.1M, 70 MB) made by the
-/// benches' generator (`server/benches/gen_large_snapshot.py`, seed 0),
-/// once per test run: more rows than the corpus holds, for what only
-/// large traces do (the server's deferred index) and for a parse long
-/// enough to watch. Kept under the test binary's scratch space.
+/// benches' generator (`server/benches/gen_large_snapshot.py`, seed 0):
+/// more rows than the corpus holds, for what only large traces do (the
+/// server's deferred index) and for a parse long enough to watch. Made
+/// once and kept under the test binary's scratch space, which later runs
+/// reuse.
 pub fn million_row_snapshot() -> std::path::PathBuf {
     use std::sync::Mutex;
     static MADE: Mutex<()> = Mutex::new(());
