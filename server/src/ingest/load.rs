@@ -122,7 +122,7 @@ impl Ingest {
     /// The copy's layout checkpoints are not warmed: that thread would
     /// keep it alive for seconds after it is let go.
     async fn persist_behind(&self, key: &str, analyzed: Arc<Analyzed>) {
-        // First what the answers meanwhile scan for (a third of the build).
+        // First what the answers meanwhile scan for (nearly half of the build).
         let building = Arc::clone(&analyzed);
         if let Err(e) = tokio::task::spawn_blocking(move || building.build_allocation_indexes()).await {
             tracing::error!(file = key, error = format!("{e:#}"), "could not build the allocation indexes");

@@ -98,7 +98,7 @@ impl Analyzed {
     }
 
     /// [`Analyzed::build_with_stats`] without the timeline's allocation
-    /// indexes, a third of a large trace's build: the caller builds them
+    /// indexes, nearly half of a large trace's build: the caller builds them
     /// with [`Analyzed::build_allocation_indexes`] after its first answers,
     /// which meanwhile find a window's largest allocations by a scan (see
     /// [`TimelineIndex::build_with_intervals_deferred`]). Writing the

@@ -231,7 +231,7 @@ fn item_of(a: &Allocation, rows: usize) -> Option<AllocItem> {
 
 /// The items [`AllocationIndex::top_k`] would answer for the index of
 /// `all`, in its order, found by one pass over the intervals instead: for
-/// the time before that index is built (a quarter of a large trace's
+/// the time before that index is built (nearly half of a large trace's
 /// build; a pass over 5M intervals takes tens of milliseconds).
 ///
 /// The index orders its items by start, ties in `all`'s order, and breaks

@@ -289,7 +289,7 @@ impl TimelineIndex {
     /// found by a pass over the device's intervals: the same answers, each
     /// costing a pass. A server answers its first windows of a large
     /// upload this way while the indexes are built behind them (they are
-    /// a third of the build).
+    /// nearly half of the build).
     pub fn build_with_intervals_deferred(snapshot: &Snapshot) -> (SnapshotIndex, TimelineIndex) {
         Self::build_with_intervals_then(snapshot, true)
     }
