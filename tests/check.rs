@@ -346,8 +346,22 @@ assert snapshot_name("test_step", {"batch": 4}) == "test_step.batch-4.pickle"
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout), "raised: CUDA out of memory\n");
     let calls = std::fs::read_to_string(&log).expect("the fake torch's log");
+    // The first recording probes which context "auto" records (this fake
+    // torch has no autograd, so the probe cannot tell: `alloc`, said once).
+    let probe = "record enabled=all max_entries=64\nrecord stop\n";
     let one = "synchronize\nempty_cache\nrecord enabled=all max_entries=1000000\nsynchronize\n";
-    assert_eq!(calls, format!("{one}dump test_step.pickle\nrecord stop\n{one}dump test_oom.pickle\nrecord stop\n"));
+    assert_eq!(
+        calls,
+        format!(
+            "synchronize\n{probe}empty_cache\nrecord enabled=all max_entries=1000000\nsynchronize\n\
+             dump test_step.pickle\nrecord stop\n{one}dump test_oom.pickle\nrecord stop\n"
+        )
+    );
+    assert!(
+        text(&out.stderr).contains("frees are recorded without their stacks (context 'alloc')"),
+        "{}",
+        text(&out.stderr)
+    );
 
     // The CI step of docs/ci-memory-gate.md.
     let snapshot = dir.join("memory-snapshots/test_step.pickle");

@@ -51,6 +51,22 @@ def logged(log):
     return log.read_text().splitlines() if log.exists() else []
 
 
+@pytest.fixture(autouse=True)
+def fresh_capture_state(monkeypatch):
+    """Each test starts as a new process would: the capture module's probe
+    not yet run, nothing said yet, no history recorded."""
+    from vramscope import _capture
+
+    monkeypatch.setattr(_capture, "_probed", None)
+    monkeypatch.setattr(_capture, "_told", set())
+    monkeypatch.setattr(_capture, "_history", {})
+
+
+#: What the capture module's probe logs the first time a process records
+#: with context "auto" (the history on for its length, its backward, off).
+PROBE_LINES = ["record enabled=all max_entries=64 context=all annotations=global", "backward", "record stop"]
+
+
 @pytest.fixture
 def fake_cuda(torch_log):
     """torch.cuda's figures, reset for the test: set .reserved, .peak, .total, .fraction."""

@@ -55,10 +55,12 @@ ENV_MAX_ENTRIES = "VRAMSCOPE_MAX_ENTRIES"
 ENV_INTERVAL = "VRAMSCOPE_INTERVAL_S"
 ENV_MAX_DUMPS = "VRAMSCOPE_MAX_DUMPS_PER_HOUR"
 ENV_JOB = "VRAMSCOPE_JOB"
-#: What the history records of each event: `all` (stacks of allocations and
-#: frees), `alloc` (allocations only) or `state` (stacks of live blocks only).
+#: What the history records of each event: `auto` (the default: `all` where
+#: this torch and Python can record the stacks of frees safely, else `alloc`;
+#: see `history_context`), `all` (stacks of allocations and frees), `alloc`
+#: (allocations only) or `state` (stacks of live blocks only).
 ENV_CONTEXT = "VRAMSCOPE_CONTEXT"
-CONTEXTS = ("all", "alloc", "state")
+CONTEXTS = ("auto", "all", "alloc", "state")
 #: Set to 1 for a line on stderr at each decision (start, threshold, dump).
 ENV_DEBUG = "VRAMSCOPE_DEBUG"
 
@@ -77,11 +79,28 @@ _installed = None
 _lock = threading.Lock()
 
 
-def _warn(message):
+def _warn(message, prefix="vramscope_capture"):
     try:
-        sys.stderr.write("vramscope_capture: %s\n" % message)
+        sys.stderr.write("%s: %s\n" % (prefix, message))
     except Exception:
         pass
+
+
+_told = set()
+_told_lock = threading.Lock()
+
+
+def tell_once(message, key=None, prefix="vramscope_capture"):
+    """One line on stderr, once per process for each `key` (the message
+    itself by default): what a failure of ours cost the job's capture, said
+    once however often it repeats. Never a `warnings.warn`: a job run with
+    `-W error` would turn our warning into its own exception."""
+    key = message if key is None else key
+    with _told_lock:
+        if key in _told:
+            return
+        _told.add(key)
+    _warn(message, prefix)
 
 
 def _debug(message):
@@ -402,14 +421,19 @@ class Capture:
 
     def on_oom(self, device, requested, allowed, free):
         """Called by PyTorch when an allocation fails: dump on this thread,
-        since the job may not survive the exception."""
-        if not self.oom_limit.allow():
-            return
-        reason = "requested %d bytes; device allocated %d, free %d" % (requested, allowed, free)
-        self._send({"type": "oom", "device": device, "requested": requested})
-        self.dump("oom", reason, device=device)
-        if self.link is not None:
-            self.link.flush(2.0)
+        since the job may not survive the exception. Never raises: an
+        exception here would replace the job's OutOfMemoryError (which its
+        own code may catch) with ours."""
+        try:
+            if not self.oom_limit.allow():
+                return
+            reason = "requested %d bytes; device allocated %d, free %d" % (requested, allowed, free)
+            self._send({"type": "oom", "device": device, "requested": requested})
+            self.dump("oom", reason, device=device)
+            if self.link is not None:
+                self.link.flush(2.0)
+        except Exception as e:
+            tell_once("no OOM snapshot (%s: %s)" % (type(e).__name__, e), key="oom-observer")
 
     def _on_command(self, command):
         if command.get("type") == "capture":
@@ -543,9 +567,25 @@ def _torch_capacity(torch, device, total):
 
 
 def torch_sampler(torch):
-    """Samples each device where this process's allocator holds memory:
-    reading allocator stats creates no CUDA context; mem_get_info is only
-    asked of devices the process already uses."""
+    """Samples each device where this process's allocator holds memory.
+
+    It runs on the watcher thread while the job works, so it makes no CUDA
+    runtime call: the allocator's counters are its own bookkeeping, the
+    device's total comes from its properties (read once), and its free
+    memory from NVML where there is one. A runtime call from another thread
+    could fail the job's CUDA-graph capture (the default capture mode,
+    "global", forbids unsafe calls in every thread) and creates a context on
+    a device the job never used."""
+    totals = {}
+    handles = {}
+
+    def device_free(device):
+        nvml = _nvml_instance()
+        if nvml is None:
+            return None
+        if device not in handles:
+            handles[device] = nvml.handle(_bus_id(torch, device))
+        return nvml.free(handles[device]) if handles[device] is not None else None
 
     def sample():
         out = []
@@ -555,7 +595,9 @@ def torch_sampler(torch):
             peak = stats.get("reserved_bytes.all.peak", 0)
             if reserved <= 0 and peak <= 0:
                 continue
-            free, total = torch.cuda.mem_get_info(device)
+            if device not in totals:
+                totals[device] = int(torch.cuda.get_device_properties(device).total_memory)
+            total = totals[device]
             out.append(
                 {
                     "device": device,
@@ -566,7 +608,7 @@ def torch_sampler(torch):
                     "inactive_split": stats.get("inactive_split_bytes.all.current", 0),
                     "alloc_retries": stats.get("num_alloc_retries", 0),
                     "ooms": stats.get("num_ooms", 0),
-                    "free": free,
+                    "free": device_free(device),
                     "total": total,
                     "capacity": _torch_capacity(torch, device, total),
                 }
@@ -616,6 +658,13 @@ class _Nvml:
         if self.lib.nvmlDeviceGetHandleByPciBusId_v2(bus_id.encode(), self.ctypes.byref(handle)) != 0:
             return None
         return handle
+
+    def free(self, handle):
+        """The device's free memory, or None."""
+        memory = self.Memory()
+        if self.lib.nvmlDeviceGetMemoryInfo(handle, self.ctypes.byref(memory)) != 0:
+            return None
+        return int(memory.free)
 
     def device(self, handle):
         memory = self.Memory()
@@ -691,6 +740,10 @@ def capture_context(torch):
         "pid": os.getpid(),
         "devices": [],
     }
+    if _history:
+        # What the trace records (`start_history`): its context, what was
+        # asked for, and why `auto` chose `alloc` where it did.
+        context["history"] = dict(_history)
     nvml = _nvml_instance()
     for device in range(torch.cuda.device_count()):
         try:
@@ -755,7 +808,10 @@ def torch_snapshotter(torch):
 
 
 def _patch_fraction(torch):
-    """Remembers set_per_process_memory_fraction for torch versions without a getter."""
+    """Remembers set_per_process_memory_fraction for torch versions without
+    a getter (before 2.11). A torch that has the getter is left as it is."""
+    if getattr(torch.cuda, "get_per_process_memory_fraction", None) is not None:
+        return
     original = getattr(torch.cuda, "set_per_process_memory_fraction", None)
     if original is None or getattr(original, "_vramscope", False):
         return
@@ -774,66 +830,245 @@ def _patch_fraction(torch):
     torch.cuda.memory.set_per_process_memory_fraction = set_per_process_memory_fraction
 
 
-def _history_options(torch, context):
+# -- the history --------------------------------------------------------------
+#
+# Why the default context is `auto`, not PyTorch's `all`.
+#
+# With context="all" every free records the Python stack it happens under
+# (`CapturedTraceback::gather`, torch/csrc/profiler/combined_traceback.cpp).
+# Since PyTorch added forward tracebacks to recorded stacks, that gather also
+# asks the autograd node running in backward for its anomaly metadata
+# (`PythonTraceback::gatherForwardTraceback`, in
+# torch/csrc/profiler/python/combined_traceback.cpp): a dict lookup through
+# pythoncapi-compat's `PyDict_GetItemRef`, which on Python < 3.13 reads a
+# pending exception as a failed lookup and clears it. So a free recorded
+# while an exception is on its way out of C++ inside backward destroys that
+# exception, and the op returns NULL with none set: "SystemError: <built-in
+# method dropout ...> returned NULL without setting an exception".
+# Non-reentrant `torch.utils.checkpoint` raises exactly such an exception at
+# every backward (`_StopRecomputationError`, from a saved-tensor hook, to stop
+# recomputing early; transformers 5 checkpoints this way by default): the
+# tensor the op had just made is freed as the exception unwinds, so a job
+# with gradient checkpointing died at its first step. Reentrant
+# checkpointing raises nothing; `alloc` and `state` record no stack at a
+# free. Later PyTorch saves and restores the exception around the lookup.
+#
+# Versions are not guessed: `auto` reproduces the condition once per process
+# (`_probe_free_stacks`) and records `all` where the exception survives,
+# `alloc` where it does not. `alloc` keeps every allocation's stack, so the
+# leak ranking and the OOM post-mortem read the same; only "where was it
+# freed" is gone (docs/capture.md says what each analysis reads).
+
+#: Said once per process when `auto` records `alloc`.
+_AUTO_FELL_BACK = (
+    "frees are recorded without their stacks (context 'alloc'): %s. Allocation stacks, the leak ranking and the "
+    "OOM post-mortem are unaffected."
+)
+
+# The probe's verdict in this process: None until probed, then (keeps, why).
+_probed = None
+# What this process records, for the snapshots' `vramscope_capture.history`.
+_history = {}
+
+
+class NoHistory(RuntimeError):
+    """This allocator keeps no history (cudaMallocAsync)."""
+
+
+def _probe_free_stacks(torch):
+    """Whether an exception raised in C++ inside backward survives a free
+    recorded with its stack (context `all`) as it unwinds: "kept", "lost",
+    or why it could not be told. Needs the history recording with `all`.
+
+    A one-element backward on the CPU, which the calling thread runs with
+    the autograd node current; inside it `exp` of a CUDA tensor saves its
+    output through a saved-tensor hook that raises, and the output is freed
+    as the exception unwinds: what non-reentrant checkpointing does. No
+    random numbers are drawn, and nothing inside the backward can start
+    CUDA (the tensor exists before), so a probe run while CUDA initialises
+    cannot wait on that initialisation."""
+
+    class _Raised(Exception):
+        pass
+
+    def pack(_tensor):
+        raise _Raised()
+
+    outcome = []
+    with torch.inference_mode(False), torch.enable_grad():
+        leaf = torch.ones(1, device=torch.device("cuda", torch.cuda.current_device())).requires_grad_()
+
+        class Probe(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                return x.clone()
+
+            @staticmethod
+            def backward(ctx, grad):
+                with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(pack, lambda packed: packed):
+                    try:
+                        leaf.exp()
+                        outcome.append("the saved-tensor hook was not called")
+                    except _Raised:
+                        outcome.append("kept")
+                    except SystemError:
+                        outcome.append("lost")
+                return grad
+
+        Probe.apply(torch.zeros(1, device="cpu", requires_grad=True)).sum().backward()
+        del leaf
+    return outcome[0] if outcome else "the probe's backward did not run"
+
+
+def _lost_because(torch):
+    return (
+        "with torch %s on Python %d.%d, recording them turns an exception raised inside backward (as non-reentrant "
+        "gradient checkpointing raises at every step) into a SystemError"
+        % (getattr(torch, "__version__", "?"), sys.version_info[0], sys.version_info[1])
+    )
+
+
+def free_stacks_are_safe(torch):
+    """(safe, why): whether recording the stacks of frees (`all`) is safe in
+    this process, probed once per process with the history recording for
+    the length of the probe (then stopped, which empties its ring). Unsafe
+    when the probe could not tell."""
+    global _probed
+    if _probed is None:
+        try:
+            torch.cuda.memory._record_memory_history(max_entries=64, **_history_options(torch, "all"))
+            try:
+                outcome = _probe_free_stacks(torch)
+            finally:
+                torch.cuda.memory._record_memory_history(enabled=None)
+        except Exception as e:  # whatever the probe met, the safe answer is `alloc`
+            outcome = "the probe failed (%s: %s)" % (type(e).__name__, e)
+        if outcome == "kept":
+            _probed = (True, "")
+        elif outcome == "lost":
+            _probed = (False, _lost_because(torch))
+        else:
+            _probed = (False, "whether recording them is safe with this torch could not be told: %s" % outcome)
+        _debug("free stacks probe: %s" % outcome)
+    return _probed
+
+
+def history_context(torch, requested):
+    """(context, note): what `requested` records here. `auto` is `all` where
+    `free_stacks_are_safe`, else `alloc` with the note saying why; any
+    other context is itself."""
+    if requested != "auto":
+        return requested, ""
+    safe, why = free_stacks_are_safe(torch)
+    return ("all", "") if safe else ("alloc", why)
+
+
+def _history_options(torch, context, stacks="python", every_thread=True):
     """The keyword arguments of `_record_memory_history` for `context`, with
-    the newer options this torch has: annotations in the trace (`annotate`
-    entries) and pinned host memory (PyTorch 2.14). Detected from the
-    signature; an older torch gets none of them."""
-    options = {"context": context, "stacks": "python"}
+    the newer options this torch has: `record_function` annotations from
+    every thread in the trace (`every_thread`; otherwise PyTorch records the
+    recording thread's) and pinned host memory (PyTorch 2.14). Detected from
+    the signature; an older torch gets none of them."""
+    options = {"context": context, "stacks": stacks}
     try:
         import inspect
 
         accepted = inspect.signature(torch.cuda.memory._record_memory_history).parameters
     except (TypeError, ValueError):
         accepted = {}
-    for name in ("global_record_annotations", "record_pinned_host_memory"):
+    wanted = ("global_record_annotations",) if every_thread else ()
+    for name in wanted + ("record_pinned_host_memory",):
         if name in accepted:
             options[name] = True
     return options
 
 
+def start_history(torch, max_entries, context="auto", stacks="python", every_thread=True, fresh=False):
+    """Starts recording the allocator's history, the one way every capture
+    path does: `context` as `history_context` resolves it (a note on
+    stderr, once, when `auto` records `alloc`). Returns the context recorded.
+    Raises `NoHistory` under cudaMallocAsync, and what torch raises.
+
+    `fresh`: nothing of the job's is allocated yet (the agent starts at CUDA
+    initialisation), so what the probe left (its cached block, counters and
+    peaks) is cleared and the job sees the allocator a fresh process has."""
+    backend = allocator_backend(torch)
+    if backend == "cudaMallocAsync":
+        raise NoHistory("the cudaMallocAsync backend keeps no allocator history")
+    probing = context == "auto" and _probed is None
+    chosen, note = history_context(torch, context)
+    if probing and fresh:
+        empty = getattr(torch._C, "_cuda_emptyCache", None)  # torch.cuda.empty_cache() waits for the end of initialisation
+        if empty is not None:
+            empty()
+        device = torch.cuda.current_device()
+        torch.cuda.reset_peak_memory_stats(device)
+        torch.cuda.reset_accumulated_memory_stats(device)
+    options = _history_options(torch, chosen, stacks, every_thread)
+    torch.cuda.memory._record_memory_history(max_entries=max_entries, **options)
+    _history.clear()
+    _history.update({"context": chosen, "requested": context, "stacks": stacks, "note": note or None})
+    if note:
+        tell_once(_AUTO_FELL_BACK % note, key="auto-context")
+    _debug("recording (max_entries %d, %s)" % (max_entries, options))
+    return chosen
+
+
 def _start_torch(torch, options):
+    """The agent's start, at the job's CUDA initialisation. Whatever fails
+    here is said once and leaves the job as it would run without us."""
     global _installed
     with _lock:
         if _installed is not None:
             return _installed
         backend = allocator_backend(torch)
-        # cudaMallocAsync keeps no history: telemetry (memory_stats, NVML)
-        # still streams, and the live page says why there are no snapshots.
-        history = backend != "cudaMallocAsync"
-        if history:
-            try:
-                kwargs = _history_options(torch, options["context"])
-                torch.cuda.memory._record_memory_history(max_entries=options["max_entries"], **kwargs)
-                _debug("recording (max_entries %d, %s, threshold %s)" % (options["max_entries"], kwargs, options["threshold"]))
-            except Exception as e:
-                history = False
-                _warn("cannot record the allocator history: %s" % e)
-        else:
-            _warn("no allocator history under the %s backend: telemetry only, no snapshots" % backend)
-        capture = Capture(
-            options["socket"],
-            options["spool_dir"],
-            options["threshold"],
-            options["interval_s"],
-            options["max_dumps_per_hour"],
-            torch_sampler(torch),
-            torch_snapshotter(torch),
-            backend=backend,
-            history=history,
-        )
+        history = False
+        try:
+            start_history(torch, options["max_entries"], options["context"], fresh=True)
+            history = True
+        except NoHistory as e:
+            # Telemetry (memory_stats, NVML) still streams, and the live
+            # page says why there are no snapshots.
+            tell_once("no snapshots: %s; telemetry only" % e)
+        except Exception as e:
+            tell_once("no snapshots: cannot record the allocator history (%s: %s); telemetry only"
+                      % (type(e).__name__, e))
+        try:
+            capture = Capture(
+                options["socket"],
+                options["spool_dir"],
+                options["threshold"],
+                options["interval_s"],
+                options["max_dumps_per_hour"],
+                torch_sampler(torch),
+                torch_snapshotter(torch),
+                backend=backend,
+                history=history,
+            )
+        except Exception as e:
+            if history:
+                _stop_history(torch)
+            tell_once("not capturing (%s: %s); the job runs without vramscope" % (type(e).__name__, e))
+            return None
         attach = getattr(torch._C, "_cuda_attach_out_of_memory_observer", None)
         if history and attach is not None:
             try:
                 attach(capture.on_oom)
             except Exception as e:
-                _warn("no OOM observer (%s); OOM snapshots are off" % e)
+                tell_once("no OOM snapshots: the OOM observer could not be attached (%s)" % e)
         elif history:
-            _warn("this torch has no OOM observer; OOM snapshots are off")
+            tell_once("no OOM snapshots: this torch has no OOM observer")
         if threading.current_thread() is threading.main_thread():
             _install_signal(capture)
         _installed = capture
         return capture
+
+
+def _stop_history(torch):
+    try:
+        torch.cuda.memory._record_memory_history(enabled=None)
+    except Exception as e:
+        _debug("could not stop the history: %s" % e)
 
 
 def _install_signal(capture):
@@ -862,7 +1097,10 @@ def _when_torch_imported(callback):
                 sys.meta_path.remove(self)
             except ValueError:
                 pass
-            spec = importlib.util.find_spec("torch")
+            try:
+                spec = importlib.util.find_spec("torch")
+            except Exception:
+                return None  # the import system finds it (or fails) as it would without us
             if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
                 return spec
             exec_module = spec.loader.exec_module
@@ -872,7 +1110,7 @@ def _when_torch_imported(callback):
                 try:
                     callback(module)
                 except Exception as e:
-                    _warn("could not start: %s" % e)
+                    tell_once("not capturing: could not start (%s: %s)" % (type(e).__name__, e))
 
             spec.loader.exec_module = exec_and_hook
             return spec
@@ -889,7 +1127,7 @@ def _options(**overrides):
         "max_entries": _env_int(ENV_MAX_ENTRIES, 100000),
         "interval_s": _env_float(ENV_INTERVAL, 1.0),
         "max_dumps_per_hour": _env_int(ENV_MAX_DUMPS, 4),
-        "context": os.environ.get(ENV_CONTEXT) if os.environ.get(ENV_CONTEXT) in CONTEXTS else "all",
+        "context": os.environ.get(ENV_CONTEXT) if os.environ.get(ENV_CONTEXT) in CONTEXTS else "auto",
     }
     for key, value in overrides.items():
         if value is not None:
@@ -897,7 +1135,8 @@ def _options(**overrides):
     return options
 
 
-def install(socket=None, spool_dir=None, threshold=None, max_entries=None, interval_s=None, max_dumps_per_hour=None):
+def install(socket=None, spool_dir=None, threshold=None, max_entries=None, interval_s=None, max_dumps_per_hour=None,
+            context=None):
     """Starts capturing in this process: when torch is (or gets) imported,
     history recording, the OOM observer and the watcher start at the job's
     first CUDA use. Arguments default to the VRAMSCOPE_* environment."""
@@ -908,21 +1147,26 @@ def install(socket=None, spool_dir=None, threshold=None, max_entries=None, inter
         max_entries=max_entries,
         interval_s=interval_s,
         max_dumps_per_hour=max_dumps_per_hour,
+        context=context,
     )
 
     def on_torch(torch):
-        _patch_fraction(torch)
+        try:
+            _patch_fraction(torch)
+        except Exception as e:
+            _debug("set_per_process_memory_fraction not watched: %s" % e)
+
         def start():
             # An exception here would fail the job's CUDA initialisation.
             try:
                 _start_torch(torch, options)
             except Exception as e:
-                _warn("could not start: %s" % e)
+                tell_once("not capturing: could not start (%s: %s)" % (type(e).__name__, e))
 
         try:
             torch.cuda._lazy_call(start)
         except Exception as e:
-            _warn("cannot wait for CUDA initialisation: %s" % e)
+            tell_once("not capturing: cannot wait for CUDA initialisation (%s)" % e)
 
     _when_torch_imported(on_torch)
 

@@ -12,3 +12,7 @@ def _cuda_clearCublasWorkspaces():
 def _cuda_attach_out_of_memory_observer(observer):
     observers.append(observer)
     log("attach_oom_observer")
+
+
+def _cuda_emptyCache():
+    log("empty_cache")

@@ -1,1 +1,4 @@
-from . import profiler  # noqa: F401
+from .. import _tensor
+from . import graph, profiler  # noqa: F401
+
+Function = _tensor.Function

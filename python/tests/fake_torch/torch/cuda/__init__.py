@@ -67,7 +67,15 @@ def get_per_process_memory_fraction(device=None):
 
 
 def get_allocator_backend():
-    return "native"
+    return os.environ.get("FAKE_TORCH_BACKEND", "native")
+
+
+def reset_peak_memory_stats(device=None):
+    log("reset_peak")
+
+
+def reset_accumulated_memory_stats(device=None):
+    log("reset_accumulated")
 
 
 def get_device_properties(device):
