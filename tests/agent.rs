@@ -416,3 +416,28 @@ fn a_missing_command_or_bad_server_url_is_a_clear_error() {
     assert_eq!(output.status.code(), Some(127), "as a shell says for a missing command");
     assert!(String::from_utf8_lossy(&output.stderr).contains("cannot start /nonexistent/program"));
 }
+
+#[test]
+fn regression_an_agent_that_cannot_set_itself_up_still_runs_the_job_and_keeps_its_exit_code() {
+    // The spool folder cannot be made (a file stands where it should be):
+    // the job runs as it would without vramscope, told so once.
+    let dir = unique_dir("no-setup");
+    std::fs::create_dir_all(&dir).expect("dir");
+    std::fs::write(dir.join("file"), "not a folder").expect("write");
+    let output = Command::new(env!("CARGO_BIN_EXE_vramscope"))
+        .args(["agent", "--server", "http://127.0.0.1:1", "--spool-dir"])
+        .arg(dir.join("file/spool"))
+        .args(["--", "python3", "-c", "import os, sys; print('VRAMSCOPE_AGENT_SOCKET' in os.environ); sys.exit(3)"])
+        .env_remove("PYTHONPATH")
+        .stdin(Stdio::null())
+        .output()
+        .expect("agent");
+    assert_eq!(output.status.code(), Some(3), "the job's own exit code");
+    assert_eq!(String::from_utf8_lossy(&output.stdout), "False\n", "the job ran without our environment");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("vramscope agent: not capturing (cannot create the spool folder")
+            && stderr.contains("the job runs without vramscope"),
+        "{stderr}"
+    );
+}

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 import vramscope
-from conftest import CORPUS, PREDICT_RUNS, logged, stored_snapshots
+from conftest import PROBE_LINES, CORPUS, PREDICT_RUNS, logged, stored_snapshots
 
 
 def test_importing_the_package_does_not_import_torch():
@@ -23,10 +23,13 @@ def test_recorded_memory_records_around_the_block_and_writes_the_snapshot_also_w
     with pytest.raises(RuntimeError, match="CUDA out of memory"):
         with vramscope.recorded_memory(tmp_path / "snaps" / "oom.pickle"):
             raise RuntimeError("CUDA out of memory")
-    one = ["synchronize", "clear_cublas", "empty_cache"]
+    # The first recording of the process probes which context "auto" is
+    # (the fake keeps exceptions: "all"), before the cache is emptied.
+    first = ["synchronize"] + PROBE_LINES + ["clear_cublas", "empty_cache"]
+    again = ["synchronize", "clear_cublas", "empty_cache"]
     assert logged(torch_log) == (
-        one + ["record enabled=all max_entries=5000", "synchronize", "dump step.pickle", "record stop"]
-        + one + ["record enabled=all max_entries=1000000", "synchronize", "dump oom.pickle", "record stop"]
+        first + ["record enabled=all max_entries=5000 context=all", "synchronize", "dump step.pickle", "record stop"]
+        + again + ["record enabled=all max_entries=1000000 context=all", "synchronize", "dump oom.pickle", "record stop"]
     )
     assert (tmp_path / "snaps" / "oom.pickle").read_bytes() == (CORPUS / "mlp_train_all.pickle").read_bytes()
 
@@ -148,3 +151,91 @@ def test_regression_upload_takes_the_trigger_from_the_file(server):
     said = vramscope.upload(CORPUS / "ring_overflow.pickle", server=server, trigger="threshold")
     triggers = {s["id"]: s["trigger"] for s in stored_snapshots(server)}
     assert (triggers[oom["id"]], triggers[quiet["id"]], triggers[said["id"]]) == ("oom", "manual", "threshold")
+
+
+# -- do no harm: the history context and what recording does when it fails --
+
+
+def test_regression_auto_records_frees_without_stacks_where_checkpointing_would_die(tmp_path, fake_cuda, torch_log, monkeypatch, capfd):
+    """PyTorch 2.11 on Python < 3.13 turns the exception non-reentrant
+    checkpointing raises into a SystemError when frees record their stacks
+    (issue 42): the probe sees it and `auto` records `alloc`."""
+    from vramscope import _capture
+
+    monkeypatch.setenv("FAKE_TORCH_FREE_STACKS", "lost")
+    with vramscope.recorded_memory(tmp_path / "step.pickle"):
+        pass
+    assert "record enabled=all max_entries=1000000 context=alloc" in logged(torch_log)
+    assert capfd.readouterr().err == (
+        "vramscope_capture: frees are recorded without their stacks (context 'alloc'): with torch 2.11.0+fake on "
+        "Python %d.%d, recording them turns an exception raised inside backward (as non-reentrant gradient "
+        "checkpointing raises at every step) into a SystemError. Allocation stacks, the leak ranking and the OOM "
+        "post-mortem are unaffected.\n" % sys.version_info[:2]
+    )
+    # Said once per process, and carried by the snapshots the process takes.
+    with vramscope.recorded_memory(tmp_path / "again.pickle"):
+        pass
+    assert capfd.readouterr().err == ""
+    history = vramscope.recording.take_snapshot()["vramscope_capture"]["history"]
+    assert history["context"] == "alloc" and history["requested"] == "auto" and "SystemError" in history["note"]
+    assert _capture.free_stacks_are_safe(__import__("torch"))[0] is False
+
+
+def test_auto_records_free_stacks_where_the_exception_survives(tmp_path, fake_cuda, torch_log, capfd):
+    from vramscope import _capture
+
+    with vramscope.recorded_memory(tmp_path / "step.pickle"):
+        pass
+    assert "record enabled=all max_entries=1000000 context=all" in logged(torch_log)
+    assert capfd.readouterr().err == ""
+    assert _capture._history == {"context": "all", "requested": "auto", "stacks": "all", "note": None}
+
+
+def test_a_probe_that_cannot_tell_chooses_alloc(tmp_path, fake_cuda, torch_log, monkeypatch, capfd):
+    import torch
+
+    monkeypatch.delattr(torch.autograd, "Function")
+    with vramscope.recorded_memory(tmp_path / "step.pickle"):
+        pass
+    assert "record enabled=all max_entries=1000000 context=alloc" in logged(torch_log)
+    assert "could not be told: the probe failed (AttributeError" in capfd.readouterr().err
+
+
+def test_an_explicit_context_is_recorded_as_asked_without_a_probe(tmp_path, fake_cuda, torch_log, monkeypatch):
+    monkeypatch.setenv("FAKE_TORCH_FREE_STACKS", "lost")
+    with vramscope.recorded_memory(tmp_path / "step.pickle", context="all"):
+        pass
+    assert [l for l in logged(torch_log) if l.startswith("record")] == [
+        "record enabled=all max_entries=1000000 context=all",
+        "record stop",
+    ]
+
+
+def test_regression_a_recording_that_cannot_start_lets_the_block_run_and_raise_its_own(tmp_path, fake_cuda, torch_log, monkeypatch, capfd):
+    monkeypatch.setenv("FAKE_TORCH_RECORD_FAILS", "1")
+    ran = []
+    with vramscope.recorded_memory(tmp_path / "step.pickle", context="all"):
+        ran.append(1)
+    with pytest.raises(KeyError) as raised:
+        with vramscope.recorded_memory(tmp_path / "oom.pickle", context="all"):
+            raise KeyError("the block's own")
+    assert ran == [1] and not (tmp_path / "step.pickle").exists()
+    # The block's exception is its own: ours is not chained to it.
+    assert raised.value.__context__ is None and raised.value.__cause__ is None
+    # Each file that will be missing is named.
+    assert capfd.readouterr().err == "".join(
+        "vramscope: the memory was not recorded (RuntimeError: fake torch: recording refused); the block runs "
+        "unrecorded and %s is not written\n" % (tmp_path / name)
+        for name in ("step.pickle", "oom.pickle")
+    )
+
+
+def test_regression_a_snapshot_that_cannot_be_written_never_replaces_the_blocks_exception(tmp_path, fake_cuda, torch_log, monkeypatch, capfd):
+    monkeypatch.setenv("FAKE_TORCH_DUMP_FAILS", "1")
+    with pytest.raises(KeyError, match="the block's own"):
+        with vramscope.recorded_memory(tmp_path / "oom.pickle"):
+            raise KeyError("the block's own")
+    with vramscope.recorded_memory(tmp_path / "step.pickle"):
+        pass
+    assert logged(torch_log)[-1] == "record stop"
+    assert "the snapshot could not be written (RuntimeError: fake torch: dump refused)" in capfd.readouterr().err

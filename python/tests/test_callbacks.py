@@ -4,6 +4,7 @@ on stand-in base classes (neither framework is installed here), and the
 ImportError without them."""
 
 import pickle
+import re
 import subprocess
 import sys
 import types
@@ -28,7 +29,9 @@ def test_steps_are_record_function_ranges_in_a_trace_recorded_from_train_start(t
         monitor.step_end(step)
     monitor.stop()
     assert trigger_lines(torch_log) == [
-        "record enabled=all max_entries=100000 annotations=global",
+        "record enabled=all max_entries=64 context=all annotations=global",  # the probe
+        "record stop",
+        "record enabled=all max_entries=100000 context=all annotations=global",
         "attach_oom_observer",
         "range start step1",
         "range end step1",
@@ -128,12 +131,15 @@ def test_on_oom_false_attaches_no_observer(tmp_path, fake_cuda, torch_log):
     assert "attach_oom_observer" not in logged(torch_log)
 
 
-def test_a_failed_upload_keeps_the_file_and_training_goes_on(tmp_path, fake_cuda, torch_log):
+def test_a_failed_upload_keeps_the_file_and_training_goes_on(tmp_path, fake_cuda, torch_log, capfd):
     monitor = MemoryMonitor(snapshot_dir=tmp_path, threshold=None, at_steps=[1], server="http://127.0.0.1:9")
     monitor.start(job="train")
     monitor.step_begin(1)
-    with pytest.warns(RuntimeWarning, match=r"step kept at .*train-rank0-step1-step\.pickle, not uploaded: .*cannot reach"):
-        monitor.step_end(1)
+    monitor.step_end(1)
+    assert monitor.flush_uploads(60)
+    assert re.search(
+        r"vramscope: step kept at .*train-rank0-step1-step\.pickle, not uploaded: .*cannot reach", capfd.readouterr().err
+    )
     assert monitor.snapshots[0]["upload"] is None
     assert (tmp_path / "train-rank0-step1-step.pickle").is_file()
 
@@ -144,6 +150,7 @@ def test_each_snapshot_is_uploaded_with_its_step_rank_and_job(tmp_path, fake_cud
     monitor.start(rank=2, job="train")
     monitor.step_begin(1)
     monitor.step_end(1)
+    assert monitor.flush_uploads(60)
     assert [(s["trigger"], s["upload"]["status"]) for s in monitor.snapshots] == [("step", "ready"), ("threshold", "ready")]
     stored = sorted(stored_snapshots(server), key=lambda s: s["trigger"])
     assert [(s["name"], s["job"], s["rank"], s["tags"], s["trigger"]) for s in stored] == [
@@ -152,15 +159,15 @@ def test_each_snapshot_is_uploaded_with_its_step_rank_and_job(tmp_path, fake_cud
     ]
 
 
-def test_without_cuda_the_monitor_warns_and_records_nothing(tmp_path, fake_cuda, torch_log, monkeypatch):
+def test_without_cuda_the_monitor_says_so_once_and_records_nothing(tmp_path, fake_cuda, torch_log, monkeypatch, capfd):
     monkeypatch.setenv("FAKE_TORCH_CUDA", "0")
     monitor = MemoryMonitor(snapshot_dir=tmp_path, at_steps=[1])
-    with pytest.warns(RuntimeWarning, match="CUDA is not available"):
-        monitor.start()
+    monitor.start()
     monitor.step_begin(1)
     monitor.step_end(1)
     monitor.stop()
     assert logged(torch_log) == [] and monitor.snapshots == []
+    assert capfd.readouterr().err == "vramscope: CUDA is not available; no memory is recorded\n"
 
 
 def test_a_threshold_outside_0_1_is_refused():
@@ -203,7 +210,9 @@ def test_the_transformers_callback_drives_the_monitor_from_the_trainers_hooks(tm
     callback.on_train_end(args, state, None)
     assert [(s["trigger"], s["step"], s["rank"], s["job"]) for s in callback.snapshots] == [("step", 2, 2, "glue-mrpc")]
     assert [l for l in logged(torch_log) if l.startswith(("range", "record"))] == [
-        "record enabled=all max_entries=100000 annotations=global",
+        "record enabled=all max_entries=64 context=all annotations=global",  # the probe
+        "record stop",
+        "record enabled=all max_entries=100000 context=all annotations=global",
         "range start step1",
         "range end step1",
         "range start step2",
@@ -245,3 +254,66 @@ def test_importing_an_integration_without_its_framework_names_the_missing_packag
     assert out.startswith(
         "vramscope.integrations.%s needs the `%s` package, which is not installed (pip install %s)" % (module, package, package)
     ), out
+
+
+# -- do no harm: what the callbacks do when something of ours fails ----------
+
+
+def test_regression_a_recording_that_cannot_start_leaves_the_training_untouched(tmp_path, fake_cuda, torch_log, monkeypatch, capfd):
+    monkeypatch.setenv("FAKE_TORCH_RECORD_FAILS", "1")
+    monitor = MemoryMonitor(snapshot_dir=tmp_path, at_steps=[1], threshold=0.5)
+    monitor.start()
+    for step in (1, 2):
+        monitor.step_begin(step)
+        monitor.step_end(step)
+    monitor.stop()
+    assert not monitor.active and monitor.snapshots == []
+    said = capfd.readouterr().err.splitlines()
+    assert said == [
+        "vramscope: starting the memory recording failed (RuntimeError: fake torch: recording refused); "
+        "nothing is recorded; the training goes on"
+    ]
+
+
+def test_regression_a_failing_oom_snapshot_never_replaces_the_jobs_oom(tmp_path, fake_cuda, torch_log, monkeypatch, capfd):
+    import torch
+
+    monitor = MemoryMonitor(snapshot_dir=tmp_path / "not-a-folder")
+    (tmp_path / "not-a-folder").write_text("a file where the snapshots' folder should be")
+    monitor.start()
+    # The job's own OutOfMemoryError reaches the job, not one of ours.
+    with pytest.raises(torch.cuda.OutOfMemoryError):
+        torch.cuda._fake_oom(1 << 30)
+    assert monitor.snapshots == []
+    assert "could not write a oom snapshot at step 0" in capfd.readouterr().err
+
+
+def test_regression_under_cudamallocasync_the_callback_records_nothing_and_says_why(tmp_path, fake_cuda, torch_log, monkeypatch, capfd):
+    monkeypatch.setenv("FAKE_TORCH_BACKEND", "cudaMallocAsync")
+    monitor = MemoryMonitor(snapshot_dir=tmp_path, at_steps=[1])
+    monitor.start()
+    monitor.step_begin(1)
+    monitor.step_end(1)
+    assert monitor.snapshots == [] and not [l for l in logged(torch_log) if l.startswith("record")]
+    assert "cudaMallocAsync backend keeps no allocator history" in capfd.readouterr().err
+
+
+def test_regression_the_callbacks_never_warn_through_the_warnings_module(tmp_path, fake_cuda, torch_log, monkeypatch):
+    """A job run with `-W error` (pytest's filterwarnings = error) would
+    turn a warning of ours into its own exception."""
+    import warnings
+
+    monkeypatch.setenv("FAKE_TORCH_CUDA", "0")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        monitor = MemoryMonitor(snapshot_dir=tmp_path, server="http://127.0.0.1:9")
+        monitor.start()
+        monkeypatch.setenv("FAKE_TORCH_CUDA", "1")
+        monitor.start()
+        monitor.write("manual")
+        assert monitor.flush_uploads(60)
+
+
+def test_a_context_the_history_does_not_know_is_refused():
+    with pytest.raises(ValueError, match="context is one of auto, all, alloc, state"):
+        MemoryMonitor(context="everything")

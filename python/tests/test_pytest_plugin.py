@@ -24,7 +24,7 @@ def test_a_budget_that_holds_passes_and_keeps_the_snapshot(pytester, torch_log):
     result.assert_outcomes(passed=1)
     kept = pytester.path / "snaps" / "test_train_step.pickle"
     assert kept.read_bytes() == (CORPUS / "mlp_train_all.pickle").read_bytes()
-    assert "record enabled=all max_entries=1000000" in logged(torch_log)
+    assert "record enabled=all max_entries=1000000 context=all" in logged(torch_log)
 
 
 def test_a_broken_rule_fails_the_test_naming_the_rule_and_the_figures(pytester, torch_log):
@@ -134,3 +134,27 @@ def test_a_misspelt_rule_stops_the_run_even_without_cuda(pytester, torch_log, mo
 def test_the_marker_is_registered(pytester):
     result = run(pytester, "--markers")
     result.stdout.fnmatch_lines(["@pytest.mark.cuda_memory(*"])
+
+
+def test_regression_a_recording_that_fails_never_fails_the_test_and_the_summary_says_what_went_unchecked(pytester, torch_log, monkeypatch):
+    monkeypatch.setenv("FAKE_TORCH_RECORD_FAILS", "1")
+    pytester.makepyfile(TRAIN_STEP.format(rules='max_reserved_peak="1MiB"'))
+    result = run(pytester, "--vramscope-dir", "snaps", "-W", "error")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        ["vramscope: *::test_train_step: budget not checked: the memory was not recorded (RuntimeError: fake torch: "
+         "recording refused)"]
+    )
+
+
+def test_the_marker_records_the_context_it_is_given(pytester, torch_log, monkeypatch):
+    monkeypatch.setenv("FAKE_TORCH_FREE_STACKS", "lost")
+    pytester.makepyfile(TRAIN_STEP.format(rules='max_reserved_peak="1GiB", context="all"'))
+    run(pytester, "--vramscope-dir", "snaps").assert_outcomes(passed=1)
+    assert [l for l in logged(torch_log) if l.startswith("record enabled")] == [
+        "record enabled=all max_entries=1000000 context=all"
+    ]
+    pytester.makepyfile(TRAIN_STEP.format(rules='context="everything"'))
+    result = run(pytester)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*cuda_memory(context=...) is one of auto, all, alloc, state; got 'everything'"])

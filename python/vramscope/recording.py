@@ -7,7 +7,7 @@ import os
 import pickle
 from pathlib import Path
 
-__all__ = ["recorded_memory", "snapshot", "snapshot_name", "DEFAULT_MAX_ENTRIES"]
+__all__ = ["recorded_memory", "recording", "Recording", "snapshot", "snapshot_name", "DEFAULT_MAX_ENTRIES"]
 
 #: Trace entries kept by `recorded_memory` (a ring: older ones are dropped).
 DEFAULT_MAX_ENTRIES = 1_000_000
@@ -30,8 +30,75 @@ def clear_cublas_workspaces(torch):
         clear()
 
 
+class Recording:
+    """What a `recording` block recorded: `path`, whether the snapshot was
+    `written`, the `context` recorded (`auto` resolved), and `lost`: why
+    nothing was recorded or written (None when all went well)."""
+
+    def __init__(self, path):
+        self.path = Path(path)
+        self.written = False
+        self.context = None
+        self.lost = None
+
+
+def _tell(message):
+    from . import _capture
+
+    _capture.tell_once(message, prefix="vramscope")
+
+
 @contextlib.contextmanager
-def recorded_memory(path, max_entries=DEFAULT_MAX_ENTRIES):
+def recording(path, max_entries=DEFAULT_MAX_ENTRIES, context="auto", stacks="all"):
+    """`recorded_memory`'s work, yielding its `Recording`: for callers that
+    need to know whether the snapshot was written (the pytest plugin).
+
+    Nothing it does fails or changes the block: a recording that cannot
+    start leaves the block to run unrecorded, a snapshot that cannot be
+    written never replaces the block's own exception; each is said once on
+    stderr and in `lost`."""
+    from . import _capture
+
+    outcome = Recording(path)
+    torch = None
+    try:
+        torch = _torch()
+        torch.cuda.synchronize()
+        # Before emptying the cache: the probe's tensor goes with it.
+        _capture.history_context(torch, context)
+        clear_cublas_workspaces(torch)
+        # Cached but unused segments from earlier work would make the trace
+        # start mid-run (peaks then cover only the recorded window).
+        torch.cuda.empty_cache()
+        outcome.context = _capture.start_history(torch, max_entries, context, stacks=stacks, every_thread=False)
+    except Exception as e:  # noqa: BLE001 - the block runs, unrecorded
+        outcome.lost = "the memory was not recorded (%s: %s)" % (type(e).__name__, e)
+        _tell("%s; the block runs unrecorded and %s is not written" % (outcome.lost, outcome.path))
+    if outcome.lost is not None:
+        # Outside the except clause: the block's own exception, if it
+        # raises, must not carry ours as its context.
+        yield outcome
+        return
+    try:
+        yield outcome
+    finally:
+        try:
+            torch.cuda.synchronize()
+            outcome.path.parent.mkdir(parents=True, exist_ok=True)
+            torch.cuda.memory._dump_snapshot(str(outcome.path))
+            outcome.written = True
+        except Exception as e:  # noqa: BLE001 - never in place of the block's own exception
+            outcome.lost = "the snapshot could not be written (%s: %s)" % (type(e).__name__, e)
+            _tell("%s to %s" % (outcome.lost, outcome.path))
+        finally:
+            try:
+                torch.cuda.memory._record_memory_history(enabled=None)
+            except Exception as e:  # noqa: BLE001
+                _tell("the memory recording could not be stopped (%s)" % e)
+
+
+@contextlib.contextmanager
+def recorded_memory(path, max_entries=DEFAULT_MAX_ENTRIES, context="auto"):
     """Records the CUDA allocator's history around the block and writes its
     snapshot to `path` (a pickle `vramscope` reads), also when the block
     raises: an OOM is what a snapshot explains. Yields `path` as a Path.
@@ -43,22 +110,18 @@ def recorded_memory(path, max_entries=DEFAULT_MAX_ENTRIES):
     Before recording it synchronizes, clears cuBLAS's workspaces and empties
     the cache, so the trace starts from an empty allocator; memory allocated
     before the block (a model built earlier) stays outside the trace.
+
+    `context`: what the history records of each event (PyTorch's
+    `context`): "auto" (default) records the stacks of allocations and of
+    frees where this torch records the latter safely, else of allocations
+    only (see `vramscope_capture`); or "all", "alloc", "state".
+
+    It never fails the block: where recording cannot start (no CUDA, the
+    cudaMallocAsync backend) or the snapshot cannot be written, it says so
+    once on stderr and the block runs as it would without it.
     """
-    torch = _torch()
-    path = Path(path)
-    torch.cuda.synchronize()
-    clear_cublas_workspaces(torch)
-    # Cached but unused segments from earlier work would make the trace
-    # start mid-run (peaks then cover only the recorded window).
-    torch.cuda.empty_cache()
-    torch.cuda.memory._record_memory_history(max_entries=max_entries)
-    try:
-        yield path
-    finally:
-        torch.cuda.synchronize()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        torch.cuda.memory._dump_snapshot(str(path))
-        torch.cuda.memory._record_memory_history(enabled=None)
+    with recording(path, max_entries, context) as outcome:
+        yield outcome.path
 
 
 def snapshot_name(test_name, params=None):

@@ -11,4 +11,7 @@ CALLBACK_OPTIONS = """
     on_oom: write a snapshot when an allocation fails (default True).
     job: the job's name in labels (default $VRAMSCOPE_JOB, else the run's name).
     max_entries: trace entries kept (default 100000).
+    context: what the history records of each event (default "auto": the
+        stacks of allocations and frees where this torch records the latter
+        safely, else of allocations only; "all", "alloc" or "state").
 """

@@ -16,13 +16,19 @@ around each optimizer step and `stop` at the end; the monitor
   name (`{job}-rank{R}-step{N}-{trigger}.pickle`), and as the upload's
   `--job`, `--rank`, `--trigger` and tag `step=N`.
 
-Nothing here fails the training: a snapshot or upload that fails is a
-warning.
+Nothing here fails, stalls or changes the training: every call the
+frameworks make into the monitor is contained (`_contained`); what fails is
+said once on stderr with what it cost, and the training goes on as it would
+without the callback.
 """
 
+import atexit
+import functools
 import os
+import queue
 import re
-import warnings
+import threading
+import time
 from pathlib import Path
 
 from .. import _capture
@@ -40,6 +46,79 @@ def _safe(text):
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", str(text)).strip("_") or "job"
 
 
+def _tell(message, key=None):
+    """Once per process for each key (the message by default), on stderr
+    (never `warnings.warn`: a job run with `-W error` would turn it into
+    the training's own exception)."""
+    _capture.tell_once(message, key=key, prefix="vramscope")
+
+
+class _Uploads:
+    """Uploads one after another on a daemon thread, so that a training
+    step never waits on the network; at exit, up to `EXIT_WAIT_S` for what
+    is left (each snapshot is on disk first: one not uploaded stays there)."""
+
+    EXIT_WAIT_S = 30.0
+
+    def __init__(self):
+        self.queue = queue.Queue()
+        self.pending = 0
+        self.settled = threading.Condition()
+        self.thread = None
+
+    def submit(self, work):
+        with self.settled:
+            self.pending += 1
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._loop, name="vramscope-uploads", daemon=True)
+                self.thread.start()
+                atexit.register(self._at_exit)
+        self.queue.put(work)
+
+    def wait(self, timeout_s):
+        """True once nothing is pending; False when `timeout_s` ran out first."""
+        deadline = time.monotonic() + timeout_s
+        with self.settled:
+            while self.pending and time.monotonic() < deadline:
+                self.settled.wait(max(0.0, deadline - time.monotonic()))
+            return self.pending == 0
+
+    def _loop(self):
+        while True:
+            work = self.queue.get()
+            try:
+                work()
+            except Exception as e:  # noqa: BLE001 - an upload never fails the training
+                _tell("an upload failed (%s: %s); the snapshot stays on disk" % (type(e).__name__, e), key="upload")
+            with self.settled:
+                self.pending -= 1
+                self.settled.notify_all()
+
+    def _at_exit(self):
+        if not self.wait(self.EXIT_WAIT_S):
+            _tell("%d snapshot upload(s) not finished after %.0f s at exit; the files stay on disk"
+                  % (self.pending, self.EXIT_WAIT_S))
+
+
+def _contained(what, lost):
+    """A monitor method the framework calls: whatever it raises is said
+    once ("vramscope: {what} failed ...; {lost}") and swallowed, and the
+    training goes on; a failed `start` leaves the monitor inactive."""
+
+    def wrap(method):
+        @functools.wraps(method)
+        def contained(self, *args, **kwargs):
+            try:
+                return method(self, *args, **kwargs)
+            except Exception as e:  # noqa: BLE001 - the training must not see our failure
+                _tell("%s failed (%s: %s); %s; the training goes on" % (what, type(e).__name__, e, lost))
+                return None
+
+        return contained
+
+    return wrap
+
+
 class MemoryMonitor:
     """Records CUDA memory through training and writes snapshots at OOM,
     past `threshold` of capacity and at `at_steps` (see the module's doc).
@@ -55,6 +134,10 @@ class MemoryMonitor:
     job: the job's name in labels (default $VRAMSCOPE_JOB, else the name the
         framework gives, else "train").
     max_entries: trace entries kept (a ring).
+    context: what the history records of each event: "auto" (default: the
+        stacks of allocations and frees where this torch records the latter
+        safely, else of allocations only; see `vramscope_capture`), "all",
+        "alloc" or "state".
     """
 
     def __init__(
@@ -67,7 +150,10 @@ class MemoryMonitor:
         on_oom=True,
         job=None,
         max_entries=DEFAULT_MAX_ENTRIES,
+        context="auto",
     ):
+        if context not in _capture.CONTEXTS:
+            raise ValueError("context is one of %s; got %r" % (", ".join(_capture.CONTEXTS), context))
         if threshold is not None and not 0 < float(threshold) <= 1:
             raise ValueError("threshold is a fraction of capacity, above 0 and at most 1; got %r" % (threshold,))
         self.snapshot_dir = Path(snapshot_dir)
@@ -78,6 +164,9 @@ class MemoryMonitor:
         self.on_oom = bool(on_oom)
         self.job = job or os.environ.get(_capture.ENV_JOB) or None
         self.max_entries = int(max_entries)
+        self.context = context
+        #: The context the history records (after `start`; `auto` resolved).
+        self.recorded_context = None
         self.rank = 0
         self.step = 0
         #: One dict per snapshot written: path, trigger, step, rank, job, reason, upload (the server's answer).
@@ -89,13 +178,16 @@ class MemoryMonitor:
         # reserved_bytes.all.peak per device at the previous check.
         self._peaks = {}
         self._oom_limit = _capture.RateLimit(_capture.MAX_OOM_DUMPS_PER_HOUR)
+        self._uploads = _Uploads()
+        self._sampler = None
         self._observer_attached = False
 
     # -- the callbacks' calls ---------------------------------------------
 
+    @_contained("starting the memory recording", "nothing is recorded")
     def start(self, rank=None, job=None, torch=None):
         """At train start: records the allocator's history and attaches the
-        OOM observer. Does nothing (with a warning) without CUDA."""
+        OOM observer. Does nothing (said once) without CUDA."""
         if self.active:
             return
         if rank is not None:
@@ -106,21 +198,21 @@ class MemoryMonitor:
         if torch is None:
             import torch
         if not torch.cuda.is_available():
-            warnings.warn("vramscope: CUDA is not available; no memory is recorded", RuntimeWarning, stacklevel=2)
+            _tell("CUDA is not available; no memory is recorded")
             return
         self._torch = torch
-        options = _capture._history_options(torch, "all")
-        torch.cuda.memory._record_memory_history(max_entries=self.max_entries, **options)
+        self.recorded_context = _capture.start_history(torch, self.max_entries, self.context)
+        self.active = True
         if self.on_oom and not self._observer_attached:
             attach = getattr(torch._C, "_cuda_attach_out_of_memory_observer", None)
             if attach is None:
-                warnings.warn("vramscope: this torch has no OOM observer; no OOM snapshots", RuntimeWarning)
+                _tell("this torch has no OOM observer; no OOM snapshots")
             else:
                 # An observer cannot be detached: it checks `active` instead.
                 attach(self._on_oom)
                 self._observer_attached = True
-        self.active = True
 
+    @_contained("marking a step in the trace", "steps may be missing from the trace")
     def step_begin(self, step):
         """Before optimizer step `step` (counted from 1): opens its range."""
         if not self.active:
@@ -132,6 +224,7 @@ class MemoryMonitor:
         self._range = self._torch.autograd.profiler.record_function("step%d" % self.step)
         self._range.__enter__()
 
+    @_contained("a step's snapshot check", "a snapshot due at this step may be missing")
     def step_end(self, step):
         """After optimizer step `step`: closes its range, then writes the
         snapshots due (a named step; reserved memory past the threshold)."""
@@ -144,13 +237,16 @@ class MemoryMonitor:
         if self.threshold is not None:
             self._check_threshold()
 
+    @_contained("stopping the memory recording", "the history may still be recorded")
     def stop(self):
         """At train end: closes the open range and stops recording."""
         if not self.active:
             return
-        self._close_range()
         self.active = False
-        self._torch.cuda.memory._record_memory_history(enabled=None)
+        try:
+            self._close_range()
+        finally:
+            self._torch.cuda.memory._record_memory_history(enabled=None)
 
     # -- snapshots ----------------------------------------------------------
 
@@ -175,37 +271,48 @@ class MemoryMonitor:
             # record: what `vramscope stats` recomputes from the file.
             record["memory_stats"] = _current_counters(self._torch)
             path = write_snapshot(taken, self.snapshot_path(trigger))
-        except Exception as e:
-            warnings.warn("vramscope: could not write a %s snapshot at step %d: %s" % (trigger, self.step, e), RuntimeWarning)
+        except Exception as e:  # noqa: BLE001 - a snapshot never fails a training step
+            _tell("could not write a %s snapshot at step %d (%s: %s); the training goes on"
+                  % (trigger, self.step, type(e).__name__, e))
             return None
         record["path"] = str(path)
-        record["upload"] = self._upload(path, trigger) if self.server else None
+        # Filled in by the upload's thread: the server's answer, or None.
+        record["upload"] = None
         self.snapshots.append(record)
+        if self.server:
+            self._uploads.submit(functools.partial(self._upload, record, path, trigger, self.step))
         return record
 
-    def _upload(self, path, trigger):
+    def flush_uploads(self, timeout_s=60.0):
+        """Waits up to `timeout_s` for the snapshots' uploads (each runs on a
+        thread of its own, so no step waits on the network); True when none
+        is left."""
+        return self._uploads.wait(timeout_s)
+
+    def _upload(self, record, path, trigger, step):
         from ..cli import upload
         from ..errors import VramscopeError
 
         try:
-            return upload(
+            record["upload"] = upload(
                 path,
                 server=self.server,
                 token=self.token,
                 job=self.job,
                 rank=self.rank,
-                tags=["step=%d" % self.step],
+                tags=["step=%d" % step],
                 trigger=trigger if trigger in ("manual", "threshold", "oom") else "manual",
             )
         except VramscopeError as e:
-            warnings.warn("vramscope: %s kept at %s, not uploaded: %s" % (trigger, path, e), RuntimeWarning)
-            return None
+            _tell("%s kept at %s, not uploaded: %s" % (trigger, path, e), key="upload")
 
     def _check_threshold(self):
         try:
-            samples = _capture.torch_sampler(self._torch)()
-        except Exception as e:
-            warnings.warn("vramscope: cannot read the allocator's figures: %s" % e, RuntimeWarning)
+            if self._sampler is None:
+                self._sampler = _capture.torch_sampler(self._torch)
+            samples = self._sampler()
+        except Exception as e:  # noqa: BLE001
+            _tell("cannot read the allocator's figures (%s); no threshold snapshots" % e)
             return
         for sample in samples:
             capacity = sample.get("capacity") or sample.get("total") or 0
@@ -227,6 +334,7 @@ class MemoryMonitor:
                     % (sample["device"], reached, capacity, 100 * reached / float(capacity), 100 * self.threshold),
                 )
 
+    @_contained("the OOM snapshot", "no snapshot of this OOM")
     def _on_oom(self, device, requested, allowed, free):
         """PyTorch's OOM observer: runs at the failed allocation, before the
         exception unwinds the step, so the snapshot holds what was live."""

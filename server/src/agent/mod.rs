@@ -45,7 +45,8 @@ pub(crate) struct AgentConfig {
     pub(crate) threshold: f64,
     /// Allocator history ring size.
     pub(crate) max_entries: u64,
-    /// PyTorch's `context` of the history: `all`, `alloc` or `state`.
+    /// What the history records: `auto`, or PyTorch's `context` (`all`,
+    /// `alloc` or `state`).
     pub(crate) context: &'static str,
     /// Sampling interval.
     pub(crate) interval: Duration,
@@ -67,17 +68,24 @@ pub(crate) struct AgentConfig {
 
 /// Runs the job under the agent; returns the exit code to exit with: the
 /// job's, or 128 + the signal that killed it, as a shell reports it.
+///
+/// Only the agent's arguments can stop the job from starting (it is told
+/// before anything runs). Where the agent cannot set itself up (the spool
+/// or private folder, the socket), the job runs all the same, without
+/// capture, and one line on stderr says why.
 pub(crate) async fn run(config: AgentConfig) -> Result<u8> {
     let ws_url = uplink::ws_url(&config.server)?;
     let Some((program, args)) = config.command.split_first() else {
         anyhow::bail!("no command to run: vramscope agent --server URL -- python train.py ...")
     };
-    std::fs::create_dir_all(&config.spool_dir)
-        .with_context(|| format!("cannot create the spool folder {}", config.spool_dir.display()))?;
-    let private = capture_module::PrivateDir::create()?;
+    let (private, listener) = match prepare(&config) {
+        Ok(prepared) => prepared,
+        Err(e) => {
+            eprintln!("vramscope agent: not capturing ({e:#}); the job runs without vramscope");
+            return Ok(tokio::task::block_in_place(|| run_uncaptured(&config.command)));
+        }
+    };
     let socket_path = private.socket_path();
-    let listener = tokio::net::UnixListener::bind(&socket_path)
-        .with_context(|| format!("cannot listen on {}", socket_path.display()))?;
     let host = host_name();
 
     let hub = Arc::new(Hub::default());
@@ -161,6 +169,32 @@ pub(crate) async fn run(config: AgentConfig) -> Result<u8> {
     Ok(exit_code(status))
 }
 
+/// The spool folder, the private folder with the capture module, and the
+/// socket the job's processes report to.
+fn prepare(config: &AgentConfig) -> Result<(capture_module::PrivateDir, tokio::net::UnixListener)> {
+    std::fs::create_dir_all(&config.spool_dir)
+        .with_context(|| format!("cannot create the spool folder {}", config.spool_dir.display()))?;
+    let private = capture_module::PrivateDir::create()?;
+    let socket_path = private.socket_path();
+    let listener = tokio::net::UnixListener::bind(&socket_path)
+        .with_context(|| format!("cannot listen on {}", socket_path.display()))?;
+    Ok((private, listener))
+}
+
+/// Runs the job as it would run without vramscope (no capture module, no
+/// environment of ours) and returns its exit code as a shell reports it:
+/// where the agent cannot set itself up, the job still runs.
+pub(crate) fn run_uncaptured(command: &[OsString]) -> u8 {
+    let Some((program, args)) = command.split_first() else { return 2 };
+    match std::process::Command::new(program).args(args).status() {
+        Ok(status) => exit_code(status),
+        Err(e) => {
+            eprintln!("vramscope agent: cannot start {}: {e}", program.to_string_lossy());
+            if e.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 }
+        }
+    }
+}
+
 /// Waits for the child, forwarding SIGTERM, SIGHUP, SIGQUIT and SIGUSR2 to
 /// it, and SIGINT unless it came from the terminal (Ctrl-C reaches the job
 /// through the terminal's process group already; a second one would cut its
@@ -169,12 +203,24 @@ async fn wait_forwarding_signals(child: &mut tokio::process::Child, hub: &Hub) -
     use nix::sys::signal::Signal;
     use std::io::IsTerminal;
     let pid = child.id().map(|id| nix::unistd::Pid::from_raw(id as i32));
-    let mut sigint = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
-    let mut sigterm = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
-    let mut sighup = signal(SignalKind::hangup()).context("cannot handle SIGHUP")?;
-    let mut sigquit = signal(SignalKind::quit()).context("cannot handle SIGQUIT")?;
-    let mut sigusr1 = signal(SignalKind::user_defined1()).context("cannot handle SIGUSR1")?;
-    let mut sigusr2 = signal(SignalKind::user_defined2()).context("cannot handle SIGUSR2")?;
+    let handlers = (|| -> std::io::Result<_> {
+        Ok((
+            signal(SignalKind::interrupt())?,
+            signal(SignalKind::terminate())?,
+            signal(SignalKind::hangup())?,
+            signal(SignalKind::quit())?,
+            signal(SignalKind::user_defined1())?,
+            signal(SignalKind::user_defined2())?,
+        ))
+    })();
+    let (mut sigint, mut sigterm, mut sighup, mut sigquit, mut sigusr1, mut sigusr2) = match handlers {
+        Ok(handlers) => handlers,
+        Err(e) => {
+            // The job is running: it is waited for, whatever we cannot do.
+            eprintln!("vramscope agent: signals are not forwarded to the job ({e})");
+            return child.wait().await.context("cannot wait for the job");
+        }
+    };
     let interactive = std::io::stdin().is_terminal();
     let forward = |sig: Signal| {
         if let Some(pid) = pid {

@@ -29,11 +29,15 @@ pub(crate) struct AgentArgs {
     /// What the history records of each event (PyTorch's `context`): `all`
     /// keeps the Python stack of every allocation and free; `alloc` of
     /// allocations only; `state` only of the blocks alive when a snapshot
-    /// is taken (the trace keeps no stacks). The default, `all`, is what
-    /// the leak ranking and the OOM post-mortem read best; `alloc` costs
-    /// the job less per event, `state` least. `vramscope`'s agent-overhead
-    /// bench prints the cost of each on your GPU.
-    #[arg(long, value_enum, default_value_t = Context::All)]
+    /// is taken (the trace keeps no stacks). The default, `auto`, is `all`
+    /// where the job's torch and Python record the stacks of frees safely
+    /// and `alloc` where they do not (PyTorch 2.11 on Python < 3.13: a free
+    /// recorded inside backward there turns the exception non-reentrant
+    /// checkpointing raises into a SystemError; the job probes it once at
+    /// start and says so). `alloc` and `all` give the same leak ranking and
+    /// OOM post-mortem; `alloc` costs the job less per event, `state` least.
+    /// `vramscope`'s agent-overhead bench prints the cost of each on your GPU.
+    #[arg(long, value_enum, default_value_t = Context::Auto)]
     context: Context,
     /// How often the job samples its memory (e.g. 1s, 500ms).
     #[arg(long, default_value = "1s", value_parser = parse_duration)]
@@ -70,6 +74,8 @@ pub(crate) struct AgentArgs {
 /// `--context`: what the allocator history records of each event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub(crate) enum Context {
+    /// `all` where the job records the stacks of frees safely, else `alloc`.
+    Auto,
     /// Stacks of allocations and frees.
     All,
     /// Stacks of allocations.
@@ -79,9 +85,10 @@ pub(crate) enum Context {
 }
 
 impl Context {
-    /// PyTorch's name for it.
+    /// The capture module's name for it (PyTorch's, and `auto`).
     pub(crate) fn as_str(self) -> &'static str {
         match self {
+            Context::Auto => "auto",
             Context::All => "all",
             Context::Alloc => "alloc",
             Context::State => "state",
@@ -121,8 +128,8 @@ fn parse_fraction(text: &str) -> Result<f64, String> {
     }
 }
 
-/// Runs the job under the agent and returns its exit code (or 1 when the
-/// agent itself could not start, with one line on stderr).
+/// Runs the job under the agent and returns its exit code (1 when the
+/// agent's arguments are wrong, said on stderr before anything runs).
 pub(crate) fn run(args: AgentArgs) -> ExitCode {
     let job = args.job.unwrap_or_else(|| default_job_name(&args.command));
     if args.labels.len() > MAX_LABELS {
@@ -147,8 +154,10 @@ pub(crate) fn run(args: AgentArgs) -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("vramscope agent: error: cannot start the async runtime: {e}");
-            return ExitCode::from(1);
+            eprintln!(
+                "vramscope agent: not capturing (cannot start the async runtime: {e}); the job runs without vramscope"
+            );
+            return ExitCode::from(crate::agent::run_uncaptured(&config.command));
         }
     };
     match runtime.block_on(crate::agent::run(config)) {
