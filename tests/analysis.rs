@@ -72,3 +72,33 @@ fn cli_diff_of_a_file_with_itself_is_identical_and_bad_input_exits_2() {
         assert_eq!(String::from_utf8_lossy(&out.stderr).lines().count(), 1, "{command}: one line");
     }
 }
+
+/// What `alloc` costs: the capture's `auto` context records `alloc` (no
+/// stack at a free) where recording the stacks of frees would break the
+/// job (issue 42). On each real capture, a copy without the frees' stacks
+/// gets the same leak ranking, OOM post-mortem, breakdown and statistics.
+#[test]
+fn regression_frees_recorded_without_stacks_leave_the_analyses_unchanged() {
+    let dir = std::env::temp_dir().join(format!("vramscope-alloc-context-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let strip = crate::common::workspace_root().join("tests/fixtures/strip_free_stacks.py");
+    for name in ["mlp_train_all", "oom_leak", "streams", "compiled", "ring_overflow"] {
+        let full = crate::common::fixture_corpus().join(format!("{name}.pickle"));
+        let alloc = dir.join(format!("{name}.alloc.pickle"));
+        let out = Command::new("python3").arg(&strip).arg(&full).arg(&alloc).output().expect("python3");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let stripped: u32 = String::from_utf8_lossy(&out.stdout).trim().parse().expect("a count");
+        assert!(stripped > 100, "{name}: only {stripped} frees had stacks to strip");
+        for command in ["leaks", "explain", "breakdown", "stats"] {
+            let answer = |file: &std::path::Path| {
+                let out = vramscope().args([command, "--json"]).arg(file).output().expect("run");
+                assert!(out.status.success(), "{command} {name}: {}", String::from_utf8_lossy(&out.stderr));
+                let mut v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+                v.as_object_mut().expect("an object").remove("file");
+                v
+            };
+            assert_eq!(answer(&full), answer(&alloc), "{command} {name}");
+        }
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -956,7 +956,9 @@ def free_stacks_are_safe(torch):
 def history_context(torch, requested):
     """(context, note): what `requested` records here. `auto` is `all` where
     `free_stacks_are_safe`, else `alloc` with the note saying why; any
-    other context is itself."""
+    other context is itself. Raises `NoHistory` under cudaMallocAsync."""
+    if allocator_backend(torch) == "cudaMallocAsync":
+        raise NoHistory("the cudaMallocAsync backend keeps no allocator history")
     if requested != "auto":
         return requested, ""
     safe, why = free_stacks_are_safe(torch)
@@ -992,9 +994,6 @@ def start_history(torch, max_entries, context="auto", stacks="python", every_thr
     `fresh`: nothing of the job's is allocated yet (the agent starts at CUDA
     initialisation), so what the probe left (its cached block, counters and
     peaks) is cleared and the job sees the allocator a fresh process has."""
-    backend = allocator_backend(torch)
-    if backend == "cudaMallocAsync":
-        raise NoHistory("the cudaMallocAsync backend keeps no allocator history")
     probing = context == "auto" and _probed is None
     chosen, note = history_context(torch, context)
     if probing and fresh:
