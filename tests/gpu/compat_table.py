@@ -60,7 +60,7 @@ def cell_text(cell):
 def table(facts, cells):
     lines = [
         "| set-up | %s |" % " | ".join(heading for _, heading in COLUMNS),
-        "|---|%s" % "---|" * len(COLUMNS),
+        "|---|" + "---|" * len(COLUMNS),
     ]
     for name, row in cells.items():
         lines.append("| %s | %s |" % (row["what"], " | ".join(cell_text(row["modes"].get(mode)) for mode, _ in COLUMNS)))
