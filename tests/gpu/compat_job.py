@@ -564,14 +564,14 @@ def driver(args):
                 print("%-32s %-20s %s" % (setup, mode, json.dumps({k: row[mode].get(k) for k in (
                     "pass", "finished", "losses_identical", "step_time_ratio", "snapshot")})), flush=True)
             cells[setup] = {"family": family, "what": SETUPS[setup][1], "modes": row}
+            # Written after every set-up: a run cut short keeps what it finished.
+            with open(os.path.join(out, "compat.json"), "w") as f:
+                json.dump({"facts": facts, "modes": MODES, "cells": cells}, f, indent=1)
+            with open(os.path.join(out, "compat-logs.txt"), "w") as f:
+                for name, output in logs:
+                    f.write("==== %s\n%s\n" % (name, output[-4000:]))
     finally:
         server.stop()
-    results = {"facts": facts, "modes": MODES, "cells": cells}
-    with open(os.path.join(out, "compat.json"), "w") as f:
-        json.dump(results, f, indent=1)
-    with open(os.path.join(out, "compat-logs.txt"), "w") as f:
-        for name, output in logs:
-            f.write("==== %s\n%s\n" % (name, output[-4000:]))
     failed = [(s, m) for s, c in cells.items() for m, cell in c["modes"].items() if not cell["pass"]]
     print("compat: %d cells, %d failed: %s" % (sum(len(c["modes"]) for c in cells.values()), len(failed), failed))
     return 1 if failed else 0
