@@ -55,7 +55,7 @@ pub struct PredictForm {
     pub key: String,
     /// The capacity box (`4GiB`).
     pub capacity: String,
-    /// The step box (blank: the recorded sizes' greatest common divisor).
+    /// The step box (blank: 1, every integer size).
     pub step: String,
 }
 

@@ -79,7 +79,7 @@ fn PredictPanel(snapshots: Vec<SnapshotMeta>) -> impl IntoView {
             </label>
             " "
             <label>"Step "
-                <input id="predict-step" type="text" placeholder="default: GCD of the sizes" size="22"
+                <input id="predict-step" type="text" placeholder="default: 1 (every size)" size="22"
                     prop:value=move || form.with(|f| f.step.clone())
                     on:input=move |ev| form.update(|f| f.step = event_target_value(&ev))/>
             </label>

@@ -44,9 +44,9 @@ pub(crate) struct PredictArgs {
     /// CUDA device (default: the first with a trace).
     #[arg(long)]
     device: Option<u32>,
-    /// Step of the --largest search, e.g. 8 for batch sizes that are
-    /// multiples of 8 (default: the greatest common divisor of the recorded
-    /// sizes).
+    /// Step of the --largest search, e.g. 8 for a knob that must be a
+    /// multiple of 8 (default 1: every integer size is searched; the answer
+    /// names the step it used).
     #[arg(long, value_name = "N")]
     step: Option<u64>,
     /// Print one JSON object instead of the table.

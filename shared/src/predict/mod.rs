@@ -81,8 +81,7 @@ pub struct PredictOptions {
     pub alloc_conf: Option<String>,
     /// CUDA device (default: the first device with a trace).
     pub device: Option<u32>,
-    /// Step of the largest-size search (default: the greatest common divisor
-    /// of the recorded sizes).
+    /// Step of the largest-size search (default 1: every integer size).
     pub step: Option<u64>,
 }
 

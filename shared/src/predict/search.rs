@@ -1,5 +1,6 @@
 //! The largest size that fits under a capacity, found by replaying
-//! candidates on a grid of the search's step.
+//! candidates on a grid of the search's step (1, every integer size,
+//! unless the caller asks for multiples).
 //!
 //! Fit is not monotonic in the size, so no formula and no plain bisection
 //! can be trusted alone:
@@ -101,7 +102,10 @@ pub(crate) fn largest(
     replay_many: ReplayMany<'_>,
 ) -> Largest {
     let recorded = model.recorded_sizes();
-    let step = step.filter(|s| *s > 0).unwrap_or_else(|| recorded.iter().copied().fold(0, gcd).max(1));
+    // Every integer size unless told otherwise: stepping by the recorded
+    // sizes' spacing missed real answers (runs at 4 and 8 under an 8 GiB
+    // cap: 24 by 4, where 26 is the largest that fits, issue 43).
+    let step = step.filter(|s| *s > 0).unwrap_or(1);
     let mut s = Search { model, config, capacity, step, replay_many, replayed: BTreeMap::new() };
     let mut notes = Vec::new();
 
@@ -150,8 +154,8 @@ pub(crate) fn largest(
         s.run(&around);
         notes.push(format!(
             "searched by bisection over {candidates} sizes (step {step}), then {WINDOW_BELOW} sizes below the \
-             boundary and {WINDOW_ABOVE} above; a dip or a fit farther from it is not looked for (a larger --step \
-             scans every size)"
+             boundary and {WINDOW_ABOVE} above; a dip or a fit farther from it is not looked for (a --step that \
+             leaves at most {SCAN_LIMIT} sizes scans every one)"
         ));
     }
 
@@ -187,6 +191,3 @@ pub(crate) fn largest(
     Largest { step, largest, first_failure, tried, dips, notes }
 }
 
-fn gcd(a: u64, b: u64) -> u64 {
-    if b == 0 { a } else { gcd(b, a % b) }
-}
