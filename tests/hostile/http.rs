@@ -123,6 +123,60 @@ async fn regression_cross_origin_simple_posts_are_refused() {
     still_serves(&server, &id).await;
 }
 
+/// Issue 44: a page of another local program (`localhost:3000`) names this
+/// host but not this port: it is another origin.
+#[tokio::test]
+async fn regression_an_origin_on_another_local_port_is_refused() {
+    let server = TestServer::start("origin-port", &[]);
+    let id = victim(&server).await;
+    let comments = server.api(&format!("/snapshots/{id}/comments"));
+    let port = url::Url::parse(&server.url).expect("url").port().expect("port");
+    for origin in
+        ["http://localhost:3000".to_owned(), format!("http://127.0.0.1:{}", port + 1), "http://127.0.0.1".to_owned()]
+    {
+        let forged = client().post(&comments).header("origin", origin.as_str()).json(&json!({"body": "pwned"})).send();
+        let (status, refusal) = answer(forged.await.expect("post")).await;
+        assert_eq!((status, kind(&refusal)), (StatusCode::FORBIDDEN, "cross_origin"), "{origin}: {refusal}");
+    }
+    // This server under either of its names, on its port, still works.
+    for origin in [format!("http://localhost:{port}"), format!("http://127.0.0.1:{port}")] {
+        let host = origin.trim_start_matches("http://").to_owned();
+        let own = client()
+            .post(&comments)
+            .header("origin", origin.as_str())
+            .header("host", host)
+            .json(&json!({"body": "ok"}));
+        assert_eq!(own.send().await.expect("post").status(), StatusCode::CREATED, "{origin}");
+    }
+    still_serves(&server, &id).await;
+}
+
+/// Issue 44: media types are case-insensitive, so `Text/Plain` (what a
+/// page can send without a preflight) is text, refused as every text is.
+#[tokio::test]
+async fn regression_a_text_media_type_in_capitals_is_refused_as_text() {
+    let server = TestServer::start("text-caps", &[]);
+    let id = victim(&server).await;
+    for content_type in ["Text/Plain", "TEXT/PLAIN; charset=utf-8", "Application/X-WWW-Form-Urlencoded"] {
+        let upload = client()
+            .post(server.api("/snapshots"))
+            .header("content-type", content_type)
+            .body(fixture("oom_leak.pickle"));
+        let (status, refusal) = answer(upload.send().await.expect("upload")).await;
+        assert_eq!(
+            (status, kind(&refusal)),
+            (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type"),
+            "{content_type}"
+        );
+    }
+    let comments = server.api(&format!("/snapshots/{id}/comments"));
+    let plain = client().post(&comments).header("content-type", "Text/Plain").body(r#"{"body":"x"}"#).send().await;
+    assert_eq!(answer(plain.expect("post")).await.0, StatusCode::UNSUPPORTED_MEDIA_TYPE);
+    let json_caps = client().post(&comments).header("content-type", "Application/JSON").body(r#"{"body":"ok"}"#).send();
+    assert_eq!(json_caps.await.expect("post").status(), StatusCode::CREATED, "a JSON body whatever its type's case");
+    still_serves(&server, &id).await;
+}
+
 #[tokio::test]
 async fn regression_agent_websocket_refuses_other_origins() {
     let server = TestServer::start("ws-origin", &[]);

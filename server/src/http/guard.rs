@@ -54,12 +54,29 @@ fn check(state: &AppState, method: &Method, headers: &HeaderMap) -> Result<(), A
     }
     if let Some(origin) = headers.get(header::ORIGIN) {
         let origin = origin.to_str().unwrap_or_default();
-        let host = url::Url::parse(origin).ok().and_then(|u| u.host_str().map(str::to_owned));
-        if !host.is_some_and(|h| is_this_server(state, &h)) {
+        let host = headers.get(header::HOST).and_then(|h| h.to_str().ok());
+        if !is_this_origin(state, origin, host) {
             return Err(AppError::CrossOrigin(format!("Origin {:?}", origin.chars().take(100).collect::<String>())));
         }
     }
     Ok(())
+}
+
+/// An `Origin` is this server's when it names this server and the port the
+/// request came to (the `Host` header's, else the scheme's default): a page
+/// of another program on `localhost:3000` names this host, not this port.
+fn is_this_origin(state: &AppState, origin: &str, host: Option<&str>) -> bool {
+    let Ok(url) = url::Url::parse(origin) else { return false };
+    let Some(name) = url.host_str() else { return false };
+    let Some(port) = url.port_or_known_default() else { return false };
+    let host_port = match host {
+        Some(host) => match host.strip_prefix(host_name(host)).and_then(|rest| rest.strip_prefix(':')) {
+            Some(digits) => digits.parse::<u16>().ok(),
+            None => url::Url::parse(&format!("{}://x", url.scheme())).ok().and_then(|u| u.port_or_known_default()),
+        },
+        None => Some(state.settings.bind.port()),
+    };
+    is_this_server(state, name) && host_port == Some(port)
 }
 
 /// The name part of a `Host` header: `[::1]:8080` → `[::1]`, `a:80` → `a`.
@@ -125,6 +142,7 @@ mod tests {
 
     #[test]
     fn host_names_lose_their_port() {
+        assert_eq!(host_name("localhost:3000"), "localhost");
         assert_eq!(host_name("127.0.0.1:8080"), "127.0.0.1");
         assert_eq!(host_name("[::1]:8080"), "[::1]");
         assert_eq!(host_name("[::1]"), "[::1]");

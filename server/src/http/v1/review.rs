@@ -35,7 +35,10 @@ pub(crate) async fn post(
 ) -> AppResult<(StatusCode, Json<Comment>)> {
     // A JSON body only: `text/plain` is what another web page can send
     // without asking (a "simple" request).
-    if !headers.get(axum::http::header::CONTENT_TYPE).is_some_and(|v| v.as_bytes().starts_with(b"application/json")) {
+    let json = headers
+        .get(axum::http::header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().to_ascii_lowercase().starts_with(b"application/json"));
+    if !json {
         return Err(AppError::UnsupportedMediaType("a comment is a JSON body (Content-Type: application/json)".into()));
     }
     // Parsed by hand (not `Json<…>`) so a bad body gets this API's JSON error.

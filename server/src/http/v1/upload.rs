@@ -152,7 +152,13 @@ pub(crate) async fn upload(
         state.metrics.upload("too_large");
         return Err(AppError::PayloadTooLarge(max));
     }
-    let content_type = request.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default();
+    // Media types are case-insensitive (RFC 9110): `Text/Plain` is text.
+    let content_type = request
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_ascii_lowercase();
     let multipart = content_type.starts_with("multipart/form-data");
     // The types a web form or a plain `fetch` sends without a preflight
     // (besides multipart, which the dashboard uses): never a snapshot.
