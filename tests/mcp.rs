@@ -524,6 +524,30 @@ async fn regression_the_mcp_route_refuses_a_body_over_the_api_limit() {
     assert_ne!(stats["isError"], true, "{stats}");
 }
 
+/// Issue 44: the same body sent chunked (no Content-Length) was answered
+/// 500 in plain text by rmcp; it is this API's JSON 413.
+#[tokio::test]
+async fn regression_a_chunked_mcp_body_over_the_limit_is_a_json_413() {
+    let (server, _id) = server_with_oom_leak("mcp-chunked").await;
+    let body = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": { "name": "stats", "arguments": { "snapshot": "x".repeat(3 << 20) } } })
+    .to_string()
+    .into_bytes();
+    let chunks: Vec<Result<Vec<u8>, std::io::Error>> = body.chunks(64 << 10).map(|c| Ok(c.to_vec())).collect();
+    let response = client()
+        .post(server.api("/mcp"))
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .body(reqwest::Body::wrap_stream(futures::stream::iter(chunks)))
+        .send()
+        .await
+        .expect("post");
+    assert_eq!(response.status(), reqwest::StatusCode::PAYLOAD_TOO_LARGE);
+    assert!(response.headers()["content-type"].to_str().is_ok_and(|t| t.starts_with("application/json")));
+    let refusal: Value = response.json().await.expect("a JSON error");
+    assert_eq!(refusal["kind"], "too_large", "{refusal}");
+}
+
 /// Found: `tune` over MCP took `capacity` "1B" and "0", which the HTTP
 /// route refuses with 400. Both now check it with one function.
 #[tokio::test]

@@ -98,10 +98,12 @@ pub(crate) fn app(state: AppState) -> Router {
             v1::mcp::PATH,
             // rmcp reads the body itself, past `DefaultBodyLimit` (which
             // only axum's extractors honour): the same limit and timeout
-            // as every other API request, as layers.
+            // as every other API request, as layers. The body is read whole
+            // before rmcp sees it, so a chunked body over the limit is this
+            // API's 413, not rmcp's 500 (issue 44).
             tower::ServiceBuilder::new()
-                .layer(tower_http::limit::RequestBodyLimitLayer::new(state.settings.max_body_bytes))
                 .layer(TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, timeout))
+                .layer(middleware::from_fn_with_state(state.clone(), whole_body))
                 .service(v1::mcp::service(state.clone(), state.settings.read_options())),
         )
         .route("/metrics", get(metrics_text))
@@ -124,6 +126,26 @@ pub(crate) fn app(state: AppState) -> Router {
         .layer(CompressionLayer::new().quality(CompressionLevel::Fastest).no_br().no_zstd().no_deflate())
         .layer(TraceLayer::new_for_http())
         .with_state(state)
+}
+
+/// Reads a body whole, up to `max_body_bytes` whether it comes with a
+/// length or chunked, for a service that reads bodies itself (rmcp): past
+/// the limit, this API's JSON 413.
+async fn whole_body(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let max = state.settings.max_body_bytes;
+    let (parts, body) = request.into_parts();
+    match axum::body::to_bytes(body, max).await {
+        Ok(bytes) => next.run(Request::from_parts(parts, axum::body::Body::from(bytes))).await,
+        Err(e) => {
+            let over =
+                std::error::Error::source(&e).is_some_and(|source| source.is::<http_body_util::LengthLimitError>());
+            if over {
+                AppError::BodyTooLarge(max).into_response()
+            } else {
+                AppError::BadRequest(format!("the request body could not be read: {e}")).into_response()
+            }
+        }
+    }
 }
 
 /// Extractors refuse an oversized body with a plain-text 413: answer this
