@@ -184,3 +184,31 @@ fn a_value_longer_than_the_read_ahead_chunks_is_read_whole() {
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("memory budget exceeded at byte 2"), "{err}");
 }
+
+/// Issue 44: `agent --help` and `mcp --help` showed `[env: VRAMSCOPE_SERVER=]`
+/// with a stray `=` when the variable was unset (clap prints the current
+/// value after it). Every command's help names its variables bare.
+#[test]
+fn regression_help_names_environment_variables_without_a_stray_equals_sign() {
+    let top = vramscope().arg("--help").output().expect("help");
+    let text = String::from_utf8_lossy(&top.stdout).into_owned();
+    let commands: Vec<String> = text
+        .lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .filter_map(|l| l.split_whitespace().next().map(str::to_owned))
+        .filter(|c| c != "help")
+        .collect();
+    assert!(commands.len() >= 10, "{commands:?}");
+    let mut named = 0;
+    for command in &commands {
+        let out = vramscope().args([command.as_str(), "--help"]).env("VRAMSCOPE_SERVER", "").output().expect("help");
+        let help = String::from_utf8_lossy(&out.stdout);
+        for line in help.lines().filter(|l| l.contains("[env: ")) {
+            named += 1;
+            assert!(!line.contains("=]"), "{command} --help: {line}");
+        }
+    }
+    assert!(named >= 4, "only {named} environment variables named");
+}

@@ -12,7 +12,7 @@ use crate::agent::{AgentConfig, default_job_name, default_spool_dir, parse_durat
 #[derive(Debug, clap::Args)]
 pub(crate) struct AgentArgs {
     /// Server URL, e.g. http://127.0.0.1:8080.
-    #[arg(long, env = "VRAMSCOPE_SERVER")]
+    #[arg(long, env = "VRAMSCOPE_SERVER", hide_env_values = true)]
     server: String,
     /// API token with the uploader role (needed unless the server runs loopback-only).
     #[arg(long, env = "VRAMSCOPE_TOKEN", hide_env_values = true)]
@@ -55,7 +55,7 @@ pub(crate) struct AgentArgs {
     labels: Vec<String>,
     /// Where snapshots wait until the server has them (default:
     /// ~/.cache/vramscope/spool).
-    #[arg(long, env = "VRAMSCOPE_SPOOL_DIR")]
+    #[arg(long, env = "VRAMSCOPE_SPOOL_DIR", hide_env_values = true)]
     spool_dir: Option<PathBuf>,
     /// Most bytes of snapshots kept waiting in the spool (e.g. 20GiB). Over
     /// it, the oldest threshold snapshots are dropped first and OOM snapshots

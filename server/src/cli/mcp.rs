@@ -15,7 +15,7 @@ use crate::mcp::{Context, serve_stdio, token_role};
 pub(crate) struct McpArgs {
     /// A vramscope server whose stored snapshots the tools may read (by id),
     /// and whose library `list_snapshots` lists.
-    #[arg(long, env = "VRAMSCOPE_SERVER")]
+    #[arg(long, env = "VRAMSCOPE_SERVER", hide_env_values = true)]
     server: Option<String>,
     /// API token for the server. With --allow-write, the tools its role
     /// may run are offered: comment for any token, upload for an
