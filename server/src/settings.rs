@@ -46,6 +46,7 @@ const SETTING_NAMES: &[&str] = &[
     "retention_max_bytes",
     "retention_interval_secs",
     "telemetry_keep_days",
+    "telemetry_max_sources_per_token",
 ];
 
 /// Everything `vramscope serve` can be told.
@@ -135,6 +136,10 @@ pub(crate) struct Settings {
     pub(crate) retention_interval_secs: u64,
     /// Live-telemetry sources with no sample for this many days are deleted.
     pub(crate) telemetry_keep_days: u64,
+    /// Most live-telemetry sources (processes) one token's agents may
+    /// create (without tokens: all of them together); a batch naming a new
+    /// one past it is refused for that source.
+    pub(crate) telemetry_max_sources_per_token: u64,
 }
 
 impl Default for Settings {
@@ -169,6 +174,7 @@ impl Default for Settings {
             retention_max_bytes: None,
             retention_interval_secs: 3600,
             telemetry_keep_days: 14,
+            telemetry_max_sources_per_token: 4096,
         }
     }
 }

@@ -1058,3 +1058,127 @@ async fn write_routes_refuse_anonymous_and_viewers_unless_declared_open() {
     let (status, body) = answer(delete.expect("delete")).await;
     assert_eq!((status, kind(&body)), (StatusCode::FORBIDDEN, "forbidden"), "deleting needs an admin: {body}");
 }
+
+// ---- live telemetry: what one agent (or a holder of its token) can make the server hold
+
+/// An agent's WebSocket on `server`, with `token` when given.
+async fn agent_socket(
+    server: &TestServer,
+    token: Option<&str>,
+) -> tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>> {
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    let url = format!("{}/api/v1/agents/ws", server.url.replacen("http://", "ws://", 1));
+    let mut request = url.into_client_request().expect("request");
+    if let Some(token) = token {
+        request.headers_mut().insert("authorization", format!("Bearer {token}").parse().expect("header"));
+    }
+    tokio_tungstenite::connect_async(request).await.expect("WebSocket").0
+}
+
+fn samples_frame(seq: u64, job: &str, ranks: std::ops::Range<i64>, per_source: i64, t0: i64) -> String {
+    let sources: Vec<Value> = ranks
+        .clone()
+        .map(|r| json!({"job": job, "host": "h", "rank": r, "local_rank": r, "world_size": 1, "pid": 1}))
+        .collect();
+    let samples: Vec<Value> = ranks
+        .flat_map(|r| {
+            (0..per_source).map(
+                move |k| json!({"source": format!("{job}--h--rank{r}"), "t_ms": t0 + k, "device": 0, "reserved": 1}),
+            )
+        })
+        .collect();
+    json!({"type": "samples", "seq": seq, "sources": sources, "samples": samples}).to_string()
+}
+
+/// The next text or close frame: (text, or the close code and reason).
+async fn next_frame(
+    socket: &mut tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>,
+) -> Result<String, (u16, String)> {
+    use futures::StreamExt;
+    use tokio_tungstenite::tungstenite::Message;
+    loop {
+        match tokio::time::timeout(Duration::from_secs(30), socket.next()).await.expect("a frame within 30 s") {
+            Some(Ok(Message::Text(text))) => return Ok(text.to_string()),
+            Some(Ok(Message::Close(frame))) => {
+                return Err(frame.map_or((1005, String::new()), |f| (u16::from(f.code), f.reason.to_string())));
+            }
+            Some(Ok(_)) => continue,
+            Some(Err(e)) => return Err((0, e.to_string())),
+            None => return Err((1006, "closed".to_owned())),
+        }
+    }
+}
+
+/// Issue 44, item 7: a revoked token's open agent socket went on storing
+/// batches; it is closed within a second, and nothing is stored after.
+#[tokio::test]
+async fn regression_a_revoked_tokens_agent_socket_is_closed() {
+    use futures::SinkExt;
+    use tokio_tungstenite::tungstenite::Message;
+    let dir = crate::common::server::unique_dir("ws-revoked");
+    let token = create_token(&dir, "uploader");
+    let id = token.split('_').nth(1).expect("token id").to_owned();
+    let server = TestServer::start_in(&dir, &[("VRAMSCOPE_REQUIRE_TOKENS", "true")]);
+    let mut socket = agent_socket(&server, Some(&token)).await;
+    socket.send(Message::text(samples_frame(1, "revoked", 0..1, 3, 1000))).await.expect("send");
+    assert!(next_frame(&mut socket).await.is_ok_and(|t| t.contains("ack")), "acknowledged before");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_vramscope"))
+        .args(["token", "revoke", &id, "--data-dir"])
+        .arg(&dir)
+        .output()
+        .expect("token revoke");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // A batch sent right after is not stored, and the socket is closed.
+    drop(socket.send(Message::text(samples_frame(2, "revoked", 0..1, 3, 2000))).await);
+    let (code, reason) = next_frame(&mut socket).await.expect_err("closed");
+    assert_eq!((code, reason.as_str()), (1008, "the token of this connection was revoked"));
+    let admin = create_token(&dir, "admin");
+    let read = client().get(server.api("/live/revoked--h--rank0")).bearer_auth(&admin).send().await.expect("read");
+    let read: Value = read.json().await.expect("JSON");
+    let times: Vec<i64> =
+        read["samples"].as_array().expect("samples").iter().filter_map(|s| s["t_ms"].as_i64()).collect();
+    assert_eq!(times, [1000, 1001, 1002], "only the batch before the revocation");
+}
+
+/// Issue 44, items 5 and 6: a 3.9 MB job name, a hello of any length, and
+/// 200,000 sources from one agent. A frame past a real agent's is refused
+/// and its connection closed; a token creates at most
+/// `telemetry_max_sources_per_token` sources; `/live` names at most a
+/// thousand (with the total).
+#[tokio::test]
+async fn regression_an_agent_cannot_make_the_server_hold_unbounded_telemetry() {
+    use futures::SinkExt;
+    use tokio_tungstenite::tungstenite::Message;
+    let server = TestServer::start("ws-bounds", &[("VRAMSCOPE_TELEMETRY_MAX_SOURCES_PER_TOKEN", "1200")]);
+    // Names and lists past any real agent's: refused, said in the close frame.
+    for (frame, said) in [
+        (
+            json!({"type": "hello", "host": "h".repeat(300), "job": "j"}).to_string(),
+            "a host name of 300 bytes; at most 256",
+        ),
+        (json!({"type": "hello", "host": "h", "job": "j".repeat(100_000)}).to_string(), "a job name of 100000 bytes"),
+        (samples_frame(1, "many", 0..1025, 0, 0), "1025 sources in one frame; at most 1024"),
+    ] {
+        let mut socket = agent_socket(&server, None).await;
+        socket.send(Message::text(frame)).await.expect("send");
+        let (code, reason) = next_frame(&mut socket).await.expect_err("closed");
+        assert!(code == 1008 && reason.starts_with(said), "{code} {reason:?}, expected {said:?}");
+    }
+    // A frame past 1 MiB is not read at all.
+    let mut socket = agent_socket(&server, None).await;
+    drop(
+        socket.send(Message::text(json!({"type": "hello", "host": "h".repeat(2 << 20), "job": "j"}).to_string())).await,
+    );
+    assert!(next_frame(&mut socket).await.is_err(), "a 2 MiB frame closes the connection");
+    // Sources past the token's share are refused, acknowledged all the same.
+    let mut socket = agent_socket(&server, None).await;
+    for (seq, first) in (0..3).map(|k| (k as u64 + 1, k * 1000)) {
+        socket.send(Message::text(samples_frame(seq, "flood", first..first + 1000, 1, 1))).await.expect("send");
+        assert!(next_frame(&mut socket).await.is_ok_and(|t| t.contains("ack")), "batch {seq} acknowledged");
+    }
+    let (_, live) = server.get("/live").await;
+    let listed = live["sources"].as_array().map(Vec::len);
+    assert_eq!((listed, live["total"].as_u64()), (Some(1000), Some(2000)), "at most a thousand listed, the total said");
+    let (status, _) = server.get("/live/flood--h--rank2500").await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "a source past the share was not created");
+}

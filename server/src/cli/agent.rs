@@ -45,8 +45,9 @@ pub(crate) struct AgentArgs {
     /// Threshold snapshots per process per hour, at most.
     #[arg(long, default_value_t = 4)]
     max_dumps_per_hour: u32,
-    /// The job's name on the server (default: the script's name and the start time).
-    #[arg(long)]
+    /// The job's name on the server (default: the script's name and the
+    /// start time); at most 256 bytes, as the server takes.
+    #[arg(long, value_parser = parse_job)]
     job: Option<String>,
     /// A label every snapshot of the run carries, KEY=VALUE (a tag on the
     /// server, filterable): --label batch=8 --label seq=2048. `vramscope
@@ -117,6 +118,15 @@ fn parse_label(text: &str) -> Result<String, String> {
     }
     if text.len() > 64 {
         return Err(format!("{text:?}: longer than 64 bytes"));
+    }
+    Ok(text.to_owned())
+}
+
+/// The server refuses an agent whose job name is longer (it closes the
+/// connection): said here, before the job runs.
+fn parse_job(text: &str) -> Result<String, String> {
+    if text.len() > 256 {
+        return Err(format!("a job name of {} bytes; at most 256", text.len()));
     }
     Ok(text.to_owned())
 }

@@ -47,14 +47,25 @@ impl Db {
     /// transaction. Returns the sources refused: those another token's
     /// agent created, and samples naming a source the batch does not
     /// declare; their samples are not stored.
+    ///
+    /// A token's agents create at most `max_sources` sources: past it, a
+    /// batch's new sources are refused (its known ones are stored).
     pub(crate) async fn insert_telemetry(
         &self,
         owner: Option<&str>,
         sources: &[SourceLabels],
         samples: &[Sample],
+        max_sources: u64,
     ) -> Result<Vec<String>> {
         let mut refused: Vec<String> = Vec::new();
         let mut tx = self.pool.begin().await.context("telemetry insert: cannot begin")?;
+        let owned: i64 =
+            sqlx::query_scalar("SELECT COUNT(*) FROM telemetry_sources WHERE owner_token IS NOT DISTINCT FROM $1")
+                .bind(owner)
+                .fetch_one(&mut *tx)
+                .await
+                .context("telemetry insert: count the token's sources")?;
+        let full = u64::try_from(owned).unwrap_or(0) >= max_sources;
         for labels in sources {
             let key = labels.key();
             // A job, host or backend name past any real one: not stored.
@@ -62,6 +73,17 @@ impl Db {
             {
                 refused.push(key);
                 continue;
+            }
+            if full {
+                let known: Option<i64> = sqlx::query_scalar("SELECT 1 FROM telemetry_sources WHERE source = $1")
+                    .bind(key.as_str())
+                    .fetch_optional(&mut *tx)
+                    .await
+                    .with_context(|| format!("telemetry_sources get {key}"))?;
+                if known.is_none() {
+                    refused.push(key);
+                    continue;
+                }
             }
             let times = samples.iter().filter(|s| s.source == key).map(|s| s.t_ms);
             let (first, last) = times.fold((i64::MAX, i64::MIN), |(a, b), t| (a.min(t), b.max(t)));
@@ -152,14 +174,20 @@ impl Db {
         Ok(sources.rows_affected())
     }
 
-    /// Every source, most recently active first.
-    pub(crate) async fn list_sources(&self) -> Result<Vec<SourceRecord>> {
-        let rows =
-            sqlx::query(&format!("SELECT {SOURCE_COLUMNS} FROM telemetry_sources ORDER BY last_ms DESC, source"))
-                .fetch_all(&self.pool)
-                .await
-                .context("telemetry_sources list")?;
-        rows.iter().map(source_from_row).collect()
+    /// The `limit` most recently active sources, and how many there are.
+    pub(crate) async fn list_sources(&self, limit: u32) -> Result<(Vec<SourceRecord>, u64)> {
+        let rows = sqlx::query(&format!(
+            "SELECT {SOURCE_COLUMNS} FROM telemetry_sources ORDER BY last_ms DESC, source LIMIT $1"
+        ))
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await
+        .context("telemetry_sources list")?;
+        let total: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM telemetry_sources")
+            .fetch_one(&self.pool)
+            .await
+            .context("telemetry_sources count")?;
+        Ok((rows.iter().map(source_from_row).collect::<Result<_>>()?, u64::try_from(total).unwrap_or(0)))
     }
 
     /// The source named `source`.
@@ -316,21 +344,28 @@ mod tests {
     async fn regression_a_source_belongs_to_the_token_that_created_it() {
         let db = db("owner").await;
         let key = labels(0).key();
-        let refused = db.insert_telemetry(Some("alice"), &[labels(0)], &[sample(&key, 1, 10)]).await.expect("insert");
+        let refused =
+            db.insert_telemetry(Some("alice"), &[labels(0)], &[sample(&key, 1, 10)], 1 << 20).await.expect("insert");
         assert!(refused.is_empty());
-        let refused = db.insert_telemetry(Some("mallory"), &[labels(0)], &[sample(&key, 2, 20)]).await.expect("insert");
+        let refused =
+            db.insert_telemetry(Some("mallory"), &[labels(0)], &[sample(&key, 2, 20)], 1 << 20).await.expect("insert");
         assert_eq!(refused, std::slice::from_ref(&key));
-        let undeclared = db.insert_telemetry(Some("mallory"), &[], &[sample(&key, 3, 30)]).await.expect("insert");
+        let undeclared =
+            db.insert_telemetry(Some("mallory"), &[], &[sample(&key, 3, 30)], 1 << 20).await.expect("insert");
         assert_eq!(undeclared, std::slice::from_ref(&key), "a sample must name a source of its own batch");
         let huge = SourceLabels { job: "j".repeat(1000), ..labels(0) };
-        let refused =
-            db.insert_telemetry(None, std::slice::from_ref(&huge), &[sample(&huge.key(), 1, 1)]).await.expect("insert");
+        let refused = db
+            .insert_telemetry(None, std::slice::from_ref(&huge), &[sample(&huge.key(), 1, 1)], 1 << 20)
+            .await
+            .expect("insert");
         assert_eq!(refused, [huge.key()], "a key past any real job name");
         assert_eq!(db.get_source(&huge.key()).await.expect("get"), None);
         // Nor a backend name past any real one.
         let odd = SourceLabels { backend: Some("b".repeat(65)), ..labels(1) };
-        let refused =
-            db.insert_telemetry(None, std::slice::from_ref(&odd), &[sample(&odd.key(), 1, 1)]).await.expect("insert");
+        let refused = db
+            .insert_telemetry(None, std::slice::from_ref(&odd), &[sample(&odd.key(), 1, 1)], 1 << 20)
+            .await
+            .expect("insert");
         assert_eq!(refused, [odd.key()], "a backend name past any real one");
         let kept: Vec<i64> = db.samples(&key, -1, 100).await.expect("samples").iter().map(|s| s.t_ms).collect();
         assert_eq!(kept, [1]);
@@ -341,13 +376,34 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn regression_a_token_creates_at_most_its_share_of_sources() {
+        let db = db("cap").await;
+        let source = |rank: i64| SourceLabels { job: "flood".to_owned(), ..labels(rank) };
+        for rank in 0..3 {
+            let key = source(rank).key();
+            let refused =
+                db.insert_telemetry(Some("t"), &[source(rank)], &[sample(&key, 1, 1)], 2).await.expect("insert");
+            assert_eq!(refused.is_empty(), rank < 2, "rank {rank}: {refused:?}");
+        }
+        // A source it already has still takes samples; another token has its own share.
+        let known = source(1).key();
+        assert!(
+            db.insert_telemetry(Some("t"), &[source(1)], &[sample(&known, 2, 1)], 2).await.expect("known").is_empty()
+        );
+        let other = SourceLabels { job: "other".to_owned(), ..labels(0) };
+        let key = other.key();
+        assert!(db.insert_telemetry(Some("u"), &[other], &[sample(&key, 1, 1)], 2).await.expect("other").is_empty());
+        assert_eq!(db.list_sources(10).await.expect("list").1, 3);
+    }
+
+    #[tokio::test]
     async fn batches_sent_twice_land_once_and_sources_track_their_span() {
         let db = db("dedup").await;
         let key = labels(0).key();
         let batch = vec![sample(&key, 10, 100), sample(&key, 20, 200)];
-        db.insert_telemetry(None, &[labels(0)], &batch).await.expect("insert");
-        db.insert_telemetry(None, &[labels(0)], &batch).await.expect("insert again");
-        db.insert_telemetry(None, &[labels(0)], &[sample(&key, 5, 50)]).await.expect("older");
+        db.insert_telemetry(None, &[labels(0)], &batch, 1 << 20).await.expect("insert");
+        db.insert_telemetry(None, &[labels(0)], &batch, 1 << 20).await.expect("insert again");
+        db.insert_telemetry(None, &[labels(0)], &[sample(&key, 5, 50)], 1 << 20).await.expect("older");
         let stored = db.samples(&key, 0, 100).await.expect("samples");
         assert_eq!(stored.iter().map(|s| s.t_ms).collect::<Vec<_>>(), [5, 10, 20]);
         assert_eq!(stored[2], batch[1]);
@@ -363,7 +419,7 @@ mod tests {
         let key = labels(1).key();
         // Two hours of one sample per second: the first hour thins to one per 10 s.
         let samples: Vec<Sample> = (0..7200).map(|s| sample(&key, s * 1000, s)).collect();
-        db.insert_telemetry(None, &[labels(1)], &samples).await.expect("insert");
+        db.insert_telemetry(None, &[labels(1)], &samples, 1 << 20).await.expect("insert");
         let removed = db.retain_samples(&key).await.expect("retain");
         let kept = db.samples(&key, -1, 1_000_000).await.expect("samples");
         assert_eq!(removed as usize + kept.len(), 7200);

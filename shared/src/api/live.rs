@@ -55,8 +55,12 @@ pub struct Host {
 /// `GET /api/v1/live`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LiveList {
-    /// Every source, most recent first.
+    /// The most recently active sources, most recent first (at most a
+    /// thousand: `total` says how many there are).
     pub sources: Vec<Source>,
+    /// How many sources the server keeps.
+    #[serde(default)]
+    pub total: u64,
     /// Connected agents' hosts.
     pub hosts: Vec<Host>,
 }

@@ -190,4 +190,3 @@ pub(crate) fn largest(
     }
     Largest { step, largest, first_failure, tried, dips, notes }
 }
-

@@ -32,20 +32,43 @@ use vramscope_shared::api::paths;
 
 /// How often (per source) the retention pass runs while samples arrive.
 const RETENTION_EVERY_MS: i64 = 60_000;
+/// Samples stored for a source since its last retention pass past which
+/// the pass runs at once: the per-source cap
+/// (`store::telemetry::MAX_SAMPLES_PER_SOURCE`) holds within this many,
+/// however fast an agent sends.
+const RETAIN_AFTER_SAMPLES: u64 = 10_000;
+/// Sources whose retention bookkeeping is kept before the idle ones go.
+const RETENTION_ENTRIES: usize = 10_000;
 /// Samples a live read returns at most.
 const MAX_READ: i64 = 20_000;
 /// Least time between two "capture now" relayed to one agent: each asks
 /// every rank it serves for a snapshot, which costs the job seconds.
 const CAPTURE_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
-/// Largest frame an agent may send (a batch of samples is a few kB).
-const MAX_AGENT_FRAME: usize = 4 << 20;
+/// Largest frame an agent may send: a batch of 2,000 samples, the agent's
+/// most, is about 500 kB.
+const MAX_AGENT_FRAME: usize = 1 << 20;
+/// Longest host or job name an agent may give (a source key, which holds
+/// both, is stored up to 600 bytes).
+const MAX_NAME_BYTES: usize = 256;
+/// Most sources one frame may name, and samples one batch may carry.
+const MAX_FRAME_SOURCES: usize = 1024;
+const MAX_FRAME_SAMPLES: usize = 4096;
+/// Most NVML devices an agent may report, and processes per device.
+const MAX_NVML_DEVICES: usize = 64;
+const MAX_NVML_PROCESSES: usize = 256;
+/// Sources the live list names at most (the most recently active).
+const MAX_LISTED: u32 = 1000;
+/// How often a connection re-reads its token: a revoked one's socket is
+/// closed within this (and a batch is never stored after it).
+const TOKEN_CHECK_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The agents connected to this instance.
 #[derive(Default)]
 pub(crate) struct LiveRegistry {
     agents: Mutex<HashMap<u64, ConnectedAgent>>,
     next: AtomicU64,
-    last_retention: Mutex<HashMap<String, i64>>,
+    /// Per source: when its retention pass last ran, and samples stored since.
+    retention: Mutex<HashMap<String, (i64, u64)>>,
 }
 
 /// When an agent last relayed a capture (per connection).
@@ -99,8 +122,15 @@ async fn serve_agent(mut socket: WebSocket, state: AppState, registry: Arc<LiveR
             last_capture: LastCapture(None),
         },
     );
+    let mut token_check = tokio::time::interval(TOKEN_CHECK_EVERY);
     loop {
         tokio::select! {
+            _ = token_check.tick() => {
+                if let Some(why) = revoked(&state, owner.as_deref()).await {
+                    close(&mut socket, &why).await;
+                    break;
+                }
+            }
             command = rx.recv() => {
                 let Some(command) = command else { break };
                 let Ok(text) = serde_json::to_string(&command) else { continue };
@@ -121,6 +151,19 @@ async fn serve_agent(mut socket: WebSocket, state: AppState, registry: Arc<LiveR
                         continue;
                     }
                 };
+                if let Err(why) = within_bounds(&message) {
+                    // Said to the agent, logged in a bounded line, and the
+                    // connection closed: nothing of the frame is kept.
+                    tracing::warn!(why, "agent frame refused; closing its connection");
+                    close(&mut socket, &why).await;
+                    break;
+                }
+                if let AgentMessage::Samples { .. } = message
+                    && let Some(why) = revoked(&state, owner.as_deref()).await
+                {
+                    close(&mut socket, &why).await;
+                    break;
+                }
                 match handle(&state, &registry, id, owner.as_deref(), message).await {
                     Ok(Some(reply)) => {
                         let Ok(text) = serde_json::to_string(&reply) else { continue };
@@ -168,22 +211,34 @@ async fn handle(
             Ok(None)
         }
         AgentMessage::Samples { seq, sources, samples } => {
-            let refused = state.db.insert_telemetry(owner, &sources, &samples).await?;
+            let max_sources = state.settings.telemetry_max_sources_per_token;
+            let refused = state.db.insert_telemetry(owner, &sources, &samples, max_sources).await?;
             if !refused.is_empty() {
                 // Acknowledged all the same: sending it again changes nothing.
-                tracing::warn!(?refused, "telemetry refused: sources of another token, or not declared in the batch");
+                // Logged bounded: a key can be as long as a frame.
+                let first: String = refused[0].chars().take(100).collect();
+                tracing::warn!(
+                    count = refused.len(),
+                    first,
+                    "telemetry refused: sources of another token, not declared in the batch, past the token's \
+                     telemetry_max_sources_per_token, or with names past any real one"
+                );
             }
             let now = crate::clock::now_ms();
             let due: Vec<String> = {
-                let mut last = lock(&registry.last_retention);
-                sources
-                    .iter()
-                    .map(|s| s.key())
+                let mut retention = lock(&registry.retention);
+                if retention.len() > RETENTION_ENTRIES {
+                    retention.retain(|_, (at, _)| now - *at < 10 * RETENTION_EVERY_MS);
+                }
+                let accepted = sources.iter().map(|s| s.key()).filter(|key| !refused.contains(key));
+                accepted
                     .filter(|key| {
-                        let entry = last.entry(key.clone()).or_insert(0);
-                        let due = now - *entry >= RETENTION_EVERY_MS;
+                        let stored = samples.iter().filter(|s| &s.source == key).count() as u64;
+                        let (at, since) = retention.entry(key.clone()).or_insert((now, 0));
+                        *since += stored;
+                        let due = now - *at >= RETENTION_EVERY_MS || *since >= RETAIN_AFTER_SAMPLES;
                         if due {
-                            *entry = now;
+                            (*at, *since) = (now, 0);
                         }
                         due
                     })
@@ -197,11 +252,64 @@ async fn handle(
     }
 }
 
+/// Why a frame is refused: a name, list or batch past what any real agent
+/// sends (each refusal closes the connection).
+fn within_bounds(message: &AgentMessage) -> Result<(), String> {
+    let name = |what: &str, text: &str| {
+        if text.len() > MAX_NAME_BYTES {
+            Err(format!("{what} of {} bytes; at most {MAX_NAME_BYTES}", text.len()))
+        } else {
+            Ok(())
+        }
+    };
+    let count = |what: &str, n: usize, max: usize| {
+        if n > max { Err(format!("{n} {what} in one frame; at most {max}")) } else { Ok(()) }
+    };
+    match message {
+        AgentMessage::Hello { host, job } => {
+            name("a host name", host)?;
+            name("a job name", job)
+        }
+        AgentMessage::Ranks { sources } => {
+            count("sources", sources.len(), MAX_FRAME_SOURCES)?;
+            sources.iter().try_for_each(|s| name("a host name", &s.host).and_then(|()| name("a job name", &s.job)))
+        }
+        AgentMessage::Samples { sources, samples, .. } => {
+            count("sources", sources.len(), MAX_FRAME_SOURCES)?;
+            count("samples", samples.len(), MAX_FRAME_SAMPLES)
+        }
+        AgentMessage::Nvml { devices } => {
+            count("NVML devices", devices.len(), MAX_NVML_DEVICES)?;
+            devices.iter().try_for_each(|d| {
+                name("a device name", &d.name)?;
+                count("processes of a device", d.processes.len(), MAX_NVML_PROCESSES)
+            })
+        }
+    }
+}
+
+/// Why the connection's token no longer stands (deleted), if so. Without
+/// tokens, or when the database cannot say, the connection goes on.
+async fn revoked(state: &AppState, owner: Option<&str>) -> Option<String> {
+    let id = owner?;
+    match state.db.get_token(id).await {
+        Ok(None) => Some("the token of this connection was revoked".to_owned()),
+        _ => None,
+    }
+}
+
+/// Tells the agent why, in a close frame (policy violation), bounded.
+async fn close(socket: &mut WebSocket, why: &str) {
+    let reason: String = why.chars().take(120).collect();
+    let frame = axum::extract::ws::CloseFrame { code: 1008, reason: reason.into() };
+    drop(socket.send(Message::Close(Some(frame))).await);
+}
+
 async fn list(
     State(state): State<AppState>,
     Extension(registry): Extension<Arc<LiveRegistry>>,
 ) -> AppResult<Json<LiveList>> {
-    let records = state.db.list_sources().await?;
+    let (records, total) = state.db.list_sources(MAX_LISTED).await?;
     let (connected, hosts) = {
         let agents = lock(&registry.agents);
         let connected: HashSet<String> = agents.values().flat_map(|a| a.sources.iter().cloned()).collect();
@@ -215,7 +323,7 @@ async fn list(
         .into_iter()
         .map(|record| Source { connected: connected.contains(&record.info.source), ..record.info })
         .collect();
-    Ok(Json(LiveList { sources, hosts }))
+    Ok(Json(LiveList { sources, total, hosts }))
 }
 
 async fn read(
