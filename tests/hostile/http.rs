@@ -1182,3 +1182,49 @@ async fn regression_an_agent_cannot_make_the_server_hold_unbounded_telemetry() {
     let (status, _) = server.get("/live/flood--h--rank2500").await;
     assert_eq!(status, StatusCode::NOT_FOUND, "a source past the share was not created");
 }
+
+/// Issue 44, item 11: after a SIGKILL, staging files and partial index
+/// files were removed only once an hour old. Those a process that is gone
+/// wrote go at the next start; a live process's are kept.
+#[tokio::test]
+async fn regression_what_a_killed_server_left_goes_at_its_next_start() {
+    use tokio::io::AsyncWriteExt;
+    let dir = crate::common::server::unique_dir("killed-leftovers");
+    let server = TestServer::start_in(&dir, &[]);
+    let address = server.url.trim_start_matches("http://").to_owned();
+    let mut stream = tokio::net::TcpStream::connect(&address).await.expect("connect");
+    let head = "POST /api/v1/snapshots HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/octet-stream\r\n\
+                Content-Length: 100000000\r\n\r\n";
+    stream.write_all(head.as_bytes()).await.expect("head");
+    stream.write_all(&vec![0x80u8; 16 << 20]).await.expect("part of the body");
+    let staging = dir.join("blobs/staging");
+    let staged = || std::fs::read_dir(&staging).map(|d| d.filter_map(Result::ok).count()).unwrap_or(0);
+    for _ in 0..200 {
+        if staged() > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(staged(), 1, "the upload is staged");
+    let killed = server.pid();
+    server.kill();
+    drop(stream);
+    // A partial index of the killed process, and one of a live process (this test's).
+    let indexes = dir.join("blobs/indexes");
+    std::fs::create_dir_all(&indexes).expect("indexes");
+    let sha = "a".repeat(64);
+    std::fs::write(indexes.join(format!("{sha}.partial-{killed}-x")), vec![0u8; 1 << 20]).expect("partial");
+    let live = indexes.join(format!("{sha}.partial-{}-y", std::process::id()));
+    std::fs::write(&live, b"being written").expect("partial");
+    let restarted = TestServer::start_in(&dir, &[]);
+    assert_eq!(staged(), 0, "the killed upload's staging is gone at once");
+    let mut left: Vec<String> = std::fs::read_dir(&indexes)
+        .expect("indexes")
+        .filter_map(Result::ok)
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(left, [format!("{sha}.partial-{}-y", std::process::id())], "only the live process's partial file");
+    let id = victim(&restarted).await;
+    still_serves(&restarted, &id).await;
+}

@@ -53,6 +53,21 @@ impl IndexFiles {
             None => (cache_dir.to_path_buf(), true),
         };
         std::fs::create_dir_all(&folder).with_context(|| format!("cannot create {}", folder.display()))?;
+        // What a killed writer left (`<sha>.partial-<pid>-<uuid>`), now;
+        // older ones of unknown owner after an hour.
+        let cutoff = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+        let abandoned = |name: &str| match name.split_once(".partial-") {
+            Some((_, owner)) => {
+                crate::store::left_by_dead_process(owner)
+                    || std::fs::metadata(folder.join(name)).and_then(|m| m.modified()).is_ok_and(|t| t < cutoff)
+            }
+            None => false,
+        };
+        match crate::store::sweep_folder(&folder, std::time::UNIX_EPOCH, abandoned) {
+            Ok(0) => {}
+            Ok(removed) => tracing::info!(removed, "removed partial index files left by a process that is gone"),
+            Err(e) => tracing::warn!(error = format!("{e:#}"), "could not sweep partial index files"),
+        }
         Ok(IndexFiles { blobs, folder, remote, cache_bytes })
     }
 
@@ -192,7 +207,7 @@ pub(crate) struct NotSaved {
 /// `sha256`) to `path`: under a temporary name, synced, then renamed, so
 /// that a reader maps a whole file or none.
 fn write_file(path: &Path, sha256: &str, analyzed: &Analyzed) -> anyhow::Result<()> {
-    let partial = path.with_extension(format!("partial-{}", uuid::Uuid::now_v7()));
+    let partial = path.with_extension(format!("partial-{}{}", crate::store::owner_tag(), uuid::Uuid::now_v7()));
     let result = (|| {
         let file = std::fs::File::create(&partial)?;
         let file = write_index(analyzed, sha256, std::io::BufWriter::with_capacity(WRITE_BUFFER, file))?

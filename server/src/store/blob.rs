@@ -174,7 +174,7 @@ impl BlobStore {
 
     /// Starts an upload into a new staging object.
     pub(crate) async fn begin_upload(&self) -> Result<StagedUpload> {
-        let key = format!("{STAGING_DIR}/{}", uuid::Uuid::now_v7());
+        let key = format!("{STAGING_DIR}/{}{}", owner_tag(), uuid::Uuid::now_v7());
         let writer = match &self.local_root {
             // The key's path in the folder, as `object_store` maps it (a
             // uuid needs no escaping).
@@ -371,13 +371,19 @@ impl BlobStore {
     /// an upload that never completed is not an object at all: its parts
     /// are dropped by aborting it, or by the bucket's
     /// `AbortIncompleteMultipartUpload` lifecycle rule after a crash.
+    ///
+    /// In a local folder, a file left by a process that is gone (its name
+    /// starts with the writer's pid, [`owner_tag`]: a server killed with
+    /// SIGKILL mid-upload) goes whatever its age.
     pub(crate) async fn clean_staging(&self, older_than: Duration) -> Result<usize> {
         let cutoff = SystemTime::now().checked_sub(older_than).unwrap_or(SystemTime::UNIX_EPOCH);
         if let Some(root) = &self.local_root {
             let folder = root.join(STAGING_DIR);
-            return tokio::task::spawn_blocking(move || sweep_folder(&folder, cutoff))
-                .await
-                .context("staging sweep task failed")?;
+            return tokio::task::spawn_blocking(move || {
+                sweep_folder(&folder, cutoff, |name| left_by_dead_process(name))
+            })
+            .await
+            .context("staging sweep task failed")?;
         }
         let old = self.listed_before(STAGING_DIR, older_than).await?;
         for meta in &old {
@@ -611,7 +617,32 @@ fn is_loopback_http(endpoint: &str) -> bool {
 /// Removes the files in `folder` last modified before `cutoff`. Crashed
 /// local uploads leave `<key>#<n>` part files, which `object_store` never
 /// lists, so this reads the folder itself.
-fn sweep_folder(folder: &std::path::Path, cutoff: SystemTime) -> Result<usize> {
+/// The start of the name of a file this process writes while it works on
+/// it (`<pid>-`): [`left_by_dead_process`] tells, after a crash, which ones
+/// no live process owns. (A pid is reused only after the process is gone,
+/// and then the file is at worst kept until it is old.)
+pub(crate) fn owner_tag() -> String {
+    format!("{}-", std::process::id())
+}
+
+/// Whether `name` (a file name made with [`owner_tag`]) was written by a
+/// process that no longer exists. Names without a pid, and this process's
+/// own, are not.
+pub(crate) fn left_by_dead_process(name: &str) -> bool {
+    let Some(pid) = name.split_once('-').and_then(|(pid, _)| pid.parse::<i32>().ok()) else { return false };
+    if pid <= 0 || u32::try_from(pid).is_ok_and(|p| p == std::process::id()) {
+        return false;
+    }
+    matches!(nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None), Err(nix::errno::Errno::ESRCH))
+}
+
+/// Removes the files of `folder` last modified before `cutoff`, or whose
+/// name `abandoned` says no live process owns.
+pub(crate) fn sweep_folder(
+    folder: &std::path::Path,
+    cutoff: SystemTime,
+    abandoned: impl Fn(&str) -> bool,
+) -> Result<usize> {
     let entries = match std::fs::read_dir(folder) {
         Ok(entries) => entries,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
@@ -626,7 +657,7 @@ fn sweep_folder(folder: &std::path::Path, cutoff: SystemTime) -> Result<usize> {
             continue;
         }
         let modified = meta.modified().with_context(|| format!("cannot stat {}", path.display()))?;
-        if modified < cutoff {
+        if modified < cutoff || abandoned(&entry.file_name().to_string_lossy()) {
             match std::fs::remove_file(&path) {
                 Ok(()) => removed += 1,
                 // Its upload finished or aborted meanwhile.

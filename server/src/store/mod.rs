@@ -26,7 +26,10 @@ mod snapshots;
 pub(crate) mod telemetry;
 mod tokens;
 
-pub(crate) use blob::{BlobStore, S3Settings, Staged, StagedUpload, Tap, Tapped, is_not_found};
+pub(crate) use blob::{
+    BlobStore, S3Settings, Staged, StagedUpload, Tap, Tapped, is_not_found, left_by_dead_process, owner_tag,
+    sweep_folder,
+};
 pub(crate) use db::Db;
 pub(crate) use review::{JobSummary, NewComment, RetentionItem};
 pub(crate) use snapshots::{Cursor, ListFilter, NewSnapshot, SnapshotRecord, SnapshotStatus, Trigger};
