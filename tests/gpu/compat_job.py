@@ -72,32 +72,34 @@ FAMILY_MODES = {
     "lightning": ["agent", "lightning_callback"],
 }
 
-#: name -> (family, what it is, extra environment, options for the job).
+#: name -> (family, what it is, extra environment, options for the job), in
+#: the order they run: the set-ups that broke, or that a capture could most
+#: plausibly break, first (a run cut short keeps what it finished).
 SETUPS = {
     "hf_checkpointing_nonreentrant": ("hf", "transformers Trainer, GPT-2, gradient checkpointing (use_reentrant=False)",
                                       {}, {"checkpointing": "nonreentrant"}),
-    "hf_checkpointing_reentrant": ("hf", "transformers Trainer, GPT-2, gradient checkpointing (use_reentrant=True)",
-                                   {}, {"checkpointing": "reentrant"}),
-    "hf_bf16": ("hf", "transformers Trainer, GPT-2, bf16 mixed precision", {}, {"bf16": True}),
-    "hf_grad_accum": ("hf", "transformers Trainer, GPT-2, gradient accumulation over 4 micro-batches", {},
-                      {"accumulate": 4}),
-    "lightning_bf16": ("lightning", "Lightning Trainer, precision=\"bf16-mixed\"", {}, {}),
     "checkpoint_loop": ("loop", "`torch.utils.checkpoint` (non-reentrant) in a plain loop", {},
                         {"checkpoint": True}),
-    "activation_offload": ("loop", "activation offloading (`torch.autograd.graph.save_on_cpu(pin_memory=True)`)", {},
-                           {"offload": True}),
-    "fused_adamw": ("loop", "AdamW(fused=True)", {}, {"optimizer": "fused"}),
-    "foreach_adamw": ("loop", "AdamW(foreach=True)", {}, {"optimizer": "foreach"}),
-    "dataloader_workers": ("loop", "DataLoader(num_workers=2, pin_memory=True)", {}, {"loader": True}),
-    "compile": ("loop", "`torch.compile(model)`", {}, {"compile": "default"}),
+    "hf_checkpointing_reentrant": ("hf", "transformers Trainer, GPT-2, gradient checkpointing (use_reentrant=True)",
+                                   {}, {"checkpointing": "reentrant"}),
     "compile_cudagraphs": ("loop", "`torch.compile(model, mode=\"reduce-overhead\")` (CUDA graphs)", {},
                            {"compile": "reduce-overhead"}),
     "fsdp2": ("loop", "FSDP2 (`fully_shard`), world size 1, NCCL", {}, {"distributed": "fsdp2"}),
     "ddp": ("loop", "DistributedDataParallel, world size 1, NCCL", {}, {"distributed": "ddp"}),
+    "hf_bf16": ("hf", "transformers Trainer, GPT-2, bf16 mixed precision", {}, {"bf16": True}),
+    "hf_grad_accum": ("hf", "transformers Trainer, GPT-2, gradient accumulation over 4 micro-batches", {},
+                      {"accumulate": 4}),
+    "lightning_bf16": ("lightning", "Lightning Trainer, precision=\"bf16-mixed\"", {}, {}),
+    "compile": ("loop", "`torch.compile(model)`", {}, {"compile": "default"}),
     "expandable_segments": ("loop", "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
                             {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}, {}),
     "cudamallocasync": ("loop", "PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync",
                         {"PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync"}, {"no_history": True}),
+    "fused_adamw": ("loop", "AdamW(fused=True)", {}, {"optimizer": "fused"}),
+    "foreach_adamw": ("loop", "AdamW(foreach=True)", {}, {"optimizer": "foreach"}),
+    "activation_offload": ("loop", "activation offloading (`torch.autograd.graph.save_on_cpu(pin_memory=True)`)", {},
+                           {"offload": True}),
+    "dataloader_workers": ("loop", "DataLoader(num_workers=2, pin_memory=True)", {}, {"loader": True}),
 }
 
 
