@@ -212,3 +212,48 @@ fn regression_help_names_environment_variables_without_a_stray_equals_sign() {
     }
     assert!(named >= 4, "only {named} environment variables named");
 }
+
+/// Issue 44, item 24: a README renamed `.pickle` said "unknown or
+/// unsupported pickle opcode 0x23", a text file "memo GET of index 101", a
+/// `torch.save` checkpoint something that read like an attack, random gzip
+/// never said gzip. What the file looks like comes first; the kind stays
+/// the reader's.
+#[test]
+fn regression_a_file_that_is_no_pickle_is_said_to_be_what_it_looks_like() {
+    let dir = std::env::temp_dir().join(format!("vramscope-not-a-pickle-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let mut zip = b"PK\x03\x04".to_vec();
+    zip.extend_from_slice(&[0u8; 200]);
+    let gzipped_noise =
+        crate::common::gzip(&(0..4096u32).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect::<Vec<_>>());
+    let cases: [(&str, Vec<u8>, &str); 5] = [
+        (
+            "readme.pickle",
+            b"# vramscope\n\nA self-hosted GPU memory observatory".to_vec(),
+            "a text file (it starts with \"# vramscope  A self-hosted",
+        ),
+        ("model.pt", zip, "a ZIP archive, which is what torch.save writes"),
+        (
+            "noise.pickle.gz",
+            gzipped_noise,
+            "a gzip file whose content is binary data that is not a pickle (it starts with bytes",
+        ),
+        ("empty.pickle", Vec::new(), "an empty file"),
+        ("notes.json", br#"{"segments": []}"#.to_vec(), "a JSON or other text file"),
+    ];
+    for (name, bytes, said) in cases {
+        let path = dir.join(name);
+        std::fs::write(&path, &bytes).expect("write");
+        let out = vramscope().args(["stats"]).arg(&path).output().expect("run");
+        assert_eq!(out.status.code(), Some(2), "{name}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.starts_with(&format!("vramscope: error: not a memory snapshot: {said}")), "{name}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+        let json = vramscope().args(["stats", "--json"]).arg(&path).output().expect("run");
+        assert_eq!(json.status.code(), Some(2));
+    }
+    // A real snapshot, plain and gzipped, is read as before.
+    let real = crate::common::fixture_corpus().join("mlp_train_all.pickle");
+    assert!(vramscope().arg("stats").arg(&real).output().expect("run").status.success());
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -126,6 +126,20 @@ pub enum ReadError {
         /// Bytes of pickle stream read before stopping.
         offset: u64,
     },
+    /// A file that does not start like a pickle at all (text, a ZIP archive
+    /// such as `torch.save` writes, random bytes): said first, with the
+    /// reader's own error after. Its kind is that error's, so kinds stay
+    /// what they were.
+    #[error(
+        "not a memory snapshot: {looks_like}; a snapshot is the pickle torch.cuda.memory._dump_snapshot() \
+         writes (the reader stopped with: {cause})"
+    )]
+    Unrecognized {
+        /// What the file looks like, in words.
+        looks_like: String,
+        /// What the pickle reader said.
+        cause: Box<ReadError>,
+    },
     /// An I/O error from the underlying reader (never from the parser itself).
     #[error("read error at byte {offset}: {source}")]
     Io {
@@ -154,6 +168,7 @@ impl ReadError {
             ReadError::DecompressionLimit { .. } => "decompression_limit",
             ReadError::Cancelled { .. } => "cancelled",
             ReadError::Io { .. } => "io",
+            ReadError::Unrecognized { cause, .. } => cause.kind(),
         }
     }
 }

@@ -3,6 +3,7 @@
 pub mod frames;
 pub mod model;
 pub(crate) mod read;
+mod sniff;
 pub mod trace;
 
 pub use frames::{EMPTY_STACK, Frame, FrameId, FrameTable, StackId, StrId, Strings};

@@ -24,6 +24,7 @@ mod traces;
 mod value;
 mod words;
 
+use super::sniff;
 use std::io::Read;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -87,7 +88,50 @@ pub fn read_snapshot<R: Read>(input: R, options: &ReadOptions) -> Result<Snapsho
 pub(crate) fn read_with<R: Read>(input: R, options: &ReadOptions, generic_only: bool) -> Result<Snapshot, ReadError> {
     let limits = decompress::StreamLimits { max_expansion: options.max_expansion, cancel: options.cancel.clone() };
     let (decoded, compression) = decompress::open(input, limits)?;
-    read_pickle(options, generic_only, compression, |heap, reader| pickle::run(decoded, heap, reader))
+    let head = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+    let tapped = HeadTap { inner: decoded, head: std::rc::Rc::clone(&head) };
+    let read = read_pickle(options, generic_only, compression, |heap, reader| pickle::run(tapped, heap, reader));
+    let what = match compression {
+        Compression::Gzip => "a gzip file whose content is ",
+        Compression::Zstd => "a zstd file whose content is ",
+        Compression::None => "",
+    };
+    said_first(read, &head.borrow(), what)
+}
+
+/// Most bytes of a stream's start kept to say what a file that is no
+/// pickle looks like.
+const HEAD_BYTES: usize = 64;
+
+/// A stream whose first [`HEAD_BYTES`] are kept as they pass.
+struct HeadTap<R> {
+    inner: R,
+    head: std::rc::Rc<std::cell::RefCell<Vec<u8>>>,
+}
+
+impl<R: Read> Read for HeadTap<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        let mut head = self.head.borrow_mut();
+        let room = HEAD_BYTES.saturating_sub(head.len()).min(n);
+        head.extend_from_slice(&buf[..room]);
+        Ok(n)
+    }
+}
+
+/// A failed read of a stream that does not start like a pickle: says
+/// first what it looks like (`prefix` names its compression).
+fn said_first(read: Result<Snapshot, ReadError>, head: &[u8], prefix: &str) -> Result<Snapshot, ReadError> {
+    match read {
+        Err(cause) if !sniff::starts_like_a_pickle(head) && !matches!(cause, ReadError::Cancelled { .. }) => {
+            let head = &head[..head.len().min(HEAD_BYTES)];
+            Err(ReadError::Unrecognized {
+                looks_like: format!("{prefix}{}", sniff::looks_like(head)),
+                cause: Box::new(cause),
+            })
+        }
+        other => other,
+    }
 }
 
 /// Read a snapshot held in memory. A plain pickle is read in place, with no
@@ -106,9 +150,13 @@ pub fn read_snapshot_bytes_with(
     consumed: impl FnMut(u64),
 ) -> Result<Snapshot, ReadError> {
     match decompress::detect(bytes) {
-        Compression::None => read_pickle(options, false, Compression::None, |heap, reader| {
-            pickle::run_slice(bytes, options.cancel.clone(), consumed, heap, reader)
-        }),
+        Compression::None => said_first(
+            read_pickle(options, false, Compression::None, |heap, reader| {
+                pickle::run_slice(bytes, options.cancel.clone(), consumed, heap, reader)
+            }),
+            bytes,
+            "",
+        ),
         _ => read_with(Reporting { bytes, pos: 0, consumed }, options, false),
     }
 }
@@ -127,12 +175,17 @@ pub fn read_snapshot_chunks<F: ChunkFeed>(mut feed: F, options: &ReadOptions) ->
     }
     let head = first.as_deref().and_then(|c| c.get(CHUNK_HEADROOM..)).unwrap_or_default();
     let compression = decompress::detect(head);
+    let start = head[..head.len().min(HEAD_BYTES)].to_vec();
     // The first answer goes back in front of the others.
     let feed = FirstAgain { first: Some(first), feed };
     match compression {
-        Compression::None => read_pickle(options, false, Compression::None, |heap, reader| {
-            pickle::run_chunks(feed, options.cancel.clone(), heap, reader)
-        }),
+        Compression::None => said_first(
+            read_pickle(options, false, Compression::None, |heap, reader| {
+                pickle::run_chunks(feed, options.cancel.clone(), heap, reader)
+            }),
+            &start,
+            "",
+        ),
         _ => read_with(FeedReader { feed, chunk: Vec::new(), pos: 0 }, options, false),
     }
 }
