@@ -656,3 +656,57 @@ async fn regression_upload_refused_for_its_token_says_why_and_exits_2() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("401") && err.contains("a valid API token is required"), "{err}");
 }
+
+/// Issue 44, item 20: `oom_leak.pickle` uploaded through the page got the
+/// trigger `manual`, through the CLI `oom` (the CLI parsed the file itself
+/// to guess). The server gives a file that names no trigger its own: `oom`
+/// when its trace records one, whether it parses it inline or in the
+/// background; the CLI says so when the bytes were there already.
+#[tokio::test]
+async fn regression_one_file_gets_one_trigger_from_the_page_and_the_cli() {
+    for (tag, env) in
+        [("trigger-inline", vec![]), ("trigger-background", vec![("VRAMSCOPE_INLINE_PARSE_MAX_BYTES", "1000")])]
+    {
+        let server = TestServer::start(tag, &env);
+        let bytes = corpus_file("oom_leak.pickle");
+        let form = reqwest::multipart::Form::new()
+            .part("file", reqwest::multipart::Part::bytes(bytes.clone()).file_name("oom_leak.pickle"));
+        let page = client().post(server.api("/snapshots")).multipart(form).send().await.expect("multipart");
+        assert_eq!(page.status(), StatusCode::CREATED, "{tag}");
+        let page: Value = page.json().await.expect("JSON");
+        let id = page["id"].as_str().expect("id").to_owned();
+        server.settled(&id).await;
+        let (_, record) = server.get(&format!("/snapshots/{id}")).await;
+        assert_eq!(record["trigger"], "oom", "{tag}: the page's upload");
+        // The CLI, with other labels (a new row of the same file), and again.
+        let path = crate::common::fixture_corpus().join("oom_leak.pickle");
+        for time in 0..2 {
+            let out = std::process::Command::new(env!("CARGO_BIN_EXE_vramscope"))
+                .args(["upload", "--server", &server.url, "--job", "cli"])
+                .arg(&path)
+                .output()
+                .expect("upload");
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            let answer: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+            let cli_id = answer["id"].as_str().expect("id").to_owned();
+            server.settled(&cli_id).await;
+            let (_, record) = server.get(&format!("/snapshots/{cli_id}")).await;
+            assert_eq!(record["trigger"], "oom", "{tag}: the CLI's upload {time}");
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            let said = if time == 0 { "the server had this file already: a new snapshot" } else { "already stored:" };
+            assert!(stderr.contains(said), "{tag} {time}: {stderr}");
+        }
+        // A trigger that is named stands.
+        let named = client()
+            .post(server.api("/snapshots"))
+            .query(&[("trigger", "manual"), ("job", "named")])
+            .header("content-type", "application/octet-stream")
+            .body(bytes)
+            .send()
+            .await
+            .expect("upload");
+        let named: Value = named.json().await.expect("JSON");
+        let (_, record) = server.get(&format!("/snapshots/{}", named["id"].as_str().expect("id"))).await;
+        assert_eq!(record["trigger"], "manual", "{tag}: named");
+    }
+}

@@ -36,8 +36,8 @@ pub(crate) struct UploadArgs {
     /// Comma-separated tags.
     #[arg(long)]
     tags: Option<String>,
-    /// manual, threshold or oom (default: oom when the file's trace
-    /// records an out-of-memory event, else manual).
+    /// manual, threshold or oom (default: the server gives the file's, oom
+    /// when its trace records an out-of-memory event, else manual).
     #[arg(long)]
     trigger: Option<String>,
     /// How long the server may send nothing once the file is sent (it
@@ -46,16 +46,6 @@ pub(crate) struct UploadArgs {
     /// waits for ever.
     #[arg(long, default_value = "600s", value_parser = crate::agent::parse_duration)]
     timeout: std::time::Duration,
-    #[command(flatten)]
-    budget: super::input::MemoryBudget,
-}
-
-/// The trigger of an upload that does not name one: `oom` when the file
-/// records an OOM, else `manual`. A file the reader refuses is `manual`
-/// here: the server reads it too and says what is wrong with it.
-fn trigger_of_file(path: &std::path::Path, budget: super::input::MemoryBudget) -> &'static str {
-    let read = super::input::load(path, budget).ok();
-    if read.is_some_and(|s| s.records_oom()) { "oom" } else { "manual" }
 }
 
 /// Run the subcommand; prints the server's JSON answer.
@@ -66,14 +56,9 @@ pub(crate) async fn run(args: &UploadArgs) -> Result<(), Failure> {
         .map_err(Failure::BadInput)?;
     let size = file.metadata().await.map(|m| m.len()).unwrap_or(0);
     let name = args.name.clone().or_else(|| args.file.file_name().map(|n| n.to_string_lossy().into_owned()));
-    let trigger = match &args.trigger {
-        Some(t) => t.clone(),
-        None => {
-            let (path, budget) = (args.file.clone(), args.budget);
-            tokio::task::spawn_blocking(move || trigger_of_file(&path, budget)).await.unwrap_or("manual").to_owned()
-        }
-    };
-    let mut query: Vec<(&str, String)> = vec![("trigger", trigger)];
+    // Without --trigger the server gives the file's (`oom` when its trace
+    // records one): the same file gets the same trigger from the page.
+    let mut query: Vec<(&str, String)> = args.trigger.iter().map(|t| ("trigger", t.clone())).collect();
     for (key, value) in [("name", &name), ("job", &args.job), ("host", &args.host), ("tags", &args.tags)] {
         if let Some(v) = value {
             query.push((key, v.clone()));
@@ -122,9 +107,17 @@ pub(crate) async fn run(args: &UploadArgs) -> Result<(), Failure> {
     if status.is_success() {
         // The JSON for scripts on stdout; the page for people on stderr.
         println!("{body}");
-        if let Some(id) =
-            serde_json::from_str::<serde_json::Value>(&body).ok().and_then(|v| v["id"].as_str().map(str::to_owned))
-        {
+        let answer = serde_json::from_str::<serde_json::Value>(&body).unwrap_or_default();
+        if let Some(id) = answer["id"].as_str() {
+            if answer["deduplicated"] == true && status == reqwest::StatusCode::CREATED {
+                eprintln!(
+                    "the server had this file already: a new snapshot {id} of it with these labels shares its bytes"
+                );
+            } else if answer["deduplicated"] == true {
+                eprintln!(
+                    "already stored: the server has this file with these labels as snapshot {id}; not stored again"
+                );
+            }
             eprintln!("snapshot page: {}/snapshots/{id}", args.server.trim_end_matches('/'));
         }
         return Ok(());

@@ -16,14 +16,20 @@ impl Ingest {
     /// goes through the cache, so a view asked for meanwhile joins this
     /// parse instead of starting its own (an upload's commit starts the
     /// load first, from the parse that ran while the upload streamed in).
-    pub(crate) async fn parse_in_background(self, id: String, blob_key: String) {
+    ///
+    /// `trigger_from_file`: the upload named no trigger, so one whose
+    /// trace records an OOM becomes `oom` once parsed.
+    pub(crate) async fn parse_in_background(self, id: String, blob_key: String, trigger_from_file: bool) {
         if let Err(e) = self.db.begin_parse(&id).await {
             tracing::error!(snapshot = id, error = format!("{e:#}"), "could not count the parse; not starting it");
             return;
         }
         let result = match self.load(&blob_key).await {
             Ok(analyzed) => match stats_json(analyzed.stats()) {
-                Ok(json) => self.db.set_ready(&id, &json).await,
+                Ok(json) => {
+                    let oom = trigger_from_file && super::commit::stats_record_oom(&json);
+                    self.db.set_ready(&id, &json, oom).await
+                }
                 Err(_) => self.db.set_failed(&id, "could not serialize the statistics").await,
             },
             Err(failure) if failure.is_the_files_fault() => {
@@ -86,7 +92,8 @@ impl Ingest {
                 tracing::warn!(snapshot = id, attempts, "not resuming a parse that was interrupted again and again");
                 self.give_up(&id, &blob_key, &why).await;
             } else {
-                tokio::spawn(self.clone().parse_in_background(id, blob_key));
+                // After a restart whether the trigger was named is not known: kept.
+                tokio::spawn(self.clone().parse_in_background(id, blob_key, false));
             }
         }
     }

@@ -121,8 +121,13 @@ impl Ingest {
         // Dropped (so stopped) on every way out that does not use it.
         let early = state.parser.take_upload_parse(&staged.staging_key);
         let mut guard = StagedGuard { staged: Some(staged), blobs: state.blobs.clone() };
+        // An upload that names no trigger gets the file's: `oom` when its
+        // trace records one, known from the parse (here, or in the
+        // background), else `manual`. The page, the CLI and the report then
+        // give one file one trigger.
+        let trigger_named = meta.trigger.is_some();
         let trigger_name = meta.trigger.clone().unwrap_or_else(|| "manual".to_owned());
-        let Some(trigger) = Trigger::parse(&trigger_name) else {
+        let Some(mut trigger) = Trigger::parse(&trigger_name) else {
             guard.discard().await?;
             return Err(CommitError::BadRequest(format!(
                 "trigger must be manual, threshold or oom, not {trigger_name:?}"
@@ -136,7 +141,9 @@ impl Ingest {
         // answers it (under the file's lock) as a duplicate or a new row of the
         // same file. Should that snapshot vanish meanwhile, the upload is
         // stored and parsed in the background.
-        let known = state.db.find_ready_by_sha256(&guard.get()?.sha256).await?.is_some();
+        let known_record = state.db.find_ready_by_sha256(&guard.get()?.sha256).await?;
+        let known = known_record.is_some();
+        let known_oom = known_record.as_ref().and_then(|r| r.stats_json.as_deref()).is_some_and(stats_record_oom);
         let staged = guard.get()?.clone();
         let inline = !known && staged.size <= inline_max;
         let mut early = early.filter(|_| !known);
@@ -147,6 +154,9 @@ impl Ingest {
             match state.parse_staged(&staged.staging_key, early.take()).await {
                 Ok(snapshot) => {
                     let stats = snapshot.stats();
+                    if !trigger_named && stats.devices.iter().any(|d| d.ooms > 0) {
+                        trigger = Trigger::Oom;
+                    }
                     let json = stats_json(&stats)?;
                     parsed = Some((snapshot, stats));
                     Some(json)
@@ -161,6 +171,9 @@ impl Ingest {
             None
         };
 
+        if !trigger_named && known_oom {
+            trigger = Trigger::Oom;
+        }
         let id = uuid::Uuid::now_v7().to_string();
         let name_given = meta.name.as_deref().is_some_and(|n| !n.trim().is_empty());
         let name = meta.name.filter(|n| !n.trim().is_empty()).unwrap_or_else(|| format!("snapshot-{id}"));
@@ -211,12 +224,19 @@ impl Ingest {
                     let load = move || async move { ingest.finish_upload_parse(&key, early, size).await };
                     drop(state.cache.start(&blob_key, load));
                 }
-                tokio::spawn(state.clone().parse_in_background(id.clone(), blob_key));
+                tokio::spawn(state.clone().parse_in_background(id.clone(), blob_key, !trigger_named));
             }
         }
         let answer = UploadAnswer { id, sha256: staged.sha256, status, deduplicated: false };
         Ok(Committed { answer, created: true })
     }
+}
+
+/// Whether stored statistics (`stats_json`) count an OOM on any device.
+pub(crate) fn stats_record_oom(stats_json: &str) -> bool {
+    serde_json::from_str::<serde_json::Value>(stats_json).is_ok_and(|v| {
+        v["devices"].as_array().is_some_and(|d| d.iter().any(|d| d["ooms"].as_u64().is_some_and(|n| n > 0)))
+    })
 }
 
 /// The answer to a file stored already: `record`'s row (`created`: a new

@@ -377,16 +377,25 @@ impl Db {
         row.as_ref().map(snapshot_from_row).transpose()
     }
 
-    /// Marks `id` parsed, with its summary. Does nothing when the row is
-    /// gone (deleted while it was parsed).
-    pub(crate) async fn set_ready(&self, id: &str, stats_json: &str) -> Result<()> {
-        sqlx::query("UPDATE snapshots SET status = $1, stats_json = $2, error = NULL WHERE id = $3")
-            .bind(SnapshotStatus::Ready.as_str())
-            .bind(stats_json)
-            .bind(id)
-            .execute(&self.pool)
-            .await
-            .with_context(|| format!("snapshots set ready {id}"))?;
+    /// Marks `id` parsed, with its summary; `oom`: its trigger becomes
+    /// `oom` where it is `manual` (an upload that named none, whose file
+    /// records an OOM), in the same update, so nobody reads the row ready
+    /// with its trigger still to change. Does nothing when the row is gone
+    /// (deleted while it was parsed).
+    pub(crate) async fn set_ready(&self, id: &str, stats_json: &str, oom: bool) -> Result<()> {
+        let (from, to) = if oom { (Trigger::Manual, Trigger::Oom) } else { (Trigger::Manual, Trigger::Manual) };
+        sqlx::query(
+            "UPDATE snapshots SET status = $1, stats_json = $2, error = NULL, \
+             trigger_kind = CASE WHEN trigger_kind = $4 THEN $5 ELSE trigger_kind END WHERE id = $3",
+        )
+        .bind(SnapshotStatus::Ready.as_str())
+        .bind(stats_json)
+        .bind(id)
+        .bind(from.as_str())
+        .bind(to.as_str())
+        .execute(&self.pool)
+        .await
+        .with_context(|| format!("snapshots set ready {id}"))?;
         Ok(())
     }
 
@@ -690,7 +699,7 @@ mod tests {
         let first = db.insert_snapshot(&new_snapshot("first", &sha, &[])).await.expect("insert");
         assert_eq!(db.find_ready_by_sha256(&sha).await.expect("find"), None, "still parsing");
 
-        db.set_ready(&first.id, r#"{"a":1}"#).await.expect("set ready");
+        db.set_ready(&first.id, r#"{"a":1}"#, false).await.expect("set ready");
         let ready = db.find_ready_by_sha256(&sha).await.expect("find").expect("found");
         assert_eq!(ready.id, first.id);
         assert_eq!(ready.status, SnapshotStatus::Ready);
@@ -724,7 +733,7 @@ mod tests {
         assert_eq!(db.count_ready_by_blob(&third.blob_key).await.expect("count"), 0);
 
         // A row deleted while it was parsed: nothing to mark, no error.
-        db.set_ready("missing", "{}").await.expect("set ready");
+        db.set_ready("missing", "{}", false).await.expect("set ready");
         db.set_failed("missing", "x").await.expect("set failed");
         assert_eq!(db.get("missing").await.expect("get"), None);
     }
@@ -917,7 +926,7 @@ mod tests {
                     for i in 0..15 {
                         let new = new_snapshot(&format!("w{w} {i}"), &"55".repeat(32), &["x", "y"]);
                         let s = db.insert_snapshot(&new).await.expect("concurrent insert");
-                        db.set_ready(&s.id, "{}").await.expect("concurrent update");
+                        db.set_ready(&s.id, "{}", false).await.expect("concurrent update");
                     }
                 })
             })
