@@ -241,35 +241,52 @@ fn write_tune(out: &mut impl Write, path: &Path, snap: &Snapshot, report: &TuneR
         Some(c) => writeln!(out, ", capacity {} per device", bytes(c))?,
         None => writeln!(out, ", unlimited memory")?,
     }
-    let baseline = report.rows.iter().find(|r| r.recorded).map_or(0, |r| r.peaks.reserved_peak_bytes);
+    // Only whole replays are compared: a peak of one cut short by its OOM
+    // says nothing against a run that went on.
+    let baseline = report.rows.iter().find(|r| r.recorded && r.oom.is_none()).map(|r| r.peaks.reserved_peak_bytes);
     writeln!(out)?;
     writeln!(
         out,
-        "{:>4}  {:>12}  {:>11}  {:>12}  {:>14}  {:>12}  {:>4}  settings",
-        "rank", "reserved", "vs recorded", "allocated", "inactive split", "device calls", "OOM"
+        "{:>4}  {:>12}  {:>11}  {:>12}  {:>14}  {:>12}  {:>13}  settings",
+        "rank", "reserved", "vs recorded", "allocated", "inactive split", "device calls", "runs out"
     )?;
     for (i, r) in report.rows.iter().enumerate() {
+        let (versus, runs_out) = match (r.oom, baseline) {
+            (Some(oom), _) => ("cut short".to_owned(), format!("at row {}", oom.row)),
+            (None, Some(b)) => (change(r.peaks.reserved_peak_bytes, b), "no".to_owned()),
+            (None, None) => ("-".to_owned(), "no".to_owned()),
+        };
         writeln!(
             out,
-            "{:>4}  {:>12}  {:>11}  {:>12}  {:>14}  {:>12}  {:>4}  {}{}",
+            "{:>4}  {:>12}  {:>11}  {:>12}  {:>14}  {:>12}  {:>13}  {}{}",
             i + 1,
             bytes(r.peaks.reserved_peak_bytes),
-            change(r.peaks.reserved_peak_bytes, baseline),
+            versus,
             bytes(r.peaks.allocated_peak_bytes),
             bytes(r.peaks.inactive_split_peak_bytes),
             r.peaks.device_allocs + r.peaks.device_frees,
-            if r.oom.is_some() { "yes" } else { "no" },
+            runs_out,
             conf_label(&r.alloc_conf),
             if r.recorded { "  <- recorded" } else { "" }
         )?;
     }
     writeln!(out)?;
+    // The trace's own requested peak (what the program asked for), not a
+    // replay's, which may have stopped short of it.
+    let requested_peak = snap.stats().devices.iter().filter_map(|d| d.requested_peak_bytes).max().unwrap_or(0);
     writeln!(
         out,
         "reserved, allocated, inactive split: peaks; allocated above the requested peak ({}) is rounding and unsplit \
          blocks; device calls: cudaMalloc/cudaFree and page map/unmap.",
-        bytes(report.rows.first().map_or(0, |r| r.peaks.requested_peak_bytes))
+        bytes(requested_peak)
     )?;
+    if report.rows.iter().any(|r| r.oom.is_some()) {
+        writeln!(
+            out,
+            "A setting that runs out ranks below every one that fits, and among those that run out the later the \
+             better: their peaks are only up to the row where they ran out (cut short), not comparable with a whole run."
+        )?;
+    }
     let mut notes: Vec<&str> = Vec::new();
     for note in report.rows.iter().flat_map(|r| r.trade_offs.iter()) {
         if !notes.contains(&note.as_str()) {

@@ -43,8 +43,9 @@ pub struct TuneRow {
 }
 
 /// All candidates, best first: those that fit the capacity before those
-/// that do not, then by reserved peak, then by allocated peak, then by
-/// device calls.
+/// that do not; those that fit by reserved peak, then allocated peak, then
+/// device calls; those that run out by how far they got (later is better:
+/// their peaks are of a replay cut short, never compared with whole ones).
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct TuneReport {
     /// The capacity tried under.
@@ -84,7 +85,8 @@ pub fn tune(snapshot: &Snapshot, capacity: Option<u64>, grid: &[&str]) -> Result
         rows.push(row(&sim, false));
     }
     rows.sort_by_key(|r| {
-        (r.oom.is_some(), r.peaks.reserved_peak_bytes, r.peaks.allocated_peak_bytes, r.peaks.device_allocs)
+        let cut_at = r.oom.map(|o| std::cmp::Reverse(o.row));
+        (cut_at, r.peaks.reserved_peak_bytes, r.peaks.allocated_peak_bytes, r.peaks.device_allocs)
     });
     Ok(TuneReport {
         capacity_bytes: capacity,

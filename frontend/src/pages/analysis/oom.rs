@@ -119,7 +119,18 @@ pub(crate) fn avoided_by(r: &OomReport) -> String {
             "No allocator setting helps: the program needs less memory, or more of it.".to_owned()
         }
         (Some(v), _) => {
-            let good: Vec<&str> = v.iter().filter(|x| x.avoids != Avoidance::No).map(|x| x.setting.as_str()).collect();
+            // The condition goes with the setting: under the capacity the
+            // what-if replays, such a setting still runs out.
+            let good: Vec<String> = v
+                .iter()
+                .filter_map(|x| match x.avoids {
+                    Avoidance::Yes => Some(x.setting.clone()),
+                    Avoidance::IfCapacityAtLeast { bytes } => {
+                        Some(format!("{} (if the process could reserve {})", x.setting, format::bytes(bytes)))
+                    }
+                    Avoidance::No => None,
+                })
+                .collect();
             if good.is_empty() {
                 "No simulated setting avoids it.".to_owned()
             } else {

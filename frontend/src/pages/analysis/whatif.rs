@@ -104,17 +104,22 @@ pub(crate) fn settings_label(conf: &str) -> String {
 }
 
 /// A tune row's cells: rank, settings, reserved peak, vs recorded,
-/// allocated peak, device calls, OOM.
+/// allocated peak, device calls, OOM. A replay that ran out is "cut short":
+/// its peaks stop at that row and are compared with nothing.
 pub(crate) fn tune_cells(candidate: &TuneCandidate, recorded_peak: u64) -> [String; 7] {
     let row = &candidate.outcome;
+    let (versus, oom) = match row.oom {
+        Some(o) => ("cut short".to_owned(), format!("at row {}", o.row)),
+        None => (change(row.peaks.reserved_peak_bytes, recorded_peak), "no".to_owned()),
+    };
     [
         candidate.rank.to_string(),
         settings_label(&row.alloc_conf) + if row.recorded { " (recorded)" } else { "" },
         format::bytes(row.peaks.reserved_peak_bytes),
-        change(row.peaks.reserved_peak_bytes, recorded_peak),
+        versus,
         format::bytes(row.peaks.allocated_peak_bytes),
         format::grouped(row.peaks.device_allocs + row.peaks.device_frees),
-        if row.oom.is_some() { "yes".to_owned() } else { "no".to_owned() },
+        oom,
     ]
 }
 
