@@ -100,3 +100,28 @@ async fn a_repeat_is_answered_from_the_kept_predictions() {
     assert_eq!(peaks.len(), 2);
     assert_eq!(peaks[0], peaks[1]);
 }
+
+/// Issue 44, item 23: "96 × 324.00 MiB in attention_384.pickle" read as 96
+/// allocations of 324 MiB each, where the JSON says 339,739,488 bytes in all.
+#[test]
+fn regression_allocations_not_in_every_run_are_counted_with_their_total() {
+    let dir = crate::common::workspace_root().join("tests/fixtures/predict");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_vramscope"))
+        .current_dir(&dir)
+        .args(["predict", "attention_128.pickle=128", "attention_256.pickle=256", "attention_384.pickle=384"])
+        .args(["--at", "512"])
+        .output()
+        .expect("predict");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("  96 allocations, 324.00 MiB in all, in attention_384.pickle"), "{text}");
+    let json = std::process::Command::new(env!("CARGO_BIN_EXE_vramscope"))
+        .current_dir(&dir)
+        .args(["predict", "attention_128.pickle=128", "attention_256.pickle=256", "attention_384.pickle=384"])
+        .args(["--at", "512", "--json"])
+        .output()
+        .expect("predict");
+    let v: serde_json::Value = serde_json::from_slice(&json.stdout).expect("JSON");
+    let u = &v["unmatched"][0];
+    assert_eq!((u["count"].as_u64(), u["bytes"].as_u64()), (Some(96), Some(339_739_488)), "{u}");
+}

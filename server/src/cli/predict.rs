@@ -168,7 +168,9 @@ fn write_report(out: &mut impl Write, r: &PredictReport) -> std::io::Result<()> 
         writeln!(out)?;
         writeln!(out, "allocations not in every run (by stack):")?;
         for u in r.unmatched.iter().take(5) {
-            writeln!(out, "  {} × {} in {}", u.count, bytes(u.bytes), u.run)?;
+            // Said as a total: "96 × 324 MiB" read as 96 allocations of 324 MiB each (issue 44).
+            let allocations = if u.count == 1 { "allocation" } else { "allocations" };
+            writeln!(out, "  {} {allocations}, {} in all, in {}", u.count, bytes(u.bytes), u.run)?;
             if u.stack.is_empty() {
                 writeln!(out, "      (no Python frames: autograd's backward pass, or a library's own allocation)")?;
             }
