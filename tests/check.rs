@@ -54,7 +54,7 @@ fn a_budget_over_the_peak_passes_and_one_under_it_fails_naming_the_figures() {
         .output()
         .expect("run vramscope check");
     assert_eq!(ok.status.code(), Some(0), "{}{}", text(&ok.stdout), text(&ok.stderr));
-    assert!(text(&ok.stdout).contains(": PASS, 0 of 1 rules broken"), "{}", text(&ok.stdout));
+    assert!(text(&ok.stdout).contains(": PASS, 0 of 1 rule broken"), "{}", text(&ok.stdout));
 
     let under = run(&["--max-reserved-peak", &(peak - 1).to_string(), "--max-fragmentation", "99"], &[&file]);
     assert_eq!(under.status.code(), Some(1), "{}", text(&under.stderr));
@@ -502,4 +502,18 @@ fn regression_check_against_a_server_that_never_answers_exits_2_after_its_timeou
         .expect("check --server");
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
     assert!(text(&out.stderr).contains("sent nothing for 2 s (--timeout)"), "{}", text(&out.stderr));
+}
+
+/// Issue 44, item 30: "1 of 1 rules broken", "1 retries": counts agree
+/// with their nouns.
+#[test]
+fn regression_counts_agree_with_their_nouns() {
+    let file = corpus("oom_leak.pickle");
+    let one = vramscope().arg("check").arg(&file).args(["--max-reserved-peak", "1GiB"]).output().expect("check");
+    assert!(text(&one.stdout).contains("FAIL, 1 of 1 rule broken"), "{}", text(&one.stdout));
+    let sim = vramscope().arg("simulate").arg(&file).output().expect("simulate");
+    let out = text(&sim.stdout);
+    let calls = out.lines().find(|l| l.contains("device calls")).unwrap_or_else(|| panic!("{out}"));
+    assert!(calls.ends_with(" retry") || calls.ends_with(" retries"), "{calls}");
+    assert!(!calls.ends_with(" 1 retries"), "{calls}");
 }

@@ -117,7 +117,7 @@ def describe_verdict(verdict, snapshot=None, top=None):
     rules = verdict.get("rules", [])
     broken = [r for r in rules if not r.get("passed", True)]
     name = snapshot or verdict.get("file") or "snapshot"
-    lines = ["%s: memory budget broken, %d of %d rules" % (name, len(broken), len(rules))]
+    lines = ["%s: memory budget broken, %d of %d %s" % (name, len(broken), len(rules), "rule" if len(rules) == 1 else "rules")]
     if verdict.get("baseline"):
         lines.append("baseline: %s" % verdict["baseline"])
     for rule in broken:

@@ -152,7 +152,11 @@ fn verdict(args: &CheckArgs, started: std::time::Instant, started_ms: i64) -> Re
     if report.passed {
         Ok(())
     } else {
-        Err(Failure::CheckFailed(anyhow!("{} of {} rules broken by {name}", report.failures, report.rules.len())))
+        Err(Failure::CheckFailed(anyhow!(
+            "{} of {} broken by {name}",
+            report.failures,
+            super::text::count(report.rules.len() as u64, "rule", "rules")
+        )))
     }
 }
 
@@ -265,7 +269,12 @@ fn write_verdict(
     report: &CheckReport,
 ) -> std::io::Result<()> {
     let verdict = if report.passed { "PASS" } else { "FAIL" };
-    writeln!(out, "{name}: {verdict}, {} of {} rules broken", report.failures, report.rules.len())?;
+    writeln!(
+        out,
+        "{name}: {verdict}, {} of {} broken",
+        report.failures,
+        super::text::count(report.rules.len() as u64, "rule", "rules")
+    )?;
     if let Some(b) = baseline {
         writeln!(out, "baseline: {b}")?;
     }

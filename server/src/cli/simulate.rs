@@ -183,8 +183,10 @@ fn write_simulation(out: &mut impl Write, path: &Path, snap: &Snapshot, sim: &Si
         )?;
         writeln!(
             out,
-            "  device calls         {:>12}   cudaMalloc/map, {} cudaFree/unmap, {} retries",
-            s.num_device_alloc, s.num_device_free, s.num_alloc_retries
+            "  device calls         {:>12}   cudaMalloc/map, {} cudaFree/unmap, {}",
+            s.num_device_alloc,
+            s.num_device_free,
+            super::text::count(s.num_alloc_retries, "retry", "retries")
         )?;
         match &d.oom {
             None => writeln!(out, "  out of memory        {:>12}", "no")?,

@@ -8,7 +8,7 @@ use anyhow::Context;
 use serde::Serialize;
 
 use super::Failure;
-pub(crate) use crate::report::text::bytes;
+pub(crate) use crate::report::text::{bytes, count};
 
 /// Map the result of writing to stdout: a closed pipe (`| head`) is not an error.
 pub(crate) fn finish(written: std::io::Result<()>) -> Result<(), Failure> {

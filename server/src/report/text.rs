@@ -11,6 +11,12 @@ pub(crate) fn bytes(n: u64) -> String {
     format_size(n, BINARY)
 }
 
+/// `n` and its noun, singular or plural: "1 retry", "2 retries".
+pub(crate) fn count(n: impl Into<u64>, one: &str, many: &str) -> String {
+    let n = n.into();
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
 /// Up to `depth` readable frames of a stack, one per line, after `indent`.
 pub(crate) fn write_frames(
     out: &mut impl Write,
@@ -26,7 +32,7 @@ pub(crate) fn write_frames(
         writeln!(out, "{indent}{}", f.display())?;
     }
     if readable.len() > depth {
-        writeln!(out, "{indent}… {} more frames", readable.len() - depth)?;
+        writeln!(out, "{indent}… {} more", count((readable.len() - depth) as u64, "frame", "frames"))?;
     }
     Ok(())
 }

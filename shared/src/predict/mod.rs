@@ -619,13 +619,16 @@ fn recording_notes(runs: &[Run<'_>], programs: &[Program]) -> Vec<String> {
     let mut notes = Vec::new();
     for (run, p) in runs.iter().zip(programs) {
         if p.recorded_ooms > 0 {
+            let requests = if p.recorded_ooms == 1 { "request" } else { "requests" };
             notes.push(format!(
-                "{}: {} requests ran out of memory in the recorded run; they are left out",
+                "{}: {} {requests} ran out of memory in the recorded run; left out",
                 run.name, p.recorded_ooms
             ));
         }
         if p.unmatched_frees > 0 {
-            notes.push(format!("{}: {} frees of unknown addresses are left out", run.name, p.unmatched_frees));
+            let frees =
+                if p.unmatched_frees == 1 { "free of an unknown address is" } else { "frees of unknown addresses are" };
+            notes.push(format!("{}: {} {frees} left out", run.name, p.unmatched_frees));
         }
     }
     if programs.iter().any(|p| p.private_pools) {
