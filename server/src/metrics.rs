@@ -40,6 +40,11 @@ pub(crate) struct Metrics {
     pub(crate) cached_bytes: Gauge,
     /// Token secrets checked with argon2 (set from `Auth` when scraped).
     pub(crate) token_hashes: Gauge,
+    /// Analyses running on the pool's threads now, and the most at once
+    /// since start (set from the analysis queue when scraped): never more
+    /// than `analysis_concurrency`, also when clients hang up.
+    pub(crate) analyses_running: Gauge,
+    pub(crate) analyses_running_peak: Gauge,
     /// Snapshots opened from their persisted index (no parse).
     pub(crate) index_opens: Counter,
     /// Seconds to open a persisted index.
@@ -86,6 +91,14 @@ impl Metrics {
             registered(r, "cached_bytes", "About how many bytes the cached snapshots hold", Gauge::default());
         let token_hashes =
             registered(r, "token_hashes", "Token secrets checked with argon2 since start", Gauge::default());
+        let analyses_running =
+            registered(r, "analyses_running", "Analyses running on the analysis pool now", Gauge::default());
+        let analyses_running_peak = registered(
+            r,
+            "analyses_running_peak",
+            "Most analyses running on the analysis pool at once since start",
+            Gauge::default(),
+        );
         Metrics {
             registry,
             uploads,
@@ -99,6 +112,8 @@ impl Metrics {
             mcp_answers_computed,
             cached_bytes,
             token_hashes,
+            analyses_running,
+            analyses_running_peak,
             index_opens,
             index_open_seconds,
             index_writes,

@@ -1228,3 +1228,44 @@ async fn regression_what_a_killed_server_left_goes_at_its_next_start() {
     let id = victim(&restarted).await;
     still_serves(&restarted, &id).await;
 }
+
+/// Issue 44, item 3: a client that hangs up stopped waiting for its
+/// analysis, but its pool slot was let go while the thread ran on (six
+/// predictions closed after a second: six busy threads beside a pool of
+/// two). The slot now stays taken until the work ends: however many
+/// clients hang up, no more analyses run at once than the pool has.
+#[tokio::test]
+async fn regression_clients_that_hang_up_cannot_run_more_analyses_than_the_pool() {
+    let server = TestServer::start("hang-up", &[("VRAMSCOPE_ANALYSIS_CONCURRENCY", "1")]);
+    let victim_id = victim(&server).await;
+    let corpus = crate::common::large_corpus();
+    let mut ids = Vec::new();
+    for name in ["gpt_long.pickle", "gpt_varlen.pickle", "gpt_varlen_expandable.pickle"] {
+        let id = server.upload_file(&corpus.join(name)).await;
+        server.settled(&id).await;
+        ids.push(id);
+    }
+    // Each asks for a replay of its own snapshot, and gives up at once.
+    let impatient = reqwest::Client::builder().timeout(Duration::from_millis(300)).build().expect("client");
+    let urls: Vec<String> = ids
+        .iter()
+        .enumerate()
+        .flat_map(|(k, id)| {
+            ["expandable_segments:True", "max_split_size_mb:64"]
+                .map(|conf| server.api(&format!("/snapshots/{id}/whatif?alloc_conf={conf}&capacity={}GiB", 64 + k)))
+        })
+        .collect();
+    let answers = futures::future::join_all(urls.iter().map(|url| impatient.get(url).send())).await;
+    let gave_up = answers.iter().filter(|a| a.is_err()).count();
+    assert!(gave_up >= 3, "only {gave_up} of {} clients gave up before their answer", answers.len());
+    // The abandoned work runs to its end, one at a time.
+    for _ in 0..1200 {
+        if server.metric("analyses_running", None).await == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(server.metric("analyses_running", None).await, 0, "the abandoned analyses ended");
+    assert_eq!(server.metric("analyses_running_peak", None).await, 1, "never more at once than the pool's one thread");
+    still_serves(&server, &victim_id).await;
+}

@@ -199,6 +199,9 @@ async fn metrics_text(State(state): State<AppState>) -> impl IntoResponse {
     state.metrics.cached_snapshots.set(state.ingest.cache.len() as i64);
     state.metrics.cached_bytes.set(i64::try_from(state.ingest.cache.bytes()).unwrap_or(i64::MAX));
     state.metrics.token_hashes.set(state.auth.hashes() as i64);
+    let (running, peak) = state.analyses.running();
+    state.metrics.analyses_running.set(running);
+    state.metrics.analyses_running_peak.set(peak);
     ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], state.metrics.render())
 }
 

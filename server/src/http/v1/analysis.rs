@@ -49,13 +49,25 @@ static RANKINGS: Lru<(String, Option<u64>), TuneAnswer> = Lru::new(RANKINGS_KEPT
 /// every snapshot. A viewer looping over new settings gets one core's
 /// worth of the pool's time, not a thread per request.
 pub(crate) struct AnalysisQueue {
-    pool: tokio::sync::Semaphore,
+    pool: Arc<tokio::sync::Semaphore>,
+    /// Analyses running now, and the most at once (for `/metrics`).
+    running: Arc<(std::sync::atomic::AtomicI64, std::sync::atomic::AtomicI64)>,
     queues: Mutex<HashMap<String, std::sync::Weak<tokio::sync::Mutex<()>>>>,
 }
 
 impl AnalysisQueue {
     pub(crate) fn new(threads: usize) -> AnalysisQueue {
-        AnalysisQueue { pool: tokio::sync::Semaphore::new(threads.max(1)), queues: Mutex::new(HashMap::new()) }
+        AnalysisQueue {
+            pool: Arc::new(tokio::sync::Semaphore::new(threads.max(1))),
+            running: Arc::default(),
+            queues: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Analyses running now, and the most at once since start.
+    pub(crate) fn running(&self) -> (i64, i64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        (self.running.0.load(Relaxed), self.running.1.load(Relaxed))
     }
 
     fn queue(&self, snapshot: &str) -> Arc<tokio::sync::Mutex<()>> {
@@ -70,17 +82,31 @@ impl AnalysisQueue {
     }
 
     /// Run CPU work about `snapshot` on a blocking thread, in its turn.
+    ///
+    /// The turn and the pool's slot go into the thread and are let go when
+    /// the work ends: a client that hangs up stops waiting, not the work,
+    /// so the slot must stay taken until the thread is free again (six
+    /// predictions whose clients left after a second held six threads for
+    /// 24 s beside a pool of two, issue 44).
     pub(super) async fn run<T: Send + 'static>(
         &self,
         snapshot: &str,
         work: impl FnOnce() -> AppResult<T> + Send + 'static,
     ) -> AppResult<T> {
-        let queue = self.queue(snapshot);
-        let _turn = queue.lock().await;
-        let _thread = self.pool.acquire().await.map_err(|e| AppError::Internal(e.into()))?;
-        tokio::task::spawn_blocking(work)
-            .await
-            .map_err(|e| AppError::Internal(anyhow::Error::from(e).context("analysis worker")))?
+        let turn = self.queue(snapshot).lock_owned().await;
+        let slot = Arc::clone(&self.pool).acquire_owned().await.map_err(|e| AppError::Internal(e.into()))?;
+        let running = Arc::clone(&self.running);
+        tokio::task::spawn_blocking(move || {
+            use std::sync::atomic::Ordering::Relaxed;
+            let _held = (turn, slot);
+            let now = running.0.fetch_add(1, Relaxed) + 1;
+            running.1.fetch_max(now, Relaxed);
+            let answer = work();
+            running.0.fetch_sub(1, Relaxed);
+            answer
+        })
+        .await
+        .map_err(|e| AppError::Internal(anyhow::Error::from(e).context("analysis worker")))?
     }
 }
 

@@ -7,6 +7,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
+use std::sync::Arc;
 use std::time::Duration;
 use vramscope_shared::StatsReport;
 
@@ -263,12 +264,19 @@ pub(crate) async fn report(State(state): State<AppState>, Path(id): Path<String>
         return Ok(download(page, "text/html; charset=utf-8", &rec.name, "html"));
     }
     let (rec, analyzed) = extract::analyzed_record(&state, &id).await?;
-    let _slot = state.ingest.parser.permits.acquire().await.map_err(|e| AppError::Internal(e.into()))?;
+    // The slot goes into the rendering thread: a client that hangs up
+    // stops waiting, not the render (issue 44).
+    let slot =
+        Arc::clone(&state.ingest.parser.permits).acquire_owned().await.map_err(|e| AppError::Internal(e.into()))?;
     let name = rec.name.clone();
     let limit = state.settings.report_inline_max_bytes;
     let html = if rec.size_bytes > limit {
         let size = rec.size_bytes;
-        tokio::task::spawn_blocking(move || report::index_report_html(&name, size, limit, &analyzed)).await
+        tokio::task::spawn_blocking(move || {
+            let _slot = slot;
+            report::index_report_html(&name, size, limit, &analyzed)
+        })
+        .await
     } else {
         let bytes = state.blobs.get_bytes(&rec.blob_key).await.map_err(|e| {
             if is_not_found(&e) {
@@ -278,7 +286,11 @@ pub(crate) async fn report(State(state): State<AppState>, Path(id): Path<String>
             }
         })?;
         let modified_ms = u64::try_from(rec.uploaded_at_ms).unwrap_or(0);
-        tokio::task::spawn_blocking(move || report::report_html(&name, modified_ms, &bytes, &analyzed.snapshot)).await
+        tokio::task::spawn_blocking(move || {
+            let _slot = slot;
+            report::report_html(&name, modified_ms, &bytes, &analyzed.snapshot)
+        })
+        .await
     }
     .map_err(|e| AppError::Internal(anyhow::anyhow!("the report's worker thread failed: {e}")))?
     .map_err(AppError::Internal)?;
