@@ -169,6 +169,7 @@ def transformers_run(out):
         )
         trainer.add_callback(callback)
         trainer.train()
+        callback.flush_uploads(120)  # uploads run on a thread of their own
         stored = []
         if url is not None:
             with urllib.request.urlopen(url + "/api/v1/snapshots") as listing:
@@ -258,6 +259,7 @@ def lightning_run(out):
         callback = VramscopeCallback(snapshot_dir=out / "lightning", at_steps=[3], threshold=None, server=url, job="mlp")
         trainer, data = lightning_trainer(callback)
         trainer.fit(lightning_module(), data)
+        callback.flush_uploads(120)  # uploads run on a thread of their own
         written = [(s["trigger"], s["step"], s["rank"], s["job"]) for s in callback.snapshots]
         checks = {"lightning_snapshots": written == [("step", 3, 0, "mlp")], "lightning_server_up": url is not None}
         if url is not None:

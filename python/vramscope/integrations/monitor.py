@@ -376,3 +376,9 @@ class Monitored:
     def snapshots(self):
         """The snapshots written so far (path, trigger, step, rank, job, reason, upload)."""
         return self.monitor.snapshots
+
+    def flush_uploads(self, timeout_s=60.0):
+        """Waits up to `timeout_s` for the snapshots' uploads, which run on a
+        thread of their own (no step waits on the network); True when none
+        is left. At exit the process waits for them up to 30 s by itself."""
+        return self.monitor.flush_uploads(timeout_s)
