@@ -181,6 +181,8 @@ mod tests {
                 "mcp_answers_computed",
                 "cached_bytes",
                 "token_hashes",
+                "analyses_running",
+                "analyses_running_peak",
             ]
         );
         assert!(text.contains("# HELP vramscope_index_other_snapshot Persisted indexes of another snapshot file found in a snapshot's place, rebuilt.\n"), "{text}");

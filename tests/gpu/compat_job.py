@@ -44,6 +44,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 
@@ -268,7 +269,7 @@ def hf_job(torch, device, options, record, callbacks):
 
     checkpointing = options.get("checkpointing")
     args = transformers.TrainingArguments(
-        output_dir=os.environ.get("COMPAT_TMP", "/tmp") + "/hf-out",
+        output_dir=os.path.join(os.environ.get("COMPAT_TMP", tempfile.gettempdir()), "hf-out"),
         max_steps=STEPS,
         per_device_train_batch_size=batch,
         gradient_accumulation_steps=accumulate,
@@ -321,7 +322,7 @@ def lightning_job(torch, device, options, record, callbacks):
         accelerator="gpu" if device == "cuda" else "cpu", devices=1, precision="bf16-mixed", max_steps=STEPS,
         deterministic=True, logger=False, enable_checkpointing=False, enable_progress_bar=False,
         enable_model_summary=False, callbacks=[StepEnd()] + callbacks,
-        default_root_dir=os.environ.get("COMPAT_TMP", "/tmp") + "/lightning",
+        default_root_dir=os.path.join(os.environ.get("COMPAT_TMP", tempfile.gettempdir()), "lightning"),
     )
     module = Module()
     trainer.fit(module, torch.utils.data.DataLoader(data, batch_size=64))
@@ -337,7 +338,7 @@ def run_cell(setup, mode, result_path, device):
     deterministic(torch, device)
     record = Recorder(torch, device)
     out = {"setup": setup, "mode": mode}
-    snapshot_dir = os.environ.get("COMPAT_SNAPSHOTS", "/tmp")
+    snapshot_dir = os.environ.get("COMPAT_SNAPSHOTS", tempfile.gettempdir())
     callbacks = []
     if mode == "hf_callback":
         from vramscope.integrations.transformers import VramscopeCallback
