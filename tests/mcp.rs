@@ -599,6 +599,12 @@ async fn regression_a_repeated_mcp_call_is_answered_from_the_cache() {
     // A refused call is not kept.
     mcp_tool(&server, "tune", json!({ "snapshot": "no-such-id" })).await;
     assert_eq!(computed().await, 2);
+    // `stats` too (issue 44: it ran on the async workers at every call).
+    let stats = mcp_tool(&server, "stats", json!({ "snapshot": id })).await;
+    assert_eq!(computed().await, 3);
+    let stats_again = mcp_tool(&server, "stats", json!({ "snapshot": id })).await;
+    assert_eq!(computed().await, 3, "stats answered from the cache");
+    assert_eq!(stats["structuredContent"], stats_again["structuredContent"]);
 }
 
 #[tokio::test]
