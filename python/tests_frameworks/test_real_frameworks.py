@@ -20,6 +20,15 @@ import pytest
 SAID = "vramscope: CUDA is not available; no memory is recorded\n"
 
 
+@pytest.fixture(autouse=True)
+def said_afresh(monkeypatch):
+    """Each test starts as a new process would: nothing said yet (the line
+    is said once per process)."""
+    from vramscope import _capture
+
+    monkeypatch.setattr(_capture, "_told", set())
+
+
 def need(module):
     if os.environ.get("VRAMSCOPE_REQUIRE_FRAMEWORKS") == "1":
         return __import__(module)
