@@ -881,12 +881,17 @@ def _probe_free_stacks(torch):
     or why it could not be told. Needs the history recording with `all`.
 
     A one-element backward on the CPU, which the calling thread runs with
-    the autograd node current; inside it `exp` of a CUDA tensor saves its
-    output through a saved-tensor hook that raises, and the output is freed
-    as the exception unwinds: what non-reentrant checkpointing does. No
-    random numbers are drawn, and nothing inside the backward can start
-    CUDA (the tensor exists before), so a probe run while CUDA initialises
-    cannot wait on that initialisation."""
+    the autograd node current; inside it `max(dim=0)` of a CUDA tensor
+    saves one of its two outputs (`indices`) through a saved-tensor hook
+    that raises, and the other (`values`) is freed as the exception unwinds:
+    what non-reentrant checkpointing does to dropout (its hook keeps the
+    mask and raises; the output is freed). An op of one output would not
+    do: the hook's frame, held by the exception's traceback, keeps the
+    tensor it was given alive, so nothing is freed while the exception is
+    pending (a GPU run showed `exp` answering "kept" where dropout lost
+    it). No random numbers are drawn, and nothing inside the backward can
+    start CUDA (the tensor exists before), so a probe run while CUDA
+    initialises cannot wait on that initialisation."""
 
     class _Raised(Exception):
         pass
@@ -896,7 +901,7 @@ def _probe_free_stacks(torch):
 
     outcome = []
     with torch.inference_mode(False), torch.enable_grad():
-        leaf = torch.ones(1, device=torch.device("cuda", torch.cuda.current_device())).requires_grad_()
+        leaf = torch.ones(2, device=torch.device("cuda", torch.cuda.current_device())).requires_grad_()
 
         class Probe(torch.autograd.Function):
             @staticmethod
@@ -907,7 +912,7 @@ def _probe_free_stacks(torch):
             def backward(ctx, grad):
                 with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(pack, lambda packed: packed):
                     try:
-                        leaf.exp()
+                        leaf.max(dim=0)
                         outcome.append("the saved-tensor hook was not called")
                     except _Raised:
                         outcome.append("kept")

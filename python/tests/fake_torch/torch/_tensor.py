@@ -1,7 +1,7 @@
 """Tensors, autograd and grad modes, faked just enough for the capture
 module's probe (`vramscope_capture._probe_free_stacks`): a one-element
-backward on the CPU whose `backward` calls `exp` under a saved-tensor hook
-that raises.
+backward on the CPU whose `backward` calls `max(dim=0)` under a
+saved-tensor hook that raises.
 
 $FAKE_TORCH_FREE_STACKS=lost makes the fake behave as PyTorch 2.11 on
 Python < 3.13 does while frees are recorded with their stacks (history
@@ -40,20 +40,22 @@ class Tensor:
     def sum(self):
         return Tensor(self.device, self.requires_grad, grad_fn=self.grad_fn)
 
-    def exp(self):
-        out = Tensor(self.device, self.requires_grad and _grad_enabled[-1])
-        if out.requires_grad and _hooks:
+    def max(self, dim=None):
+        """(values, indices); the backward saves `indices`."""
+        values = Tensor(self.device, self.requires_grad and _grad_enabled[-1])
+        indices = Tensor(self.device)
+        if values.requires_grad and _hooks:
             pack, _unpack = _hooks[-1]
             try:
-                pack(out)  # exp saves its output
+                pack(indices)
             except Exception:
                 from .cuda import memory
 
                 if (_in_backward[0] and memory._context == "all" and self.device == "cuda"
                         and os.environ.get("FAKE_TORCH_FREE_STACKS") == "lost"):
-                    raise SystemError("<built-in method exp of Tensor object> returned NULL without setting an exception") from None
+                    raise SystemError("<built-in method max of Tensor object> returned NULL without setting an exception") from None
                 raise
-        return out
+        return values, indices
 
     def backward(self):
         if not self.requires_grad or self.grad_fn is None:
