@@ -31,7 +31,7 @@ def test_steps_are_record_function_ranges_in_a_trace_recorded_from_train_start(t
     assert trigger_lines(torch_log) == [
         "record enabled=all max_entries=64 context=all annotations=global",  # the probe
         "record stop",
-        "record enabled=all max_entries=100000 context=all annotations=global",
+        "record enabled=all max_entries=100000 context=alloc annotations=global",
         "attach_oom_observer",
         "range start step1",
         "range end step1",
@@ -212,7 +212,7 @@ def test_the_transformers_callback_drives_the_monitor_from_the_trainers_hooks(tm
     assert [l for l in logged(torch_log) if l.startswith(("range", "record"))] == [
         "record enabled=all max_entries=64 context=all annotations=global",  # the probe
         "record stop",
-        "record enabled=all max_entries=100000 context=all annotations=global",
+        "record enabled=all max_entries=100000 context=alloc annotations=global",
         "range start step1",
         "range end step1",
         "range start step2",

@@ -24,7 +24,7 @@ def test_a_budget_that_holds_passes_and_keeps_the_snapshot(pytester, torch_log):
     result.assert_outcomes(passed=1)
     kept = pytester.path / "snaps" / "test_train_step.pickle"
     assert kept.read_bytes() == (CORPUS / "mlp_train_all.pickle").read_bytes()
-    assert "record enabled=all max_entries=1000000 context=all" in logged(torch_log)
+    assert "record enabled=all max_entries=1000000 context=alloc" in logged(torch_log)
 
 
 def test_a_broken_rule_fails_the_test_naming_the_rule_and_the_figures(pytester, torch_log):
