@@ -230,10 +230,17 @@ async fn handle(
                 if retention.len() > RETENTION_ENTRIES {
                     retention.retain(|_, (at, _)| now - *at < 10 * RETENTION_EVERY_MS);
                 }
-                let accepted = sources.iter().map(|s| s.key()).filter(|key| !refused.contains(key));
+                // Samples per source in one pass (a frame may name 1024
+                // sources and carry 4096 samples).
+                let mut per_source: HashMap<&str, u64> = HashMap::new();
+                for sample in &samples {
+                    *per_source.entry(sample.source.as_str()).or_default() += 1;
+                }
+                let refused: HashSet<&str> = refused.iter().map(String::as_str).collect();
+                let accepted = sources.iter().map(|s| s.key()).filter(|key| !refused.contains(key.as_str()));
                 accepted
                     .filter(|key| {
-                        let stored = samples.iter().filter(|s| &s.source == key).count() as u64;
+                        let stored = per_source.get(key.as_str()).copied().unwrap_or(0);
                         let (at, since) = retention.entry(key.clone()).or_insert((now, 0));
                         *since += stored;
                         let due = now - *at >= RETENTION_EVERY_MS || *since >= RETAIN_AFTER_SAMPLES;
