@@ -120,8 +120,9 @@ pub struct DeviceStats {
 
 impl Snapshot {
     /// Whether a device's trace recorded an out-of-memory event: what
-    /// `oom` as an upload's trigger means when the uploader does not say
-    /// (`vramscope upload`, a file opened in the browser).
+    /// `oom` as a trigger means when nobody says (a file opened in the
+    /// browser; the server decides an upload's from its statistics' OOM
+    /// counts, which count the same entries).
     pub fn records_oom(&self) -> bool {
         self.devices.iter().any(|d| (0..d.trace.len()).any(|i| d.trace.action(i) == Action::Oom))
     }
