@@ -1,13 +1,19 @@
 //! `vramscope predict FILE=SIZE [FILE=SIZE ...] (--at N[,N...] | --largest)`:
 //! memory at sizes never run, from a few small runs of the same job, through
-//! the caching allocator's model (`vramscope_shared::predict`).
+//! the caching allocator's model (`vramscope_shared::predict`). With
+//! `--settings`, the same under each allocator setting `tune` tries: what
+//! would make it fit. With `--gpu NAME`, the capacity is that card's.
 
 use std::io::Write;
 use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 use anyhow::anyhow;
 use clap::Args;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use vramscope_shared::Snapshot;
+use vramscope_shared::predict::gpus::{self, Gpu};
+use vramscope_shared::predict::settings::{SettingsReport, default_grid, predict_by_setting};
 use vramscope_shared::predict::{PredictOptions, PredictReport, Run, SizePrediction, predict, replay_in_parallel};
 use vramscope_shared::simulate::{AllocatorConfig, parse_size};
 
@@ -35,8 +41,22 @@ pub(crate) struct PredictArgs {
     /// Memory the process may reserve on the GPU, e.g. 80GiB (default: the
     /// recorded per_process_memory_fraction of the GPU, else, for
     /// --largest, the GPU's whole memory when the runs record it).
-    #[arg(long, value_name = "SIZE", value_parser = capacity)]
+    #[arg(long, value_name = "SIZE", value_parser = capacity, conflicts_with = "gpu")]
     capacity: Option<u64>,
+    /// The capacity of a GPU by name: its memory as CUDA reports it, less
+    /// what the CUDA context and libraries take outside the allocator
+    /// (H100-80GB, H200, A100-40GB, A100-80GB, A10G, L4, L40S, RTX 4090,
+    /// T4; case, spaces and dashes do not matter). Figures and their
+    /// sources: docs/gpu-capacities.md.
+    #[arg(long, value_name = "NAME")]
+    gpu: Option<String>,
+    /// Also predict under each allocator setting `vramscope tune` tries
+    /// (expandable segments, max_split_size_mb, garbage collection,
+    /// roundup divisions), ranked: with --largest, the largest size that
+    /// fits with each; with --at, which settings make each size fit. Needs
+    /// a capacity (--capacity, --gpu, or one the runs record).
+    #[arg(long)]
+    settings: bool,
     /// PYTORCH_CUDA_ALLOC_CONF to predict with (default: the settings the
     /// largest run was recorded with).
     #[arg(long, value_name = "CONF")]
@@ -85,6 +105,10 @@ pub(crate) fn run(args: &PredictArgs) -> Result<(), Failure> {
     if args.step == Some(0) {
         return Err(Failure::BadInput(anyhow!("--step must be a positive integer")));
     }
+    let gpu: Option<&Gpu> = match &args.gpu {
+        Some(name) => Some(gpus::find(name).map_err(|e| Failure::BadInput(anyhow!(e)))?),
+        None => None,
+    };
     // The files are read side by side, a thread each.
     let snapshots: Vec<Snapshot> = std::thread::scope(|scope| {
         let readers: Vec<_> = args.runs.iter().map(|(path, _)| scope.spawn(move || load(path, args.budget))).collect();
@@ -104,15 +128,137 @@ pub(crate) fn run(args: &PredictArgs) -> Result<(), Failure> {
     let options = PredictOptions {
         at: args.at.clone(),
         largest: args.largest,
-        capacity: args.capacity,
+        capacity: args.capacity.or(gpu.map(Gpu::capacity_bytes)),
         alloc_conf: args.alloc_conf.clone(),
         device: args.device,
         step: args.step,
     };
-    let report = predict(&runs, &options, &replay_in_parallel).map_err(|e| Failure::BadInput(anyhow!(e)))?;
     let mut out = std::io::stdout().lock();
-    let written = if args.json { write_json(&mut out, &report) } else { write_report(&mut out, &report) };
+    let written = if args.settings {
+        let bar = SettingsProgress::new();
+        let mut progress = |done: usize, total: usize, conf: &str| bar.update(done, total, conf);
+        let mut report = predict_by_setting(&runs, &options, default_grid(), &replay_in_parallel, &mut progress)
+            .map_err(|e| Failure::BadInput(anyhow!(e)))?;
+        bar.finish();
+        if let Some(g) = gpu {
+            name_gpu(&mut report.prediction, g);
+        }
+        if args.json { write_json(&mut out, &report) } else { write_settings_report(&mut out, &report) }
+    } else {
+        let mut report = predict(&runs, &options, &replay_in_parallel).map_err(|e| Failure::BadInput(anyhow!(e)))?;
+        if let Some(g) = gpu {
+            name_gpu(&mut report, g);
+        }
+        if args.json { write_json(&mut out, &report) } else { write_report(&mut out, &report) }
+    };
     finish(written)
+}
+
+/// The capacity's source is the card, and a note says what it is made of.
+fn name_gpu(report: &mut PredictReport, g: &Gpu) {
+    report.capacity_source = Some(format!("gpu:{}", g.name));
+    let kind = if g.measured { "measured" } else { "estimated" };
+    report.notes.push(format!(
+        "capacity: the {}'s {} as CUDA reports it, less {} the CUDA context and libraries take outside the allocator \
+         ({kind}; docs/gpu-capacities.md)",
+        g.name,
+        bytes(g.cuda_total_bytes),
+        bytes(g.overhead_bytes)
+    ));
+}
+
+/// How long the settings' replays run before progress is shown: a quick
+/// comparison prints nothing.
+const PROGRESS_AFTER: Duration = Duration::from_secs(1);
+
+/// A bar on stderr for `--settings`, one step per setting, drawn once the
+/// comparison has run for [`PROGRESS_AFTER`].
+struct SettingsProgress {
+    bar: ProgressBar,
+    started: Instant,
+}
+
+impl SettingsProgress {
+    fn new() -> SettingsProgress {
+        let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::hidden());
+        let style = ProgressStyle::with_template("settings [{bar:30}] {pos}/{len} ({elapsed}) {msg}")
+            .map(|s| s.progress_chars("=> "))
+            .unwrap_or_else(|_| ProgressStyle::default_bar());
+        bar.set_style(style);
+        SettingsProgress { bar, started: Instant::now() }
+    }
+
+    fn update(&self, done: usize, total: usize, conf: &str) {
+        self.bar.set_length(total as u64);
+        self.bar.set_position(done as u64);
+        self.bar.set_message(if conf.is_empty() { "(PyTorch defaults)".to_owned() } else { conf.to_owned() });
+        if self.bar.is_hidden() && self.started.elapsed() > PROGRESS_AFTER {
+            self.bar.set_draw_target(ProgressDrawTarget::stderr());
+        }
+    }
+
+    fn finish(&self) {
+        self.bar.finish_and_clear();
+    }
+}
+
+fn conf_name(conf: &str) -> &str {
+    if conf.is_empty() { "(PyTorch defaults)" } else { conf }
+}
+
+fn write_settings_report(out: &mut impl Write, r: &SettingsReport) -> std::io::Result<()> {
+    write_report(out, &r.prediction)?;
+    writeln!(out)?;
+    let capacity = r.prediction.capacity_bytes.map_or_else(|| "?".to_owned(), bytes);
+    writeln!(out, "by allocator setting, under {capacity} (best first):")?;
+    let largest = r.prediction.step.is_some();
+    let width = r.by_setting.iter().map(|o| conf_name(&o.alloc_conf).chars().count()).max().unwrap_or(0).max(7);
+    // Columns: the largest size that fits and its peak (--largest), then
+    // each size asked for, with its peak or "runs out".
+    let mut header = format!("  {:<width$}", "setting");
+    if largest {
+        header.push_str(&format!("  {:>8}  {:>14}", "largest", "reserved peak"));
+    }
+    for f in &r.settings_fitting_at {
+        header.push_str(&format!("  {:>14}", format!("at {}", f.size)));
+    }
+    writeln!(out, "{header}")?;
+    for o in &r.by_setting {
+        let mut line = format!("  {:<width$}", conf_name(&o.alloc_conf));
+        if largest {
+            let size = o.largest_fitting_size.map_or_else(|| "none".to_owned(), |n| n.to_string());
+            let peak = o.reserved_peak_bytes.map_or_else(|| "-".to_owned(), bytes);
+            line.push_str(&format!("  {size:>8}  {peak:>14}"));
+        }
+        for a in &o.at {
+            let cell = if a.fits { bytes(a.reserved_peak_bytes) } else { "runs out".to_owned() };
+            line.push_str(&format!("  {cell:>14}"));
+        }
+        if o.baseline {
+            line.push_str("  (predicted with)");
+        }
+        writeln!(out, "{line}")?;
+    }
+    for f in &r.settings_fitting_at {
+        let fits_already =
+            r.by_setting.iter().find(|o| o.baseline).and_then(|o| o.at.iter().find(|a| a.size == f.size));
+        match (fits_already.is_some_and(|a| a.fits), f.alloc_confs.is_empty()) {
+            (true, _) => writeln!(out, "size {}: fits with the settings predicted with", f.size)?,
+            (false, true) => writeln!(out, "size {}: runs out with every setting tried", f.size)?,
+            (false, false) => {
+                let names: Vec<&str> = f.alloc_confs.iter().map(|c| conf_name(c)).collect();
+                writeln!(out, "size {}: fits with {}", f.size, names.join("; "))?;
+            }
+        }
+    }
+    if let Some(best) = r.by_setting.first().filter(|o| !o.baseline) {
+        writeln!(out)?;
+        writeln!(out, "try: PYTORCH_CUDA_ALLOC_CONF={}", best.alloc_conf)?;
+        for t in &best.trade_offs {
+            writeln!(out, "  trade-off: {t}")?;
+        }
+    }
+    Ok(())
 }
 
 fn write_report(out: &mut impl Write, r: &PredictReport) -> std::io::Result<()> {
@@ -130,6 +276,9 @@ fn write_report(out: &mut impl Write, r: &PredictReport) -> std::io::Result<()> 
     let capacity = match (r.capacity_bytes, r.capacity_source.as_deref()) {
         (Some(c), Some("per_process_memory_fraction")) => format!("{} (the recorded memory fraction)", bytes(c)),
         (Some(c), Some("device_total")) => format!("{} (the whole GPU)", bytes(c)),
+        (Some(c), Some(source)) if source.starts_with("gpu:") => {
+            format!("{} ({}: the card less its CUDA context and libraries)", bytes(c), &source[4..])
+        }
         (Some(c), _) => bytes(c),
         (None, _) => "unlimited".to_owned(),
     };

@@ -36,9 +36,11 @@
 //! the default pool, and the answer says so when a run used one.
 
 mod fit;
+pub mod gpus;
 mod matching;
 mod program;
 pub mod search;
+pub mod settings;
 
 use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
@@ -156,6 +158,12 @@ pub enum PredictError {
     /// The allocator model refused the settings.
     #[error(transparent)]
     Simulate(SimError),
+    /// Settings compared without a capacity: every setting fits.
+    #[error(
+        "comparing allocator settings needs a capacity to fit under: give one (--capacity 40GiB or --gpu NAME); \
+         the runs record no per_process_memory_fraction"
+    )]
+    SettingsNeedCapacity,
 }
 
 impl PredictError {
@@ -172,6 +180,7 @@ impl PredictError {
             PredictError::NoCapacity => "no_capacity",
             PredictError::Config(_) => "bad_settings",
             PredictError::Simulate(_) => "simulate",
+            PredictError::SettingsNeedCapacity => "settings_need_capacity",
         }
     }
 }
@@ -662,6 +671,16 @@ pub fn predict(
         AllocatorConfig::parse(conf)?;
     }
     let model = Model::build(runs, options.device)?;
+    predict_with_model(&model, options, replay_many)
+}
+
+/// [`predict`] with the model built already (the settings' comparison
+/// reuses it).
+fn predict_with_model(
+    model: &Model<'_>,
+    options: &PredictOptions,
+    replay_many: search::ReplayMany<'_>,
+) -> Result<PredictReport, PredictError> {
     let reference = model.reference.snapshot;
     let (config, alloc_conf) = settings_for(reference, options.alloc_conf.as_deref())?;
     let mut notes = model.notes.clone();
@@ -688,12 +707,12 @@ pub fn predict(
         (None, None) => (None, None),
     };
 
-    let mut predictions = replay_many(&model, &options.at, &config, capacity);
+    let mut predictions = replay_many(model, &options.at, &config, capacity);
     let (mut step, mut searched, mut non_monotonic, mut largest_fitting_size) = (None, Vec::new(), Vec::new(), None);
     if options.largest
         && let Some(cap) = capacity
     {
-        let found = search::largest(&model, &config, cap, options.step, replay_many);
+        let found = search::largest(model, &config, cap, options.step, None, replay_many);
         notes.extend(found.notes);
         step = Some(found.step);
         searched = found.tried.iter().map(|p| (p.size, !p.oom)).collect();

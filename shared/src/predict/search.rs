@@ -15,6 +15,12 @@
 //!    a few sizes on each side of the boundary it found ([`WINDOW_BELOW`],
 //!    [`WINDOW_ABOVE`]), so a dip or a fit again close to it is seen;
 //!    farther ones are not, and the answer says so.
+//!
+//! Given a hint (another setting's answer, when settings are compared), the
+//! bisection's bracket is found by galloping out from the hint instead of
+//! from the largest recorded size: settings move the answer by a few sizes,
+//! so a round or two brackets it where bisection over the whole range
+//! takes five or six.
 
 use std::collections::BTreeMap;
 
@@ -93,12 +99,61 @@ impl Search<'_, '_, '_> {
     }
 }
 
+/// A bracket `(lo, hi)` for the bisection, `lo` fitting (or 0) and `hi`
+/// not (or `bound`), found by galloping from grid index `start` (in
+/// `1..bound`): two sizes a round, at distances 1 and 2, then 2 and 4, ...
+/// up when `start` fits, down when it does not.
+fn gallop(s: &mut Search<'_, '_, '_>, start: u64, bound: u64) -> (u64, u64) {
+    let first: Vec<u64> = [start, start + 1].into_iter().filter(|k| *k < bound).collect();
+    let fits = s.run(&first);
+    if !fits[0] {
+        let mut hi = start;
+        let mut d = 1;
+        loop {
+            let picks: Vec<u64> =
+                [hi.saturating_sub(d), hi.saturating_sub(2 * d)].into_iter().filter(|k| *k >= 1).collect();
+            if picks.is_empty() {
+                return (0, hi);
+            }
+            let fits = s.run(&picks);
+            // Picks go down: the first that fits is the highest.
+            if let Some(i) = fits.iter().position(|f| *f) {
+                let above = if i == 0 { hi } else { picks[i - 1] };
+                return (picks[i], above);
+            }
+            hi = picks[picks.len() - 1];
+            d *= 2;
+        }
+    }
+    let mut lo = match fits.get(1) {
+        Some(true) => start + 1,
+        Some(false) => return (start, start + 1),
+        None => return (start, bound),
+    };
+    let mut d = 1;
+    loop {
+        let picks: Vec<u64> = [lo + d, lo + 2 * d].into_iter().filter(|k| *k < bound).collect();
+        if picks.is_empty() {
+            return (lo, bound);
+        }
+        let fits = s.run(&picks);
+        // Picks go up: the first that fails closes the bracket.
+        if let Some(i) = fits.iter().position(|f| !*f) {
+            let below = if i == 0 { lo } else { picks[i - 1] };
+            return (below, picks[i]);
+        }
+        lo = picks[picks.len() - 1];
+        d *= 2;
+    }
+}
+
 /// Search the largest size that fits under `capacity` (see the module doc).
 pub(crate) fn largest(
     model: &Model<'_>,
     config: &AllocatorConfig,
     capacity: u64,
     step: Option<u64>,
+    hint: Option<u64>,
     replay_many: ReplayMany<'_>,
 ) -> Largest {
     let recorded = model.recorded_sizes();
@@ -129,7 +184,11 @@ pub(crate) fn largest(
         let all: Vec<u64> = (1..bound).collect();
         s.run(&all);
     } else {
-        let (mut lo, mut hi) = if s.run(&[reference_k])[0] { (reference_k, bound) } else { (0, reference_k) };
+        let (mut lo, mut hi) = match hint {
+            Some(size) => gallop(&mut s, (size / step).clamp(1, bound - 1), bound),
+            None if s.run(&[reference_k])[0] => (reference_k, bound),
+            None => (0, reference_k),
+        };
         while hi - lo > 1 {
             let gap = hi - lo;
             let picks: Vec<u64> = [lo + gap / 3, lo + 2 * gap / 3]

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{SimError, SimOom, SimulateOptions, Simulation, simulate};
+use super::{AllocatorConfig, SimError, SimOom, SimulateOptions, Simulation, simulate};
 use crate::snapshot::Snapshot;
 
 /// The settings `vramscope tune` tries, besides the recorded ones.
@@ -97,7 +97,18 @@ pub fn tune(snapshot: &Snapshot, capacity: Option<u64>, grid: &[&str]) -> Result
 }
 
 fn row(sim: &Simulation, recorded: bool) -> TuneRow {
-    let c = &sim.config;
+    TuneRow {
+        alloc_conf: sim.alloc_conf.clone(),
+        recorded,
+        peaks: super::ReplayPeaks::max_over(sim.devices.iter().map(|d| super::ReplayPeaks::of(&d.stats))),
+        oom: sim.devices.iter().find_map(|d| d.oom),
+        trade_offs: trade_offs(&sim.config, sim.capacity.is_some()),
+    }
+}
+
+/// What settings trade away, in words (`capped`: replayed under a
+/// capacity, without which garbage collection does nothing).
+pub fn trade_offs(c: &AllocatorConfig, capped: bool) -> Vec<String> {
     let mut trade_offs = Vec::new();
     if c.expandable_segments {
         trade_offs.push("expandable_segments: page map/unmap calls are slower than cudaMalloc; memory cannot be shared over CUDA IPC");
@@ -112,17 +123,11 @@ fn row(sim: &Simulation, recorded: bool) -> TuneRow {
             .push("roundup_power2_divisions: sizes rounded up to power-of-two steps: more rounding waste, more reuse");
     }
     if c.garbage_collection_threshold > 0.0 {
-        trade_offs.push(if sim.capacity.is_some() {
+        trade_offs.push(if capped {
             "garbage_collection_threshold: frees old cached segments above threshold x capacity: more cudaMalloc/cudaFree"
         } else {
             "garbage_collection_threshold: acts only under a memory limit (give --capacity)"
         });
     }
-    TuneRow {
-        alloc_conf: sim.alloc_conf.clone(),
-        recorded,
-        peaks: super::ReplayPeaks::max_over(sim.devices.iter().map(|d| super::ReplayPeaks::of(&d.stats))),
-        oom: sim.devices.iter().find_map(|d| d.oom),
-        trade_offs: trade_offs.into_iter().map(str::to_owned).collect(),
-    }
+    trade_offs.into_iter().map(str::to_owned).collect()
 }
