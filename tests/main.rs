@@ -19,6 +19,7 @@ mod browser_review;
 mod browser_views;
 mod check;
 mod cli;
+mod docs;
 mod hostile;
 mod ingest;
 mod mcp;
