@@ -6,16 +6,16 @@
 
 use serde::Serialize;
 
+use crate::analysis::avoided::explain_replayed;
+use crate::analysis::capacity::{simulate_with_inferred_capacity, tune_with_inferred_capacity};
 use crate::analysis::check::{CheckBudget, CheckError, CheckReport, check};
 use crate::analysis::diff::{DeviceDiff, SnapshotDiff};
 use crate::analysis::leaks::{DeviceLeaks, LeakReport};
-use crate::analysis::oom::{OomReport, explain_with};
+use crate::analysis::oom::OomReport;
 use crate::simulate::tune::{DEFAULT_GRID, TuneReport};
 use crate::simulate::{SimError, SimulateOptions, SimulationReport};
 use crate::snapshot::Snapshot;
 use crate::stats::StatsReport;
-use crate::views::analysis::avoided_by;
-use crate::views::analysis::{simulate_with_inferred_capacity, tune_with_inferred_capacity};
 
 /// `vramscope stats --json`.
 pub fn stats_json(file: &str, snapshot: &Snapshot) -> StatsReport {
@@ -39,7 +39,7 @@ pub fn explain_json(file: &str, snapshot: &Snapshot) -> ExplainJson {
     ExplainJson {
         file: file.to_owned(),
         has_trace: snapshot.devices.iter().any(|d| d.has_trace && !d.trace.is_empty()),
-        ooms: explain_with(snapshot, &avoided_by),
+        ooms: explain_replayed(snapshot),
     }
 }
 

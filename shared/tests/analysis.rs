@@ -10,7 +10,7 @@ use serde_pickle::{SerOptions, Value};
 use vramscope_shared::analysis::diff::{Change, SnapshotDiff};
 use vramscope_shared::analysis::layout::{Rewinder, layout_after};
 use vramscope_shared::analysis::leaks::{LeakReport, Pattern};
-use vramscope_shared::analysis::oom::{Avoidance, Limit, OomCause, SettingVerdict, explain, explain_with};
+use vramscope_shared::analysis::oom::{Avoidance, Limit, OomCause, SettingVerdict, explain};
 use vramscope_shared::analysis::steps::StepSource;
 use vramscope_shared::analysis::{FrameText, stack_label};
 use vramscope_shared::snapshot::BlockState;
@@ -181,12 +181,12 @@ fn oom_leak_post_mortem_reproduces_pytorchs_message() {
     assert!(r.candidate_settings().iter().any(|s| s == "expandable_segments:True"));
     assert_eq!(r.avoided_by, None, "not simulated");
 
-    // The what-if hook fills the verdicts, here with reserved peaks the
-    // allocator simulator gives for this trace replayed without a limit.
+    // Verdicts judged on reserved peaks the allocator simulator gives for
+    // this trace replayed without a limit.
     let peaks = [("expandable_segments:True", 2_940_207_104), ("max_split_size_mb:128", 3_386_900_480)];
-    let filled = explain_with(&snapshot, &|_, report| {
-        Some(peaks.iter().map(|&(setting, peak)| SettingVerdict::judge(report, setting, peak)).collect())
-    });
+    let mut filled = reports.clone();
+    filled[0].avoided_by =
+        Some(peaks.iter().map(|&(setting, peak)| SettingVerdict::judge(&filled[0], setting, peak)).collect());
     let verdicts = filled[0].avoided_by.as_ref().expect("filled");
     assert_eq!(verdicts[0].avoids, Avoidance::IfCapacityAtLeast { bytes: 2_940_207_104 });
     assert_eq!(verdicts[1].avoids, Avoidance::No);

@@ -9,10 +9,10 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, anyhow};
 use clap::Args;
 use vramscope_shared::Snapshot;
+use vramscope_shared::analysis::capacity::simulate_with_inferred_capacity;
 use vramscope_shared::answers::tune_json;
 use vramscope_shared::simulate::tune::TuneReport;
 use vramscope_shared::simulate::{AllocatorConfig, SimulateOptions, Simulation, parse_size};
-use vramscope_shared::views::analysis::simulate_with_inferred_capacity;
 
 use super::Failure;
 use super::input::{MemoryBudget, load};

@@ -25,8 +25,8 @@ use std::path::Path;
 
 use anyhow::{Context, anyhow};
 use base64::Engine;
+use vramscope_shared::analysis::avoided::explain_replayed;
 use vramscope_shared::analysis::leaks::LeakReport;
-use vramscope_shared::analysis::oom::explain_with;
 
 use crate::assets::dashboard_file;
 pub(crate) use chart::{ChartFormat, main_chart};
@@ -118,7 +118,7 @@ fn head(name: &str, extra_css: &str) -> anyhow::Result<String> {
 /// The text of `vramscope explain` and `vramscope leaks` for the file.
 fn findings(path: &Path, snapshot: &vramscope_shared::Snapshot) -> anyhow::Result<String> {
     let mut out = Vec::new();
-    let reports = explain_with(snapshot, &vramscope_shared::views::analysis::avoided_by);
+    let reports = explain_replayed(snapshot);
     let has_trace = snapshot.devices.iter().any(|d| d.has_trace && !d.trace.is_empty());
     findings::write_oom_report(&mut out, path, has_trace, &reports, 6).context("writing the OOM post-mortem")?;
     out.push(b'\n');

@@ -1,5 +1,7 @@
 //! Answers built on the snapshot model and its intervals: which stacks leak
-//! ([`leaks`]), why an allocation ran out of memory ([`oom`]), what changed
+//! ([`leaks`]), why an allocation ran out of memory ([`oom`]) and which
+//! allocator settings would have avoided it ([`avoided`]), the memory a
+//! replay runs under when none is given ([`capacity`]), what changed
 //! between two snapshots ([`diff`]), whether a snapshot keeps a memory
 //! budget ([`check`]). [`steps`] finds training steps in the
 //! `record_function` annotations; [`layout`] rewinds the final segment layout
@@ -10,7 +12,9 @@
 //! frames' text ([`FrameText`]), not by ids: ids are per file, text is what
 //! a reader (and a comparison across files) needs.
 
+pub mod avoided;
 pub mod breakdown;
+pub mod capacity;
 pub mod check;
 pub mod diff;
 pub mod layout;

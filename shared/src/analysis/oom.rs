@@ -22,7 +22,7 @@
 //!
 //! Which allocator setting would have avoided the OOM is a question for the
 //! allocator simulator: [`OomReport::avoided_by`] stays `None` until a caller
-//! fills it, e.g. through [`explain_with`], for the settings
+//! fills it, e.g. through [`super::avoided::explain_replayed`], for the settings
 //! [`OomReport::candidate_settings`] lists: replay the trace with a setting,
 //! no memory limit, and hand its reserved peak to [`SettingVerdict::judge`].
 
@@ -249,40 +249,9 @@ impl OomReport {
     }
 }
 
-/// The memory a process that ran out had, at least: the lower bound of its
-/// first OOM's [`OomReport::capacity_bytes_range`]. `None` without a
-/// recorded OOM. What-ifs of such a snapshot replay under it by default, so
-/// that each setting's row says whether it would have fitted (without it,
-/// the recorded failure is honoured in every row).
-pub fn inferred_capacity(snapshot: &Snapshot) -> Option<u64> {
-    snapshot.devices.iter().find_map(|d| inferred_device_capacity(snapshot, d))
-}
-
-/// [`inferred_capacity`] of one device: from its own first OOM.
-pub fn inferred_device_capacity(snapshot: &Snapshot, device: &DeviceSnapshot) -> Option<u64> {
-    if device.trace.count(Action::Oom) == 0 {
-        return None;
-    }
-    explain_device(snapshot, device).first().map(|r| r.capacity_bytes_range.0)
-}
-
 /// Post-mortems of every `oom` entry of a snapshot, all devices, in trace order.
 pub fn explain(snapshot: &Snapshot) -> Vec<OomReport> {
     snapshot.devices.iter().flat_map(|d| explain_device(snapshot, d)).collect()
-}
-
-/// [`explain`], with each report's [`OomReport::avoided_by`] filled by
-/// `what_if` (e.g. a closure that runs the allocator simulator for each of
-/// [`OomReport::candidate_settings`]). `what_if` returning `None` leaves it unset.
-pub fn explain_with(
-    snapshot: &Snapshot,
-    what_if: &dyn Fn(&Snapshot, &OomReport) -> Option<Vec<SettingVerdict>>,
-) -> Vec<OomReport> {
-    let mut reports = explain(snapshot);
-    for r in &mut reports {
-        r.avoided_by = what_if(snapshot, r);
-    }
-    reports
 }
 
 /// Post-mortems of the `oom` entries of one device, in trace order.
@@ -416,7 +385,9 @@ fn report(snapshot: &Snapshot, device: &DeviceSnapshot, row: u32, layout: &Layou
         device_free_bytes: device_free,
         limit,
         capacity_bytes_range,
-        recorded_capacity_bytes: recorded_cap(snapshot, device.device),
+        recorded_capacity_bytes: snapshot
+            .recorded_capacity(device.device)
+            .or_else(|| crate::simulate::fraction_capacity(snapshot, device.device)),
         reserved_peak_bytes: reserved_peak,
         reserved_bytes: reserved,
         allocated_bytes: allocated,
@@ -438,18 +409,6 @@ fn report(snapshot: &Snapshot, device: &DeviceSnapshot, row: u32, layout: &Layou
         live_stacks,
         avoided_by: None,
     }
-}
-
-/// The cap the capture recorded for `device`: the agent's `capacity_bytes`,
-/// or else the recorded settings' `per_process_memory_fraction` of the
-/// device's total as CUDA reports it (captures before the agent recorded
-/// the cap have both of those).
-fn recorded_cap(snapshot: &Snapshot, device: u32) -> Option<u64> {
-    let recorded = snapshot.capture.as_ref()?.devices.iter().find(|d| d.device == device)?;
-    recorded.capacity_bytes.or_else(|| {
-        let (config, _) = crate::simulate::settings_for(snapshot, None).ok()?;
-        config.capacity_for(recorded.cuda_total_bytes)
-    })
 }
 
 #[cfg(test)]

@@ -137,14 +137,24 @@ pub struct Simulation {
     pub capacity_from_fraction: bool,
     /// The capacity is the least a process that ran out had, inferred from
     /// its recorded OOM by the caller (see
-    /// `views::analysis::simulate_with_inferred_capacity`), not one given.
+    /// `analysis::capacity::simulate_with_inferred_capacity`), not one given.
     pub capacity_inferred: bool,
     /// The capacity is the cap the capture recorded for the process (its
     /// memory fraction of the device), chosen by the caller (see
-    /// `views::analysis::simulate_with_inferred_capacity`), not one given.
+    /// `analysis::capacity::simulate_with_inferred_capacity`), not one given.
     pub capacity_recorded: bool,
     /// One per device with a trace, in the snapshot's order.
     pub devices: Vec<DeviceSimulation>,
+}
+
+/// The cap the recorded settings' `per_process_memory_fraction` gives
+/// device `device`: that fraction of the device's total as CUDA reported it
+/// to the process (captures before the agent recorded the cap itself,
+/// [`Snapshot::recorded_capacity`], have both).
+pub fn fraction_capacity(snapshot: &Snapshot, device: u32) -> Option<u64> {
+    let recorded = snapshot.capture.as_ref()?.devices.iter().find(|d| d.device == device)?;
+    let (config, _) = settings_for(snapshot, None).ok()?;
+    config.capacity_for(recorded.cuda_total_bytes)
 }
 
 /// The settings a replay of `snapshot` uses for `alloc_conf`, and the string

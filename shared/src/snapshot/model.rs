@@ -322,6 +322,16 @@ pub enum AnnotationStage {
 }
 
 impl Snapshot {
+    /// The cap the capture recorded for device `device`: the process's
+    /// memory fraction of the device's memory
+    /// ([`CaptureDevice::capacity_bytes`]), when below 1. The one answer to
+    /// "which cap did the capture record"; the cap the recorded settings'
+    /// `per_process_memory_fraction` implies is the simulator's
+    /// `fraction_capacity`.
+    pub fn recorded_capacity(&self, device: u32) -> Option<u64> {
+        self.capture.as_ref()?.devices.iter().find(|d| d.device == device)?.capacity_bytes
+    }
+
     /// The device with this index, if the snapshot has it.
     pub fn device(&self, device: u32) -> Option<&DeviceSnapshot> {
         self.devices.iter().find(|d| d.device == device)

@@ -13,7 +13,6 @@
 mod breakdown;
 mod diff;
 mod explain;
-mod inferred_capacity;
 mod leaks;
 mod tune;
 mod whatif;
@@ -21,7 +20,6 @@ mod whatif;
 pub use breakdown::*;
 pub use diff::*;
 pub use explain::*;
-pub use inferred_capacity::*;
 pub use leaks::*;
 pub use tune::*;
 pub use whatif::*;

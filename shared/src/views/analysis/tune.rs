@@ -2,7 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{parse_capacity, tune_with_inferred_capacity};
+use super::parse_capacity;
+use crate::analysis::capacity::tune_with_inferred_capacity;
 use crate::analyzed::Analyzed;
 use crate::error::ViewError;
 use crate::simulate::tune::{DEFAULT_GRID, TuneRow};

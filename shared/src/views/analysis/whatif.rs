@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::{check_alloc_conf, device_snapshot, parse_capacity};
+use crate::analysis::capacity::device_replay_capacity;
 use crate::analyzed::Analyzed;
 use crate::error::ViewError;
 use crate::simulate::{Replayer, SimOom, settings_for};
@@ -88,19 +89,10 @@ pub fn simulate_device(
     let same = config == settings_for(&a.snapshot, None)?.0;
     // A device that ran out replays under the least it had unless a
     // capacity is given: the recorded OOM is not carried into other
-    // settings (see `inferred_capacity`'s module).
-    // A cap the capture recorded comes first (see its module).
-    let recorded = capacity.is_none().then(|| super::recorded_device_capacity(&a.snapshot, d)).flatten();
-    let inferred = (capacity.is_none() && recorded.is_none())
-        .then(|| crate::analysis::oom::inferred_device_capacity(&a.snapshot, d))
-        .flatten();
-    let capacity_source = match (capacity, recorded, inferred) {
-        (Some(_), _, _) => Some("given"),
-        (None, Some(_), _) => Some("recorded"),
-        (None, None, Some(_)) => Some("inferred"),
-        (None, None, None) => None,
-    };
-    let capacity = capacity.or(recorded).or(inferred);
+    // settings; a cap the capture recorded comes first (see
+    // `analysis::capacity`).
+    let chosen = device_replay_capacity(&a.snapshot, d, capacity);
+    let capacity = chosen.bytes;
     let sim = Replayer::new(d, config, capacity, true)?.recorded_settings(same).finish();
     let s = &sim.stats;
     let series = sim.series.unwrap_or_default();
@@ -109,8 +101,8 @@ pub fn simulate_device(
         alloc_conf: conf,
         recorded_settings: alloc_conf.is_none(),
         capacity,
-        capacity_inferred: inferred.is_some(),
-        capacity_source,
+        capacity_inferred: chosen.source == Some("inferred"),
+        capacity_source: chosen.source,
         figures: SimulatedFigures {
             peaks: crate::simulate::ReplayPeaks::of(s),
             rows_replayed: u32::try_from(sim.rows_replayed).unwrap_or(u32::MAX),

@@ -1,11 +1,12 @@
-//! The default capacity of a replay of a snapshot that ran out of memory.
+//! The memory a replay runs under when none is given: the cap the capture
+//! recorded, or else the least a process that ran out had.
 //!
 //! Without a capacity, a replay honours the recorded OOM: it stops where
 //! the run stopped, whatever the settings, so that every setting's row of a
 //! what-if or a ranking says "OOM" and none says which setting avoids it.
 //! When no capacity is given and the settings name none, a replay of such
 //! a snapshot therefore runs under the least the process had when it ran
-//! out ([`crate::analysis::oom::inferred_capacity`], the lower bound
+//! out ([`inferred_capacity`], the lower bound
 //! `explain` gives), and says so. Replaying the recorded settings under it
 //! fails at the recorded row by itself: the reserved peak before the OOM is
 //! the bound, and the failed request did not fit.
@@ -17,22 +18,57 @@
 //! settings' fraction, then the inferred bound. Each answer says which
 //! (`capacity_source`).
 
-use crate::analysis::oom::inferred_capacity;
+use super::oom::explain_device;
 use crate::simulate::tune::TuneReport;
 use crate::simulate::{SimError, SimulateOptions, Simulation, settings_for, simulate};
-use crate::snapshot::DeviceSnapshot;
-use crate::snapshot::Snapshot;
+use crate::snapshot::{Action, DeviceSnapshot, Snapshot};
 
-/// The cap the capture recorded for `device`: its memory fraction of the
-/// device's memory, when below 1.
-pub fn recorded_device_capacity(snapshot: &Snapshot, device: &DeviceSnapshot) -> Option<u64> {
-    snapshot.capture.as_ref()?.devices.iter().find(|d| d.device == device.device)?.capacity_bytes
+/// The cap the capture recorded ([`Snapshot::recorded_capacity`]) of the
+/// first device with a trace that has one (a replay takes one capacity for
+/// every device).
+pub fn recorded_capacity(snapshot: &Snapshot) -> Option<u64> {
+    snapshot.devices.iter().filter(|d| !d.trace.is_empty()).find_map(|d| snapshot.recorded_capacity(d.device))
 }
 
-/// [`recorded_device_capacity`] of the first device with a trace that has
-/// one (a replay takes one capacity for every device).
-pub fn recorded_capacity(snapshot: &Snapshot) -> Option<u64> {
-    snapshot.devices.iter().filter(|d| !d.trace.is_empty()).find_map(|d| recorded_device_capacity(snapshot, d))
+/// The memory a process that ran out had, at least: the lower bound of its
+/// first OOM's [`super::oom::OomReport::capacity_bytes_range`]. `None`
+/// without a recorded OOM. What-ifs of such a snapshot replay under it by
+/// default, so that each setting's row says whether it would have fitted
+/// (without it, the recorded failure is honoured in every row).
+pub fn inferred_capacity(snapshot: &Snapshot) -> Option<u64> {
+    snapshot.devices.iter().find_map(|d| inferred_device_capacity(snapshot, d))
+}
+
+/// [`inferred_capacity`] of one device: from its own first OOM.
+pub fn inferred_device_capacity(snapshot: &Snapshot, device: &DeviceSnapshot) -> Option<u64> {
+    if device.trace.count(Action::Oom) == 0 {
+        return None;
+    }
+    explain_device(snapshot, device).first().map(|r| r.capacity_bytes_range.0)
+}
+
+/// The capacity a replay of one device runs under, and where it came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReplayCapacity {
+    /// The bytes, `None` for no limit.
+    pub bytes: Option<u64>,
+    /// `"given"`, `"recorded"` or `"inferred"`; `None` without a capacity.
+    pub source: Option<&'static str>,
+}
+
+/// The capacity a replay of `device` runs under: `given`, else the cap the
+/// capture recorded for it, else the least it had when it ran out.
+pub fn device_replay_capacity(snapshot: &Snapshot, device: &DeviceSnapshot, given: Option<u64>) -> ReplayCapacity {
+    if given.is_some() {
+        return ReplayCapacity { bytes: given, source: Some("given") };
+    }
+    if let Some(recorded) = snapshot.recorded_capacity(device.device) {
+        return ReplayCapacity { bytes: Some(recorded), source: Some("recorded") };
+    }
+    match inferred_device_capacity(snapshot, device) {
+        Some(inferred) => ReplayCapacity { bytes: Some(inferred), source: Some("inferred") },
+        None => ReplayCapacity { bytes: None, source: None },
+    }
 }
 
 /// [`crate::simulate::tune::tune`] under `capacity`, or the recorded cap,
