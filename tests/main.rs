@@ -14,6 +14,7 @@ mod browser;
 mod browser_analysis;
 mod browser_live;
 mod browser_local;
+mod browser_newcomer;
 mod browser_predict;
 mod browser_review;
 mod browser_views;

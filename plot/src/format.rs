@@ -45,6 +45,12 @@ pub fn grouped(n: u64) -> String {
     out
 }
 
+/// A count and its noun, singular for one: `1 rank`, `0 ranks`,
+/// `1,234 blocks`.
+pub fn count(n: u64, one: &str, many: &str) -> String {
+    format!("{} {}", grouped(n), if n == 1 { one } else { many })
+}
+
 /// A device address as PyTorch's viewer shows it: lowercase hex with `0x`.
 pub fn hex(addr: u64) -> String {
     format!("{addr:#x}")
@@ -176,6 +182,8 @@ mod tests {
         assert_eq!(grouped(0), "0");
         assert_eq!(grouped(999), "999");
         assert_eq!(grouped(1_234_567), "1,234,567");
+        assert_eq!((count(1, "rank", "ranks"), count(0, "rank", "ranks")), ("1 rank".to_owned(), "0 ranks".to_owned()));
+        assert_eq!(count(1_234, "block", "blocks"), "1,234 blocks");
         assert_eq!(hex(0x7f3a_0000_0000), "0x7f3a00000000");
         assert_eq!(compact(9_999), "9999");
         assert_eq!(compact(12_345), "12.3k");

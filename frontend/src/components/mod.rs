@@ -3,6 +3,8 @@
 //! [`crate::infra`].
 
 #[cfg(target_arch = "wasm32")]
+pub(crate) mod badge;
+#[cfg(target_arch = "wasm32")]
 pub(crate) mod card;
 pub(crate) mod notice;
 pub(crate) mod stack;

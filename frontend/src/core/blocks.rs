@@ -452,11 +452,11 @@ pub fn state_cards(f: &Figures) -> Vec<(&'static str, String, String)> {
         None => "no free block".to_owned(),
     };
     vec![
-        ("reserved", format::bytes(f.reserved), format!("{} segments", f.segments)),
+        ("reserved", format::bytes(f.reserved), format::count(f.segments, "segment", "segments")),
         ("allocated", format::bytes(f.allocated), format!("{} requested", format::bytes(f.requested))),
         ("rounding waste", format::bytes(f.waste), "rounded minus requested".to_owned()),
         ("pending free", format::bytes(f.pending_free), String::new()),
-        ("free (inactive)", format::bytes(f.inactive), format!("{} blocks", format::grouped(f.free_blocks))),
+        ("free (inactive)", format::bytes(f.inactive), format::count(f.free_blocks, "block", "blocks")),
         ("inactive split", format::bytes(f.inactive_split), "free bytes in split segments".to_owned()),
         ("largest free block", format::bytes(f.largest_free), largest),
         ("fragmentation", format::percent(f.fragmentation), "1 − largest free / free".to_owned()),

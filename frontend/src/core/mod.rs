@@ -11,6 +11,7 @@ pub use vramscope_plot::{format, layout, palette, plot, viewport};
 pub mod blocks;
 pub mod brush;
 pub mod chart;
+pub mod dates;
 pub mod fragmentation;
 pub mod frames;
 pub mod hidpi;

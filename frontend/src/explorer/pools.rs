@@ -26,6 +26,13 @@ const BAND: f64 = 46.0;
 const LABEL: f64 = 14.0;
 /// Points of each band's series.
 const SERIES_PX: u32 = 500;
+/// What the table's figures count, beside the snapshot's cards: the trace
+/// records requested sizes, so the pools' "allocated" is requested bytes
+/// and what is left of reserved includes rounding waste, where the cards'
+/// "cached, not in use" is reserved less whole (rounded) blocks.
+pub(crate) const COUNTS: &str = "Allocated here is requested bytes, as the trace records them: \
+    \u{201c}reserved, not requested\u{201d} includes the rounding waste of each block, \
+    so it is more than the cards' \u{201c}cached, not in use\u{201d} (reserved less whole blocks).";
 
 /// The pools panel of the device of `ctx`.
 #[component]
@@ -80,7 +87,7 @@ pub(crate) fn PoolsPanel(ctx: DeviceContext) -> impl IntoView {
                 <h2>"Memory pools"</h2>
                 <span class="legend">
                     <span class="key"><span class="swatch reserved"></span>"reserved"</span>
-                    <span class="key"><span class="swatch allocated"></span>"allocated"</span>
+                    <span class="key"><span class="swatch allocated"></span>"allocated (requested)"</span>
                 </span>
             </div>
             {move || error.get().map(|e| view! { <p class="notice error">{e}</p> })}
@@ -124,10 +131,18 @@ fn table(a: &PoolsAnswer) -> impl IntoView + use<> {
         <p class="hint" id="pools-at">{format!("{} {}, {at}.", a.bands.len(), if a.bands.len() == 1 { "pool and stream" } else { "pools and streams" })}</p>
         <table class="pools-table" id="pools-table">
             <thead>
-                <tr><th>"pool"</th><th>"stream"</th><th>"reserved"</th><th>"allocated"</th><th>"reserved, unused"</th><th>"reserved peak"</th></tr>
+                <tr>
+                    <th>"pool"</th>
+                    <th>"stream"</th>
+                    <th class="num">"reserved"</th>
+                    <th class="num" title="Bytes the program asked for, before the allocator rounded each block up">"allocated (requested)"</th>
+                    <th class="num" title="Reserved less requested: cached memory and rounding waste">"reserved, not requested"</th>
+                    <th class="num">"reserved peak"</th>
+                </tr>
             </thead>
             <tbody>{rows}</tbody>
         </table>
+        <p class="hint" id="pools-counts">{COUNTS}</p>
         {inferred.map(|t| view! { <p class="hint">{t}</p> })}
     }
 }

@@ -1,8 +1,11 @@
-//! Time in the browser: waiting in its event loop, and dates in its locale.
+//! Time in the browser: waiting in its event loop, and a moment's date in
+//! the viewer's time zone, written by [`crate::core::dates`].
 
 use std::time::Duration;
 
 use wasm_bindgen::JsValue;
+
+use crate::core::dates::{self, LocalTime};
 
 /// Wait `duration` in the browser's event loop.
 pub(crate) async fn sleep(duration: Duration) {
@@ -15,15 +18,27 @@ pub(crate) async fn sleep(duration: Duration) {
     let _ = wasm_bindgen_futures::JsFuture::from(promise).await;
 }
 
-/// A date and time (ms since the Unix epoch) in `locale` (`"default"`: the
-/// browser's own).
-pub(crate) fn date_time(ms: i64, locale: &str) -> String {
-    let date = js_sys::Date::new(&JsValue::from_f64(ms as f64));
-    String::from(date.to_locale_string(locale, &JsValue::UNDEFINED))
+/// The calendar fields of a moment (ms since the Unix epoch) in the
+/// viewer's time zone.
+fn local(ms: i64) -> LocalTime {
+    let d = js_sys::Date::new(&JsValue::from_f64(ms as f64));
+    LocalTime {
+        year: d.get_full_year() as i32,
+        month: d.get_month() + 1,
+        day: d.get_date(),
+        hour: d.get_hours(),
+        minute: d.get_minutes(),
+        second: d.get_seconds(),
+    }
+}
+
+/// A date and time (ms since the Unix epoch), as every page writes one
+/// ([`dates::date_time`]: `2026-12-07 20:45`, the viewer's time zone).
+pub(crate) fn date_time(ms: i64) -> String {
+    dates::date_time(&local(ms))
 }
 
 /// The time of day of a moment (ms since the Unix epoch), `hh:mm:ss`.
 pub(crate) fn time_of_day(ms: i64) -> String {
-    let date = js_sys::Date::new(&JsValue::from_f64(ms as f64));
-    String::from(date.to_locale_time_string("en-GB"))
+    dates::time_of_day(&local(ms))
 }

@@ -37,6 +37,8 @@ pub(crate) fn side_chart(t: &AlignedTimelines, side: &AlignedTimeline) -> Chart 
         colour,
         band,
         width: 2,
+        label: String::new(),
+        dashed: false,
     };
     let markers = match t.align {
         vramscope_shared::views::analysis::Align::Step if side.steps.len() <= 40 => (1..side.steps.len())
@@ -105,6 +107,7 @@ mod ui {
     use vramscope_shared::views::analysis::{Align, DiffAnswer};
 
     use super::{change_label, compare_path, figure_cells, figure_rows, side_chart};
+    use crate::components::badge::LocalBadge;
     use crate::components::stack::StackDetails;
     use crate::core::format;
     use crate::core::model::SnapshotMeta;
@@ -232,8 +235,10 @@ mod ui {
                 <h1>
                     "A: "
                     <a href=format!("/snapshots/{a}")>{move || names.get().0}</a>
+                    {local::is_local(&a).then(|| view! { " " <LocalBadge/> })}
                     "  vs  B: "
                     <a href=format!("/snapshots/{b}")>{move || names.get().1}</a>
+                    {local::is_local(&b).then(|| view! { " " <LocalBadge/> })}
                 </h1>
                 <div class="toolbar">
                     "Align the timelines by "
@@ -374,13 +379,13 @@ mod ui {
     fn DiffTables(d: DiffAnswer) -> impl IntoView {
         let t = d.timelines.as_ref().map(|t| {
             format!(
-                "Timelines: A device {} ({} events, {} steps), B device {} ({} events, {} steps).",
+                "Timelines: A device {} ({}, {}), B device {} ({}, {}).",
                 t.a.device,
-                format::grouped(u64::from(t.a.rows)),
-                t.a.steps.len(),
+                format::count(u64::from(t.a.rows), "event", "events"),
+                format::count(t.a.steps.len() as u64, "step", "steps"),
                 t.b.device,
-                format::grouped(u64::from(t.b.rows)),
-                t.b.steps.len()
+                format::count(u64::from(t.b.rows), "event", "events"),
+                format::count(t.b.steps.len() as u64, "step", "steps")
             )
         });
         view! {

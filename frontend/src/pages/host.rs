@@ -55,7 +55,7 @@ pub(crate) fn HostMemory(id: String) -> impl IntoView {
                         ("allocated", format::bytes(s.allocated_bytes), String::new()),
                         ("requested", format::bytes(s.requested_bytes), peak(s.requested_peak_bytes)),
                         ("cached, not in use", format::bytes(s.reserved_unallocated_bytes), String::new()),
-                        ("host events", format::grouped(s.trace_entries as u64), format!("{} segments", s.segments)),
+                        ("host events", format::grouped(s.trace_entries as u64), format::count(s.segments as u64, "segment", "segments")),
                     ];
                     view! {
                         <div class="summary" id="host-summary">

@@ -30,6 +30,31 @@ pub fn percent_or_dash(share: Option<f64>) -> String {
     share.map_or("—".to_owned(), |s| format!("{:.1}%", s * 100.0))
 }
 
+/// The job page's line of facts: `3 snapshots · 2 ranks · median peak …`.
+/// Ranks are counted as the jobs list counts them (distinct ranks given at
+/// upload, `COUNT(DISTINCT rank)` on the server), not rows of the table: a
+/// job uploaded without `rank=` has no rank, whatever its hosts.
+pub fn facts(report: &JobReport) -> String {
+    let ranks: std::collections::BTreeSet<i64> = report.members.iter().filter_map(|m| m.rank).collect();
+    format!(
+        "{} · {} · median peak {}",
+        format::count(report.snapshots, "snapshot", "snapshots"),
+        ranks_said(ranks.len() as u64),
+        bytes_or_dash(report.median_peak_requested_bytes)
+    )
+}
+
+/// A number of ranks in words: `1 rank`, `2 ranks`, `no rank given`.
+pub fn ranks_said(n: u64) -> String {
+    if n == 0 { "no rank given".to_owned() } else { format::count(n, "rank", "ranks") }
+}
+
+/// The jobs list's "Ranks" cell: the count, or a dash when no snapshot of
+/// the job gave a rank.
+pub fn ranks_cell(n: u64) -> String {
+    if n == 0 { "—".to_owned() } else { format::grouped(n) }
+}
+
 /// The sentence under the table: which rank diverges, and by how much.
 pub fn verdict(report: &JobReport) -> String {
     let flagged: Vec<String> = report
@@ -57,7 +82,7 @@ mod component {
     use leptos::task::spawn_local;
     use leptos_router::hooks::use_params_map;
 
-    use super::{bytes_or_dash, member_label, percent_or_dash, verdict};
+    use super::{bytes_or_dash, facts, member_label, percent_or_dash, ranks_cell, ranks_said, verdict};
     use crate::core::format;
     use crate::core::model::SnapshotStatus;
     use crate::core::model::jobs::{JobReport, JobSummary};
@@ -105,10 +130,10 @@ mod component {
                                                 <tr>
                                                     <td class="name"><a href=href>{j.job.clone()}</a></td>
                                                     <td class="num">{j.snapshots}</td>
-                                                    <td class="num">{j.ranks}</td>
+                                                    <td class="num" title=ranks_said(j.ranks)>{ranks_cell(j.ranks)}</td>
                                                     <td class="num">{j.hosts}</td>
                                                     <td class="num">{j.oom_snapshots}</td>
-                                                    <td>{clock::date_time(j.last_upload_ms, "en-GB")}</td>
+                                                    <td>{clock::date_time(j.last_upload_ms)}</td>
                                                 </tr>
                                             }
                                         })
@@ -157,11 +182,8 @@ mod component {
     fn JobTable(report: JobReport) -> impl IntoView {
         let verdict_text = verdict(&report);
         let alarm = report.members.iter().any(|m| m.diverges);
-        let median = bytes_or_dash(report.median_peak_requested_bytes);
         view! {
-            <p class="facts">
-                {format!("{} snapshots · {} ranks · median peak {median}", report.snapshots, report.members.len())}
-            </p>
+            <p class="facts" id="job-facts">{facts(&report)}</p>
             <p id="verdict" class="notice" class:error=alarm>{verdict_text}</p>
             <table class="snapshots ranks">
                 <thead>
@@ -276,6 +298,22 @@ mod tests {
         )
         .expect("parses");
         assert_eq!(list[0].ranks, 2);
+    }
+
+    /// Issue 44: `/jobs` said "Ranks 0" for a job uploaded without
+    /// `rank=` (the server counts distinct ranks given) while its page
+    /// said "1 ranks" (it counted the table's rows). Both count ranks given
+    /// now, and say "1 snapshot", "no rank given", "2 ranks".
+    #[test]
+    fn regression_jobs_list_and_page_count_ranks_alike() {
+        let mut solo = member(0, Some(1), false);
+        solo.rank = None;
+        let one = report(vec![solo]);
+        assert_eq!(facts(&one), "1 snapshot · no rank given · median peak —");
+        assert_eq!((ranks_cell(0), ranks_said(0)), ("—".to_owned(), "no rank given".to_owned()));
+        let two = report(vec![member(0, Some(1), false), member(1, Some(1), false)]);
+        assert_eq!(facts(&two), "2 snapshots · 2 ranks · median peak —");
+        assert_eq!((ranks_cell(1), ranks_said(1)), ("1".to_owned(), "1 rank".to_owned()));
     }
 
     #[test]

@@ -34,15 +34,61 @@ struct Progress {
     name: String,
     sent: f64,
     total: f64,
+    /// Which file of how many, when several were dropped together.
+    of: Option<(usize, usize)>,
 }
 
 impl Progress {
     /// How far it is (0 to 1), and in words.
     fn said(&self) -> (f64, String) {
         let fraction = if self.total > 0.0 { self.sent / self.total } else { 0.0 };
-        let text = format!("{}: {:.0}% of {}", self.name, fraction * 100.0, format::bytes(self.total as u64));
+        let which = self.of.map(|(k, n)| format!(" ({k} of {n})")).unwrap_or_default();
+        let text = format!("{}{which}: {:.0}% of {}", self.name, fraction * 100.0, format::bytes(self.total as u64));
         (fraction, text)
     }
+}
+
+/// What became of each file of an upload so far: its name and the
+/// server's answer, or the error in words.
+type Outcomes = [(String, Result<UploadAnswer, String>)];
+
+/// The notice of an upload of `total` files, `done` of them answered:
+/// whether it reports a failure, and the sentence. One file reads as
+/// before ("uploaded a.pickle"); several name every file stored ("3 files
+/// stored: a, b, c"), "1 of 3" while the others are on their way, and each
+/// failure with its reason.
+fn uploads_said(done: &Outcomes, total: usize) -> (bool, String) {
+    if let ([(name, outcome)], 1) = (done, total) {
+        return match outcome {
+            Ok(a) => (false, uploaded(name, a)),
+            Err(e) => (true, e.clone()),
+        };
+    }
+    let stored: Vec<String> = done
+        .iter()
+        .filter_map(|(name, outcome)| {
+            let a = outcome.as_ref().ok()?;
+            Some(if a.deduplicated {
+                format!("{name} (uploaded before)")
+            } else if a.status == SnapshotStatus::Parsing {
+                format!("{name} (being parsed)")
+            } else {
+                name.clone()
+            })
+        })
+        .collect();
+    let failed: Vec<&String> = done.iter().filter_map(|(_, outcome)| outcome.as_ref().err()).collect();
+    let head = if stored.len() == total {
+        format!("{total} files stored")
+    } else {
+        format!("{} of {total} files stored", stored.len())
+    };
+    let mut text = if stored.is_empty() { head } else { format!("{head}: {}", stored.join(", ")) };
+    for e in &failed {
+        text.push_str("; ");
+        text.push_str(e);
+    }
+    (!failed.is_empty(), text)
 }
 
 /// What the notice says of the upload of `name` the server took.
@@ -109,10 +155,12 @@ mod ui {
     use leptos_router::hooks::use_navigate;
     use web_sys::{DragEvent, File, FileList, HtmlInputElement};
 
-    use super::{Known, Progress, new_name, parsing, status_text, uploaded, with_tag, without_tag};
+    use vramscope_shared::api::UploadAnswer;
+
+    use super::{Known, Progress, new_name, parsing, status_text, uploads_said, with_tag, without_tag};
     use crate::components::notice::{Notice, NoticeBar};
     use crate::core::format;
-    use crate::core::model::{SnapshotMeta, SnapshotStatus};
+    use crate::core::model::{Page, SnapshotMeta, SnapshotStatus};
     use crate::infra::api::{self, ListQuery};
     use crate::infra::clock;
     use crate::infra::latest::{Latest, latest};
@@ -218,10 +266,27 @@ mod ui {
 
         /// Ask for the first page (or, with `append`, the next one).
         fn load(self, append: bool) {
-            let Listing { query, items, next, loaded, notice, known, lists } = self;
-            let q = query.get_untracked();
-            let cursor = if append { next.get_untracked() } else { None };
-            lists.run(async move { api::list(&q, cursor.as_deref()).await }, move |result| match result {
+            let q = self.query.get_untracked();
+            let cursor = if append { self.next.get_untracked() } else { None };
+            self.lists
+                .run(async move { api::list(&q, cursor.as_deref()).await }, move |result| self.show(result, append));
+        }
+
+        /// Ask for the first page again and wait for it: an upload of
+        /// several files shows each one as soon as it is stored.
+        async fn reload(self) {
+            let ticket = self.lists.supersede();
+            let q = self.query.get_untracked();
+            let result = api::list(&q, None).await;
+            if ticket.is_current() {
+                self.show(result, false);
+            }
+        }
+
+        /// A page of the list (after the others with `append`), or why not.
+        fn show(self, result: Result<Page, api::ApiError>, append: bool) {
+            let Listing { items, next, loaded, notice, known, .. } = self;
+            match result {
                 Ok(page) => {
                     known.update(|k| k.add(&page.items));
                     if append {
@@ -233,7 +298,7 @@ mod ui {
                     loaded.set(true);
                 }
                 Err(e) => notice.set(Some(Notice::error(e))),
-            });
+            }
         }
 
         /// Filters: the first list at once, later ones once typing pauses
@@ -277,28 +342,35 @@ mod ui {
         }
 
         /// Upload `files` one after the other, showing each one's
-        /// `progress`, then list again.
+        /// `progress`; the list is asked again as each file is stored (not
+        /// once after the last), and the notice names every file.
         fn upload(self, files: Vec<File>, progress: RwSignal<Option<Progress>>) {
             if files.is_empty() {
                 return;
             }
             let notice = self.notice;
+            let total = files.len();
             spawn_local(async move {
-                for file in files {
+                let mut done: Vec<(String, Result<UploadAnswer, String>)> = Vec::with_capacity(total);
+                for (k, file) in files.into_iter().enumerate() {
                     let name = file.name();
-                    progress.set(Some(Progress { name: name.clone(), sent: 0.0, total: file.size() }));
+                    let of = (total > 1).then_some((k + 1, total));
+                    progress.set(Some(Progress { name: name.clone(), sent: 0.0, total: file.size(), of }));
                     let shown = name.clone();
-                    let answer = api::upload(&file, move |sent, total| {
-                        progress.set(Some(Progress { name: shown.clone(), sent, total }));
+                    let answer = api::upload(&file, move |sent, size| {
+                        progress.set(Some(Progress { name: shown.clone(), sent, total: size, of }));
                     })
-                    .await;
-                    progress.set(None);
-                    notice.set(Some(match answer {
-                        Ok(a) => Notice::info(uploaded(&name, &a)),
-                        Err(e) => Notice::error(e),
-                    }));
+                    .await
+                    .map_err(|e| e.to_string());
+                    let stored = answer.is_ok();
+                    done.push((name, answer));
+                    if stored {
+                        self.reload().await;
+                    }
+                    let (failed, text) = uploads_said(&done, total);
+                    notice.set(Some(if failed { Notice::error(text) } else { Notice::info(text) }));
                 }
-                self.load(false);
+                progress.set(None);
             });
         }
     }
@@ -510,7 +582,7 @@ mod ui {
                     </span>
                 </td>
                 <td class="num">{format::bytes(item.size_bytes)}</td>
-                <td>{clock::date_time(item.uploaded_at_ms, "default")}</td>
+                <td>{clock::date_time(item.uploaded_at_ms)}</td>
                 <td class="tags">{tags_cell(row, &item.tags)}</td>
                 <td>
                     <button class="link danger" on:click=move |_| row.delete(&name_for_confirm)>
@@ -685,7 +757,7 @@ mod tests {
         assert_eq!(status_text(&meta(SnapshotStatus::Parsing, Some(100))), "parsing 25%");
         assert_eq!(status_text(&meta(SnapshotStatus::Parsing, Some(900))), "parsing 100%");
         assert_eq!(status_text(&meta(SnapshotStatus::Ready, Some(100))), SnapshotStatus::Ready.to_string());
-        let p = Progress { name: "a.pickle".to_owned(), sent: 512.0, total: 2048.0 };
+        let p = Progress { name: "a.pickle".to_owned(), sent: 512.0, total: 2048.0, of: None };
         assert_eq!(p.said(), (0.25, "a.pickle: 25% of 2.00 KiB".to_owned()));
         assert_eq!(Progress { total: 0.0, ..p }.said().0, 0.0);
         assert_eq!(parsing("b", 3000.0, 2048.0), (1.0, "b: parsing, 100% of 2.00 KiB".to_owned()));
@@ -694,6 +766,38 @@ mod tests {
         assert_eq!(uploaded("a", &answer(SnapshotStatus::Ready, true)), "a: the same file was uploaded before");
         assert_eq!(uploaded("a", &answer(SnapshotStatus::Parsing, false)), "uploaded a; the server is parsing it");
         assert_eq!(uploaded("a", &answer(SnapshotStatus::Ready, false)), "uploaded a");
+    }
+
+    /// Issue 44: dropping 3 files showed "No snapshots yet" while two
+    /// were stored (the list was asked for after the last) and a notice
+    /// naming only the last file. The notice names each file, as they are
+    /// stored ("1 of 3 files stored: a"), then all of them.
+    #[test]
+    fn regression_a_multi_file_upload_names_every_file() {
+        let ok =
+            |status, deduplicated| Ok(UploadAnswer { id: "s".to_owned(), sha256: String::new(), status, deduplicated });
+        let one = [("a".to_owned(), ok(SnapshotStatus::Ready, false))];
+        assert_eq!(uploads_said(&one, 1), (false, "uploaded a".to_owned()), "one file reads as before");
+        assert_eq!(uploads_said(&one, 3), (false, "1 of 3 files stored: a".to_owned()));
+        let all = [
+            ("a".to_owned(), ok(SnapshotStatus::Ready, false)),
+            ("b".to_owned(), ok(SnapshotStatus::Ready, true)),
+            ("c".to_owned(), ok(SnapshotStatus::Parsing, false)),
+        ];
+        assert_eq!(
+            uploads_said(&all, 3),
+            (false, "3 files stored: a, b (uploaded before), c (being parsed)".to_owned())
+        );
+        let failed = [
+            ("a".to_owned(), ok(SnapshotStatus::Ready, false)),
+            ("b".to_owned(), Err("uploading b: 422 not a snapshot".to_owned())),
+        ];
+        assert_eq!(
+            uploads_said(&failed, 2),
+            (true, "1 of 2 files stored: a; uploading b: 422 not a snapshot".to_owned())
+        );
+        let p = Progress { name: "b".to_owned(), sent: 1024.0, total: 2048.0, of: Some((2, 3)) };
+        assert_eq!(p.said().1, "b (2 of 3): 50% of 2.00 KiB");
     }
 
     #[test]

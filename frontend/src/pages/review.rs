@@ -243,7 +243,7 @@ mod component {
                 <p class="meta">
                     <strong class="author">{c.author.clone()}</strong>
                     " · "
-                    <span>{clock::date_time(c.created_ms, "en-GB")}</span>
+                    <span>{clock::date_time(c.created_ms)}</span>
                     {link
                         .zip(label)
                         .map(|(href, label)| {

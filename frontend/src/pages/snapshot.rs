@@ -281,7 +281,10 @@ fn Header(meta: SnapshotMeta) -> impl IntoView {
     let name = meta.name.clone();
     let (file_id, report_id) = (meta.id.clone(), meta.id.clone());
     view! {
-        <h1>{meta.name.clone()}</h1>
+        <div class="title-row">
+            <h1>{meta.name.clone()}</h1>
+            {local.then(|| view! { <crate::components::badge::LocalBadge/> })}
+        </div>
         <p class="facts">
             {facts.join(" · ")}
             {download.map(|href| view! {
@@ -384,7 +387,11 @@ fn Summary(stats: DeviceStats, format: String, capture: Option<CaptureContext>) 
         ),
         ("rounding waste", format::bytes(s.internal_waste_bytes), String::new()),
         ("OOMs", s.ooms.to_string(), String::new()),
-        ("trace events", format::grouped(s.trace_entries as u64), format!("{} segments", s.segments)),
+        (
+            "trace events",
+            format::grouped(s.trace_entries as u64),
+            format::count(s.segments as u64, "segment", "segments"),
+        ),
     ];
     // NVML's figure at capture time, when the vramscope agent took it.
     if let (Some(outside), Some(used)) = (s.outside_allocator_bytes, s.process_used_bytes) {

@@ -38,25 +38,29 @@ pub(crate) fn pattern_label(p: Pattern) -> &'static str {
 }
 
 /// The growth chart: for each of the top stacks, the bytes it retains
-/// after each step (x in steps: step `k` spans `[k, k + 1)`).
+/// after each step (x in steps: step `k` spans `[k, k + 1)`), with a
+/// legend naming each line by its rank in the table. Two stacks may retain
+/// the same bytes step after step (gpt_varlen's top five hold three
+/// distinct lines): the later one is dashed, so the earlier shows through,
+/// and its legend entry says which it follows.
 pub(crate) fn growth_chart(d: &DeviceLeaks) -> Chart {
     let steps = d.steps.steps.len().max(1);
-    let curves: Vec<Curve> = d
-        .candidates
-        .iter()
-        .take(CHARTED)
-        .zip(COLOURS)
-        .map(|(c, colour)| Curve {
-            columns: cumulative(&c.retained_by_step)
-                .into_iter()
-                .enumerate()
-                .map(|(k, v)| Column { x0: k as f64, x1: k as f64 + 1.0, range: Range3 { min: v, max: v, last: v } })
-                .collect(),
-            colour: colour.rgb(),
-            band: false,
-            width: 2,
-        })
-        .collect();
+    let mut curves: Vec<Curve> = Vec::new();
+    let mut ranks: Vec<u32> = Vec::new();
+    for (c, colour) in d.candidates.iter().take(CHARTED).zip(COLOURS) {
+        let columns: Vec<Column> = cumulative(&c.retained_by_step)
+            .into_iter()
+            .enumerate()
+            .map(|(k, v)| Column { x0: k as f64, x1: k as f64 + 1.0, range: Range3 { min: v, max: v, last: v } })
+            .collect();
+        let same = curves.iter().zip(&ranks).find(|(earlier, _)| earlier.columns == columns).map(|(_, r)| *r);
+        let label = match same {
+            Some(r) => format!("#{} (same as #{r})", c.rank),
+            None => format!("#{}", c.rank),
+        };
+        curves.push(Curve { columns, colour: colour.rgb(), band: false, width: 2, label, dashed: same.is_some() });
+        ranks.push(c.rank);
+    }
     let top = curves.iter().flat_map(|c| c.columns.iter().map(|k| k.range.max)).max().unwrap_or(0);
     Chart { x_range: (0.0, steps as f64), y_max: y_top(top), curves, markers: Vec::new() }
 }
@@ -130,13 +134,13 @@ mod ui {
             "No trace: nothing is known about when these were allocated.".to_owned()
         } else {
             format!(
-                "{} allocations alive at the end ({}) from {} stacks. {} steps ({}); the {} completed steps in between retained {} per step. {}",
-                format::grouped(l.live_count),
+                "{} alive at the end ({}) from {}. {} ({}); the {} in between retained {} per step. {}",
+                format::count(l.live_count, "allocation", "allocations"),
                 format::bytes(l.live_bytes),
-                l.stacks,
-                l.steps.steps.len(),
+                format::count(u64::from(l.stacks), "stack", "stacks"),
+                format::count(l.steps.steps.len() as u64, "step", "steps"),
                 d.step_source,
-                l.completed_steps,
+                format::count(u64::from(l.completed_steps), "completed step", "completed steps"),
                 format::bytes(l.growth_bytes_per_step),
                 match l.growing_stacks {
                     0 => "No stack keeps memory step after step.".to_owned(),
@@ -152,7 +156,7 @@ mod ui {
             <div class="canvas-wrap" node_ref=wrap_ref>
                 <canvas id="leaks-canvas" node_ref=canvas_ref></canvas>
             </div>
-            <p class="hint">{format!("Bytes each of the top {CHARTED} stacks retains, step after step (its allocations still alive at the end, by the step that made them).")}</p>
+            <p class="hint">{format!("Bytes each of the top {CHARTED} stacks retains, step after step (its allocations still alive at the end, by the step that made them); the legend names each line by its # in the table, and a dashed line retains the same bytes as the one it names.")}</p>
             <table class="stacks" id="leaks-table">
                 <thead>
                     <tr>
@@ -217,5 +221,48 @@ mod tests {
         assert!(kept.windows(2).all(|w| w[0].range.last < w[1].range.last), "the kept outputs grow every step");
         assert_eq!(kept[11].range.last, d.candidates[0].live_bytes);
         assert_eq!(pattern_label(d.candidates[0].pattern), "growing");
+    }
+
+    /// Issue 44: the leaks chart of `gpt_varlen` drew 3 lines for its 5
+    /// stacks (two pairs retain the same bytes step after step, so the
+    /// later line hid the earlier one) and had no legend. Each line is now
+    /// named in a legend drawn beside the plot by its rank, a line equal to
+    /// an earlier one says so and is dashed (the earlier shows through).
+    #[test]
+    fn regression_leaks_chart_has_a_legend_and_overlaps_are_told() {
+        use plotters::prelude::IntoDrawingArea;
+        use vramscope_plot::recorder::Recorder;
+
+        let a = vramscope_shared::testing::corpus("gpt_varlen");
+        let l = leaks(&a, &LeaksParams { top: Some(15), ..Default::default() }).expect("leaks");
+        let chart = growth_chart(&l.devices[0].leaks);
+        let labels: Vec<&str> = chart.curves.iter().map(|c| c.label.as_str()).collect();
+        assert_eq!(labels.len(), CHARTED, "{labels:?}");
+        let distinct: Vec<&Curve> = chart.curves.iter().filter(|c| !c.dashed).collect();
+        assert_eq!(distinct.len(), 3, "three distinct lines for five stacks: {labels:?}");
+        for (k, c) in chart.curves.iter().enumerate() {
+            assert!(c.label.starts_with(&format!("#{}", k + 1)), "{labels:?}");
+            if c.dashed {
+                let said =
+                    c.label.split("same as #").nth(1).and_then(|r| r.trim_end_matches(')').parse::<usize>().ok());
+                let earlier = said.expect("a dashed line names the one it follows");
+                assert!(earlier <= k, "{labels:?}");
+                assert_eq!(chart.curves[earlier - 1].columns, c.columns, "{labels:?}");
+            }
+        }
+        let (backend, log) = Recorder::new((900, 220));
+        let area = crate::core::chart::draw(&backend.into_drawing_area(), &chart, &|x| format!("{x}")).expect("drawn");
+        let log = log.borrow();
+        for label in &labels {
+            let (_, (x, _), _) =
+                log.texts.iter().find(|(t, _, _)| t == label).unwrap_or_else(|| panic!("{label} not in the legend"));
+            assert!(f64::from(*x) > area.left + area.width, "the legend is right of the plot: {x} {area:?}");
+        }
+        // Every stack's colour is drawn: a solid line in one path, a dashed
+        // one in many dashes, whose gaps show the earlier line.
+        for c in &chart.curves {
+            let pieces = log.paths.iter().filter(|(colour, _, _)| *colour == c.colour).count();
+            assert!(if c.dashed { pieces > 10 } else { pieces >= 2 }, "{}: {pieces} paths", c.label);
+        }
     }
 }

@@ -10,7 +10,7 @@ use crate::core::format;
 
 /// The figures of a report as cards: (label, value, note).
 pub(crate) fn cards(r: &OomReport) -> Vec<(&'static str, String, String)> {
-    let pool = if r.small_pool { "small pool" } else { "large pool" };
+    let pool = pool(r);
     let device_free = match (r.device_free_bytes, r.limit) {
         (Some(f), Limit::ProcessCap) => (format::bytes(f), "more than asked: a per-process cap stopped it".to_owned()),
         (Some(f), _) => (format::bytes(f), "less than asked: the GPU was full".to_owned()),
@@ -52,10 +52,12 @@ pub(crate) fn cards(r: &OomReport) -> Vec<(&'static str, String, String)> {
         (
             "largest free block at the OOM",
             format::bytes(largest),
+            // Two counts of free memory: the request's own pool and stream,
+            // which the cause's sentence counts, and every pool together.
             format!(
-                "usable for the request; {} free in {} blocks",
+                "usable by the request ({pool}, its stream); {} free in {} in all pools and streams",
                 format::bytes(r.free_bytes),
-                format::grouped(r.free_blocks)
+                format::count(r.free_blocks, "block", "blocks")
             ),
         ),
     ];
@@ -66,24 +68,32 @@ pub(crate) fn cards(r: &OomReport) -> Vec<(&'static str, String, String)> {
     cards
 }
 
-/// The cause in a word and a sentence.
+/// The pool a request is served from, by its size.
+fn pool(r: &OomReport) -> &'static str {
+    if r.small_pool { "small pool" } else { "large pool" }
+}
+
+/// The cause in a word and a sentence. The sentence counts the free
+/// memory of the request's own pool and stream (what it could use), and
+/// says so: the card beside it also gives every pool's.
 pub(crate) fn cause(r: &OomReport) -> (&'static str, String) {
     let largest = r.largest_usable_free_block.map_or(0, |b| b.size);
+    let pool = pool(r);
     match r.cause {
         OomCause::Fragmentation => (
             "fragmentation",
             format!(
-                "The pool held {} free, more than the {} asked for, but in {} pieces, the largest {}.",
+                "The {pool} (on the request's stream) held {} free, more than the {} asked for, but in {}, the largest {}.",
                 format::bytes(r.usable_free_bytes),
                 format::bytes(r.request_bytes),
-                format::grouped(r.usable_free_blocks),
+                format::count(r.usable_free_blocks, "piece", "pieces"),
                 format::bytes(largest)
             ),
         ),
         OomCause::Exhaustion => (
             "exhaustion",
             format!(
-                "Even all {} free in the pool together were less than the {} asked for: the program needed more memory than it could get.",
+                "Even all {} free in the {pool} (on the request's stream) together were less than the {} asked for: the program needed more memory than it could get.",
                 format::bytes(r.usable_free_bytes),
                 format::bytes(r.request_bytes)
             ),
@@ -276,6 +286,27 @@ mod tests {
     use vramscope_shared::views::analysis::{ExplainParams, explain};
 
     use super::*;
+
+    /// Issue 44: `oom_leak`'s card said "349 MiB free in 32 blocks" and the
+    /// sentence under it "the pool held 348 MiB free … in 22 pieces": every
+    /// pool and stream, then the request's own, neither said.
+    #[test]
+    fn regression_oom_free_figures_say_which_pools_they_count() {
+        let a = vramscope_shared::testing::corpus("oom_leak");
+        let e = explain(&a, &ExplainParams { simulate: Some(false), ..ExplainParams::default() }).expect("explain");
+        let r = &e.ooms[0];
+        let c = cards(r);
+        let largest = c.iter().find(|c| c.0 == "largest free block at the OOM").expect("the card");
+        assert_eq!(
+            largest.2,
+            "usable by the request (large pool, its stream); 349 MiB free in 32 blocks in all pools and streams"
+        );
+        let (_, sentence) = cause(r);
+        assert!(
+            sentence.starts_with("The large pool (on the request's stream) held 348 MiB free, more than the 292 MiB asked for, but in 22 pieces"),
+            "{sentence}"
+        );
+    }
 
     #[test]
     fn oom_leak_reads_as_fragmentation_with_its_figures() {

@@ -41,10 +41,38 @@ pub(crate) fn whatif_chart(w: &WhatIfAnswer) -> Chart {
             .collect()
     };
     let curves = vec![
-        Curve { columns: recorded(|b| b.reserved), colour: palette::RESERVED.rgb(), band: true, width: 2 },
-        Curve { columns: recorded(|b| b.allocated), colour: palette::ALLOCATED.rgb(), band: false, width: 2 },
-        Curve { columns: simulated(|s| s.reserved), colour: palette::SIM_RESERVED.rgb(), band: true, width: 2 },
-        Curve { columns: simulated(|s| s.allocated), colour: palette::SIM_ALLOCATED.rgb(), band: false, width: 2 },
+        Curve {
+            columns: recorded(|b| b.reserved),
+            colour: palette::RESERVED.rgb(),
+            band: true,
+            width: 2,
+            label: String::new(),
+            dashed: false,
+        },
+        Curve {
+            columns: recorded(|b| b.allocated),
+            colour: palette::ALLOCATED.rgb(),
+            band: false,
+            width: 2,
+            label: String::new(),
+            dashed: false,
+        },
+        Curve {
+            columns: simulated(|s| s.reserved),
+            colour: palette::SIM_RESERVED.rgb(),
+            band: true,
+            width: 2,
+            label: String::new(),
+            dashed: false,
+        },
+        Curve {
+            columns: simulated(|s| s.allocated),
+            colour: palette::SIM_ALLOCATED.rgb(),
+            band: false,
+            width: 2,
+            label: String::new(),
+            dashed: false,
+        },
     ];
     let top = curves.iter().flat_map(|c| c.columns.iter().map(|k| k.range.max)).max().unwrap_or(0);
     let mut markers: Vec<Marker> = w
@@ -448,6 +476,55 @@ mod tests {
             format!("Replayed with expandable_segments:True ({} settings), capacity 1.00 GiB.", w.settings)
         );
         assert!(rows[4].1.starts_with("at event"), "{:?}", rows[4]);
+    }
+
+    /// Issue 44: the what-if chart of `oom_leak` under 1 GiB drew
+    /// "simulated OOM" over "recorded OOM" (both labels right of their
+    /// lines' end of the plot, at one height). Each label now takes the
+    /// first row above the plot where it overlaps none.
+    #[test]
+    fn regression_whatif_oom_labels_do_not_overlap() {
+        use plotters::prelude::IntoDrawingArea;
+        use vramscope_plot::recorder::Recorder;
+
+        let p = WhatIfParams {
+            alloc_conf: Some("expandable_segments:True".into()),
+            capacity: Some("1GiB".into()),
+            axis: Some(Axis::Event),
+            px: Some(900),
+            ..Default::default()
+        };
+        let w = whatif(&oom_leak(), &p).expect("what-if");
+        let chart = whatif_chart(&w);
+        let labels: Vec<&str> = chart.markers.iter().map(|m| m.label.as_str()).collect();
+        assert!(
+            labels.contains(&"recorded OOM") && labels.iter().any(|l| l.starts_with("simulated OOM")),
+            "{labels:?}"
+        );
+        for width in [500, 980, 1600] {
+            let (backend, log) = Recorder::new((width, 260));
+            let area =
+                crate::core::chart::draw(&backend.into_drawing_area(), &chart, &|x| format!("{x}")).expect("drawn");
+            let log = log.borrow();
+            // Each label's box: its measured extent, one 14 px row high.
+            let boxes: Vec<(i32, i32, i32)> = chart
+                .markers
+                .iter()
+                .map(|m| {
+                    let (_, (_, y), _) = log.texts.iter().find(|(t, _, _)| *t == m.label).expect("label drawn");
+                    let x = area.x_px(chart.x_range, m.x);
+                    let (a, b) = crate::core::chart::label_span(x, &m.label, area.left, area.width);
+                    (a, b, *y)
+                })
+                .collect();
+            for (i, p) in boxes.iter().enumerate() {
+                assert!(p.2 >= 0 && p.2 < area.top as i32, "above the plot, inside the canvas: {p:?} {area:?}");
+                for q in &boxes[i + 1..] {
+                    let apart = p.1 <= q.0 || q.1 <= p.0 || (p.2 - q.2).abs() >= 14;
+                    assert!(apart, "labels overlap at width {width}: {p:?} {q:?} ({labels:?})");
+                }
+            }
+        }
     }
 
     #[test]
