@@ -6,6 +6,9 @@
         train_step()
     vramscope.check("memory-snapshots/step.pickle", max_reserved_peak="12GiB")
 
+`largest_batch(step_fn, sizes=(2, 4, 8))` records a training step at a few
+small sizes and returns the largest that fits, predicted, never tried.
+
 Also: `snapshot(path)` (the allocator now, as the agent captures it),
 `stats`, `predict` and `upload`, which run the `vramscope` binary installed
 with this package; a pytest plugin (`@pytest.mark.cuda_memory(...)`) and
@@ -14,6 +17,7 @@ training callbacks (`vramscope.integrations.transformers`,
 torch.
 """
 
+from .batch import LargestBatch, largest_batch
 from .cli import binary_version, check, find_binary, predict, stats, upload
 from .errors import BinaryNotFound, MemoryBudgetExceeded, VramscopeError
 from .recording import recorded_memory, snapshot, snapshot_name
@@ -23,11 +27,13 @@ __version__ = "0.1.0"
 
 __all__ = [
     "BinaryNotFound",
+    "LargestBatch",
     "MemoryBudgetExceeded",
     "VramscopeError",
     "binary_version",
     "check",
     "find_binary",
+    "largest_batch",
     "predict",
     "recorded_memory",
     "snapshot",
