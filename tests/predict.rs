@@ -125,3 +125,73 @@ fn regression_allocations_not_in_every_run_are_counted_with_their_total() {
     let u = &v["unmatched"][0];
     assert_eq!((u["count"].as_u64(), u["bytes"].as_u64()), (Some(96), Some(339_739_488)), "{u}");
 }
+
+fn predict_attention(extra: &[&str]) -> std::process::Output {
+    let dir = crate::common::workspace_root().join("tests/fixtures/predict");
+    std::process::Command::new(env!("CARGO_BIN_EXE_vramscope"))
+        .current_dir(&dir)
+        .args(["predict", "attention_128.pickle=128", "attention_256.pickle=256", "attention_384.pickle=384"])
+        .args(extra)
+        .output()
+        .expect("predict")
+}
+
+/// Issue 43, item 3: `--settings` under 6 GiB ranks garbage collection at
+/// 0.6 with max_split_size_mb:256 first (sequence 2432, where the defaults
+/// fit 2304), in the JSON's `by_setting` and in the table, which says what
+/// to try and what it trades away.
+#[test]
+fn settings_rank_what_would_make_it_fit() {
+    let out = predict_attention(&["--largest", "--capacity", "6GiB", "--step", "64", "--settings", "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(v["largest_fitting_size"], 2304);
+    let by = v["by_setting"].as_array().expect("by_setting");
+    assert_eq!(by[0]["alloc_conf"], "garbage_collection_threshold:0.6,max_split_size_mb:256");
+    assert_eq!(by[0]["largest_fitting_size"], 2432);
+    assert!(by[0]["reserved_peak_bytes"].as_u64().is_some_and(|b| b <= 6 << 30), "{}", by[0]);
+    let baseline: Vec<&Value> = by.iter().filter(|o| o["baseline"] == true).collect();
+    assert_eq!(baseline.len(), 1);
+    assert_eq!(
+        (baseline[0]["alloc_conf"].as_str(), baseline[0]["largest_fitting_size"].as_u64()),
+        (Some(""), Some(2304))
+    );
+
+    let out = predict_attention(&["--largest", "--capacity", "6GiB", "--step", "64", "--settings"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("by allocator setting, under 6.00 GiB (best first):"), "{text}");
+    assert!(
+        text.contains("try: PYTORCH_CUDA_ALLOC_CONF=garbage_collection_threshold:0.6,max_split_size_mb:256"),
+        "{text}"
+    );
+    assert!(text.contains("trade-off: garbage_collection_threshold"), "{text}");
+
+    let out = predict_attention(&["--at", "2432", "--capacity", "6GiB", "--settings"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("size 2432: fits with garbage_collection_threshold:0.6,max_split_size_mb:256\n"), "{text}");
+    // No capacity, none recorded: nothing to fit under.
+    let out = predict_attention(&["--at", "2432", "--settings"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("needs a capacity"));
+}
+
+/// Issue 43, item 4: `--gpu` takes the card's capacity, its source said;
+/// names are matched forgivingly, and an unknown one lists the known.
+#[test]
+fn a_gpu_by_name_gives_its_capacity() {
+    let out = predict_attention(&["--largest", "--step", "64", "--gpu", "nvidia h200", "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(v["capacity_bytes"], 150_109_880_320u64 - 789_381_120);
+    assert_eq!(v["capacity_source"], "gpu:H200");
+    assert!(v["notes"].as_array().expect("notes").iter().any(|n| n.as_str().is_some_and(|n| n.contains("(measured;"))));
+    let out = predict_attention(&["--largest", "--gpu", "A100"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--gpu \"A100\": no card of that name; known: H100-80GB, H200, A100-40GB, A100-80GB"),
+        "{err}"
+    );
+    let out = predict_attention(&["--largest", "--gpu", "h200", "--capacity", "8GiB"]);
+    assert_eq!(out.status.code(), Some(2), "--gpu and --capacity both given");
+}

@@ -10,7 +10,9 @@
 //! For `RUNS` runs each (`VRAMSCOPE_BENCH_RUNS`, default 3) it times the
 //! release CLI, under GNU time for its peak RSS:
 //! `vramscope predict b8=8 b16=16 --largest --capacity 80GiB --step 8`, and
-//! `--at 64,128` (reading, matching and two replays).
+//! `--at 64,128` (reading, matching and two replays), and `--settings
+//! --largest` (the search again under each of the 14 other settings `tune`
+//! tries; no target).
 //!
 //! Where the time goes (measured on this 2-core machine): reading the two
 //! files (side by side, a thread each) is most of it; each replay of a
@@ -63,6 +65,12 @@ fn main() {
     for (label, extra) in [
         ("--largest --capacity 80GiB --step 8", &["--largest", "--capacity", "80GiB", "--step", "8"][..]),
         ("--at 64,128", &["--at", "64,128"][..]),
+        // Issue 43, item 3: every setting tune tries, each searched from
+        // the baseline's answer (no target: progress shows on stderr).
+        (
+            "--settings --largest --capacity 80GiB --step 8",
+            &["--settings", "--largest", "--capacity", "80GiB", "--step", "8"][..],
+        ),
     ] {
         let args = args_of(extra);
         let mut times = Vec::new();
@@ -129,8 +137,14 @@ fn summary(json: &str) -> String {
                 .collect()
         })
         .unwrap_or_default();
+    let settings: Vec<String> = v["by_setting"]
+        .as_array()
+        .map(|a| a.iter().take(3).map(|o| format!("{:?} {}", o["alloc_conf"], o["largest_fitting_size"])).collect())
+        .unwrap_or_default();
+    let settings =
+        if settings.is_empty() { String::new() } else { format!("; best settings: {}", settings.join(", ")) };
     format!(
-        "largest {} , matched {}, searched {} sizes; {}",
+        "largest {} , matched {}, searched {} sizes; {}{settings}",
         v["largest_fitting_size"],
         v["matched_fraction"],
         v["searched"].as_array().map_or(0, Vec::len),

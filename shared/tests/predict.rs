@@ -8,7 +8,9 @@ mod common;
 
 use serde_json::Value;
 use vramscope_shared::Snapshot;
-use vramscope_shared::predict::{PredictOptions, PredictReport, Run, predict, replay_in_parallel};
+use vramscope_shared::predict::settings::{default_grid, predict_by_setting};
+use vramscope_shared::predict::{Model, PredictOptions, PredictReport, Run, predict, replay_in_parallel};
+use vramscope_shared::simulate::AllocatorConfig;
 
 fn truth() -> Value {
     common::json(&common::fixture_predict().join("truth.json"))
@@ -147,5 +149,114 @@ fn a_sequence_that_runs_out_below_one_that_fits_is_predicted_as_the_h200_ran_it(
         let report = predict(&runs, &options, &replay_in_parallel).expect("predicted");
         assert_eq!(report.largest_fitting_size, Some(1728), "under {capacity}");
         assert!(report.non_monotonic.iter().any(|d| d.fails == 1664 && d.fits == 1728), "{:?}", report.non_monotonic);
+    }
+}
+
+/// The attention model's runs, as `predict` takes them.
+fn attention_runs(files: &[(u64, Snapshot)]) -> Vec<Run<'_>> {
+    files.iter().map(|(size, s)| Run { name: "attention", size: *size, snapshot: s }).collect()
+}
+
+/// What would make it fit (issue 43, item 3): under 6 GiB, at step 64, the
+/// recorded settings (PyTorch's defaults) fit sequence 2304, the length
+/// the H200 found; garbage collection at 0.6 with max_split_size_mb:256
+/// fits 2432. Each figure is the model replaying the program at that size
+/// with those settings: 2432 fits with them and runs out with the
+/// defaults, and the setting's own search (`--alloc-conf`) finds 2432 too.
+#[test]
+fn a_setting_that_fits_a_longer_sequence_under_6_gib_is_ranked_first_and_fits_it_in_the_models_replay() {
+    let files = recorded("attention");
+    let runs = attention_runs(&files);
+    let capacity = 6u64 << 30;
+    let options = PredictOptions { largest: true, capacity: Some(capacity), step: Some(64), ..Default::default() };
+    let mut told = Vec::new();
+    let report = predict_by_setting(&runs, &options, default_grid(), &replay_in_parallel, &mut |done, total, _| {
+        told.push((done, total))
+    })
+    .expect("predicted");
+    let baseline = report.by_setting.iter().find(|o| o.baseline).expect("the baseline");
+    assert_eq!((baseline.alloc_conf.as_str(), baseline.largest_fitting_size), ("", Some(2304)));
+    assert_eq!(report.prediction.largest_fitting_size, Some(2304));
+    let best = &report.by_setting[0];
+    assert_eq!(best.alloc_conf, "garbage_collection_threshold:0.6,max_split_size_mb:256");
+    assert_eq!(best.largest_fitting_size, Some(2432));
+    // Ranked: larger fitting sizes first, then lower peaks.
+    let keys: Vec<(std::cmp::Reverse<Option<u64>>, u64)> = report
+        .by_setting
+        .iter()
+        .map(|o| (std::cmp::Reverse(o.largest_fitting_size), o.reserved_peak_bytes.unwrap_or(u64::MAX)))
+        .collect();
+    assert!(keys.windows(2).all(|w| w[0] <= w[1]), "{keys:?}");
+    // The tune grid, each setting once, the defaults being the baseline.
+    assert_eq!(report.by_setting.len(), default_grid().len());
+    assert_eq!(told.first(), Some(&(0, default_grid().len())));
+    assert_eq!(told.last(), Some(&(default_grid().len(), default_grid().len())));
+
+    let model = Model::build(&runs, None).expect("model");
+    let gc = AllocatorConfig::parse(&best.alloc_conf).expect("settings");
+    let with_gc = model.replay(2432, &gc, Some(capacity));
+    assert!(!with_gc.oom);
+    assert_eq!(Some(with_gc.reserved_peak_bytes), best.reserved_peak_bytes);
+    assert!(with_gc.reserved_peak_bytes <= capacity);
+    assert!(model.replay(2432, &AllocatorConfig::default(), Some(capacity)).oom);
+    assert!(model.replay(2496, &gc, Some(capacity)).oom);
+    let alone = PredictOptions { alloc_conf: Some(best.alloc_conf.clone()), ..options };
+    let report = predict(&runs, &alone, &replay_in_parallel).expect("predicted");
+    assert_eq!(report.largest_fitting_size, Some(2432));
+}
+
+/// `--at N --settings`: sequence 2432 runs out under 6 GiB with the
+/// defaults; the answer names the one setting that makes it fit, and 2368
+/// fits with seven.
+#[test]
+fn the_settings_that_make_a_size_fit_are_named() {
+    let files = recorded("attention");
+    let runs = attention_runs(&files);
+    let capacity = 6u64 << 30;
+    let options = PredictOptions { at: vec![2368, 2432, 4096], capacity: Some(capacity), ..Default::default() };
+    let report =
+        predict_by_setting(&runs, &options, default_grid(), &replay_in_parallel, &mut |_, _, _| {}).expect("predicted");
+    let fitting: Vec<(u64, Vec<&str>)> = report
+        .settings_fitting_at
+        .iter()
+        .map(|f| (f.size, f.alloc_confs.iter().map(String::as_str).collect()))
+        .collect();
+    assert_eq!(fitting[1], (2432, vec!["garbage_collection_threshold:0.6,max_split_size_mb:256"]));
+    assert_eq!(fitting[2], (4096, vec![]));
+    assert_eq!(fitting[0].1.len(), 7, "{fitting:?}");
+    assert!(!fitting[0].1.contains(&""), "the defaults run out at 2368: {fitting:?}");
+    // Every figure is the model's replay at that size with that setting.
+    let model = Model::build(&runs, None).expect("model");
+    for o in &report.by_setting {
+        let config = AllocatorConfig::parse(&o.alloc_conf).expect("settings");
+        for a in &o.at {
+            let p = model.replay(a.size, &config, Some(capacity));
+            assert_eq!(
+                (a.fits, a.reserved_peak_bytes),
+                (!p.oom, p.reserved_peak_bytes),
+                "{} at {}",
+                o.alloc_conf,
+                a.size
+            );
+        }
+    }
+}
+
+/// Each setting's search starts from the baseline's answer and gallops
+/// (step 1: over 2,000 candidate lengths, so bisection, not a scan): it
+/// finds what the setting's own search from scratch finds, for every
+/// setting of the grid.
+#[test]
+fn each_settings_search_from_the_baselines_answer_finds_what_its_own_search_finds() {
+    let files = recorded("attention");
+    let runs = attention_runs(&files);
+    let options = PredictOptions { largest: true, capacity: Some(5u64 << 30), ..Default::default() };
+    let report =
+        predict_by_setting(&runs, &options, default_grid(), &replay_in_parallel, &mut |_, _, _| {}).expect("predicted");
+    assert_eq!(report.prediction.step, Some(1));
+    for o in &report.by_setting {
+        let alone = PredictOptions { alloc_conf: Some(o.alloc_conf.clone()), ..options.clone() };
+        let own = predict(&runs, &alone, &replay_in_parallel).expect("predicted");
+        assert_eq!(o.largest_fitting_size, own.largest_fitting_size, "{}", o.alloc_conf);
     }
 }
