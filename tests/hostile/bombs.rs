@@ -90,3 +90,137 @@ pub(super) fn write(name: &str, bytes: &[u8]) -> PathBuf {
     std::fs::write(&path, bytes).expect("write bomb");
     path
 }
+
+/// BINUNICODE: `text` as a pickled string.
+pub(super) fn unicode(text: &[u8]) -> Vec<u8> {
+    let mut out = vec![b'X'];
+    out.extend_from_slice(&(text.len() as u32).to_le_bytes());
+    out.extend_from_slice(text);
+    out
+}
+
+/// MEMOIZE, and BINGET of a slot below 256.
+const MEMOIZE: u8 = 0x94;
+fn binget(slot: u8) -> [u8; 2] {
+    [b'h', slot]
+}
+
+/// A snapshot with no segment and no trace whose top-level dict also holds
+/// `pairs` (keys and values, pushed in turn). Its memo starts empty.
+pub(super) fn snapshot_with(pairs: &[u8]) -> Vec<u8> {
+    let mut out = PROTO4.to_vec();
+    out.extend_from_slice(b"}(");
+    out.extend(unicode(b"segments"));
+    out.push(b']');
+    out.extend(unicode(b"device_traces"));
+    out.push(b']');
+    out.extend_from_slice(pairs);
+    out.extend_from_slice(b"u.");
+    out
+}
+
+/// `allocator_settings` nested `depth` dicts deep under one key of
+/// `key_len` bytes (written once, then fetched from the memo), with a list
+/// of `items` small integers at the bottom: each node's path once cost a
+/// copy of every key above it.
+pub(super) fn nested_settings(depth: usize, key_len: usize, items: usize) -> Vec<u8> {
+    let mut pairs = unicode(b"allocator_settings");
+    for level in 0..depth {
+        pairs.push(b'}');
+        if level == 0 {
+            pairs.extend(unicode(&vec![b'k'; key_len]));
+            pairs.push(MEMOIZE);
+        } else {
+            pairs.extend(binget(0));
+        }
+    }
+    pairs.extend_from_slice(b"](");
+    for _ in 0..items {
+        pairs.extend_from_slice(&[b'K', 1]);
+    }
+    pairs.push(b'e');
+    pairs.extend(std::iter::repeat_n(b's', depth));
+    snapshot_with(&pairs)
+}
+
+/// `allocator_settings = {"x": [s] * n}` with `s` of `len` bytes written
+/// once: a copy of `s` per item once converted.
+pub(super) fn shared_setting_strings(len: usize, n: usize) -> Vec<u8> {
+    let mut pairs = unicode(b"allocator_settings");
+    pairs.push(b'}');
+    pairs.extend(unicode(b"x"));
+    pairs.extend_from_slice(b"](");
+    pairs.extend(unicode(&vec![b's'; len]));
+    pairs.push(MEMOIZE);
+    for _ in 1..n {
+        pairs.extend(binget(0));
+    }
+    pairs.extend_from_slice(b"es");
+    snapshot_with(&pairs)
+}
+
+/// One unknown top-level key of `len` bytes set `n` times (a dict that
+/// Python never writes, but a pickle can).
+pub(super) fn repeated_top_level_key(len: usize, n: usize) -> Vec<u8> {
+    let mut pairs = unicode(&vec![b'u'; len]);
+    pairs.push(MEMOIZE);
+    pairs.push(b'N');
+    for _ in 1..n {
+        pairs.extend(binget(0));
+        pairs.push(b'N');
+    }
+    snapshot_with(&pairs)
+}
+
+/// `n` annotations that are one dict, whose name is `len` bytes: a copy of
+/// the name per annotation once converted.
+pub(super) fn shared_annotations(len: usize, n: usize) -> Vec<u8> {
+    let mut pairs = unicode(b"external_annotations");
+    pairs.extend_from_slice(b"](}(");
+    for (key, value) in [(&b"stage"[..], &b"START"[..]), (b"name", &vec![b'n'; len])] {
+        pairs.extend(unicode(key));
+        pairs.extend(unicode(value));
+    }
+    pairs.extend(unicode(b"time_us"));
+    pairs.extend_from_slice(&[b'K', 1]);
+    pairs.extend_from_slice(&[b'u', MEMOIZE]);
+    for _ in 1..n {
+        pairs.extend(binget(0));
+    }
+    pairs.push(b'e');
+    snapshot_with(&pairs)
+}
+
+/// `segments` whose list holds one segment dict `segments` times, whose
+/// `blocks` hold one block dict `blocks` times: a few hundred kB that
+/// convert into `segments × blocks` blocks.
+pub(super) fn shared_blocks(segments: usize, blocks: usize) -> Vec<u8> {
+    let mut out = PROTO4.to_vec();
+    out.extend_from_slice(b"}(");
+    out.extend(unicode(b"segments"));
+    out.extend_from_slice(b"](}(");
+    out.extend(unicode(b"address"));
+    out.extend_from_slice(&[b'K', 0]);
+    out.extend(unicode(b"total_size"));
+    out.push(b'J');
+    out.extend_from_slice(&(blocks as u32 * 512).to_le_bytes());
+    out.extend(unicode(b"blocks"));
+    out.extend_from_slice(b"](}(");
+    out.extend(unicode(b"size"));
+    out.extend_from_slice(&[b'M', 0, 2]);
+    out.extend(unicode(b"state"));
+    out.extend(unicode(b"inactive"));
+    out.extend_from_slice(&[b'u', MEMOIZE]);
+    for _ in 1..blocks {
+        out.extend(binget(0));
+    }
+    out.extend_from_slice(b"eu");
+    out.push(MEMOIZE);
+    for _ in 1..segments {
+        out.extend(binget(1));
+    }
+    out.push(b'e');
+    out.extend(unicode(b"device_traces"));
+    out.extend_from_slice(b"]u.");
+    out
+}

@@ -1269,3 +1269,123 @@ async fn regression_clients_that_hang_up_cannot_run_more_analyses_than_the_pool(
     assert_eq!(server.metric("analyses_running_peak", None).await, 1, "never more at once than the pool's one thread");
     still_serves(&server, &victim_id).await;
 }
+
+/// The persisted index files of a server's local store, with their sizes.
+fn index_sizes(server: &TestServer) -> Vec<u64> {
+    let folder = server.data_dir.join("blobs/indexes");
+    let entries = std::fs::read_dir(folder).map(|d| d.flatten().collect::<Vec<_>>()).unwrap_or_default();
+    entries.iter().filter_map(|e| e.metadata().ok()).map(|m| m.len()).collect()
+}
+
+/// Issue 44, item 1: converting `allocator_settings` formatted a path for
+/// every node, so a 2 MB file (a 100,001-byte key nested eight deep over a
+/// million items) cost depth × key length × items; two such uploads held
+/// the server's CPU for 100 s each while a benign upload waited. The path
+/// is made only for an error now, and the converted value is bounded in
+/// bytes: refused at once, with a short path, while a benign upload beside
+/// them is stored.
+#[tokio::test]
+async fn regression_nested_settings_keys_cost_no_time_and_stall_no_upload() {
+    let server = TestServer::start("settings-paths", &[("VRAMSCOPE_PARSE_TIMEOUT_SECS", "10")]);
+    let id = victim(&server).await;
+    let bomb = bombs::nested_settings(8, 100_001, 1_000_000);
+    let (first, second, benign) = tokio::join!(
+        server.upload(bomb.clone(), "name=nested-1"),
+        server.upload(bomb, "name=nested-2"),
+        server.upload(fixture("oom_leak.pickle"), "name=benign"),
+    );
+    for (status, refusal) in [first, second] {
+        assert_eq!((status, kind(&refusal)), (StatusCode::UNPROCESSABLE_ENTITY, "memory_budget"), "{refusal}");
+        let error = refusal["error"].as_str().unwrap_or_default();
+        assert!(error.contains("allocator_settings.kkkk"), "the error names the path: {error}");
+        assert!(error.len() < 1000, "the path's keys are cut: {} bytes", error.len());
+    }
+    assert_eq!(benign.0, StatusCode::CREATED, "{}", benign.1);
+    still_serves(&server, &id).await;
+}
+
+/// Issue 44, item 1: the cancel flag was looked at only while bytes were
+/// read, so `parse_timeout_secs` did not stop the conversion after them. A
+/// 200 kB file whose segments share one list of 10,000 blocks converts
+/// into a billion blocks; under a budget that allows gigabytes, the time
+/// limit stops it (`parse_timeout`), before its memory grows.
+#[tokio::test]
+async fn regression_the_parse_timeout_holds_through_the_conversion() {
+    let budget = (4u64 << 30).to_string();
+    let env = [("VRAMSCOPE_PARSE_TIMEOUT_SECS", "1"), ("VRAMSCOPE_PARSE_MEMORY_BUDGET", budget.as_str())];
+    let server = TestServer::start("conversion-timeout", &env);
+    let id = victim(&server).await;
+    let bomb = bombs::shared_blocks(100_000, 10_000);
+    assert!(bomb.len() < 300_000, "{} bytes", bomb.len());
+    let (status, refusal) = server.upload(bomb, "name=blocks").await;
+    assert_eq!((status, kind(&refusal)), (StatusCode::UNPROCESSABLE_ENTITY, "parse_timeout"), "{refusal}");
+    let peak = server.peak_rss();
+    assert!(peak < 2 << 30, "server peak RSS {} MiB", peak >> 20);
+    still_serves(&server, &id).await;
+}
+
+/// Issue 44, item 2: a string shared through the memo was copied at every
+/// use, and every repeat of a top-level key made its own warning: 10 MB
+/// files peaked at gigabytes past `parse_memory_budget` (one wrote a
+/// 1.06 GB index of warnings), and a settings value made each
+/// `/fragmentation` answer as large. Copies are charged to the budget,
+/// warnings are kept once per key and bounded, and the settings shown in
+/// an answer are cut.
+#[tokio::test]
+async fn regression_shared_strings_and_repeated_keys_stay_within_the_budget() {
+    let budget = (256u64 << 20).to_string();
+    let server = TestServer::start("shared-strings", &[("VRAMSCOPE_PARSE_MEMORY_BUDGET", budget.as_str())]);
+    let id = victim(&server).await;
+    for (name, bomb) in [
+        ("strings", bombs::shared_setting_strings(256, 1_000_000)),
+        ("annotations", bombs::shared_annotations(256, 1_000_000)),
+    ] {
+        let (status, refusal) = server.upload(bomb, &format!("name={name}")).await;
+        assert_eq!((status, kind(&refusal)), (StatusCode::UNPROCESSABLE_ENTITY, "memory_budget"), "{name}: {refusal}");
+    }
+    // A million repeats of one 1 KB key: a snapshot (of nothing), stored
+    // with one warning.
+    let before = index_sizes(&server).len();
+    let (status, answer) = server.upload(bombs::repeated_top_level_key(1024, 1_000_000), "name=keys").await;
+    assert_eq!(status, StatusCode::CREATED, "{answer}");
+    // The index is written beside the answer.
+    let mut sizes = index_sizes(&server);
+    for _ in 0..100 {
+        if sizes.len() > before {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        sizes = index_sizes(&server);
+    }
+    assert_eq!(sizes.len(), before + 1, "its index is written");
+    assert!(sizes.iter().all(|&s| s < 1 << 20), "index files of {sizes:?} bytes");
+    // Settings of 3,000 copies of a 256-byte string (under the limit) on a
+    // real snapshot: the panel's answer shows them cut.
+    let mut file = fixture("streams.pickle");
+    assert_eq!(file.pop(), Some(b'.'), "a pickle ends with STOP");
+    let mut settings = bombs::unicode(b"allocator_settings");
+    settings.extend_from_slice(b"}");
+    settings.extend(bombs::unicode(b"x"));
+    settings.extend_from_slice(b"](");
+    for _ in 0..3000 {
+        settings.extend(bombs::unicode(&[b's'; 256]));
+    }
+    settings.extend_from_slice(b"es");
+    file.extend(settings);
+    file.extend_from_slice(b"s.");
+    let (status, answer) = server.upload(file, "name=settings").await;
+    assert_eq!(status, StatusCode::CREATED, "{answer}");
+    let with_settings = answer["id"].as_str().expect("id");
+    let response =
+        client().get(server.api(&format!("/snapshots/{with_settings}/fragmentation"))).send().await.expect("get");
+    assert_eq!(response.status(), StatusCode::OK);
+    let body = response.bytes().await.expect("body");
+    let panel: Value = serde_json::from_slice(&body).expect("json");
+    let raw = &panel["settings"]["raw"];
+    assert_eq!(raw[0][0], "x", "{raw}");
+    // 774 kB of text before: each value is cut to 512 characters.
+    assert!(raw.to_string().len() < 1024, "settings of {} bytes in the answer", raw.to_string().len());
+    assert!(body.len() < 256 << 10, "a {}-byte answer", body.len());
+    assert!(server.peak_rss() < (256 + 256) << 20, "server peak RSS {} MiB", server.peak_rss() >> 20);
+    still_serves(&server, &id).await;
+}

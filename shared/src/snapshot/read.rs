@@ -247,8 +247,11 @@ fn read_pickle(
         heap.intern(word, 0)?;
     }
     heap.watch_key(Value::str(ACTION));
-    let mut reader = Reader { generic_only, ..Reader::default() };
+    let stop = value::Stop { cancel: options.cancel.clone(), offset: 0 };
+    let mut reader = Reader { generic_only, stop, ..Reader::default() };
     let outcome = run(&mut heap, &mut reader)?;
+    // The conversion after the machine is bounded by the same flag.
+    reader.stop.offset = outcome.bytes;
     let mut snapshot = reader.build(&mut heap, outcome.root)?;
     snapshot.protocol = outcome.protocol;
     snapshot.compression = compression;
@@ -293,7 +296,16 @@ struct Reader {
     /// The last stream seen and its index: entries come in long runs on
     /// one stream.
     last_stream: Option<(u64, u32)>,
+    /// The caller's cancel flag, for the conversion after the machine.
+    stop: value::Stop,
+    /// Warnings past [`MAX_WARNINGS`], counted and left out.
+    warnings_left_out: usize,
 }
+
+/// Most warnings a read keeps: they are stored with the snapshot and served.
+const MAX_WARNINGS: usize = 64;
+/// Longest warning kept, in characters (a quoted key may be long).
+const MAX_WARNING_CHARS: usize = 300;
 
 /// The fields of one trace row, as read.
 struct RowFields {
@@ -349,6 +361,29 @@ impl Hooks for Reader {
 }
 
 impl Reader {
+    /// Keep a warning, cut to [`MAX_WARNING_CHARS`]; past [`MAX_WARNINGS`]
+    /// only counted.
+    fn warn(&mut self, text: String) {
+        if self.warnings.len() >= MAX_WARNINGS {
+            self.warnings_left_out += 1;
+            return;
+        }
+        let text = match text.char_indices().nth(MAX_WARNING_CHARS) {
+            Some((cut, _)) => format!("{}… ({} bytes)", &text[..cut], text.len()),
+            None => text,
+        };
+        self.warnings.push(text);
+    }
+
+    /// The warnings kept, with a last one saying how many were left out.
+    fn take_warnings(&mut self) -> Vec<String> {
+        let mut warnings = std::mem::take(&mut self.warnings);
+        if self.warnings_left_out > 0 {
+            warnings.push(format!("{} more warnings left out", self.warnings_left_out));
+        }
+        warnings
+    }
+
     /// Append row `row` (the next one) to the columns.
     #[inline]
     fn push_row(&mut self, row: u32, f: RowFields) -> u32 {

@@ -75,6 +75,20 @@ pub struct FragmentationAnswer {
     pub exact: bool,
 }
 
+/// Most keys of the recorded settings shown, and the longest key or value
+/// text: every answer of the panel carries them (PyTorch writes a dozen
+/// short ones; a hostile file made each answer 258 MB).
+const MAX_RAW_KEYS: usize = 64;
+const MAX_RAW_CHARS: usize = 512;
+
+/// `text` cut to [`MAX_RAW_CHARS`] characters, saying so.
+fn cut(text: String) -> String {
+    match text.char_indices().nth(MAX_RAW_CHARS) {
+        Some((at, _)) => format!("{}… ({} bytes)", &text[..at], text.len()),
+        None => text,
+    }
+}
+
 fn text_of(v: &PyValue) -> String {
     match v {
         PyValue::None => "None".to_owned(),
@@ -99,7 +113,7 @@ pub fn settings(a: &Analyzed) -> SettingsView {
             max_split_size: s.max_split_size,
             expandable_segments: s.expandable_segments,
             garbage_collection_threshold: s.garbage_collection_threshold,
-            raw: s.raw.iter().map(|(k, v)| (k.clone(), text_of(v))).collect(),
+            raw: s.raw.iter().take(MAX_RAW_KEYS).map(|(k, v)| (cut(k.clone()), cut(text_of(v)))).collect(),
         },
     }
 }

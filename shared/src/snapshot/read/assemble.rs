@@ -42,10 +42,12 @@ impl Reader {
             _ => return Err(not_a_snapshot(heap, root)),
         };
 
+        let stop = self.stop.clone();
         let mut saw_history = false;
         let segment_items = list_items(heap, segments_value, &|| "segments".to_owned())?;
         let mut by_device: Vec<(u32, Segment)> = Vec::with_capacity(segment_items.len());
         for (i, seg) in segment_items.into_iter().enumerate() {
+            stop.check()?;
             let (device, segment, history) = self.segment(heap, seg, "segments", i)?;
             saw_history |= history;
             by_device.push((device, segment));
@@ -63,20 +65,23 @@ impl Reader {
                 device_rows = self.device_traces(heap, traces)?;
             }
             if let Some(s) = get(top, ALLOCATOR_SETTINGS) {
-                settings = Some(allocator_settings(heap, s)?);
+                settings = Some(allocator_settings(heap, s, &stop)?);
                 format = FormatVersion::V2_3;
             }
             if let Some(a) = get(top, EXTERNAL_ANNOTATIONS) {
-                annotations = external_annotations(heap, a)?;
+                annotations = external_annotations(heap, a, &stop)?;
                 format = FormatVersion::V2_5;
             }
             if let Some(c) = get(top, VRAMSCOPE_CAPTURE) {
-                capture = capture_context(heap, c, &mut self.warnings);
+                let mut said = Vec::new();
+                capture = capture_context(heap, c, &stop, &mut said)?;
+                said.into_iter().for_each(|w| self.warn(w));
             }
             if let Some(h) = get(top, HOST_SEGMENTS) {
                 let items = list_items(heap, h, &|| "host_segments".to_owned())?;
                 let mut segments = Vec::with_capacity(items.len());
                 for (i, seg) in items.into_iter().enumerate() {
+                    stop.check()?;
                     segments.push(self.segment(heap, seg, "host_segments", i)?.1);
                 }
                 host_segments = Some(segments);
@@ -84,7 +89,13 @@ impl Reader {
             if let Some(t) = get(top, HOST_TRACES) {
                 host_rows = Some(self.host_traces(heap, t)?);
             }
-            for (k, _) in top {
+            // Once per key: a file repeating one key a million times made a
+            // million warnings (a gigabyte of them, stored in its index).
+            let mut unknown = rustc_hash::FxHashSet::default();
+            for (i, (k, _)) in top.iter().enumerate() {
+                if i % 4096 == 0 {
+                    stop.check()?;
+                }
                 if let V::Str(key) = k.get()
                     && !matches!(
                         key,
@@ -96,8 +107,9 @@ impl Reader {
                             | HOST_SEGMENTS
                             | HOST_TRACES
                     )
+                    && unknown.insert(key)
                 {
-                    self.warnings.push(format!("unknown top-level key {:?} ignored", heap.str(key)));
+                    self.warn(format!("unknown top-level key {:?} ignored", heap.str(key)));
                 }
             }
         }
@@ -112,6 +124,7 @@ impl Reader {
             segments.sort_by_key(|s| s.address);
             DeviceSnapshot { device: 0, segments, trace: host_trace.unwrap_or_default(), has_trace: has_host_trace }
         });
+        let warnings = self.take_warnings();
         Ok(Snapshot {
             format,
             protocol: None,
@@ -123,7 +136,7 @@ impl Reader {
             annotations,
             capture,
             host,
-            warnings: self.warnings,
+            warnings,
         })
     }
 

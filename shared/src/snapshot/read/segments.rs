@@ -61,10 +61,18 @@ impl Reader {
             None => EMPTY_STACK,
         };
         let block_values = list_items(heap, req(BLOCKS, "blocks")?, &path_of("blocks"))?;
+        // The blocks are charged to the budget: a blocks list shared by many
+        // segments through the memo is one list in the pickle but a copy per
+        // segment here.
+        let cost = (block_values.len() * std::mem::size_of::<Block>()) as u64;
+        heap.charge(cost, || format!("{list}[{i}].blocks"), self.stop.offset)?;
         let mut blocks = Vec::with_capacity(block_values.len());
         let mut next_address = address;
         let mut saw_history = false;
         for (j, b) in block_values.into_iter().enumerate() {
+            if j % 4096 == 4095 {
+                self.stop.check()?;
+            }
             let (block, history) = self.block(heap, b, list, i, j, next_address)?;
             saw_history |= history;
             next_address = block.address.saturating_add(block.size);
@@ -146,6 +154,8 @@ impl Reader {
         let saw_history = get(&items, HISTORY).is_some() && get(&items, ADDRESS).is_none();
         if let Some(h) = get(&items, HISTORY) {
             let entries = list_items(heap, h, &path_of("history"))?;
+            let cost = (entries.len() * std::mem::size_of::<HistoryEntry>()) as u64;
+            heap.charge(cost, || format!("{list}[{i}].blocks[{j}].history"), self.stop.offset)?;
             for (k, e) in entries.into_iter().enumerate() {
                 let hpath = move |f: &'static str| move || format!("{list}[{i}].blocks[{j}].history[{k}].{f}");
                 let fields = dict_items(heap, e, &|| format!("{list}[{i}].blocks[{j}].history[{k}]"))?;

@@ -2,15 +2,15 @@
 //! `vramscope_capture` context our capture module adds (versions, NVML's
 //! view of each device).
 
-use super::value::{py_value, wrong};
+use super::value::{MAX_SETTINGS_BYTES, Stop, py_value, wrong};
 use crate::error::ReadError;
 use crate::pickle::{Heap, Value};
 use crate::snapshot::model::{AllocatorSettings, CaptureContext, CaptureDevice, Fraction, ProcessMemory, PyValue};
 
 /// `allocator_settings`: the free-form dict, with the settings we use read
 /// out of it.
-pub(super) fn allocator_settings(heap: &Heap, v: Value) -> Result<AllocatorSettings, ReadError> {
-    let PyValue::Dict(raw) = py_value(heap, v, "allocator_settings")? else {
+pub(super) fn allocator_settings(heap: &Heap, v: Value, stop: &Stop) -> Result<AllocatorSettings, ReadError> {
+    let PyValue::Dict(raw) = py_value(heap, v, "allocator_settings", MAX_SETTINGS_BYTES, stop)? else {
         return Err(wrong(heap, &|| "allocator_settings".to_owned(), "a dict", v));
     };
     let mut s = AllocatorSettings::default();
@@ -45,22 +45,32 @@ const MAX_CAPTURE_DEVICES: usize = 64;
 const MAX_CAPTURE_PROCESSES: usize = 256;
 /// Longest text kept from it (versions, backend, settings).
 const MAX_CAPTURE_TEXT: usize = 4096;
+/// Most bytes it may take converted, before it is cut to the limits
+/// above (past them, it is ignored with a warning).
+const MAX_CAPTURE_BYTES: u64 = 64 << 20;
 
 /// `vramscope_capture`, written by our capture module. Read leniently: a
 /// value of another shape is a warning, never a failed read (the snapshot
 /// itself is PyTorch's and stands without it). Lists past their limits are
 /// cut, with a warning; a text past its limit is left out.
-pub(super) fn capture_context(heap: &Heap, v: Value, warnings: &mut Vec<String>) -> Option<CaptureContext> {
-    let value = match py_value(heap, v, "vramscope_capture") {
+pub(super) fn capture_context(
+    heap: &Heap,
+    v: Value,
+    stop: &Stop,
+    warnings: &mut Vec<String>,
+) -> Result<Option<CaptureContext>, ReadError> {
+    let value = match py_value(heap, v, "vramscope_capture", MAX_CAPTURE_BYTES, stop) {
         Ok(value) => value,
+        // A time limit stops the read; it is no flaw of the context.
+        Err(e @ ReadError::Cancelled { .. }) => return Err(e),
         Err(e) => {
             warnings.push(format!("vramscope_capture ignored: {e}"));
-            return None;
+            return Ok(None);
         }
     };
     let PyValue::Dict(fields) = value else {
         warnings.push("vramscope_capture ignored: not a dict".to_owned());
-        return None;
+        return Ok(None);
     };
     let mut cut = false;
     let text = |v: &PyValue| match v {
@@ -127,5 +137,5 @@ pub(super) fn capture_context(heap: &Heap, v: Value, warnings: &mut Vec<String>)
              per device"
         ));
     }
-    Some(capture)
+    Ok(Some(capture))
 }

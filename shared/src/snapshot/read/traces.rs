@@ -87,7 +87,7 @@ impl Reader {
                 }
                 other => {
                     if self.unknown_entry_keys.insert(other) {
-                        self.warnings.push(format!(
+                        self.warn(format!(
                             "trace entries carry an unknown key {:?} (kept out of the model)",
                             heap.str(other)
                         ));
