@@ -31,5 +31,7 @@ mod tests {
         assert!(!graph.arrows(&src).is_empty(), "no references between modules read");
         let loops: Vec<String> = graph.loops().iter().map(ToString::to_string).collect();
         assert!(loops.is_empty(), "files that import each other:\n{}", loops.join("\n"));
+        let globs = &graph.globs;
+        assert!(globs.is_empty(), "globs hide what a file names; name the items:\n{}", globs.join("\n"));
     }
 }

@@ -34,6 +34,8 @@ fn imports_point_down_the_layers_and_no_files_or_folders_loop() {
     assert!(arrows > 300, "only {arrows} references between modules read");
     let wrong = graph.against_order(&src, LAYERS);
     assert!(wrong.is_empty(), "imports against the layers (see lib.rs):\n{}", wrong.join("\n"));
+    let globs = &graph.globs;
+    assert!(globs.is_empty(), "globs hide what a file names; name the items:\n{}", globs.join("\n"));
     let loops: Vec<String> = graph.loops().iter().map(ToString::to_string).collect();
     assert!(loops.is_empty(), "files or folders that import each other:\n{}", loops.join("\n"));
 }

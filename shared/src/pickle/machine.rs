@@ -7,7 +7,13 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
 use super::heap::{EmptyKind, Heap, ObjKind};
-use super::opcode::*;
+use super::opcode::{
+    ADDITEMS, APPEND, APPENDS, BINBYTES, BINBYTES8, BINFLOAT, BINGET, BININT, BININT1, BININT2, BINPUT, BINSTRING,
+    BINUNICODE, BINUNICODE8, BYTEARRAY8, DICT, DUP, EMPTY_DICT, EMPTY_LIST, EMPTY_SET, EMPTY_TUPLE, FLOAT, FRAME,
+    FROZENSET, GET, INT, LIST, LONG, LONG_BINGET, LONG_BINPUT, LONG1, LONG4, MARK, MEMOIZE, NEWFALSE, NEWTRUE,
+    NEXT_BUFFER, NONE, POP, POP_MARK, PROTO, PUT, READONLY_BUFFER, SETITEM, SETITEMS, SHORT_BINBYTES, SHORT_BINSTRING,
+    SHORT_BINUNICODE, STOP, STRING, TUPLE, TUPLE1, TUPLE3, UNICODE, forbidden,
+};
 use super::source::{Backing, ChunkFeed, Chunked, Held, Source, Streamed};
 use super::value::Value;
 use crate::error::ReadError;
@@ -605,7 +611,7 @@ impl<B: Backing, H: Hooks> Machine<'_, B, H> {
         self.new_container(kind(items), at)
     }
 
-    /// TUPLE1, TUPLE2, TUPLE3: the top `n` items, none of them below the mark.
+    /// TUPLE1, TUPLE3: the top `n` items, none of them below the mark.
     fn short_tuple(&mut self, n: usize, at: u64) -> Result<(), ReadError> {
         let floor = self.marks.last().copied().unwrap_or(0);
         if self.stack.len() < floor + n {

@@ -4,18 +4,27 @@
 //! path it names through `crate::`, `super::` or `self::` (in `use` trees,
 //! groups and renames included, and in expressions, types and patterns) is
 //! resolved to the module path it reaches from the crate root, with the
-//! file and line it is written on. `use crate as x;` makes `x::` another
-//! spelling of `crate::`, inline `mod` blocks move `super::` along, and a
+//! file and line it is written on. `use crate as x;`, `extern crate self
+//! as x;` and `use super::{self as x};` make `x::` another spelling of the
+//! module they name, inline `mod` blocks move `super::` along, and a
 //! path that starts with a child module the file declares (`mod x;` then
 //! `x::f()`) is read from there. A `pub use` is a re-export, followed to
 //! the module that declares the item ([`Graph::module_of_path`]), so
 //! `crate::Snapshot` counts as an arrow to `snapshot`, not to the root.
 //! Code under `#[cfg(test)]` is marked: it is no part of a crate's graph.
 //!
+//! What a reader of paths cannot follow is reported instead of missed: a
+//! glob (`use super::*`, `pub use x::*`) names no item, so it hides which
+//! module a file reaches, and [`Graph::globs`] lists every one outside test
+//! code for the layer tests to refuse. An item declared in the crate root
+//! (`lib.rs`, `main.rs`) is an arrow to the pseudo-module [`ROOT`]; a macro
+//! the crate defines (`macro_rules!`, exported or not) is an arrow to the
+//! module that defines it wherever it is invoked, by path or by name.
+//!
 //! A text scan missed `use crate::{a, b}` groups, `super::super::…` and
 //! aliases; this reads what the compiler reads.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use syn::visit::Visit;
@@ -54,22 +63,65 @@ pub struct Graph {
     /// (`["ingest", "load"]`) and what it names (`["ingest",
     /// "background", "load"]`).
     pub reexports: BTreeMap<Vec<String>, Vec<String>>,
+    /// Globs of the crate's own modules outside test code, as
+    /// `file:line: use path::*`: each hides the items it brings in.
+    pub globs: Vec<String>,
+    /// Items the crate root declares itself (functions, types, constants,
+    /// statics, traits; not modules): naming one is an arrow to [`ROOT`].
+    pub root_items: BTreeSet<String>,
+    /// Macros the crate defines (`macro_rules!`), by name, with the module
+    /// that defines each.
+    pub macros: BTreeMap<String, Vec<String>>,
 }
+
+/// The pseudo-module an arrow to an item of the crate root names.
+pub const ROOT: &str = "(crate root)";
 
 /// The modules and references of the crate whose sources are under `src`.
 pub fn graph(src: &Path) -> Result<Graph, String> {
     let mut files = Vec::new();
     rust_files(src, &mut files)?;
-    let mut graph = Graph::default();
-    let mut test_modules = BTreeSet::new();
+    let mut sources = Vec::new();
     for file in files {
         let text = std::fs::read_to_string(&file).map_err(|e| format!("{}: {e}", file.display()))?;
-        let parsed = syn::parse_file(&text).map_err(|e| format!("{}: {e}", file.display()))?;
-        let module = module_of(src, &file);
+        sources.push((module_of(src, &file), file, text));
+    }
+    graph_of(&sources)
+}
+
+/// The graph of sources given as (module, file, text).
+fn graph_of(sources: &[(Vec<String>, PathBuf, String)]) -> Result<Graph, String> {
+    let mut graph = Graph::default();
+    let mut test_modules = BTreeSet::new();
+    let mut macro_calls = Vec::new();
+    let mut globs = Vec::new();
+    let parsed = sources
+        .iter()
+        .map(|(_, file, text)| syn::parse_file(text).map_err(|e| format!("{}: {e}", file.display())))
+        .collect::<Result<Vec<_>, String>>()?;
+    // `extern crate self as x;` in the root names the crate `x` in every file.
+    let mut crate_aliases = HashMap::new();
+    for ((module, _, _), parsed) in sources.iter().zip(&parsed) {
+        if module.is_empty() {
+            graph.root_items.extend(root_items(&parsed.items));
+            for item in &parsed.items {
+                if let syn::Item::ExternCrate(e) = item
+                    && e.ident == "self"
+                    && let Some((_, rename)) = &e.rename
+                {
+                    crate_aliases.insert(rename.to_string(), Vec::new());
+                }
+            }
+        }
+    }
+    for ((module, file, _), parsed) in sources.iter().zip(&parsed) {
         let mut visitor = Paths {
-            module,
-            aliases: HashSet::new(),
-            file: &file,
+            module: module.clone(),
+            aliases: crate_aliases.clone(),
+            globs: &mut globs,
+            macro_calls: &mut macro_calls,
+            macros: &mut graph.macros,
+            file,
             out: &mut graph.references,
             modules: &mut graph.modules,
             reexports: &mut graph.reexports,
@@ -79,12 +131,26 @@ pub fn graph(src: &Path) -> Result<Graph, String> {
             test_depth: 0,
         };
         visitor.modules.insert(visitor.module.clone());
-        visitor.read(&parsed);
+        visitor.read(parsed);
+    }
+    // A macro call names the module that defines the macro: known only
+    // once every file is read (a macro may be defined after its caller).
+    for call in macro_calls {
+        if let Some(defined) = graph.macros.get(&call.name) {
+            let mut to = defined.clone();
+            to.push(call.name.clone());
+            graph.references.push(Reference { to, ..call.reference });
+        }
     }
     // A file whose `mod` line is under `#[cfg(test)]` is test code whole.
     for r in &mut graph.references {
         r.test |= test_modules.iter().any(|m| r.from.starts_with(m));
     }
+    graph.globs = globs
+        .into_iter()
+        .filter(|(module, _)| !test_modules.iter().any(|m| module.starts_with(m)))
+        .map(|(_, at)| at)
+        .collect();
     Ok(graph)
 }
 
@@ -169,11 +235,22 @@ impl Graph {
             .filter(|r| !r.test)
             .filter_map(|r| {
                 let from = r.from.first()?;
-                let to = self.module_of_path(&r.to).first()?.clone();
+                let to = match self.module_of_path(&r.to).first() {
+                    Some(to) => to.clone(),
+                    None if self.names_root_item(&r.to) => ROOT.to_owned(),
+                    None => return None,
+                };
                 let at = format!("{}:{}", r.file.strip_prefix(src).unwrap_or(&r.file).display(), r.line);
                 (*from != to).then(|| Arrow { from: from.clone(), to, at })
             })
             .collect()
+    }
+
+    /// Whether `path` (from the root, re-exports followed) lands on an item
+    /// the crate root declares itself.
+    fn names_root_item(&self, path: &[String]) -> bool {
+        let path = self.canonical(path);
+        !path.is_empty() && self.root_items.contains(&path[0]) && !self.macros.contains_key(&path[0])
     }
 
     /// The arrows against an order of layers (bottom first): each module
@@ -243,6 +320,33 @@ fn strongly_connected(edges: &BTreeMap<(String, String), String>) -> Vec<BTreeSe
     out
 }
 
+/// A call of a macro by a name the crate may define.
+struct MacroCall {
+    name: String,
+    /// Where it is written (`to` filled once the macro is found).
+    reference: Reference,
+}
+
+/// The names of the items a crate root declares itself, modules and
+/// `use`s aside, test code aside.
+fn root_items(items: &[syn::Item]) -> Vec<String> {
+    items
+        .iter()
+        .filter(|item| !is_test(attrs_of(item)))
+        .filter_map(|item| match item {
+            syn::Item::Const(i) => Some(i.ident.to_string()),
+            syn::Item::Enum(i) => Some(i.ident.to_string()),
+            syn::Item::Fn(i) => Some(i.sig.ident.to_string()),
+            syn::Item::Static(i) => Some(i.ident.to_string()),
+            syn::Item::Struct(i) => Some(i.ident.to_string()),
+            syn::Item::Trait(i) => Some(i.ident.to_string()),
+            syn::Item::Type(i) => Some(i.ident.to_string()),
+            syn::Item::Union(i) => Some(i.ident.to_string()),
+            _ => None,
+        })
+        .collect()
+}
+
 /// The module a file is, from the crate root.
 fn module_of(src: &Path, file: &Path) -> Vec<String> {
     let relative = file.strip_prefix(src).unwrap_or(file);
@@ -273,8 +377,18 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), String> {
 struct Paths<'a> {
     /// The module being read (inline `mod` blocks push onto it).
     module: Vec<String>,
-    /// Names `use crate as x;` gave the crate root.
-    aliases: HashSet<String>,
+    /// Names that stand for a module of the crate: `use crate as x;` and
+    /// `extern crate self as x;` (the root, `[]`), `use super::{self as
+    /// x};`, `use crate::a as x;`.
+    aliases: HashMap<String, Vec<String>>,
+    /// Globs of the crate's own modules, with the module each is written
+    /// in (see [`Graph::globs`]).
+    globs: &'a mut Vec<(Vec<String>, String)>,
+    /// Macro invocations by a bare name or a crate path, resolved once
+    /// every file is read.
+    macro_calls: &'a mut Vec<MacroCall>,
+    /// Macros defined (see [`Graph::macros`]).
+    macros: &'a mut BTreeMap<String, Vec<String>>,
     file: &'a Path,
     out: &'a mut Vec<Reference>,
     /// Every module seen (inline `mod` blocks added as they are read).
@@ -325,8 +439,10 @@ impl Paths<'_> {
     /// starts at the crate root, `super` or `self`.
     fn resolve(&self, segments: &[String]) -> Option<Vec<String>> {
         let first = segments.first()?;
-        let (mut base, rest) = if first == "crate" || self.aliases.contains(first) {
+        let (mut base, rest) = if first == "crate" {
             (Vec::new(), &segments[1..])
+        } else if let Some(module) = self.aliases.get(first) {
+            (module.clone(), &segments[1..])
         } else if first == "self" {
             (self.module.clone(), &segments[1..])
         } else if first == "super" {
@@ -402,15 +518,31 @@ impl Paths<'_> {
             }
             syn::UseTree::Rename(r) => {
                 let mut full = prefix.clone();
-                full.push(r.ident.to_string());
+                if r.ident != "self" {
+                    full.push(r.ident.to_string());
+                }
+                let line = r.ident.span().start().line;
                 if full == ["crate"] {
-                    self.aliases.insert(r.rename.to_string());
+                    self.aliases.insert(r.rename.to_string(), Vec::new());
                 } else {
+                    // `use super::{self as x}` or `use crate::a as x`: `x::`
+                    // spells that path from here on (an item's alias too:
+                    // what it resolves to is an arrow either way).
+                    if let Some(to) = self.resolve(&full) {
+                        self.aliases.insert(r.rename.to_string(), to);
+                    }
                     self.reexport(&full, Some(r.rename.to_string()));
-                    self.record(&full, r.ident.span().start().line);
+                    self.record(&full, line);
                 }
             }
-            syn::UseTree::Glob(g) => self.record(&prefix.clone(), g.star_token.spans[0].start().line),
+            syn::UseTree::Glob(g) => {
+                let line = g.star_token.spans[0].start().line;
+                if self.test_depth == 0 && self.resolve(prefix).is_some() {
+                    let at = format!("{}:{line}: use {}::*", self.file.display(), prefix.join("::"));
+                    self.globs.push((self.module.clone(), at));
+                }
+                self.record(&prefix.clone(), line);
+            }
             syn::UseTree::Group(g) => {
                 for t in &g.items {
                     self.use_tree(prefix, t);
@@ -457,7 +589,41 @@ impl<'ast> Visit<'ast> for Paths<'_> {
         }
     }
 
+    fn visit_item_extern_crate(&mut self, item: &'ast syn::ItemExternCrate) {
+        if item.ident == "self"
+            && let Some((_, rename)) = &item.rename
+        {
+            self.aliases.insert(rename.to_string(), Vec::new());
+        }
+    }
+
+    fn visit_item_macro(&mut self, item: &'ast syn::ItemMacro) {
+        if item.mac.path.is_ident("macro_rules")
+            && let Some(name) = &item.ident
+        {
+            self.macros.insert(name.to_string(), self.module.clone());
+        } else {
+            syn::visit::visit_item_macro(self, item);
+        }
+    }
+
     fn visit_macro(&mut self, mac: &'ast syn::Macro) {
+        // A call of one of the crate's own macros names the module that
+        // defines it: `m!()` (textual scope) or `crate::m!()` (exported).
+        let segments: Vec<String> = mac.path.segments.iter().map(|s| s.ident.to_string()).collect();
+        let rooted = segments.len() == 2
+            && (segments[0] == "crate" || self.aliases.get(&segments[0]).is_some_and(Vec::is_empty));
+        if let (Some(name), true) = (segments.last(), segments.len() == 1 || rooted) {
+            let line = mac.path.segments[0].ident.span().start().line;
+            let reference = Reference {
+                from: self.module.clone(),
+                to: Vec::new(),
+                file: self.file.to_owned(),
+                line,
+                test: self.test_depth > 0,
+            };
+            self.macro_calls.push(MacroCall { name: name.clone(), reference });
+        }
         // Paths inside macro calls (`format!`, `view!`, `assert!`) are
         // tokens, not syntax: read those that spell `crate::a::b`.
         let tokens: Vec<proc_macro2::TokenTree> = mac.tokens.clone().into_iter().collect();
@@ -477,7 +643,9 @@ impl Paths<'_> {
                     self.macro_tokens(&inner);
                     i += 1;
                 }
-                TokenTree::Ident(id) if id == "crate" || id == "super" || self.aliases.contains(&id.to_string()) => {
+                TokenTree::Ident(id)
+                    if id == "crate" || id == "super" || self.aliases.contains_key(&id.to_string()) =>
+                {
                     // ident (:: ident)*
                     let line = id.span().start().line;
                     let mut segments = vec![id.to_string()];
@@ -508,25 +676,14 @@ impl Paths<'_> {
 mod tests {
     use super::*;
 
+    /// The graph of one file, the module `module`.
+    fn read(module: &[&str], text: &str) -> Graph {
+        let module = module.iter().map(|s| (*s).to_owned()).collect();
+        graph_of(&[(module, PathBuf::from("x.rs"), text.to_owned())]).expect("parses")
+    }
+
     fn refs(module: &[&str], text: &str) -> Vec<Vec<String>> {
-        let parsed = syn::parse_file(text).expect("parses");
-        let mut out = Vec::new();
-        let mut modules = BTreeSet::new();
-        let file = PathBuf::from("x.rs");
-        let mut v = Paths {
-            module: module.iter().map(|s| (*s).to_owned()).collect(),
-            aliases: HashSet::new(),
-            file: &file,
-            out: &mut out,
-            modules: &mut modules,
-            reexports: &mut BTreeMap::new(),
-            public_use: false,
-            declared: HashSet::new(),
-            test_modules: &mut BTreeSet::new(),
-            test_depth: 0,
-        };
-        v.read(&parsed);
-        out.into_iter().map(|r| r.to).collect()
+        read(module, text).references.into_iter().map(|r| r.to).collect()
     }
 
     fn p(s: &str) -> Vec<String> {
@@ -571,22 +728,7 @@ mod tests {
             #[cfg(test)]
             fn helper() { crate::c::z(); }
         "#;
-        let parsed = syn::parse_file(text).expect("parses");
-        let (mut out, mut modules, mut test_modules) = (Vec::new(), BTreeSet::new(), BTreeSet::new());
-        let file = PathBuf::from("x.rs");
-        Paths {
-            module: Vec::new(),
-            aliases: HashSet::new(),
-            file: &file,
-            out: &mut out,
-            modules: &mut modules,
-            reexports: &mut BTreeMap::new(),
-            public_use: false,
-            declared: HashSet::new(),
-            test_modules: &mut test_modules,
-            test_depth: 0,
-        }
-        .read(&parsed);
+        let out = read(&[], text).references;
         let tests: Vec<(String, bool)> = out.iter().map(|r| (r.to.join("::"), r.test)).collect();
         assert_eq!(tests, [("a::X".into(), false), ("b::Y".into(), true), ("c::z".into(), true)]);
     }
@@ -607,7 +749,7 @@ mod tests {
                 reference("a::x", "a::helper"),
                 reference("b", "c::C"),
             ],
-            reexports: BTreeMap::new(),
+            ..Graph::default()
         };
         let loops = graph.loops();
         assert_eq!(loops.len(), 1, "{loops:?}");
@@ -632,22 +774,7 @@ mod tests {
             pub(crate) use self::model::Snapshot as Snap;
             use model::Snapshot as Private;
         "#;
-        let parsed = syn::parse_file(text).expect("parses");
-        let mut graph = Graph::default();
-        let file = PathBuf::from("lib.rs");
-        let mut v = Paths {
-            module: Vec::new(),
-            aliases: HashSet::new(),
-            file: &file,
-            out: &mut graph.references,
-            modules: &mut graph.modules,
-            reexports: &mut graph.reexports,
-            public_use: false,
-            declared: HashSet::new(),
-            test_modules: &mut BTreeSet::new(),
-            test_depth: 0,
-        };
-        v.read(&parsed);
+        let mut graph = read(&[], text);
         graph.modules.insert(Vec::new());
         assert_eq!(graph.module_of_path(&p("Snapshot")), p("model"));
         assert_eq!(graph.module_of_path(&p("Snap::new")), p("model"));
@@ -659,7 +786,7 @@ mod tests {
         let graph = Graph {
             modules: [vec![], p("a"), p("b"), p("c")].into_iter().collect(),
             references: vec![reference("b", "a::X"), reference("a", "b::Y"), reference("c", "b::Z")],
-            reexports: BTreeMap::new(),
+            ..Graph::default()
         };
         let wrong = graph.against_order(Path::new(""), &["a", "b"]);
         assert_eq!(wrong, ["x.rs:1: a names b, a layer above it", "x.rs:1: module c is not in the table of layers"]);

@@ -17,12 +17,15 @@ mod leaks;
 mod tune;
 mod whatif;
 
-pub use breakdown::*;
-pub use diff::*;
-pub use explain::*;
-pub use leaks::*;
-pub use tune::*;
-pub use whatif::*;
+pub use breakdown::{BreakdownAnswer, BreakdownParams, DeviceBreakdownAnswer, breakdown};
+pub use diff::{Align, AlignedBucket, AlignedTimeline, AlignedTimelines, DiffAnswer, DiffParams, diff};
+pub use explain::{ExplainAnswer, ExplainParams, explain};
+pub use leaks::{DeviceLeaksAnswer, LeaksAnswer, LeaksParams, leaks};
+pub use tune::{TuneAnswer, TuneCandidate, TuneParams, tune};
+pub use whatif::{
+    SimulatedBucket, SimulatedDevice, SimulatedFigures, SimulatedOom, WhatIfAnswer, WhatIfParams, simulate_device,
+    whatif, whatif_window,
+};
 
 use crate::analyzed::Analyzed;
 use crate::error::ViewError;

@@ -1,0 +1,3 @@
+//! The module the tricks reach.
+
+pub fn g() {}

@@ -1,0 +1,3 @@
+pub fn f() {
+    me::high::g();
+}

@@ -1,0 +1,4 @@
+pub fn f() {
+    shout!();
+    crate::exported!();
+}

@@ -1,0 +1,3 @@
+pub fn f() {
+    crate::root_helper();
+}

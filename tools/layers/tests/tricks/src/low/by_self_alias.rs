@@ -1,0 +1,5 @@
+use super::super::{self as root};
+
+pub fn f() {
+    root::high::g();
+}

@@ -1,0 +1,10 @@
+use super::*;
+
+pub fn other() {
+    thing();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+}
