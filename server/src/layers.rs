@@ -48,6 +48,8 @@ fn no_files_or_folders_loop() {
     let graph = vramscope_layers::graph(&src).expect("the sources parse");
     let loops: Vec<String> = graph.loops().iter().map(ToString::to_string).collect();
     assert!(loops.is_empty(), "files or folders that import each other:\n{}", loops.join("\n"));
+    let globs = &graph.globs;
+    assert!(globs.is_empty(), "globs hide what a file names; name the items:\n{}", globs.join("\n"));
 }
 
 #[test]

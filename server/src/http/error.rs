@@ -2,9 +2,13 @@
 //! `{"error": "<what went wrong>", "kind": "<stable name>"}`.
 
 use axum::Json;
+use axum::extract::{Request, State};
 use axum::http::StatusCode;
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use vramscope_shared::error::ViewError;
+
+use super::AppState;
 
 /// Why a request failed.
 #[derive(Debug)]
@@ -160,3 +164,31 @@ impl From<anyhow::Error> for AppError {
 
 /// Result of a handler.
 pub(crate) type AppResult<T> = Result<T, AppError>;
+
+/// Extractors refuse an oversized body with a plain-text 413: answer this
+/// API's JSON error instead.
+pub(super) async fn json_errors(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let api = request.uri().path().starts_with("/api/");
+    let response = next.run(request).await;
+    let is_json = response
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    if response.status() == StatusCode::PAYLOAD_TOO_LARGE && !is_json {
+        return AppError::BodyTooLarge(state.settings.max_body_bytes).into_response();
+    }
+    // axum's extractors refuse a bad query, path or body with plain text
+    // quoting the input (`unknown variant `…``): the API answers its JSON
+    // error, its message bounded like every other.
+    let status = response.status();
+    if api && !is_json && matches!(status.as_u16(), 400 | 415 | 422) {
+        let text = match axum::body::to_bytes(response.into_body(), 1 << 20).await {
+            Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+            Err(_) => "the request was refused".to_owned(),
+        };
+        let mut answer = AppError::BadRequest(text).into_response();
+        *answer.status_mut() = status;
+        return answer;
+    }
+    response
+}
