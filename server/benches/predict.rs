@@ -17,7 +17,10 @@
 //! Where the time goes (measured on this 2-core machine): reading the two
 //! files (side by side, a thread each) is most of it; each replay of a
 //! 1.5M-entry program through the allocator model about 0.3 s; the search
-//! replays the sizes of one round on both cores.
+//! replays the sizes of one round on both cores. `--settings` searches
+//! again under each of the 14 other settings, from the baseline's answer:
+//! 13.1 s on a quiet 2-core machine, 14.9 to 21 s while other builds ran
+//! (2026-12-07; `--largest` alone 2.1 to 2.6 s).
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -139,7 +142,12 @@ fn summary(json: &str) -> String {
         .unwrap_or_default();
     let settings: Vec<String> = v["by_setting"]
         .as_array()
-        .map(|a| a.iter().take(3).map(|o| format!("{:?} {}", o["alloc_conf"], o["largest_fitting_size"])).collect())
+        .map(|a| {
+            a.iter()
+                .take(3)
+                .map(|o| format!("{:?} {}", o["alloc_conf"].as_str().unwrap_or(""), o["largest_fitting_size"]))
+                .collect()
+        })
         .unwrap_or_default();
     let settings =
         if settings.is_empty() { String::new() } else { format!("; best settings: {}", settings.join(", ")) };
