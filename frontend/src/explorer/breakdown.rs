@@ -13,7 +13,7 @@ use crate::core::format;
 use crate::core::model::{BreakdownSeries, CATEGORIES, DeviceBreakdown, Instant};
 use crate::core::palette;
 use crate::core::panel::MIN_WIDTH;
-use crate::explorer::DeviceContext;
+use crate::explorer::context::DeviceContext;
 use crate::explorer::panel::PanelCanvas;
 use crate::infra::api;
 use crate::infra::canvas;
@@ -44,7 +44,7 @@ pub(crate) fn BreakdownPanel(ctx: DeviceContext) -> impl IntoView {
     let error = RwSignal::new(None::<String>);
 
     // The series once per device; the figures whenever the cursor moves.
-    super::series_and_cursor(
+    super::fetch::series_and_cursor(
         ctx,
         SERIES_PX,
         |id, device, row, px| async move {

@@ -12,8 +12,9 @@ use crate::core::model::{FragmentationAnswer, Instant, SettingsView};
 use crate::core::palette;
 use crate::core::panel::Aligned;
 use crate::core::viewport::{self, Window};
+use crate::explorer::context::DeviceContext;
+use crate::explorer::fetch::Settled;
 use crate::explorer::panel::PanelCanvas;
-use crate::explorer::{DeviceContext, Settled};
 use crate::infra::api;
 use crate::infra::canvas;
 
@@ -26,7 +27,7 @@ const HEIGHT: f64 = 190.0;
 /// The fragmentation panel of the device of `ctx`.
 #[component]
 pub(crate) fn FragmentationPanel(ctx: DeviceContext) -> impl IntoView {
-    let Settled { data, error, .. } = super::fetch_settled(
+    let Settled { data, error, .. } = super::fetch::fetch_settled(
         ctx,
         |width| Some(viewport::columns(width, 4.0, 400)),
         |id, query, columns| async move { api::fragmentation(&id, query, columns).await },

@@ -12,7 +12,7 @@ use crate::core::model::TimelineWindow;
 use crate::core::palette;
 use crate::core::panel::Aligned;
 use crate::core::viewport::Window;
-use crate::explorer::DeviceContext;
+use crate::explorer::context::DeviceContext;
 use crate::explorer::panel::PanelCanvas;
 use crate::infra::api::{self, TimelineQuery};
 use crate::infra::canvas;

@@ -14,7 +14,7 @@ use web_sys::{CanvasRenderingContext2d, HtmlCanvasElement};
 
 use crate::core::panel::{self, Aligned};
 use crate::core::viewport::Window;
-use crate::explorer::DeviceContext;
+use crate::explorer::context::DeviceContext;
 use crate::infra::canvas::{self, Kept};
 use crate::infra::draws;
 use crate::infra::redraw::Redraw;

@@ -12,7 +12,7 @@ use crate::core::format;
 use crate::core::model::{BandPoint, Instant, PoolsAnswer};
 use crate::core::palette;
 use crate::core::panel::MIN_WIDTH;
-use crate::explorer::DeviceContext;
+use crate::explorer::context::DeviceContext;
 use crate::explorer::panel::PanelCanvas;
 use crate::infra::api;
 use crate::infra::canvas;
@@ -42,7 +42,7 @@ pub(crate) fn PoolsPanel(ctx: DeviceContext) -> impl IntoView {
     let at = RwSignal::new(None::<PoolsAnswer>);
     let error = RwSignal::new(None::<String>);
 
-    super::series_and_cursor(
+    super::fetch::series_and_cursor(
         ctx,
         SERIES_PX,
         |id, device, row, px| async move {

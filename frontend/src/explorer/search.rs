@@ -14,7 +14,7 @@ use crate::core::format;
 use crate::core::model::{Axis, Instant, SearchKind, SearchMatch};
 use crate::core::permalink::Selected;
 use crate::core::viewport::Window;
-use crate::explorer::DeviceContext;
+use crate::explorer::context::DeviceContext;
 use crate::infra::api;
 use crate::infra::latest::latest;
 

@@ -14,8 +14,9 @@ use crate::core::model::{Instant, SegmentsAnswer};
 use crate::core::palette;
 use crate::core::panel::Aligned;
 use crate::core::viewport::{self, Window};
+use crate::explorer::context::DeviceContext;
+use crate::explorer::fetch::Settled;
 use crate::explorer::panel::PanelCanvas;
-use crate::explorer::{DeviceContext, Settled};
 use crate::infra::api;
 use crate::infra::canvas;
 
@@ -32,7 +33,7 @@ const PX_PER_COLUMN: f64 = 3.0;
 #[component]
 pub(crate) fn SegmentTimeline(ctx: DeviceContext) -> impl IntoView {
     // New columns for each settled window.
-    let Settled { data, error, loading } = super::fetch_settled(
+    let Settled { data, error, loading } = super::fetch::fetch_settled(
         ctx,
         |width| (width > 0.0).then(|| viewport::columns(width, PX_PER_COLUMN, 600)),
         |id, query, columns| async move { api::segments(&id, query, columns).await },

@@ -12,7 +12,7 @@ use crate::components::card::Card;
 use crate::core::blocks::{self, Rect};
 use crate::core::model::{AllocatorState, Axis, Frame, Instant};
 use crate::core::palette;
-use crate::explorer::DeviceContext;
+use crate::explorer::context::DeviceContext;
 use crate::explorer::panel::PanelCanvas;
 use crate::infra::api;
 use crate::infra::canvas;

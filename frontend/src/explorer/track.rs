@@ -13,7 +13,7 @@ use crate::core::palette;
 use crate::core::panel::Aligned;
 use crate::core::track::{self, LANE, LEVELS};
 use crate::core::viewport::Window;
-use crate::explorer::DeviceContext;
+use crate::explorer::context::DeviceContext;
 use crate::explorer::panel::PanelCanvas;
 use crate::infra::api;
 use crate::infra::canvas;

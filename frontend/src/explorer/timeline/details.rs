@@ -12,7 +12,7 @@ use vramscope_shared::views::view::Entry;
 use crate::components::stack::stack_list;
 use crate::core::format;
 use crate::core::model::{Axis, EntryAnswer, Frame, VisibleAllocation};
-use crate::explorer::DeviceContext;
+use crate::explorer::context::DeviceContext;
 use crate::infra::api;
 
 /// A stack being fetched, or its answer.

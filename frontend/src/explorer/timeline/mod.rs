@@ -40,7 +40,7 @@ use crate::core::layout::{Bar, Geometry};
 use crate::core::model::{Axis, MarkerKind, TimelineWindow, VisibleAllocation};
 use crate::core::plot::{self, Scene};
 use crate::core::viewport::Window;
-use crate::explorer::DeviceContext;
+use crate::explorer::context::DeviceContext;
 use crate::infra::canvas;
 use crate::infra::draws;
 use crate::infra::first_view::FirstView;
