@@ -111,3 +111,39 @@ fn no_bytecode_is_tracked_and_python_tools_take_the_systems_temporary_folder() {
     }
     assert!(hard_coded.is_empty(), "/tmp written in: {hard_coded:?}");
 }
+
+/// No fixture carries the paths of the machine that recorded it (issue
+/// 45: two captures held the GPU machine's checkout, virtualenv and
+/// scratch folders; they now read `/srv/jobs/…` and `/srv/venv/…`, as the
+/// corpus's own files do). Plain and gzip pickles are read; a path is a
+/// home, scratch, checkout or `/opt` folder written into the file.
+#[test]
+fn regression_fixtures_carry_no_recording_machines_paths() {
+    use std::io::Read;
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let listed = std::process::Command::new("git")
+        .args(["ls-files", "tests/fixtures"])
+        .current_dir(&root)
+        .output()
+        .expect("git ls-files");
+    let files = String::from_utf8_lossy(&listed.stdout).into_owned();
+    let machine = ["/home/", "/root/", "/tmp/", "/work/", "/opt/", "/Users/", "/mnt/"];
+    let mut found = Vec::new();
+    for file in files.lines().filter(|f| f.ends_with(".pickle") || f.ends_with(".pickle.gz")) {
+        let Ok(raw) = std::fs::read(root.join(file)) else { continue };
+        let mut bytes = Vec::new();
+        if raw.starts_with(&[0x1f, 0x8b]) {
+            if flate2::read::GzDecoder::new(&raw[..]).read_to_end(&mut bytes).is_err() {
+                continue;
+            }
+        } else {
+            bytes = raw;
+        }
+        for prefix in machine {
+            if bytes.windows(prefix.len()).any(|w| w == prefix.as_bytes()) {
+                found.push(format!("{file}: {prefix}"));
+            }
+        }
+    }
+    assert!(found.is_empty(), "fixtures with a machine's paths: {found:?}");
+}
