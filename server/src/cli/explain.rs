@@ -7,10 +7,9 @@ use std::path::PathBuf;
 use clap::Args;
 use vramscope_shared::answers::explain_json;
 
-use super::Failure;
 use super::input::{MemoryBudget, load};
-use super::text::{finish, write_json};
-use crate::report::findings::write_oom_report;
+use super::{Failure, finish, write_json};
+use crate::report::text::oom::write_oom_report;
 
 /// Arguments of `vramscope explain`.
 #[derive(Debug, Args)]

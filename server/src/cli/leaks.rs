@@ -7,10 +7,9 @@ use clap::Args;
 use vramscope_shared::analysis::leaks::LeakReport;
 use vramscope_shared::answers::leaks_json;
 
-use super::Failure;
 use super::input::{MemoryBudget, load};
-use super::text::{finish, write_json};
-use crate::report::findings::write_leak_report;
+use super::{Failure, finish, write_json};
+use crate::report::text::leaks::write_leak_report;
 
 /// Arguments of `vramscope leaks`.
 #[derive(Debug, Args)]

@@ -1,4 +1,11 @@
-//! Command-line subcommands.
+//! Command-line subcommands. Those of an analysis (`stats`, `breakdown`,
+//! `explain`, `leaks`, `diff`, `simulate`, `tune`, `predict`, `check`) parse
+//! their arguments, read their input, call the analysis and hand its answer
+//! to `report::text` (the human text) or to [`write_json`] (`--json`); the
+//! others (`serve`, `token`, `upload`, `retention`, `agent`, `mcp`,
+//! `report`) print their own operational messages. Output shared by them:
+//! one JSON object per run, and stdout closed early (`| head`) not being an
+//! error ([`finish`]).
 
 pub(crate) mod agent;
 pub(crate) mod breakdown;
@@ -15,11 +22,14 @@ pub(crate) mod retention;
 pub(crate) mod serve;
 pub(crate) mod simulate;
 pub(crate) mod stats;
-pub(crate) mod text;
 pub(crate) mod token;
 pub(crate) mod upload;
 
+use std::io::Write;
 use std::process::ExitCode;
+
+use anyhow::Context;
+use serde::Serialize;
 
 /// How a subcommand failed, which decides the exit code.
 #[derive(Debug)]
@@ -51,4 +61,18 @@ impl Failure {
             }
         }
     }
+}
+
+/// Map the result of writing to stdout: a closed pipe (`| head`) is not an error.
+pub(crate) fn finish(written: std::io::Result<()>) -> Result<(), Failure> {
+    match written {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other.context("cannot write to stdout").map_err(Failure::Other),
+    }
+}
+
+/// One JSON object and a newline.
+pub(crate) fn write_json(out: &mut impl Write, value: &impl Serialize) -> std::io::Result<()> {
+    serde_json::to_writer(&mut *out, value).map_err(std::io::Error::from)?;
+    writeln!(out)
 }

@@ -69,7 +69,7 @@ pub(crate) fn run(args: &ReportArgs) -> Result<(), Failure> {
     std::fs::write(&output, html)
         .with_context(|| format!("cannot write {}", output.display()))
         .map_err(Failure::Other)?;
-    eprintln!("vramscope: wrote {} ({})", output.display(), super::text::bytes(file_size(&output)));
+    eprintln!("vramscope: wrote {} ({})", output.display(), crate::report::text::bytes(file_size(&output)));
     Ok(())
 }
 

@@ -7,8 +7,9 @@
 //! post-mortem findings of `vramscope explain` and `vramscope leaks` are
 //! written into the page as text, readable even where scripts are off.
 //! [`chart`] draws the main timeline chart as SVG or PNG (its text drawn
-//! with the font of [`glyphs`]); [`findings`] and [`text`] write the text
-//! the CLI prints too.
+//! with the font of [`glyphs`]); [`text`] writes the findings' text, as the
+//! CLI prints it, and the text of every other analysis the CLI prints;
+//! [`junit`] writes `vramscope check`'s verdict as JUnit XML.
 //!
 //! Inlined, the JavaScript glue is imported from a blob: URL made at load
 //! and the WebAssembly comes from base64 text. A page opened from a `file:`
@@ -17,8 +18,8 @@
 //! once, at load.
 
 pub(crate) mod chart;
-pub(crate) mod findings;
 mod glyphs;
+pub(crate) mod junit;
 pub(crate) mod text;
 
 use std::path::Path;
@@ -120,9 +121,9 @@ fn findings(path: &Path, snapshot: &vramscope_shared::Snapshot) -> anyhow::Resul
     let mut out = Vec::new();
     let reports = explain_replayed(snapshot);
     let has_trace = snapshot.devices.iter().any(|d| d.has_trace && !d.trace.is_empty());
-    findings::write_oom_report(&mut out, path, has_trace, &reports, 6).context("writing the OOM post-mortem")?;
+    text::oom::write_oom_report(&mut out, path, has_trace, &reports, 6).context("writing the OOM post-mortem")?;
     out.push(b'\n');
-    findings::write_leak_report(&mut out, path, &LeakReport::build(snapshot, 10), 6)
+    text::leaks::write_leak_report(&mut out, path, &LeakReport::build(snapshot, 10), 6)
         .context("writing the leak ranking")?;
     String::from_utf8(out).context("the findings are not UTF-8")
 }

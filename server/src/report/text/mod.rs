@@ -1,5 +1,27 @@
-//! Sizes for people and stacks as readable frames: the text of the CLI's
-//! reports and of the findings a report page carries.
+//! The human text of every analysis, as the CLI prints it (`--json` aside)
+//! and as a report page carries its findings: one file per analysis, each
+//! writing the answer it is handed. This file holds what they share: sizes
+//! for people, counts with their noun, stacks as readable frames.
+//!
+//! - [`oom`]: `vramscope explain`'s OOM post-mortems (and a report page's).
+//! - [`leaks`]: `vramscope leaks`' ranking of live stacks (and a report page's).
+//! - [`stats`]: `vramscope stats`' summary of a snapshot.
+//! - [`breakdown`]: `vramscope breakdown`'s memory by category and stage.
+//! - [`diff`]: `vramscope diff`'s two snapshots side by side.
+//! - [`simulate`]: `vramscope simulate`'s replay and `vramscope tune`'s table.
+//! - [`predict`]: `vramscope predict`'s sizes, the largest that fits, and the
+//!   settings' ranking (`--settings`).
+//! - [`check`]: `vramscope check`'s verdict (its JUnit XML is
+//!   `report::junit`).
+
+pub(crate) mod breakdown;
+pub(crate) mod check;
+pub(crate) mod diff;
+pub(crate) mod leaks;
+pub(crate) mod oom;
+pub(crate) mod predict;
+pub(crate) mod simulate;
+pub(crate) mod stats;
 
 use std::io::Write;
 
