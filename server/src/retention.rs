@@ -21,6 +21,7 @@
 use std::collections::HashMap;
 
 use anyhow::Result;
+use humansize::{BINARY, format_size};
 use serde::Serialize;
 
 use crate::store::{BlobStore, Db, RetentionItem};
@@ -87,11 +88,6 @@ pub(crate) struct Plan {
     /// True when even after the deletions the files exceed the byte budget
     /// (what is left is protected, or shared with protected snapshots).
     pub(crate) still_over_budget: bool,
-}
-
-/// `n` bytes for people, as the other commands print them: `1.50 GiB`.
-pub(crate) fn human_bytes(n: u64) -> String {
-    humansize::format_size(n, humansize::BINARY)
 }
 
 fn protection(item: &RetentionItem) -> Option<String> {
@@ -193,10 +189,11 @@ pub(crate) fn plan(policy: &Policy, items: &[RetentionItem], now_ms: i64) -> Pla
             let before = stored;
             for i in 0..order.len() {
                 if !deleted[i] && order[i].blob_key == key {
+                    // Sizes as the commands print them (`report::text::bytes`,
+                    // a layer above this one): `1.50 GiB`.
+                    let (total, limit) = (format_size(before, BINARY), format_size(budget, BINARY));
                     let reason = format!(
-                        "stored files total {}, over retention_max_bytes = {}: oldest files go first",
-                        human_bytes(before),
-                        human_bytes(budget)
+                        "stored files total {total}, over retention_max_bytes = {limit}: oldest files go first"
                     );
                     delete(i, reason, &mut out, &mut stored, &mut deleted);
                 }

@@ -6,7 +6,8 @@ use std::io::Write;
 
 use anyhow::Context;
 
-use crate::retention::{Applied, Plan, Policy, human_bytes, run_once};
+use crate::report::text::bytes;
+use crate::retention::{Applied, Plan, Policy, run_once};
 use crate::settings::{Settings, SettingsArgs};
 
 /// Arguments of `vramscope retention`.
@@ -65,14 +66,14 @@ fn print_plan(
     dry_run: bool,
 ) -> std::io::Result<()> {
     let days = policy.keep_days.map_or("off".to_owned(), |d| format!("{d} days"));
-    let budget = policy.max_bytes.map_or("off".to_owned(), human_bytes);
+    let budget = policy.max_bytes.map_or("off".to_owned(), bytes);
     writeln!(out, "retention: keep {days}, byte budget {budget}; pinned and commented snapshots are never deleted")?;
-    writeln!(out, "stored: {}", human_bytes(plan.stored_bytes_before))?;
+    writeln!(out, "stored: {}", bytes(plan.stored_bytes_before))?;
     let freed: u64 = plan.delete.iter().map(|d| d.freed_bytes).sum();
     let verb = if dry_run { "would delete" } else { "deleting" };
-    writeln!(out, "{verb} {} snapshot(s), freeing {}:", plan.delete.len(), human_bytes(freed))?;
+    writeln!(out, "{verb} {} snapshot(s), freeing {}:", plan.delete.len(), bytes(freed))?;
     for d in &plan.delete {
-        writeln!(out, "  {}  {}  {}  {}", d.id, d.name, human_bytes(d.size_bytes), d.reason)?;
+        writeln!(out, "  {}  {}  {}  {}", d.id, d.name, bytes(d.size_bytes), d.reason)?;
     }
     if !plan.spared.is_empty() {
         writeln!(out, "kept although over a limit:")?;
@@ -91,7 +92,7 @@ fn print_plan(
             )?;
         }
     }
-    writeln!(out, "stored after: {}{}", human_bytes(plan.stored_bytes_after), if dry_run { " (dry run)" } else { "" })?;
+    writeln!(out, "stored after: {}{}", bytes(plan.stored_bytes_after), if dry_run { " (dry run)" } else { "" })?;
     if plan.still_over_budget {
         writeln!(out, "still over the byte budget: the rest is pinned, commented, or shares their files")?;
     }
