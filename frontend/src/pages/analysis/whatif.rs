@@ -478,53 +478,63 @@ mod tests {
         assert!(rows[4].1.starts_with("at event"), "{:?}", rows[4]);
     }
 
-    /// Issue 44: the what-if chart of `oom_leak` under 1 GiB drew
-    /// "simulated OOM" over "recorded OOM" (both labels right of their
-    /// lines' end of the plot, at one height). Each label now takes the
-    /// first row above the plot where it overlaps none.
+    /// Issue 44: the what-if chart drew "simulated OOM" over "recorded
+    /// OOM" where the replay runs out where the recording did (`oom_leak`
+    /// replayed with its own settings under the capacity inferred from its
+    /// OOM: both markers at one x, both labels left of it at one height).
+    /// Each label now takes the first row above the plot where it overlaps
+    /// none; checked for replays that run out there and elsewhere.
     #[test]
     fn regression_whatif_oom_labels_do_not_overlap() {
         use plotters::prelude::IntoDrawingArea;
         use vramscope_plot::recorder::Recorder;
 
-        let p = WhatIfParams {
-            alloc_conf: Some("expandable_segments:True".into()),
-            capacity: Some("1GiB".into()),
-            axis: Some(Axis::Event),
-            px: Some(900),
-            ..Default::default()
-        };
-        let w = whatif(&oom_leak(), &p).expect("what-if");
-        let chart = whatif_chart(&w);
-        let labels: Vec<&str> = chart.markers.iter().map(|m| m.label.as_str()).collect();
-        assert!(
-            labels.contains(&"recorded OOM") && labels.iter().any(|l| l.starts_with("simulated OOM")),
-            "{labels:?}"
-        );
-        for width in [500, 980, 1600] {
-            let (backend, log) = Recorder::new((width, 260));
-            let area =
-                crate::core::chart::draw(&backend.into_drawing_area(), &chart, &|x| format!("{x}")).expect("drawn");
-            let log = log.borrow();
-            // Each label's box: its measured extent, one 14 px row high.
-            let boxes: Vec<(i32, i32, i32)> = chart
-                .markers
-                .iter()
-                .map(|m| {
-                    let (_, (_, y), _) = log.texts.iter().find(|(t, _, _)| *t == m.label).expect("label drawn");
-                    let x = area.x_px(chart.x_range, m.x);
-                    let (a, b) = crate::core::chart::label_span(x, &m.label, area.left, area.width);
-                    (a, b, *y)
-                })
-                .collect();
-            for (i, p) in boxes.iter().enumerate() {
-                assert!(p.2 >= 0 && p.2 < area.top as i32, "above the plot, inside the canvas: {p:?} {area:?}");
-                for q in &boxes[i + 1..] {
-                    let apart = p.1 <= q.0 || q.1 <= p.0 || (p.2 - q.2).abs() >= 14;
-                    assert!(apart, "labels overlap at width {width}: {p:?} {q:?} ({labels:?})");
+        let mut stacked = 0;
+        for (conf, capacity) in
+            [("", None), ("expandable_segments:True", None), ("expandable_segments:True", Some("1GiB"))]
+        {
+            let p = WhatIfParams {
+                alloc_conf: Some(conf.into()),
+                capacity: capacity.map(Into::into),
+                axis: Some(Axis::Event),
+                px: Some(900),
+                ..Default::default()
+            };
+            let w = whatif(&oom_leak(), &p).expect("what-if");
+            let chart = whatif_chart(&w);
+            let labels: Vec<&str> = chart.markers.iter().map(|m| m.label.as_str()).collect();
+            assert!(labels.contains(&"recorded OOM"), "{conf} {capacity:?}: {labels:?}");
+            assert!(labels.iter().any(|l| l.starts_with("simulated OOM")), "{conf} {capacity:?}: {labels:?}");
+            for width in [500, 980, 1600] {
+                let (backend, log) = Recorder::new((width, 260));
+                let area =
+                    crate::core::chart::draw(&backend.into_drawing_area(), &chart, &|x| format!("{x}")).expect("drawn");
+                let log = log.borrow();
+                // Each label's box: its measured extent, one 14 px row high.
+                let boxes: Vec<(i32, i32, i32)> = chart
+                    .markers
+                    .iter()
+                    .map(|m| {
+                        let (_, (_, y), _) = log.texts.iter().find(|(t, _, _)| *t == m.label).expect("label drawn");
+                        let x = area.x_px(chart.x_range, m.x);
+                        let (a, b) = crate::core::chart::label_span(x, &m.label, area.left, area.width);
+                        (a, b, *y)
+                    })
+                    .collect();
+                for (i, p) in boxes.iter().enumerate() {
+                    assert!(p.2 >= 0 && p.2 < area.top as i32, "above the plot, inside the canvas: {p:?} {area:?}");
+                    for q in &boxes[i + 1..] {
+                        let side_by_side = p.1 <= q.0 || q.1 <= p.0;
+                        stacked += usize::from(!side_by_side);
+                        assert!(
+                            side_by_side || (p.2 - q.2).abs() >= 14,
+                            "labels overlap at width {width} ({conf} {capacity:?}): {p:?} {q:?} {labels:?}"
+                        );
+                    }
                 }
             }
         }
+        assert!(stacked > 0, "a replay running out where the recording did puts its labels in two rows");
     }
 
     #[test]
