@@ -311,6 +311,33 @@ fn regression_every_line_on_stdio_gets_a_json_rpc_answer() {
     s.close();
 }
 
+/// Issue 44, item 14: a line that is not JSON followed by the end of the
+/// input sometimes got no -32700 (on a loaded machine): the session never
+/// started (no `initialize`), the process returned at once, and the reply
+/// waiting for the writer was lost when the writer had not run yet. Every
+/// answer made is written before the process leaves, every time.
+#[test]
+fn regression_a_line_that_is_not_json_then_the_end_of_input_is_always_answered() {
+    for round in 0..20 {
+        let mut child = vramscope()
+            .arg("mcp")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn vramscope mcp");
+        let mut stdin = child.stdin.take().expect("stdin");
+        stdin.write_all(b"this is not JSON\n").expect("write");
+        drop(stdin);
+        let out = child.wait_with_output().expect("wait");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let replies: Vec<Value> = text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+        assert_eq!(replies.len(), 1, "round {round}: {text:?}");
+        assert_eq!(replies[0]["error"]["code"], json!(-32700), "round {round}: {text:?}");
+        assert_eq!(replies[0]["id"], Value::Null, "round {round}");
+    }
+}
+
 #[test]
 fn a_large_answer_is_cut_with_a_pointer_to_the_rest() {
     let (mlp, oom) = (path(&corpus("mlp_train_all.pickle")), path(&corpus("oom_leak.pickle")));

@@ -38,6 +38,10 @@ const SETTING_NAMES: &[&str] = &[
     "request_timeout_secs",
     "header_read_timeout_secs",
     "upload_idle_timeout_secs",
+    "upload_min_bytes_per_sec",
+    "upload_rate_window_secs",
+    "multipart_preamble_max_bytes",
+    "upload_lookahead_bytes",
     "cors_allowed_origins",
     "require_tokens",
     "trusted_proxies",
@@ -113,6 +117,20 @@ pub(crate) struct Settings {
     /// Seconds an upload may send nothing before it is cut off and its
     /// staged bytes removed (a client that declared a size and stalled).
     pub(crate) upload_idle_timeout_secs: f64,
+    /// Slowest average an upload may arrive at, in bytes a second, over
+    /// each `upload_rate_window_secs` the server waits for it: a client
+    /// dripping a byte now and then (never silent for long) is cut off.
+    pub(crate) upload_min_bytes_per_sec: f64,
+    /// The window, in seconds of waiting for the client, over which
+    /// `upload_min_bytes_per_sec` is measured.
+    pub(crate) upload_rate_window_secs: f64,
+    /// Most bytes a multipart upload may send before its first boundary
+    /// (the preamble, which browsers leave empty).
+    pub(crate) multipart_preamble_max_bytes: u64,
+    /// Most bytes of an upload read ahead of its storage and parse: enough
+    /// for what the sockets hold, so that a client that leaves is noticed
+    /// (and its staged bytes removed) at once, not at the parse's pace.
+    pub(crate) upload_lookahead_bytes: u64,
     /// Origins allowed by CORS; empty (the default) means same-origin only.
     pub(crate) cors_allowed_origins: Vec<String>,
     /// Require API tokens even on a loopback address (always required on others).
@@ -166,6 +184,10 @@ impl Default for Settings {
             request_timeout_secs: 60,
             header_read_timeout_secs: 30.0,
             upload_idle_timeout_secs: 60.0,
+            upload_min_bytes_per_sec: 1024.0,
+            upload_rate_window_secs: 60.0,
+            multipart_preamble_max_bytes: 8192,
+            upload_lookahead_bytes: 16 << 20,
             cors_allowed_origins: Vec::new(),
             require_tokens: false,
             trusted_proxies: Vec::new(),
@@ -241,10 +263,15 @@ impl Settings {
             settings.blob_store = Some(url.clone());
         }
         anyhow::ensure!(settings.parse_concurrency > 0, "parse_concurrency must be at least 1");
+        anyhow::ensure!(
+            settings.upload_min_bytes_per_sec.is_finite() && settings.upload_min_bytes_per_sec >= 0.0,
+            "upload_min_bytes_per_sec must be a number of bytes a second, 0 or more"
+        );
         for (name, secs) in [
             ("parse_timeout_secs", settings.parse_timeout_secs),
             ("header_read_timeout_secs", settings.header_read_timeout_secs),
             ("upload_idle_timeout_secs", settings.upload_idle_timeout_secs),
+            ("upload_rate_window_secs", settings.upload_rate_window_secs),
         ] {
             anyhow::ensure!(secs.is_finite() && secs > 0.0, "{name} must be a positive number of seconds");
         }

@@ -151,7 +151,15 @@ struct TapFeed {
     ended: bool,
     spare: Vec<Vec<u8>>,
     read: Arc<AtomicU64>,
+    /// The parse's cancel flag: a feed waiting for a slow client's next
+    /// piece stops when it is set (the time limit), so the parse lets go
+    /// of its slot then, not when the client sends again.
+    cancel: Arc<AtomicBool>,
+    runtime: tokio::runtime::Handle,
 }
+
+/// How often a feed waiting for a piece looks at its cancel flag.
+const TAP_CANCEL_POLL: Duration = Duration::from_millis(100);
 
 /// Bytes per chunk handed to the upload's parse.
 const TAP_CHUNK: usize = 1 << 20;
@@ -165,7 +173,16 @@ impl ChunkFeed for TapFeed {
         chunk.clear();
         chunk.resize(CHUNK_HEADROOM, 0);
         while !self.ended && chunk.len() < CHUNK_HEADROOM + TAP_CHUNK {
-            match self.pieces.blocking_recv() {
+            let next = loop {
+                if self.cancel.load(Ordering::Relaxed) {
+                    return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "the parse was stopped"));
+                }
+                let wait = tokio::time::timeout(TAP_CANCEL_POLL, self.pieces.recv());
+                if let Ok(next) = self.runtime.block_on(wait) {
+                    break next;
+                }
+            };
+            match next {
                 Some(Tapped::Bytes(piece)) => chunk.extend_from_slice(&piece),
                 Some(Tapped::End) => self.ended = true,
                 None => {
@@ -263,7 +280,14 @@ impl Parser {
         let read = Arc::new(AtomicU64::new(0));
         let cancel = Arc::new(AtomicBool::new(false));
         let options = ReadOptions { cancel: Some(Arc::clone(&cancel)), ..self.options.clone() };
-        let source = TapFeed { pieces, ended: false, spare: Vec::new(), read: Arc::clone(&read) };
+        let source = TapFeed {
+            pieces,
+            ended: false,
+            spare: Vec::new(),
+            read: Arc::clone(&read),
+            cancel: Arc::clone(&cancel),
+            runtime: tokio::runtime::Handle::current(),
+        };
         // The limit counts from the upload's first byte: a parse stopped by
         // it lets go of the upload, whose stored file is parsed after its
         // commit, under a limit of its own.
@@ -369,6 +393,10 @@ fn watchdog(cancel: Arc<AtomicBool>, timed_out: Arc<AtomicBool>, limit: Duration
 fn failure_of(error: ReadError, timed_out: Option<Duration>) -> ParseFailure {
     match (error, timed_out) {
         (ReadError::Cancelled { offset }, Some(limit)) => ParseFailure::TimedOut { secs: limit.as_secs_f64(), offset },
+        // An upload's feed stopped by the limit while it waited for the client.
+        (ReadError::Io { offset, source }, Some(limit)) if source.kind() == std::io::ErrorKind::TimedOut => {
+            ParseFailure::TimedOut { secs: limit.as_secs_f64(), offset }
+        }
         // A storage failure (or an upload that stopped) surfaces as an I/O
         // error of the reader.
         (ReadError::Io { source, .. }, _) => {

@@ -275,18 +275,29 @@ pub(crate) async fn serve_stdio(context: Context) -> anyhow::Result<()> {
     let writer = tokio::spawn(stdio::write_lines(tokio::io::stdout(), messages));
     let relay = tokio::spawn(stdio::relay_answers(from_rmcp, replies.clone()));
     let screen = tokio::spawn(stdio::screen_requests(tokio::io::stdin(), to_rmcp, replies));
-    let service = Assistant::new(context)
-        .serve((rmcp_input, rmcp_output))
-        .await
-        .map_err(|e| anyhow::anyhow!("the MCP session did not start: {e}"))?;
-    service.waiting().await.map_err(|e| anyhow::anyhow!("the MCP session stopped: {e}"))?;
+    let session = match Assistant::new(context).serve((rmcp_input, rmcp_output)).await {
+        Ok(service) => service.waiting().await.map(drop).map_err(|e| anyhow::anyhow!("the MCP session stopped: {e}")),
+        Err(e) => Err(anyhow::anyhow!("the MCP session did not start: {e}")),
+    };
     let joined = |r: Result<std::io::Result<()>, tokio::task::JoinError>, what: &str| {
         r.map_err(|e| anyhow::anyhow!("{what}: {e}"))?.map_err(|e| anyhow::anyhow!("{what}: {e}"))
     };
-    // rmcp has ended (the client closed stdin): its output is closed, so
-    // the relay ends, then the writer once every answer is written.
-    screen.abort();
+    // rmcp has ended, whether or not its session started: every answer
+    // already made is written before the process leaves. A session that
+    // never started (the input ended before `initialize`) used to return
+    // at once, and the screen's -32700 for a line before the end was lost
+    // whenever the process left before the writer had run. The screen ends
+    // at the end of the input (having handed over its last reply); one
+    // still reading a client that keeps stdin open is stopped after a grace.
+    let mut screen = screen;
+    if tokio::time::timeout(SCREEN_GRACE, &mut screen).await.is_err() {
+        screen.abort();
+    }
     joined(relay.await, "relaying the answers")?;
     joined(writer.await, "writing to stdout")?;
-    Ok(())
+    session
 }
+
+/// How long the end of an rmcp session waits for the screen to hand over
+/// its last reply.
+const SCREEN_GRACE: std::time::Duration = std::time::Duration::from_secs(1);

@@ -7,6 +7,10 @@ use axum::body::Bytes;
 use axum::extract::{FromRequest, Multipart, Query, Request, State};
 use axum::http::{StatusCode, header};
 use futures::StreamExt;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 use crate::http::AppState;
 use crate::http::error::{AppError, AppResult};
@@ -41,6 +45,10 @@ fn quoted(text: &str) -> String {
 struct PartHeaders {
     /// `--BOUNDARY`, then `\r\n--BOUNDARY` for every later part.
     delimiter: Vec<u8>,
+    /// Bytes before the first boundary so far, and the most allowed: the
+    /// parser kept them whole and searched them again at every read.
+    preamble_len: u64,
+    max_preamble: u64,
     in_headers: bool,
     /// Header bytes of the current part so far.
     header_len: usize,
@@ -49,9 +57,11 @@ struct PartHeaders {
 }
 
 impl PartHeaders {
-    fn new(boundary: &str) -> PartHeaders {
+    fn new(boundary: &str, max_preamble: u64) -> PartHeaders {
         PartHeaders {
             delimiter: format!("--{boundary}").into_bytes(),
+            preamble_len: 0,
+            max_preamble,
             in_headers: false,
             header_len: 0,
             carry: Vec::new(),
@@ -91,6 +101,15 @@ impl PartHeaders {
             } else {
                 match memchr::memmem::find(&data[at..], &self.delimiter) {
                     Some(i) => {
+                        if !self.delimiter.starts_with(b"\r\n") {
+                            self.preamble_len += i as u64;
+                            if self.preamble_len > self.max_preamble {
+                                return Err(format!(
+                                    "more than {} bytes before the first boundary (multipart_preamble_max_bytes)",
+                                    self.max_preamble
+                                ));
+                            }
+                        }
                         at += i + self.delimiter.len();
                         self.in_headers = true;
                         self.header_len = 0;
@@ -102,6 +121,16 @@ impl PartHeaders {
                     }
                     None => {
                         let keep = (data.len() - at).min(self.delimiter.len() - 1);
+                        // Before the first boundary: the preamble, bounded.
+                        if !self.delimiter.starts_with(b"\r\n") {
+                            self.preamble_len += (data.len() - at - keep) as u64;
+                            if self.preamble_len > self.max_preamble {
+                                return Err(format!(
+                                    "more than {} bytes before the first boundary (multipart_preamble_max_bytes)",
+                                    self.max_preamble
+                                ));
+                            }
+                        }
                         self.carry = data[data.len() - keep..].to_vec();
                         return Ok(());
                     }
@@ -139,6 +168,163 @@ impl Receiver {
     }
 }
 
+/// How an upload's body must arrive: at most `max_bytes` in all (framing
+/// included), never silent for `idle`, and on average at least
+/// `min_rate` bytes a second over each `window` of waiting for it.
+#[derive(Clone, Copy)]
+struct Pace {
+    max_bytes: u64,
+    idle: Duration,
+    min_rate: f64,
+    window: Duration,
+    max_preamble: u64,
+}
+
+/// Why the body's reader stopped an upload.
+#[derive(Clone, Debug)]
+enum Cut {
+    /// Past `max_upload_bytes`.
+    TooLarge(u64),
+    /// Too slow, silent, or a malformed form: said to the client.
+    Refused(String),
+}
+
+impl Cut {
+    fn error(&self) -> AppError {
+        match self {
+            Cut::TooLarge(max) => AppError::PayloadTooLarge(*max),
+            Cut::Refused(why) => AppError::BadRequest(why.clone()),
+        }
+    }
+}
+
+/// The unit in which the lookahead's bytes are counted.
+const LOOKAHEAD_UNIT: u64 = 1024;
+
+/// An upload's body, read on a task of its own up to `upload_lookahead_bytes`
+/// ahead of the handler, which is held back by its storage and its parse.
+/// The task enforces the [`Pace`] (time spent waiting for the client is
+/// all it counts: a server busy elsewhere is no fault of the client's) and
+/// watches a form's part headers, and it says at once when the body ends
+/// badly (`gone`): a client that left is noticed while the handler waits
+/// on its parse, whose staged bytes go then, not when the parse reaches the
+/// end of what the socket held (a flaky test under load).
+struct Intake {
+    /// Each chunk with its share of the lookahead, let go as it is taken.
+    chunks: Option<tokio::sync::mpsc::UnboundedReceiver<(Bytes, tokio::sync::OwnedSemaphorePermit)>>,
+    /// Set before `gone` fires; `None` with `gone` fired: the body broke off.
+    cut: Arc<Mutex<Option<Cut>>>,
+    gone: CancellationToken,
+    reader: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Intake {
+    fn drop(&mut self) {
+        self.reader.abort();
+    }
+}
+
+impl Intake {
+    fn start(body: axum::body::Body, pace: Pace, lookahead: u64, mut watch: Option<PartHeaders>) -> Intake {
+        let (tx, chunks) = tokio::sync::mpsc::unbounded_channel();
+        let units = u32::try_from(lookahead.div_ceil(LOOKAHEAD_UNIT).max(1)).unwrap_or(u32::MAX >> 4);
+        let room = Arc::new(tokio::sync::Semaphore::new(units as usize));
+        let cut = Arc::new(Mutex::new(None));
+        let gone = CancellationToken::new();
+        let (said, fired) = (Arc::clone(&cut), gone.clone());
+        let stop = move |why: Option<Cut>| {
+            *said.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = why;
+            fired.cancel();
+        };
+        let mut body = body.into_data_stream();
+        let reader = tokio::spawn(async move {
+            let (mut total, mut window_bytes, mut window_waited) = (0u64, 0u64, Duration::ZERO);
+            loop {
+                let started = Instant::now();
+                let until = started + pace.idle.min(pace.window.saturating_sub(window_waited));
+                let next = tokio::time::timeout_at(until, body.next()).await;
+                let waited = started.elapsed();
+                window_waited += waited;
+                let chunk = match next {
+                    Ok(Some(Ok(chunk))) => Some(chunk),
+                    Ok(Some(Err(_))) => return stop(None),
+                    Ok(None) => return,
+                    Err(_) if waited >= pace.idle => {
+                        return stop(Some(Cut::Refused(format!(
+                            "the upload sent nothing for {} s and was cut off (upload_idle_timeout_secs)",
+                            pace.idle.as_secs_f64()
+                        ))));
+                    }
+                    Err(_) => None,
+                };
+                if let Some(chunk) = &chunk {
+                    total += chunk.len() as u64;
+                    window_bytes += chunk.len() as u64;
+                    if total > pace.max_bytes {
+                        return stop(Some(Cut::TooLarge(pace.max_bytes)));
+                    }
+                    if let Some(Err(why)) = watch.as_mut().map(|w| w.check(chunk)) {
+                        return stop(Some(Cut::Refused(why)));
+                    }
+                }
+                if window_waited >= pace.window {
+                    let floor = pace.min_rate * pace.window.as_secs_f64();
+                    if (window_bytes as f64) < floor {
+                        return stop(Some(Cut::Refused(format!(
+                            "the upload sent {window_bytes} bytes in {} s of waiting for it, slower than {} bytes a \
+                             second, and was cut off (upload_min_bytes_per_sec, upload_rate_window_secs)",
+                            pace.window.as_secs_f64(),
+                            pace.min_rate
+                        ))));
+                    }
+                    (window_bytes, window_waited) = (0, Duration::ZERO);
+                }
+                if let Some(chunk) = chunk {
+                    let need = u32::try_from((chunk.len() as u64).div_ceil(LOOKAHEAD_UNIT)).unwrap_or(units).min(units);
+                    let Ok(share) = Arc::clone(&room).acquire_many_owned(need).await else { return };
+                    if tx.send((chunk, share)).is_err() {
+                        return;
+                    }
+                }
+            }
+        });
+        Intake { chunks: Some(chunks), cut, gone, reader }
+    }
+
+    /// What stopped the body, as the answer's error.
+    fn error(&self) -> AppError {
+        match &*self.cut.lock().unwrap_or_else(std::sync::PoisonError::into_inner) {
+            Some(cut) => cut.error(),
+            None => AppError::BadRequest("the upload broke off".to_owned()),
+        }
+    }
+
+    /// The chunks as a body stream, which ends with an error (never as a
+    /// shorter body) when the reader stopped the upload.
+    fn stream(&mut self) -> impl futures::Stream<Item = Result<Bytes, std::io::Error>> + Send + 'static {
+        let chunks = self.chunks.take();
+        let (cut, gone) = (Arc::clone(&self.cut), self.gone.clone());
+        futures::stream::unfold(chunks, move |chunks| {
+            let (cut, gone) = (Arc::clone(&cut), gone.clone());
+            async move {
+                let mut chunks = chunks?;
+                match chunks.recv().await {
+                    Some((chunk, _share)) => Some((Ok(chunk), Some(chunks))),
+                    None if gone.is_cancelled() => {
+                        let why = match &*cut.lock().unwrap_or_else(std::sync::PoisonError::into_inner) {
+                            Some(Cut::TooLarge(max)) => format!("upload larger than the limit of {max} bytes"),
+                            Some(Cut::Refused(why)) => why.clone(),
+                            None => "the upload broke off".to_owned(),
+                        };
+                        Some((Err(std::io::Error::other(why)), None))
+                    }
+                    None => None,
+                }
+            }
+        })
+    }
+}
+
 pub(crate) async fn upload(
     _: RequireRole<Uploader>,
     State(state): State<AppState>,
@@ -169,19 +355,53 @@ pub(crate) async fn upload(
              -H 'Content-Type: application/octet-stream' --data-binary @FILE)"
         )));
     }
+    let settings = &state.settings;
+    let pace = Pace {
+        max_bytes: max,
+        idle: Duration::from_secs_f64(settings.upload_idle_timeout_secs),
+        min_rate: settings.upload_min_bytes_per_sec,
+        window: Duration::from_secs_f64(settings.upload_rate_window_secs),
+        max_preamble: settings.multipart_preamble_max_bytes,
+    };
+    let (parts, body) = request.into_parts();
+    let watch = if multipart {
+        let boundary = parts
+            .headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|t| multer::parse_boundary(t).ok())
+            .ok_or_else(|| AppError::BadRequest("multipart/form-data without a boundary".to_owned()))?;
+        Some(PartHeaders::new(&boundary, pace.max_preamble))
+    } else {
+        None
+    };
+    let mut intake = Intake::start(body, pace, settings.upload_lookahead_bytes, watch);
 
     let mut receiver = Receiver { staged: Some(state.ingest.begin_upload().await?), size: 0, max };
-    let idle = std::time::Duration::from_secs_f64(state.settings.upload_idle_timeout_secs);
-    let received = if multipart {
-        receive_multipart(&state, request, &mut receiver, &mut meta, idle).await
-    } else {
-        receive_raw(request, &mut receiver, idle).await
+    let body = intake.stream();
+    let received = {
+        let receive = async {
+            if multipart {
+                let request = Request::from_parts(parts, axum::body::Body::from_stream(body));
+                receive_multipart(&state, request, &mut receiver, &mut meta).await
+            } else {
+                receive_raw(body, &mut receiver).await
+            }
+        };
+        // The reader's verdict comes first: a client gone while the handler
+        // waits on storage or the parse stops it there.
+        tokio::select! {
+            biased;
+            () = intake.gone.cancelled() => Err(intake.error()),
+            received = receive => received.map_err(|e| if intake.gone.is_cancelled() { intake.error() } else { e }),
+        }
     };
     if let Err(e) = received {
         receiver.abort().await;
         state.metrics.upload(if matches!(e, AppError::PayloadTooLarge(_)) { "too_large" } else { "failed" });
         return Err(e);
     }
+    drop(intake);
     state.metrics.upload_bytes.inc_by(receiver.size);
     let Some(staged) = receiver.staged.take() else {
         return Err(AppError::Internal(anyhow::anyhow!("upload lost its staging object")));
@@ -203,19 +423,12 @@ pub(crate) async fn upload(
     }
 }
 
-/// The next of `next`, unless the client sends nothing for `idle`.
-async fn within<T>(idle: std::time::Duration, next: impl std::future::Future<Output = T>) -> AppResult<T> {
-    tokio::time::timeout(idle, next).await.map_err(|_| {
-        AppError::BadRequest(format!(
-            "the upload sent nothing for {} s and was cut off (upload_idle_timeout_secs)",
-            idle.as_secs_f64()
-        ))
-    })
-}
-
-async fn receive_raw(request: Request, receiver: &mut Receiver, idle: std::time::Duration) -> AppResult<()> {
-    let mut body = request.into_body().into_data_stream();
-    while let Some(chunk) = within(idle, body.next()).await? {
+async fn receive_raw(
+    body: impl futures::Stream<Item = Result<Bytes, std::io::Error>>,
+    receiver: &mut Receiver,
+) -> AppResult<()> {
+    let mut body = std::pin::pin!(body);
+    while let Some(chunk) = body.next().await {
         let chunk = chunk.map_err(|e| AppError::BadRequest(format!("the upload broke off: {e}")))?;
         receiver.push(chunk).await?;
     }
@@ -243,45 +456,19 @@ async fn field_text(
     String::from_utf8(bytes).map_err(|_| AppError::BadRequest(format!("field {name}: not UTF-8 text")))
 }
 
+/// A form's fields and its `file` part, from a body the [`Intake`] watches
+/// (its part headers bounded, its pace kept: a parser waiting for the next
+/// field is waiting on data, and is cut off only when the client is silent).
 async fn receive_multipart(
     state: &AppState,
     request: Request,
     receiver: &mut Receiver,
     meta: &mut Labels,
-    idle: std::time::Duration,
 ) -> AppResult<()> {
-    // The body watched for oversized part headers on its way to the parser.
-    let (parts, body) = request.into_parts();
-    let boundary = parts
-        .headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|t| multer::parse_boundary(t).ok())
-        .ok_or_else(|| AppError::BadRequest("multipart/form-data without a boundary".to_owned()))?;
-    let mut watch = PartHeaders::new(&boundary);
-    // The parser says only that it could not read the stream; the watcher's
-    // own words are kept here for the answer.
-    let refusal = std::sync::Arc::new(std::sync::Mutex::new(None::<String>));
-    let said = refusal.clone();
-    let watched = body.into_data_stream().map(move |chunk| {
-        let chunk = chunk.map_err(std::io::Error::other)?;
-        if let Err(why) = watch.check(&chunk) {
-            if let Ok(mut slot) = said.lock() {
-                *slot = Some(why.clone());
-            }
-            return Err(std::io::Error::other(why));
-        }
-        Ok::<_, std::io::Error>(chunk)
-    });
-    let request = Request::from_parts(parts, axum::body::Body::from_stream(watched));
-    let said_or = |fallback: String| {
-        let why = refusal.lock().ok().and_then(|r| r.clone());
-        AppError::BadRequest(why.unwrap_or(fallback))
-    };
-    let bad = |e: &dyn std::fmt::Display| said_or(format!("bad multipart body: {e}"));
+    let bad = |e: &dyn std::fmt::Display| AppError::BadRequest(format!("bad multipart body: {e}"));
     let mut form = Multipart::from_request(request, state).await.map_err(|e| bad(&e))?;
     let mut saw_file = false;
-    while let Some(mut field) = within(idle, form.next_field()).await?.map_err(|e| bad(&e))? {
+    while let Some(mut field) = form.next_field().await.map_err(|e| bad(&e))? {
         let name = quoted(field.name().unwrap_or_default());
         if name == "file" {
             if saw_file {
@@ -292,13 +479,13 @@ async fn receive_multipart(
                 meta.name = field.file_name().map(str::to_owned);
             }
             while let Some(chunk) =
-                within(idle, field.chunk()).await?.map_err(|e| said_or(format!("the upload broke off: {e}")))?
+                field.chunk().await.map_err(|e| AppError::BadRequest(format!("the upload broke off: {e}")))?
             {
                 receiver.push(chunk).await?;
             }
             continue;
         }
-        let value = within(idle, field_text(&mut field, &name, receiver)).await??;
+        let value = field_text(&mut field, &name, receiver).await?;
         match name.as_str() {
             "name" => meta.name = Some(value),
             "job" => meta.job = Some(value),
@@ -332,7 +519,7 @@ mod tests {
     #[test]
     fn a_form_passes_in_chunks_of_any_size() {
         for size in [1, 2, 3, 5, 7, 64, FORM.len()] {
-            let mut watch = PartHeaders::new("B");
+            let mut watch = PartHeaders::new("B", 8192);
             for chunk in FORM.chunks(size) {
                 watch.check(chunk).expect("a form with small headers");
             }
@@ -345,7 +532,7 @@ mod tests {
         form.extend(std::iter::repeat_n(b'n', 10_000));
         form.extend_from_slice(b"\"\r\n\r\nv\r\n--B--\r\n");
         for size in [1, 100, 4096, form.len()] {
-            let mut watch = PartHeaders::new("B");
+            let mut watch = PartHeaders::new("B", 8192);
             let refused = form.chunks(size).map(|c| watch.check(c)).find(Result::is_err);
             assert!(refused.is_some(), "chunks of {size}");
         }
