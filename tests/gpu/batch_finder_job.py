@@ -40,6 +40,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 
 FINDERS = ("vramscope", "accelerate", "lightning", "vramscope_lightning", "hf_auto", "vramscope_hf")
@@ -307,7 +308,7 @@ def main():
     p.add_argument("--start", type=int, default=1024, help="accelerate's and transformers' starting size")
     p.add_argument("--check-steps", type=int, default=100)
     p.add_argument("--timeout", type=int, default=1200)
-    p.add_argument("--tmp", default=os.path.join(os.environ.get("TMPDIR", "/tmp"), "batch-finder-job"))
+    p.add_argument("--tmp", default=os.path.join(tempfile.gettempdir(), "batch-finder-job"))
     p.add_argument("--out")
     a = p.parse_args()
     if a.what == "find":
