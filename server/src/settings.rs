@@ -42,6 +42,7 @@ const SETTING_NAMES: &[&str] = &[
     "upload_rate_window_secs",
     "multipart_preamble_max_bytes",
     "upload_lookahead_bytes",
+    "shutdown_index_wait_secs",
     "cors_allowed_origins",
     "require_tokens",
     "trusted_proxies",
@@ -131,6 +132,10 @@ pub(crate) struct Settings {
     /// for what the sockets hold, so that a client that leaves is noticed
     /// (and its staged bytes removed) at once, not at the parse's pace.
     pub(crate) upload_lookahead_bytes: u64,
+    /// Most seconds a graceful stop waits for the index files being
+    /// written behind answers (large snapshots), so that the next start
+    /// opens them instead of parsing the files again.
+    pub(crate) shutdown_index_wait_secs: f64,
     /// Origins allowed by CORS; empty (the default) means same-origin only.
     pub(crate) cors_allowed_origins: Vec<String>,
     /// Require API tokens even on a loopback address (always required on others).
@@ -188,6 +193,7 @@ impl Default for Settings {
             upload_rate_window_secs: 60.0,
             multipart_preamble_max_bytes: 8192,
             upload_lookahead_bytes: 16 << 20,
+            shutdown_index_wait_secs: 120.0,
             cors_allowed_origins: Vec::new(),
             require_tokens: false,
             trusted_proxies: Vec::new(),
@@ -272,6 +278,7 @@ impl Settings {
             ("header_read_timeout_secs", settings.header_read_timeout_secs),
             ("upload_idle_timeout_secs", settings.upload_idle_timeout_secs),
             ("upload_rate_window_secs", settings.upload_rate_window_secs),
+            ("shutdown_index_wait_secs", settings.shutdown_index_wait_secs),
         ] {
             anyhow::ensure!(secs.is_finite() && secs > 0.0, "{name} must be a positive number of seconds");
         }

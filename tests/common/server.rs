@@ -107,6 +107,19 @@ impl TestServer {
         self.data_dir.clone()
     }
 
+    /// Wait, at most `limit`, for the process to exit on its own (after a
+    /// signal), keeping its data folder; panics if it does not.
+    pub fn wait_for_exit(mut self, limit: Duration) -> PathBuf {
+        let deadline = std::time::Instant::now() + limit;
+        while std::time::Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return self.data_dir.clone();
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("the server did not exit within {limit:?}");
+    }
+
     /// The URL of an API path (`/snapshots` → `…/api/v1/snapshots`).
     pub fn api(&self, path: &str) -> String {
         format!("{}/api/v1{path}", self.url)

@@ -262,3 +262,26 @@ async fn large_windows(server: &TestServer, id: &str) -> Vec<Value> {
     }
     out
 }
+
+/// Issue 44, item 31: a graceful stop within seconds of a large upload
+/// dropped the index being built and written behind its answer, and the
+/// next start parsed the file again. The stop now waits for it
+/// (`shutdown_index_wait_secs`, saying so in the log): after SIGTERM right
+/// after the upload, the index file is there and the restarted server
+/// opens the snapshot without parsing. The file:
+/// [`crate::common::million_row_snapshot`].
+#[tokio::test]
+async fn regression_a_graceful_stop_right_after_a_large_upload_keeps_its_index() {
+    let file = crate::common::million_row_snapshot();
+    let server = TestServer::start("index-sigterm", &[]);
+    let id = server.upload_file(&file).await;
+    let stopped = std::process::Command::new("kill").args(["-TERM", &server.pid().to_string()]).status();
+    assert!(stopped.expect("kill").success());
+    let dir = server.wait_for_exit(Duration::from_secs(300));
+    assert_eq!(index_files(&dir).len(), 1, "the index file written before the server stopped");
+    let restarted = TestServer::start_in(&dir, &[]);
+    let (status, answer) = restarted.get(&format!("/snapshots/{id}/timeline?px=300")).await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    assert_eq!(restarted.metric("index_opens_total", None).await, 1, "opened from its index");
+    assert_eq!(restarted.metric("parse_seconds_count", None).await, 0, "nothing parsed after the restart");
+}

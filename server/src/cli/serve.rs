@@ -60,7 +60,9 @@ pub(crate) async fn run(args: &ServeArgs) -> anyhow::Result<()> {
     // Tests and scripts read this line to find the port when binding to :0.
     println!("vramscope listening on http://{address}");
     let header_timeout = std::time::Duration::from_secs_f64(state.settings.header_read_timeout_secs);
+    let (ingest, index_wait) = (state.ingest.clone(), state.settings.shutdown_index_wait_secs);
     crate::http::serve(listener, app(state), header_timeout, shutdown_signal()).await.context("server failed")?;
+    ingest.finish_persisting(std::time::Duration::from_secs_f64(index_wait)).await;
     Ok(())
 }
 

@@ -69,6 +69,7 @@ impl AppState {
             IndexFiles::new(blobs.clone(), &settings.data_dir.join("index-cache"), settings.index_cache_bytes)?;
         let metrics = Arc::new(Metrics::new());
         let ingest = Ingest::new(IngestParts {
+            persisting: tokio::sync::watch::Sender::new(0),
             db: db.clone(),
             blobs: blobs.clone(),
             parser,

@@ -212,7 +212,14 @@ impl Ingest {
             // asked for before that ends waits for it instead of parsing again.
             Some((snapshot, stats)) => {
                 let (ingest, key) = (state.clone(), blob_key.clone());
-                let index = move || async move { ingest.index(&key, snapshot, Some(stats)).await };
+                // Counted from now for a graceful stop (its file is written
+                // behind for a large one, counted there in turn).
+                let counted = state.persisting();
+                let index = move || async move {
+                    let indexed = ingest.index(&key, snapshot, Some(stats)).await;
+                    drop(counted);
+                    indexed
+                };
                 drop(state.cache.start(&blob_key, index));
             }
             None => {

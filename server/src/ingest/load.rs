@@ -98,7 +98,11 @@ impl Ingest {
         if deferred {
             let analyzed = Arc::new(built);
             let (ingest, key, held) = (self.clone(), key.to_owned(), Arc::clone(&analyzed));
-            tokio::spawn(async move { ingest.persist_behind(&key, held).await });
+            let counted = self.persisting();
+            tokio::spawn(async move {
+                ingest.persist_behind(&key, held).await;
+                drop(counted);
+            });
             return Ok(analyzed);
         }
         let analyzed = match self.indexes.save(key, built).await {

@@ -50,6 +50,19 @@ pub(crate) struct Parts {
     /// Woken each time a parse of this instance ends, ready or failed:
     /// what a request waiting on a parse (`stats?wait=`) listens to.
     pub(crate) settled: tokio::sync::Notify,
+    /// Index files being built and written behind an answer (a large
+    /// snapshot's): a graceful stop waits for them
+    /// ([`Ingest::finish_persisting`]).
+    pub(crate) persisting: tokio::sync::watch::Sender<usize>,
+}
+
+/// Counts an index being written behind until dropped.
+pub(crate) struct Persisting(tokio::sync::watch::Sender<usize>);
+
+impl Drop for Persisting {
+    fn drop(&mut self) {
+        self.0.send_modify(|n| *n = n.saturating_sub(1));
+    }
 }
 
 impl Deref for Ingest {
@@ -63,5 +76,38 @@ impl Ingest {
     /// The handle over these parts.
     pub(crate) fn new(parts: Parts) -> Ingest {
         Ingest(Arc::new(parts))
+    }
+
+    /// Count one more index being written behind, until the guard drops.
+    pub(crate) fn persisting(&self) -> Persisting {
+        self.persisting.send_modify(|n| *n += 1);
+        Persisting(self.persisting.clone())
+    }
+
+    /// Wait, at most `limit`, for the index files being written behind to
+    /// be written, saying so in the log: a graceful stop right after a
+    /// large upload otherwise dropped its index, and the next start parsed
+    /// the file again. True when none is left.
+    pub(crate) async fn finish_persisting(&self, limit: std::time::Duration) -> bool {
+        let writing = *self.persisting.borrow();
+        if writing == 0 {
+            return true;
+        }
+        tracing::warn!(
+            writing,
+            limit_secs = limit.as_secs_f64(),
+            "waiting for index files being written before stopping"
+        );
+        let mut watch = self.persisting.subscribe();
+        let done = tokio::time::timeout(limit, watch.wait_for(|n| *n == 0)).await.is_ok_and(|r| r.is_ok());
+        if done {
+            tracing::warn!(writing, "index files written; stopping");
+        } else {
+            tracing::warn!(
+                left = *self.persisting.borrow(),
+                "stopping before every index file was written (shutdown_index_wait_secs): the next open parses again"
+            );
+        }
+        done
     }
 }
