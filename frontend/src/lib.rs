@@ -107,5 +107,7 @@ mod tests {
         assert!(wrong.is_empty(), "imports pointing up the layers:\n{}", wrong.join("\n"));
         let loops: Vec<String> = graph.loops().iter().map(ToString::to_string).collect();
         assert!(loops.is_empty(), "files or folders that import each other:\n{}", loops.join("\n"));
+        let globs = &graph.globs;
+        assert!(globs.is_empty(), "globs hide what a file names; name the items:\n{}", globs.join("\n"));
     }
 }
