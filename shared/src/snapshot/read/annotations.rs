@@ -15,7 +15,7 @@ pub(super) fn external_annotations(heap: &mut Heap, v: Value, stop: &Stop) -> Re
     let items = list_items(heap, v, &|| "external_annotations".to_owned())?;
     let mut out = Vec::with_capacity(items.len());
     for (i, a) in items.into_iter().enumerate() {
-        if i % 4096 == 0 {
+        if i.is_multiple_of(4096) {
             stop.check()?;
         }
         let base = || format!("external_annotations[{i}]");

@@ -93,7 +93,7 @@ impl Reader {
             // million warnings (a gigabyte of them, stored in its index).
             let mut unknown = rustc_hash::FxHashSet::default();
             for (i, (k, _)) in top.iter().enumerate() {
-                if i % 4096 == 0 {
+                if i.is_multiple_of(4096) {
                     stop.check()?;
                 }
                 if let V::Str(key) = k.get()

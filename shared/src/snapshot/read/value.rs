@@ -233,7 +233,7 @@ impl<'h> Convert<'h, '_> {
                 offset: self.stop.offset,
             });
         }
-        if self.visits % CANCEL_EVERY == 0 {
+        if self.visits.is_multiple_of(CANCEL_EVERY) {
             self.stop.check()?;
         }
         if depth > MAX_DEPTH {
