@@ -22,7 +22,7 @@ const LAYERS: &[&str] = &[
     "predict",
     "views",
     "api",
-    "answers",
+    "cli_json",
     "testing",
 ];
 

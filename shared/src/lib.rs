@@ -11,7 +11,7 @@
 //! ```text
 //! error, column → index_file → pickle → snapshot → stats → index → pools
 //!   → timeline → simulate → analysis → analyzed → predict → views → api
-//!   → answers (→ testing, the corpus for tests)
+//!   → cli_json (→ testing, the corpus for tests)
 //! ```
 //!
 //! - [`error`] the crate's errors and [`column`] the immutable arrays
@@ -28,14 +28,14 @@
 //!   run; [`views`] answers the dashboard's questions of an
 //!   [`analyzed::Analyzed`].
 //! - [`api`] is the wire types, some of which embed analyses' reports;
-//!   [`answers`] the command line's `--json` objects.
+//!   [`cli_json`] the command line's `--json` objects.
 
 #![forbid(unsafe_code)]
 
 pub mod analysis;
 pub mod analyzed;
-pub mod answers;
 pub mod api;
+pub mod cli_json;
 pub mod column;
 pub mod error;
 pub mod index;

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use anyhow::anyhow;
 use clap::Args;
 use vramscope_shared::analyzed::Analyzed;
-use vramscope_shared::answers::breakdown_json;
+use vramscope_shared::cli_json::breakdown_json;
 use vramscope_shared::error::ViewError;
 
 use super::input::{MemoryBudget, load};

@@ -9,9 +9,9 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, anyhow};
 use clap::Args;
 use vramscope_shared::analysis::check::{CheckBudget, CheckReport};
-use vramscope_shared::answers::check_json;
 use vramscope_shared::api::jobs::{CheckAnswer, CheckQuery};
 use vramscope_shared::api::paths;
+use vramscope_shared::cli_json::check_json;
 use vramscope_shared::simulate::parse_size;
 
 use super::input::{MemoryBudget, load};

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 use vramscope_shared::analysis::diff::SnapshotDiff;
-use vramscope_shared::answers::diff_json;
+use vramscope_shared::cli_json::diff_json;
 
 use super::input::{MemoryBudget, load};
 use super::{Failure, finish, write_json};

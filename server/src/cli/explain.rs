@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use vramscope_shared::answers::explain_json;
+use vramscope_shared::cli_json::explain_json;
 
 use super::input::{MemoryBudget, load};
 use super::{Failure, finish, write_json};

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 use vramscope_shared::analysis::leaks::LeakReport;
-use vramscope_shared::answers::leaks_json;
+use vramscope_shared::cli_json::leaks_json;
 
 use super::input::{MemoryBudget, load};
 use super::{Failure, finish, write_json};

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use anyhow::anyhow;
 use clap::Args;
 use vramscope_shared::analysis::capacity::simulate_with_inferred_capacity;
-use vramscope_shared::answers::tune_json;
+use vramscope_shared::cli_json::tune_json;
 use vramscope_shared::simulate::{AllocatorConfig, SimulateOptions, parse_size};
 
 use super::input::{MemoryBudget, load};
@@ -82,7 +82,7 @@ pub(crate) fn run(args: &SimulateArgs) -> Result<(), Failure> {
     let sim = simulate_with_inferred_capacity(&snapshot, &options).map_err(|e| bad_input(e, &args.file))?;
     let mut out = std::io::stdout().lock();
     let written = if args.json {
-        // The report `vramscope_shared::answers::simulate_json` gives the MCP tool.
+        // The report `vramscope_shared::cli_json::simulate_json` gives the MCP tool.
         write_json(&mut out, &sim.report())
     } else {
         write_simulation(&mut out, &args.file, &snapshot, &sim)

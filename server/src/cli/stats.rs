@@ -25,7 +25,7 @@ pub(crate) fn run(args: &StatsArgs) -> Result<(), Failure> {
     let snapshot = load(&args.file, args.budget)?;
     let mut out = std::io::stdout().lock();
     let written = if args.json {
-        write_json(&mut out, &vramscope_shared::answers::stats_json(&args.file.display().to_string(), &snapshot))
+        write_json(&mut out, &vramscope_shared::cli_json::stats_json(&args.file.display().to_string(), &snapshot))
     } else {
         let stats = snapshot.stats();
         write_summary(&mut out, &args.file, &snapshot, &stats.devices, stats.host.as_ref())

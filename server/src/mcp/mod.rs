@@ -6,7 +6,7 @@
 //! the tools are one table ([`tools::TOOLS`]), each entry naming its
 //! arguments and the function that answers, so adding a tool is one entry.
 //! Each tool answers with the JSON the matching `vramscope … --json` prints
-//! (`vramscope_shared::answers`), cut to a size an assistant can read
+//! (`vramscope_shared::cli_json`), cut to a size an assistant can read
 //! ([`cut`]), with a pointer to the rest (the dashboard's permalink for a
 //! stored snapshot, the command line for a file).
 //!

@@ -1,6 +1,6 @@
 //! The MCP tools, one entry each in [`TOOLS`]: name, description, arguments
 //! and the function that answers. Every answer is the JSON of the matching
-//! `vramscope … --json` (`vramscope_shared::answers`), computed on a
+//! `vramscope … --json` (`vramscope_shared::cli_json`), computed on a
 //! blocking thread.
 
 use std::fs::File;
@@ -12,11 +12,11 @@ use futures::future::BoxFuture;
 use serde_json::{Map, Value, json};
 use vramscope_shared::analysis::check::CheckBudget;
 use vramscope_shared::analyzed::Analyzed;
-use vramscope_shared::answers;
 use vramscope_shared::api::paths;
 use vramscope_shared::api::review::PostComment;
 use vramscope_shared::api::snapshots::ListParams;
 use vramscope_shared::api::{Page, SnapshotMeta};
+use vramscope_shared::cli_json;
 use vramscope_shared::simulate::{SimulateOptions, parse_size};
 use vramscope_shared::views::analysis;
 use vramscope_shared::views::state::{StateParams, state};
@@ -766,7 +766,7 @@ async fn stats(c: Call) -> Result<Answer, String> {
     // Off the protocol's task and kept, as every other tool's answer: a
     // 2M-entry snapshot's statistics took 57 ms of an async worker per
     // call, and looping clients held up /healthz (issue 44).
-    let json = c.answer(&key, move || to_json(&answers::stats_json(&l.label, l.snapshot()))).await?;
+    let json = c.answer(&key, move || to_json(&cli_json::stats_json(&l.label, l.snapshot()))).await?;
     Ok(Answer { json, more: Some(more) })
 }
 
@@ -774,7 +774,7 @@ async fn explain(c: Call) -> Result<Answer, String> {
     let l = c.snapshot("snapshot").await?;
     let key = l.id.clone().unwrap_or_default();
     let more = c.more(&l, "explain", "");
-    let json = c.answer(&key, move || to_json(&answers::explain_json(&l.label, l.snapshot()))).await?;
+    let json = c.answer(&key, move || to_json(&cli_json::explain_json(&l.label, l.snapshot()))).await?;
     Ok(Answer { json, more: Some(more) })
 }
 
@@ -787,7 +787,7 @@ async fn leaks(c: Call) -> Result<Answer, String> {
         (Some(id), Some(base)) => format!("the dashboard: {base}/snapshots/{id}"),
         _ => format!("vramscope leaks {} --top {top} --json", shell_word(&l.label)),
     };
-    let json = c.answer(&key, move || to_json(&answers::leaks_json(&l.label, l.snapshot(), top))).await?;
+    let json = c.answer(&key, move || to_json(&cli_json::leaks_json(&l.label, l.snapshot(), top))).await?;
     Ok(Answer { json, more: Some(more) })
 }
 
@@ -801,7 +801,7 @@ async fn diff(c: Call) -> Result<Answer, String> {
         _ => format!("vramscope diff {} {} --top {top} --json", shell_word(&a.label), shell_word(&b.label)),
     };
     let json = c
-        .answer(&key, move || to_json(&answers::diff_json(&a.label, a.snapshot(), &b.label, b.snapshot(), top)))
+        .answer(&key, move || to_json(&cli_json::diff_json(&a.label, a.snapshot(), &b.label, b.snapshot(), top)))
         .await?;
     Ok(Answer { json, more: Some(more) })
 }
@@ -818,7 +818,7 @@ async fn simulate(c: Call) -> Result<Answer, String> {
     let more = c.more(&l, "simulate", "");
     let json = c
         .answer(&key, move || {
-            let report = answers::simulate_json(l.snapshot(), &options).map_err(|e| format!("{e} ({})", l.label))?;
+            let report = cli_json::simulate_json(l.snapshot(), &options).map_err(|e| format!("{e} ({})", l.label))?;
             to_json(&report)
         })
         .await?;
@@ -871,7 +871,7 @@ async fn tune(c: Call) -> Result<Answer, String> {
     let json = c
         .answer(&key, move || {
             let report =
-                answers::tune_json(&l.label, l.snapshot(), capacity).map_err(|e| format!("{e} ({})", l.label))?;
+                cli_json::tune_json(&l.label, l.snapshot(), capacity).map_err(|e| format!("{e} ({})", l.label))?;
             to_json(&report)
         })
         .await?;
@@ -891,7 +891,7 @@ async fn breakdown(c: Call) -> Result<Answer, String> {
                 Held::Stored(analyzed) => analyzed,
             };
             let answer =
-                answers::breakdown_json(&label, &analyzed, device, row).map_err(|e| format!("{e} ({label})"))?;
+                cli_json::breakdown_json(&label, &analyzed, device, row).map_err(|e| format!("{e} ({label})"))?;
             to_json(&answer)
         })
         .await?;
@@ -948,7 +948,7 @@ async fn check(c: Call) -> Result<Answer, String> {
     let json = c
         .answer(&key, move || {
             let baseline = base.as_ref().map(|b| (b.label.as_str(), b.snapshot()));
-            let report = answers::check_json(&l.label, l.snapshot(), baseline, &budget, top)
+            let report = cli_json::check_json(&l.label, l.snapshot(), baseline, &budget, top)
                 .map_err(|e| format!("{e} ({})", l.label))?;
             to_json(&report)
         })
