@@ -4,7 +4,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use vramscope_shared::index::SnapshotIndex;
+use vramscope_shared::intervals::SnapshotIntervals;
 use vramscope_shared::testing::SliceFeed;
 use vramscope_shared::{ReadOptions, read_snapshot_bytes, read_snapshot_chunks};
 
@@ -24,6 +24,6 @@ fuzz_target!(|data: &[u8]| {
     }
     if let Ok(snapshot) = in_place {
         let _ = snapshot.stats();
-        let _ = SnapshotIndex::build(&snapshot);
+        let _ = SnapshotIntervals::build(&snapshot);
     }
 });

@@ -20,7 +20,7 @@ use std::io::Write;
 use flate2::Compression;
 use flate2::write::GzEncoder;
 use libfuzzer_sys::fuzz_target;
-use vramscope_shared::index::SnapshotIndex;
+use vramscope_shared::intervals::SnapshotIntervals;
 use vramscope_shared::{ReadOptions, read_snapshot};
 
 /// Largest generated pickle (before compression).
@@ -362,6 +362,6 @@ fuzz_target!(|data: &[u8]| {
     let options = ReadOptions::with_budget(64 << 20);
     if let Ok(snapshot) = read_snapshot(&input[..], &options) {
         let _ = snapshot.stats();
-        let _ = SnapshotIndex::build(&snapshot);
+        let _ = SnapshotIntervals::build(&snapshot);
     }
 });

@@ -164,7 +164,7 @@ pub fn hit(bars: &[Bar], geometry: &Geometry, px: f64, py: f64) -> Option<usize>
 
 #[cfg(test)]
 mod tests {
-    use vramscope_shared::index::SnapshotIndex;
+    use vramscope_shared::intervals::SnapshotIntervals;
     use vramscope_shared::timeline::{Axis, TimelineIndex};
 
     use super::*;
@@ -212,7 +212,7 @@ mod tests {
         // tried instead, overshot by 2.5x on oom_leak).
         for name in ["oom_leak", "mlp_train_all", "ring_overflow", "streams", "compiled"] {
             let snapshot = vramscope_shared::testing::snapshot(name);
-            let index = SnapshotIndex::build(&snapshot);
+            let index = SnapshotIntervals::build(&snapshot);
             let timeline = TimelineIndex::build(&snapshot, &index);
             let (lo, hi) = timeline.extent(0, Axis::Event).expect("a trace");
             let w = timeline.query(0, Axis::Event, lo, hi, 1000, 2000).expect("window");

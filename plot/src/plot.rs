@@ -369,7 +369,7 @@ pub fn x_axis_caption(axis: Axis) -> &'static str {
 #[cfg(test)]
 mod tests {
     use plotters_backend::BackendCoord;
-    use vramscope_shared::index::SnapshotIndex;
+    use vramscope_shared::intervals::SnapshotIntervals;
     use vramscope_shared::timeline::TimelineIndex;
 
     use super::*;
@@ -380,7 +380,7 @@ mod tests {
 
     fn oom_leak_window(axis: Axis, px: u32) -> TimelineWindow {
         let snapshot = vramscope_shared::testing::snapshot("oom_leak");
-        let index = SnapshotIndex::build(&snapshot);
+        let index = SnapshotIntervals::build(&snapshot);
         let timeline = TimelineIndex::build(&snapshot, &index);
         let (lo, hi) = timeline.extent(0, axis).expect("extent");
         timeline.query(0, axis, lo, hi, px, 2000).expect("window")

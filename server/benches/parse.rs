@@ -14,7 +14,7 @@
 //! Each command runs under GNU time (`/usr/bin/time -f ...`), which reports the
 //! peak RSS of that one child; wall time is taken here around the child.
 //! Then it times the library in process: `read_snapshot`, `stats()` and
-//! `SnapshotIndex::build`.
+//! `SnapshotIntervals::build`.
 //!
 //! Targets (issue 26): `stats` at least 20x faster than `pickle.load` on the
 //! 1.5M-entry file, peak RSS at most 1.2x the file.
@@ -95,7 +95,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use vramscope_shared::index::SnapshotIndex;
+use vramscope_shared::intervals::SnapshotIntervals;
 use vramscope_shared::simulate::{SimulateOptions, simulate};
 use vramscope_shared::{ReadOptions, read_snapshot};
 
@@ -296,7 +296,7 @@ fn main() {
                 ]);
                 table.row(vec![
                     name.clone(),
-                    "lib SnapshotIndex::build".into(),
+                    "lib SnapshotIntervals::build".into(),
                     fmt_secs(lib.index.best()),
                     fmt_secs(lib.index.median()),
                     String::new(),
@@ -482,7 +482,7 @@ fn bench_library(path: &Path, runs: usize) -> Result<LibTimes, String> {
         t.stats.push_wall(start.elapsed());
 
         let start = Instant::now();
-        let _index = std::hint::black_box(SnapshotIndex::build(&snapshot));
+        let _index = std::hint::black_box(SnapshotIntervals::build(&snapshot));
         t.index.push_wall(start.elapsed());
 
         let start = Instant::now();

@@ -45,7 +45,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use vramscope_shared::index::SnapshotIndex;
+use vramscope_shared::intervals::SnapshotIntervals;
 use vramscope_shared::timeline::{Axis, TimelineIndex};
 use vramscope_shared::{ReadOptions, read_snapshot};
 
@@ -569,7 +569,7 @@ async fn bench_timeline(
             table.row(latency_row("  in process: TimelineIndex::query", &split.query, false));
             table.row(latency_row("  in process: serde_json::to_vec", &split.serialize, false));
             notes.push(format!(
-                "in process (this bench, after the servers stopped): read_snapshot + SnapshotIndex::build + \
+                "in process (this bench, after the servers stopped): read_snapshot + SnapshotIntervals::build + \
                  TimelineIndex::build took {}; slowest query {} on a window of {:.3} of the trace (axis {:?})",
                 fmt_secs(Some(split.build)),
                 fmt_ms(Some(split.slowest.0)),
@@ -635,7 +635,7 @@ fn library_split(path: &Path, windows: &[(Axis, i64, i64)]) -> Result<LibrarySpl
     let file = File::open(path).map_err(|e| format!("open {}: {e}", path.display()))?;
     let start = Instant::now();
     let snapshot = read_snapshot(BufReader::new(file), &ReadOptions::default()).map_err(|e| format!("read: {e}"))?;
-    let index = SnapshotIndex::build(&snapshot);
+    let index = SnapshotIntervals::build(&snapshot);
     let timeline = TimelineIndex::build(&snapshot, &index);
     let build = start.elapsed();
     let device = snapshot.devices.first().map(|d| d.device).ok_or("the snapshot has no device")?;

@@ -13,7 +13,7 @@ const LAYERS: &[&str] = &[
     "pickle",
     "snapshot",
     "stats",
-    "index",
+    "intervals",
     "pools",
     "timeline",
     "simulate",

@@ -9,7 +9,7 @@
 //! `layers.rs`, keeps it; within a folder, no two files name each other):
 //!
 //! ```text
-//! error, column → index_file → pickle → snapshot → stats → index → pools
+//! error, column → index_file → pickle → snapshot → stats → intervals → pools
 //!   → timeline → simulate → analysis → analyzed → predict → views → api
 //!   → cli_json (→ testing, the corpus for tests)
 //! ```
@@ -18,7 +18,7 @@
 //!   stand at the bottom; [`index_file`] is the persisted index's plain
 //!   format (columns, checksums, a header).
 //! - [`pickle`] is the pickle machine; [`snapshot`] the model and the
-//!   reader's hooks; [`stats`] PyTorch's counters; [`index`] the intervals;
+//!   reader's hooks; [`stats`] PyTorch's counters; [`intervals`] the allocations and segments as intervals;
 //!   [`pools`] which pool each trace row belongs to; [`timeline`] the
 //!   level-of-detail windows.
 //! - [`simulate`] is the caching allocator's model; [`analysis`] the
@@ -38,8 +38,8 @@ pub mod api;
 pub mod cli_json;
 pub mod column;
 pub mod error;
-pub mod index;
 pub mod index_file;
+pub mod intervals;
 #[cfg(test)]
 mod layers;
 pub mod pickle;

@@ -5,7 +5,7 @@ mod common;
 
 use std::path::Path;
 
-use vramscope_shared::index::SnapshotIndex;
+use vramscope_shared::intervals::SnapshotIntervals;
 use vramscope_shared::snapshot::{Action, BlockState, EMPTY_STACK};
 
 /// Check one corpus file against its `.stats.json`.
@@ -79,7 +79,7 @@ fn ring_overflow_is_marked_wrapped_and_its_ghosts_found() {
     let snapshot = common::read(&common::fixture_corpus().join("ring_overflow.pickle"));
     let stats = snapshot.stats();
     assert!(stats.devices[0].trace_wrapped);
-    let index = SnapshotIndex::build(&snapshot);
+    let index = SnapshotIntervals::build(&snapshot);
     let device = &index.devices[0];
     // The window opens on an alloc, so every freed allocation has its start;
     // the segments cudaMalloc'd before the window are the ghosts here.
@@ -92,7 +92,7 @@ fn ring_overflow_is_marked_wrapped_and_its_ghosts_found() {
 fn unwrapped_traces_have_no_ghosts_and_end_in_the_final_state() {
     for name in ["mlp_train_all", "oom_leak", "streams", "compiled", "graph_manual", "graph_release"] {
         let snapshot = common::read(&common::fixture_corpus().join(format!("{name}.pickle")));
-        let index = SnapshotIndex::build(&snapshot);
+        let index = SnapshotIntervals::build(&snapshot);
         let device = &index.devices[0];
         assert_eq!(device.ghosts().count(), 0, "{name}");
         let alive: u64 = device.allocations.iter().filter(|a| a.alive_at_end()).map(|a| a.size).sum();
@@ -105,7 +105,7 @@ fn unwrapped_traces_have_no_ghosts_and_end_in_the_final_state() {
 #[test]
 fn streams_keeps_pending_frees_apart() {
     let snapshot = common::read(&common::fixture_corpus().join("streams.pickle"));
-    let index = SnapshotIndex::build(&snapshot);
+    let index = SnapshotIntervals::build(&snapshot);
     let pending = index.devices[0]
         .allocations
         .iter()

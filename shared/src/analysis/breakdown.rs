@@ -39,7 +39,7 @@ use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 
 use super::{FrameText, stack_text};
-use crate::index::{Allocation, DeviceIndex};
+use crate::intervals::{Allocation, DeviceIntervals};
 use crate::snapshot::{AnnotationStage, DeviceSnapshot, Snapshot, StackId};
 
 /// The categories, in the order they are stacked in charts.
@@ -378,7 +378,7 @@ const NO_STAGE: u32 = 0;
 
 impl DeviceCategories {
     /// Classify every allocation of a device (see the module doc).
-    pub fn build(snapshot: &Snapshot, device: &DeviceSnapshot, index: &DeviceIndex) -> DeviceCategories {
+    pub fn build(snapshot: &Snapshot, device: &DeviceSnapshot, index: &DeviceIntervals) -> DeviceCategories {
         DeviceCategories::build_with(snapshot, device, index, |_, _, _| {})
     }
 
@@ -386,7 +386,7 @@ impl DeviceCategories {
     /// grows with the batch: what the breakdown classes, when it is made,
     /// as activations or temporaries (parameters, gradients, optimizer
     /// state, workspaces and what is kept across steps do not).
-    pub fn grows_with_batch(snapshot: &Snapshot, device: &DeviceSnapshot, index: &DeviceIndex) -> Vec<bool> {
+    pub fn grows_with_batch(snapshot: &Snapshot, device: &DeviceSnapshot, index: &DeviceIntervals) -> Vec<bool> {
         let mut grows = vec![false; index.allocations.len()];
         let mut classified = vec![false; index.allocations.len()];
         DeviceCategories::build_with(snapshot, device, index, |i, category, other| {
@@ -403,7 +403,7 @@ impl DeviceCategories {
     fn build_with(
         snapshot: &Snapshot,
         device: &DeviceSnapshot,
-        index: &DeviceIndex,
+        index: &DeviceIntervals,
         mut seen: impl FnMut(usize, Category, OtherReason),
     ) -> DeviceCategories {
         let rows = device.trace.len() as u32;
@@ -681,7 +681,7 @@ mod tests {
     fn breakdown(name: &str) -> DeviceBreakdown {
         let a = crate::testing::snapshot(name);
         let d = &a.devices[0];
-        DeviceCategories::build(&a, d, &crate::index::DeviceIndex::build(d)).at(None)
+        DeviceCategories::build(&a, d, &crate::intervals::DeviceIntervals::build(d)).at(None)
     }
 
     fn within(ours: u64, truth: u64, pct: f64) -> bool {

@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 
 use super::steps::{StepSource, Steps};
 use super::{FrameText, stack_text};
-use crate::index::DeviceIndex;
+use crate::intervals::DeviceIntervals;
 use crate::snapshot::{DeviceSnapshot, Snapshot, StackId};
 
 /// How a stack's live allocations are spread over the steps.
@@ -114,7 +114,7 @@ pub struct LeakReport {
 impl LeakReport {
     /// Rank the live allocations of every device, keeping the `top` best stacks of each.
     pub fn build(snapshot: &Snapshot, top: usize) -> LeakReport {
-        let devices = snapshot.devices.iter().map(|d| DeviceLeaks::build(snapshot, d, &DeviceIndex::build(d), top));
+        let devices = snapshot.devices.iter().map(|d| DeviceLeaks::build(snapshot, d, &DeviceIntervals::build(d), top));
         LeakReport { devices: devices.collect() }
     }
 }
@@ -131,7 +131,7 @@ struct Acc {
 
 impl DeviceLeaks {
     /// Rank one device's live allocations, keeping the `top` best stacks.
-    pub fn build(snapshot: &Snapshot, device: &DeviceSnapshot, index: &DeviceIndex, top: usize) -> DeviceLeaks {
+    pub fn build(snapshot: &Snapshot, device: &DeviceSnapshot, index: &DeviceIntervals, top: usize) -> DeviceLeaks {
         let steps = Steps::find(snapshot, device);
         let n = steps.steps.len().max(1);
         let completed = steps.completed();

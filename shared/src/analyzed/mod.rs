@@ -12,7 +12,7 @@ use crate::Snapshot;
 use crate::analysis::breakdown::DeviceCategories;
 use crate::analysis::layout::{Checkpoints, Rewinder};
 use crate::error::ViewError;
-use crate::index::{DeviceIndex, SnapshotIndex};
+use crate::intervals::{DeviceIntervals, SnapshotIntervals};
 use crate::pools::PoolMap;
 use crate::stats::SnapshotStats;
 use crate::timeline::{self, TimelineIndex};
@@ -23,7 +23,7 @@ pub struct Analyzed {
     /// The model.
     pub snapshot: Snapshot,
     /// Allocation and segment intervals.
-    pub index: SnapshotIndex,
+    pub index: SnapshotIntervals,
     /// Level-of-detail curves.
     pub timeline: TimelineIndex,
     /// Per device, layout checkpoints for the state and segment views,
@@ -146,7 +146,7 @@ impl Analyzed {
     /// Assemble built or loaded parts.
     pub(crate) fn from_parts(
         snapshot: Snapshot,
-        index: SnapshotIndex,
+        index: SnapshotIntervals,
         timeline: TimelineIndex,
         from_index: bool,
     ) -> Analyzed {
@@ -221,7 +221,7 @@ impl Analyzed {
     }
 
     /// The interval index of a device.
-    pub fn device_index(&self, device: u32) -> Result<&DeviceIndex, ViewError> {
+    pub fn device_index(&self, device: u32) -> Result<&DeviceIntervals, ViewError> {
         self.index
             .devices
             .iter()

@@ -9,8 +9,8 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 use crate::analyzed::Analyzed;
-use crate::index::{DeviceIndexHeader, SnapshotIndex};
 use crate::index_file::{IndexFileError, Reader, Writer, check};
+use crate::intervals::{DeviceIndexHeader, SnapshotIntervals};
 use crate::snapshot::frames::{TablesHeader, load_tables, save_tables};
 use crate::snapshot::trace::TraceHeader;
 use crate::snapshot::{
@@ -202,7 +202,7 @@ pub fn open_index(bytes: Bytes, snapshot_sha256: &str) -> Result<Analyzed, Index
         }),
         None => None,
     };
-    let index = SnapshotIndex::load(&r, &header.intervals)?;
+    let index = SnapshotIntervals::load(&r, &header.intervals)?;
     for d in &index.devices {
         let rows = devices.iter().find(|x| x.device == d.device).map_or(0, |x| x.trace.len());
         let in_trace = |row: Option<u32>| row.is_none_or(|r| (r as usize) < rows);

@@ -51,7 +51,7 @@ use self::program::{Op, Program};
 use crate::analysis::breakdown::DeviceCategories;
 use crate::analysis::oom::OomCause;
 use crate::analysis::{FrameText, stack_text};
-use crate::index::DeviceIndex;
+use crate::intervals::DeviceIntervals;
 use crate::simulate::{AllocatorConfig, CachingAllocator, ConfigError, SimError, round_size, settings_for};
 use crate::snapshot::{DeviceSnapshot, Snapshot};
 use crate::stats::DeviceStats;
@@ -817,7 +817,7 @@ pub(crate) fn shown_frames(stack: &[FrameText]) -> Vec<String> {
 /// Which allocations of a single run grow with the size: what the breakdown
 /// classes as activations or temporaries.
 fn scaled_allocations(run: Run<'_>, device: &DeviceSnapshot, program: &Program) -> Vec<bool> {
-    let index = DeviceIndex::build(device);
+    let index = DeviceIntervals::build(device);
     let grows = DeviceCategories::grows_with_batch(run.snapshot, device, &index);
     // The index lists allocations by their alloc row; the program too.
     let by_row: FxHashMap<u32, bool> =

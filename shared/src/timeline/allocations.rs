@@ -7,7 +7,7 @@ use std::collections::BinaryHeap;
 use rustc_hash::FxHashMap;
 
 use crate::column::Column;
-use crate::index::Allocation;
+use crate::intervals::Allocation;
 use crate::snapshot::StackId;
 
 /// "No row" in [`AllocItem::free_requested`].
@@ -574,7 +574,7 @@ mod tests {
     /// making), ghosts interleaved either way.
     #[test]
     fn items_come_in_start_order_without_sorting_the_ghosts() {
-        use crate::index::OptRow;
+        use crate::intervals::OptRow;
         let allocation = |addr: u64, alloc: Option<u32>, freed: Option<u32>| Allocation {
             addr,
             size: 512,
@@ -611,7 +611,7 @@ mod tests {
     /// order and not, at a stride of a power of two and not.
     #[test]
     fn the_items_gathered_on_two_threads_are_those_on_one() {
-        use crate::index::OptRow;
+        use crate::intervals::OptRow;
         let rows = 1000u32;
         let item = |a: &Allocation| {
             (a.size > 0 && a.alloc_row.get().is_none_or(|r| r < rows)).then(|| AllocItem {
@@ -684,7 +684,7 @@ mod tests {
     /// ties of size, so that the order of ties is what is checked.
     #[test]
     fn the_scan_answers_as_the_index() {
-        use crate::index::OptRow;
+        use crate::intervals::OptRow;
         let rows = 600u32;
         for ordered in [true, false] {
             let all: Vec<Allocation> = (0..700u32)

@@ -10,7 +10,7 @@ use super::{
     YSpan, beside,
 };
 use crate::column::Column;
-use crate::index::{Allocation, DeviceIndex};
+use crate::intervals::{Allocation, DeviceIntervals};
 use crate::snapshot::{Action, BlockState, DeviceSnapshot};
 
 /// One device's precomputed timeline.
@@ -40,7 +40,7 @@ pub(super) struct DeviceTimeline {
 }
 
 impl DeviceTimeline {
-    pub(super) fn build(device: &DeviceSnapshot, intervals: &DeviceIndex) -> DeviceTimeline {
+    pub(super) fn build(device: &DeviceSnapshot, intervals: &DeviceIntervals) -> DeviceTimeline {
         let n = device.trace.len();
         let index = || AllocationIndex::build(&intervals.allocations, n, MIN_CHECKPOINT_STRIDE, None);
         Self::build_beside(device, || ((), Some(index()))).1
@@ -50,10 +50,10 @@ impl DeviceTimeline {
     /// curves need no intervals, so they are built beside the intervals
     /// and the allocation index that follows from them (unless `defer`:
     /// see [`TimelineIndex::build_with_intervals_deferred`]).
-    pub(super) fn build_with_intervals(device: &DeviceSnapshot, defer: bool) -> (DeviceIndex, DeviceTimeline) {
+    pub(super) fn build_with_intervals(device: &DeviceSnapshot, defer: bool) -> (DeviceIntervals, DeviceTimeline) {
         let n = device.trace.len();
         let (intervals, mut timeline) = Self::build_beside(device, || {
-            let intervals = DeviceIndex::build(device);
+            let intervals = DeviceIntervals::build(device);
             let allocations =
                 (!defer).then(|| AllocationIndex::build(&intervals.allocations, n, MIN_CHECKPOINT_STRIDE, None));
             (intervals, allocations)

@@ -59,7 +59,7 @@ pub use answer::{Axis, Bucket, Marker, MarkerKind, Range3, TimelineWindow, Visib
 pub(crate) use persist::DeviceTimelineHeader;
 pub(crate) use threads::{PARALLEL_BUILD_ROWS, THREADS, beside};
 
-use crate::index::{DeviceIndex, SnapshotIndex};
+use crate::intervals::{DeviceIntervals, SnapshotIntervals};
 use crate::snapshot::Snapshot;
 use device::DeviceTimeline;
 
@@ -84,7 +84,7 @@ pub struct TimelineIndex {
 
 impl TimelineIndex {
     /// Precompute the timelines of every device that has trace rows.
-    pub fn build(snapshot: &Snapshot, index: &SnapshotIndex) -> TimelineIndex {
+    pub fn build(snapshot: &Snapshot, index: &SnapshotIntervals) -> TimelineIndex {
         let devices = snapshot
             .devices
             .iter()
@@ -98,9 +98,9 @@ impl TimelineIndex {
     }
 
     /// The intervals and the timelines of every device, built together
-    /// ([`SnapshotIndex::build`] then [`TimelineIndex::build`], with a
+    /// ([`SnapshotIntervals::build`] then [`TimelineIndex::build`], with a
     /// device's curves built beside its intervals on a large trace).
-    pub fn build_with_intervals(snapshot: &Snapshot) -> (SnapshotIndex, TimelineIndex) {
+    pub fn build_with_intervals(snapshot: &Snapshot) -> (SnapshotIntervals, TimelineIndex) {
         Self::build_with_intervals_then(snapshot, false)
     }
 
@@ -112,23 +112,23 @@ impl TimelineIndex {
     /// costing a pass. A server answers its first windows of a large
     /// upload this way while the indexes are built behind them (they are
     /// nearly half of the build).
-    pub fn build_with_intervals_deferred(snapshot: &Snapshot) -> (SnapshotIndex, TimelineIndex) {
+    pub fn build_with_intervals_deferred(snapshot: &Snapshot) -> (SnapshotIntervals, TimelineIndex) {
         Self::build_with_intervals_then(snapshot, true)
     }
 
-    fn build_with_intervals_then(snapshot: &Snapshot, defer: bool) -> (SnapshotIndex, TimelineIndex) {
+    fn build_with_intervals_then(snapshot: &Snapshot, defer: bool) -> (SnapshotIntervals, TimelineIndex) {
         let mut intervals = Vec::with_capacity(snapshot.devices.len());
         let mut devices = Vec::new();
         for d in &snapshot.devices {
             if d.trace.is_empty() {
-                intervals.push(DeviceIndex::build(d));
+                intervals.push(DeviceIntervals::build(d));
             } else {
                 let (i, t) = DeviceTimeline::build_with_intervals(d, defer);
                 intervals.push(i);
                 devices.push(t);
             }
         }
-        (SnapshotIndex { devices: intervals }, TimelineIndex { devices })
+        (SnapshotIntervals { devices: intervals }, TimelineIndex { devices })
     }
 
     /// Build the allocation indexes that

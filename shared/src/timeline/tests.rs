@@ -4,14 +4,14 @@
 use super::allocations::AllocationIndex;
 use super::*;
 use crate::DeviceStats;
-use crate::index::SnapshotIndex;
+use crate::intervals::SnapshotIntervals;
 use crate::snapshot::{Action, BlockState, DeviceSnapshot, Snapshot};
 
 const FIXTURES: [&str; 6] = ["compiled", "mlp_train_all", "oom_leak", "ring_overflow", "state_only", "streams"];
 
-fn load(name: &str) -> (Snapshot, SnapshotIndex, TimelineIndex) {
+fn load(name: &str) -> (Snapshot, SnapshotIntervals, TimelineIndex) {
     let snapshot = crate::testing::snapshot(name);
-    let index = SnapshotIndex::build(&snapshot);
+    let index = SnapshotIntervals::build(&snapshot);
     let timeline = TimelineIndex::build(&snapshot, &index);
     (snapshot, index, timeline)
 }
@@ -255,7 +255,7 @@ fn a_narrow_window_gives_the_raw_rows() {
 }
 
 /// Positions alive `[lo, hi)` of every nonzero allocation, from the index.
-fn intervals(index: &SnapshotIndex, device: u32, rows: usize) -> Vec<(u64, u64, u64)> {
+fn intervals(index: &SnapshotIntervals, device: u32, rows: usize) -> Vec<(u64, u64, u64)> {
     let d = index.devices.iter().find(|d| d.device == device).expect("device");
     d.allocations
         .iter()
@@ -504,7 +504,7 @@ fn a_cut_trace_continues_the_full_one_and_draws_its_ghosts() {
     let cut = rows / 2;
     let kept = snapshot.devices[0].trace.to_builder().split_off(cut).into();
     snapshot.devices[0].trace = kept;
-    let index = SnapshotIndex::build(&snapshot);
+    let index = SnapshotIntervals::build(&snapshot);
     let t = TimelineIndex::build(&snapshot, &index);
     assert!(index.devices[0].ghosts().count() > 0);
 

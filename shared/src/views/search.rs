@@ -10,7 +10,7 @@ use crate::analyzed::Analyzed;
 use crate::error::ViewError;
 
 /// Which allocations a query keeps.
-type Filter = Box<dyn Fn(&crate::index::Allocation) -> bool>;
+type Filter = Box<dyn Fn(&crate::intervals::Allocation) -> bool>;
 
 /// Most matches listed unless `limit` says otherwise.
 pub const DEFAULT_LIMIT: usize = 500;
@@ -135,7 +135,7 @@ pub fn search(a: &Analyzed, p: &SearchParams) -> Result<SearchAnswer, ViewError>
             .collect();
         (SearchKind::Frame, q.to_owned(), Box::new(move |x| stack_hits.get(x.stack as usize).copied().unwrap_or(false)))
     };
-    let mut found: Vec<&crate::index::Allocation> = index.allocations.iter().filter(|x| keep(x)).collect();
+    let mut found: Vec<&crate::intervals::Allocation> = index.allocations.iter().filter(|x| keep(x)).collect();
     found.sort_by_key(|x| (x.alloc_row.get().map_or(-1, i64::from), x.addr));
     let total = found.len();
     let times = trace.has_time().then(|| trace.times_us());

@@ -104,7 +104,7 @@ pub struct SegmentSpan {
 
 /// The intervals of one device.
 #[derive(Clone, Debug, Default)]
-pub struct DeviceIndex {
+pub struct DeviceIntervals {
     /// CUDA device index.
     pub device: u32,
     /// Allocations, in order of their first appearance (ghosts alive from the
@@ -114,9 +114,9 @@ pub struct DeviceIndex {
     pub segments: Vec<SegmentSpan>,
 }
 
-impl DeviceIndex {
+impl DeviceIntervals {
     /// Build the intervals of a device.
-    pub fn build(device: &DeviceSnapshot) -> DeviceIndex {
+    pub fn build(device: &DeviceSnapshot) -> DeviceIntervals {
         let trace = &device.trace;
         // One allocation per `alloc` row, plus the few ghosts: sized up
         // front, since doubling a 170 MB list holds 400 MB at once.
@@ -215,7 +215,7 @@ impl DeviceIndex {
                 });
             }
         }
-        DeviceIndex { device: device.device, allocations: allocations.into(), segments }
+        DeviceIntervals { device: device.device, allocations: allocations.into(), segments }
     }
 
     /// Allocations alive before the trace's first entry.
@@ -226,15 +226,15 @@ impl DeviceIndex {
 
 /// Intervals of every device of a snapshot.
 #[derive(Clone, Debug, Default)]
-pub struct SnapshotIndex {
+pub struct SnapshotIntervals {
     /// One per device, in the snapshot's device order.
-    pub devices: Vec<DeviceIndex>,
+    pub devices: Vec<DeviceIntervals>,
 }
 
-impl SnapshotIndex {
+impl SnapshotIntervals {
     /// Build the intervals of every device.
-    pub fn build(snapshot: &Snapshot) -> SnapshotIndex {
-        SnapshotIndex { devices: snapshot.devices.iter().map(DeviceIndex::build).collect() }
+    pub fn build(snapshot: &Snapshot) -> SnapshotIntervals {
+        SnapshotIntervals { devices: snapshot.devices.iter().map(DeviceIntervals::build).collect() }
     }
 }
 
@@ -254,7 +254,7 @@ pub(crate) struct DeviceIndexHeader {
     seg_mapped: ColumnRef,
 }
 
-impl SnapshotIndex {
+impl SnapshotIntervals {
     /// Write the intervals to an index file.
     pub(crate) fn save<W: std::io::Write>(&self, w: &mut Writer<W>) -> std::io::Result<Vec<DeviceIndexHeader>> {
         let row = |r: Option<u32>| r.unwrap_or(NO_ROW);
@@ -275,7 +275,7 @@ impl SnapshotIndex {
 
     /// Read the intervals of an index file: the allocations in place, the
     /// (few) segments copied.
-    pub(crate) fn load(r: &Reader, headers: &[DeviceIndexHeader]) -> Result<SnapshotIndex, IndexFileError> {
+    pub(crate) fn load(r: &Reader, headers: &[DeviceIndexHeader]) -> Result<SnapshotIntervals, IndexFileError> {
         let row = |r: u32| (r != NO_ROW).then_some(r);
         let mut devices = Vec::with_capacity(headers.len());
         for h in headers {
@@ -294,8 +294,8 @@ impl SnapshotIndex {
                     mapped: mapped[i] != 0,
                 })
                 .collect();
-            devices.push(DeviceIndex { device: h.device, allocations, segments });
+            devices.push(DeviceIntervals { device: h.device, allocations, segments });
         }
-        Ok(SnapshotIndex { devices })
+        Ok(SnapshotIntervals { devices })
     }
 }
