@@ -29,7 +29,7 @@
 //! |---|---|---|---|
 //! | upload transfer (SHA-256, staging write) | 0.85 s | beside the parse | beside the parse |
 //! | parse of the pickle | 1.95 s, after the upload | while the upload streams: the answer comes as it ends, ≈ `stats` | the same |
-//! | index build (`Analyzed::build`) | 1.69 s | 1.7 s | 0.5 s |
+//! | index build (`IndexedSnapshot::build`) | 1.69 s | 1.7 s | 0.5 s |
 //! | index write and `fsync` (1.23 GB) | 1.19 s | behind the answers, durable ≈ 1.6 s after `ready` | the same |
 //! | reopen (map, checksums), stats, `ready` | 0.47 s | stats and `ready` 0.1 s; no reopen | the same |
 //! | status poll, first timeline | ≤ 50 ms + 16 ms | the same | the same |
@@ -87,7 +87,7 @@
 //! Stop 41, prints in the server (not kept; three uploads with curl): the
 //! build up to `ready` (intervals beside the curves and the statistics)
 //! 304-307 ms, the allocation index 279-283 ms. That index is now built
-//! behind the first answers (`Analyzed::build_with_stats_deferred`), which
+//! behind the first answers (`IndexedSnapshot::build_with_stats_deferred`), which
 //! scan the intervals meanwhile (`scan_top_k`, on a blocking thread):
 //! upload answered → first timeline 0.44-0.50 s, against 0.63-0.65 s.
 //!

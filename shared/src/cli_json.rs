@@ -70,7 +70,7 @@ pub struct BreakdownJson {
 /// (the end by default) of each device asked for.
 pub fn breakdown_json(
     file: &str,
-    analyzed: &crate::analyzed::Analyzed,
+    analyzed: &crate::indexed::IndexedSnapshot,
     device: Option<u32>,
     at: Option<u32>,
 ) -> Result<BreakdownJson, crate::error::ViewError> {

@@ -18,7 +18,7 @@ const LAYERS: &[&str] = &[
     "timeline",
     "simulate",
     "analysis",
-    "analyzed",
+    "indexed",
     "predict",
     "views",
     "api",

@@ -10,7 +10,7 @@
 //!
 //! ```text
 //! error, column → index_file → pickle → snapshot → stats → intervals → pools
-//!   → timeline → simulate → analysis → analyzed → predict → views → api
+//!   → timeline → simulate → analysis → indexed → predict → views → api
 //!   → cli_json (→ testing, the corpus for tests)
 //! ```
 //!
@@ -23,22 +23,22 @@
 //!   level-of-detail windows.
 //! - [`simulate`] is the caching allocator's model; [`analysis`] the
 //!   answers built on the model, its intervals and the simulator.
-//! - [`analyzed`] assembles a snapshot with its indexes (and writes and
+//! - [`indexed`] assembles a snapshot with its indexes (and writes and
 //!   opens it as an index file); [`predict`] replays runs at sizes never
 //!   run; [`views`] answers the dashboard's questions of an
-//!   [`analyzed::Analyzed`].
+//!   [`indexed::IndexedSnapshot`].
 //! - [`api`] is the wire types, some of which embed analyses' reports;
 //!   [`cli_json`] the command line's `--json` objects.
 
 #![forbid(unsafe_code)]
 
 pub mod analysis;
-pub mod analyzed;
 pub mod api;
 pub mod cli_json;
 pub mod column;
 pub mod error;
 pub mod index_file;
+pub mod indexed;
 pub mod intervals;
 #[cfg(test)]
 mod layers;

@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use crate::analyzed::Analyzed;
+use crate::indexed::IndexedSnapshot;
 use crate::{ReadOptions, Snapshot, read_snapshot};
 
 /// The workspace root.
@@ -63,8 +63,8 @@ pub fn snapshot(name: &str) -> Snapshot {
 }
 
 /// The corpus snapshot `name` (`oom_leak`), read and indexed.
-pub fn corpus(name: &str) -> Analyzed {
-    Analyzed::build(snapshot(name))
+pub fn corpus(name: &str) -> IndexedSnapshot {
+    IndexedSnapshot::build(snapshot(name))
 }
 
 /// `torch.cuda.memory_stats()` of the corpus snapshot `name`, as `u64`s.

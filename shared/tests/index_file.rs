@@ -5,10 +5,10 @@
 mod common;
 
 use bytes::Bytes;
-use vramscope_shared::analyzed::Analyzed;
-use vramscope_shared::analyzed::persist::open_index;
-use vramscope_shared::analyzed::persist::write_index;
 use vramscope_shared::index_file::{FORMAT_VERSION, IndexFileError};
+use vramscope_shared::indexed::IndexedSnapshot;
+use vramscope_shared::indexed::persist::open_index;
+use vramscope_shared::indexed::persist::write_index;
 use vramscope_shared::views::route;
 
 const FIXTURES: [&str; 8] = [
@@ -22,20 +22,20 @@ const FIXTURES: [&str; 8] = [
     "graph_shared_pool",
 ];
 
-fn parsed(name: &str) -> Analyzed {
-    Analyzed::build(common::read(&common::fixture_corpus().join(format!("{name}.pickle"))))
+fn parsed(name: &str) -> IndexedSnapshot {
+    IndexedSnapshot::build(common::read(&common::fixture_corpus().join(format!("{name}.pickle"))))
 }
 
 /// The SHA-256 the tests' index files are written for (the server passes
 /// the file's).
 const SHA: &str = "5e1f00000000000000000000000000000000000000000000000000000000cafe";
 
-fn index_bytes(a: &Analyzed) -> Vec<u8> {
+fn index_bytes(a: &IndexedSnapshot) -> Vec<u8> {
     write_index(a, SHA, Vec::new()).expect("index writes")
 }
 
 /// Every route the dashboard asks, on the first device, at a few rows.
-fn routes(a: &Analyzed) -> Vec<(String, String)> {
+fn routes(a: &IndexedSnapshot) -> Vec<(String, String)> {
     let rows = a.snapshot.devices.first().map_or(0, |d| d.trace.len());
     let mut out: Vec<(String, String)> = [
         ("timeline", "px=700"),

@@ -227,7 +227,7 @@ fn regression_pinned_host_memory_is_read_counted_and_kept_in_the_index() {
 
     // Its own timeline, ending at the final figures and peaking where the
     // trace did.
-    let analyzed = vramscope_shared::analyzed::Analyzed::build(snapshot);
+    let analyzed = vramscope_shared::indexed::IndexedSnapshot::build(snapshot);
     let p = vramscope_shared::views::host::HostParams { px: Some(4000) };
     let view = vramscope_shared::views::host::host(&analyzed, &p).expect("host view");
     assert_eq!(view.rows.len() as u64, want("trace_entries"), "one point per row when px allows");
@@ -237,13 +237,13 @@ fn regression_pinned_host_memory_is_read_counted_and_kept_in_the_index() {
     assert_eq!(view.requested.iter().max().copied(), Some(want("requested_peak_bytes")));
 
     // The persisted index keeps it.
-    let bytes = vramscope_shared::analyzed::persist::write_index(&analyzed, "ab", Vec::new()).expect("write");
-    let reopened = vramscope_shared::analyzed::persist::open_index(bytes.into(), "ab").expect("open");
+    let bytes = vramscope_shared::indexed::persist::write_index(&analyzed, "ab", Vec::new()).expect("write");
+    let reopened = vramscope_shared::indexed::persist::open_index(bytes.into(), "ab").expect("open");
     assert_eq!(reopened.snapshot.stats().host, analyzed.snapshot.stats().host);
     let again = vramscope_shared::views::host::host(&reopened, &p).expect("host view");
     assert_eq!(again, view);
     // And a snapshot without host memory answers 404 for it.
-    let none = vramscope_shared::analyzed::Analyzed::build(plain);
+    let none = vramscope_shared::indexed::IndexedSnapshot::build(plain);
     assert!(matches!(
         vramscope_shared::views::host::host(&none, &p),
         Err(vramscope_shared::error::ViewError::NotFound(_))

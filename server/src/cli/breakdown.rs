@@ -6,9 +6,9 @@ use std::path::PathBuf;
 
 use anyhow::anyhow;
 use clap::Args;
-use vramscope_shared::analyzed::Analyzed;
 use vramscope_shared::cli_json::breakdown_json;
 use vramscope_shared::error::ViewError;
+use vramscope_shared::indexed::IndexedSnapshot;
 
 use super::input::{MemoryBudget, load};
 use super::{Failure, finish, write_json};
@@ -39,7 +39,7 @@ pub(crate) struct BreakdownArgs {
 /// Run the subcommand.
 pub(crate) fn run(args: &BreakdownArgs) -> Result<(), Failure> {
     let snapshot = load(&args.file, args.budget)?;
-    let analyzed = Analyzed::build(snapshot);
+    let analyzed = IndexedSnapshot::build(snapshot);
     let file = args.file.display().to_string();
     let answer = breakdown_json(&file, &analyzed, args.device, args.at).map_err(|e| {
         let what = match &e {

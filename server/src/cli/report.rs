@@ -54,7 +54,7 @@ pub(crate) fn run(args: &ReportArgs) -> Result<(), Failure> {
     let window = if charts.is_empty() {
         None
     } else {
-        let analyzed = vramscope_shared::analyzed::Analyzed::build(snapshot);
+        let analyzed = vramscope_shared::indexed::IndexedSnapshot::build(snapshot);
         Some(main_window(&analyzed).map_err(Failure::BadInput)?)
     };
     for (chart_path, format) in charts {

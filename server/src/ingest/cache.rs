@@ -10,12 +10,12 @@
 use std::sync::{Arc, Mutex};
 
 use futures::future::{BoxFuture, FutureExt, Shared};
-use vramscope_shared::analyzed::Analyzed;
+use vramscope_shared::indexed::IndexedSnapshot;
 
 use super::ParseFailure;
 
 /// The outcome of loading one file, shared by everyone who waits for it.
-pub(crate) type Loaded = Result<Arc<Analyzed>, Arc<ParseFailure>>;
+pub(crate) type Loaded = Result<Arc<IndexedSnapshot>, Arc<ParseFailure>>;
 pub(crate) type Slot = Shared<BoxFuture<'static, Loaded>>;
 
 /// The most recently used analyzed snapshots, by file (`blob_key`), at
@@ -29,7 +29,7 @@ pub(crate) struct AnalysisCache {
     slots: Mutex<Vec<(String, Slot)>>,
 }
 
-/// What a cached slot holds, by [`Analyzed::approx_bytes`]: nothing while
+/// What a cached slot holds, by [`IndexedSnapshot::approx_bytes`]: nothing while
 /// it loads or after it failed.
 fn weight(slot: &Slot) -> u64 {
     match slot.peek() {
@@ -72,7 +72,7 @@ impl AnalysisCache {
     pub(crate) async fn get_or_load<F, Fut>(&self, key: &str, load: F) -> Loaded
     where
         F: FnOnce() -> Fut,
-        Fut: Future<Output = Result<Arc<Analyzed>, ParseFailure>> + Send + 'static,
+        Fut: Future<Output = Result<Arc<IndexedSnapshot>, ParseFailure>> + Send + 'static,
     {
         let slot = self.start(key, load);
         let loaded = slot.clone().await;
@@ -94,7 +94,7 @@ impl AnalysisCache {
     pub(crate) fn start<F, Fut>(&self, key: &str, load: F) -> Slot
     where
         F: FnOnce() -> Fut,
-        Fut: Future<Output = Result<Arc<Analyzed>, ParseFailure>> + Send + 'static,
+        Fut: Future<Output = Result<Arc<IndexedSnapshot>, ParseFailure>> + Send + 'static,
     {
         self.slot(key, || {
             let task = tokio::spawn(load());
@@ -112,7 +112,7 @@ impl AnalysisCache {
     /// Forget a file's loaded snapshot if it is `analyzed` (not one loaded
     /// since): the next request loads the file again. Those holding it
     /// keep it until they are done.
-    pub(crate) fn evict_if(&self, key: &str, analyzed: &Arc<Analyzed>) {
+    pub(crate) fn evict_if(&self, key: &str, analyzed: &Arc<IndexedSnapshot>) {
         let mut slots = self.slots.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         slots.retain(|(k, s)| k != key || !matches!(s.peek(), Some(Ok(held)) if Arc::ptr_eq(held, analyzed)));
     }

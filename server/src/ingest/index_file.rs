@@ -21,10 +21,10 @@ use std::time::Instant;
 
 use anyhow::Context;
 use bytes::Bytes;
-use vramscope_shared::analyzed::Analyzed;
-use vramscope_shared::analyzed::persist::open_index;
-use vramscope_shared::analyzed::persist::write_index;
 use vramscope_shared::index_file::IndexFileError;
+use vramscope_shared::indexed::IndexedSnapshot;
+use vramscope_shared::indexed::persist::open_index;
+use vramscope_shared::indexed::persist::write_index;
 
 use crate::metrics::Metrics;
 use crate::store::BlobStore;
@@ -78,7 +78,7 @@ impl IndexFiles {
     /// The snapshot of `blob_key` opened from its persisted index, if it
     /// has a usable one. A broken one is deleted (and logged), so that the
     /// caller's parse writes a good one.
-    pub(crate) async fn open(&self, blob_key: &str, metrics: &Metrics) -> Option<Analyzed> {
+    pub(crate) async fn open(&self, blob_key: &str, metrics: &Metrics) -> Option<IndexedSnapshot> {
         let path = self.path_of(blob_key);
         let remote_key = BlobStore::index_key_of(blob_key);
         if self.remote && !path.exists() {
@@ -94,7 +94,7 @@ impl IndexFiles {
         let started = Instant::now();
         let opened = tokio::task::spawn_blocking({
             let (path, sha256) = (path.clone(), sha256_of(blob_key).to_owned());
-            move || -> anyhow::Result<Option<Analyzed>> {
+            move || -> anyhow::Result<Option<IndexedSnapshot>> {
                 let Some(bytes) = map(&path)? else { return Ok(None) };
                 Ok(Some(open_index(bytes, &sha256)?))
             }
@@ -134,11 +134,11 @@ impl IndexFiles {
     /// the file, and the heap never holds both. On S3 the file is also
     /// uploaded, in the background. When the file cannot be written, the
     /// parsed snapshot comes back with the error.
-    pub(crate) async fn save(&self, blob_key: &str, analyzed: Analyzed) -> Result<Analyzed, NotSaved> {
+    pub(crate) async fn save(&self, blob_key: &str, analyzed: IndexedSnapshot) -> Result<IndexedSnapshot, NotSaved> {
         let path = self.path_of(blob_key);
         let written = tokio::task::spawn_blocking({
             let (path, sha256) = (path.clone(), sha256_of(blob_key).to_owned());
-            move || -> Result<Analyzed, NotSaved> {
+            move || -> Result<IndexedSnapshot, NotSaved> {
                 if let Err(error) = write_file(&path, &sha256, &analyzed) {
                     return Err(NotSaved { error, parsed: Some(Box::new(analyzed)) });
                 }
@@ -160,7 +160,7 @@ impl IndexFiles {
     /// (on S3 then uploaded in the background); nothing is opened. Until it
     /// returns, a crash costs only a parse at the next open: no index file
     /// is there, or a `.partial-*` one no open reads.
-    pub(crate) async fn write(&self, blob_key: &str, analyzed: Arc<Analyzed>) -> anyhow::Result<()> {
+    pub(crate) async fn write(&self, blob_key: &str, analyzed: Arc<IndexedSnapshot>) -> anyhow::Result<()> {
         let path = self.path_of(blob_key);
         tokio::task::spawn_blocking({
             let (path, sha256) = (path.clone(), sha256_of(blob_key).to_owned());
@@ -200,13 +200,13 @@ impl IndexFiles {
 pub(crate) struct NotSaved {
     pub(crate) error: anyhow::Error,
     /// The parsed snapshot, when the failure came before it was dropped.
-    pub(crate) parsed: Option<Box<Analyzed>>,
+    pub(crate) parsed: Option<Box<IndexedSnapshot>>,
 }
 
 /// Write the index of `analyzed` (parsed from the file whose SHA-256 is
 /// `sha256`) to `path`: under a temporary name, synced, then renamed, so
 /// that a reader maps a whole file or none.
-fn write_file(path: &Path, sha256: &str, analyzed: &Analyzed) -> anyhow::Result<()> {
+fn write_file(path: &Path, sha256: &str, analyzed: &IndexedSnapshot) -> anyhow::Result<()> {
     let partial = path.with_extension(format!("partial-{}{}", crate::store::owner_tag(), uuid::Uuid::now_v7()));
     let result = (|| {
         let file = std::fs::File::create(&partial)?;

@@ -14,7 +14,7 @@
 use std::sync::Arc;
 
 use anyhow::Context;
-use vramscope_shared::analyzed::Analyzed;
+use vramscope_shared::indexed::IndexedSnapshot;
 use vramscope_shared::{Snapshot, SnapshotStats};
 
 use super::parse::UploadParse;
@@ -38,7 +38,7 @@ impl Ingest {
 
     /// The analyzed snapshot of the stored file `key`: opened from its
     /// persisted index, or else parsed, indexed and persisted.
-    pub(crate) async fn open_or_parse(&self, key: &str) -> Result<Arc<Analyzed>, ParseFailure> {
+    pub(crate) async fn open_or_parse(&self, key: &str) -> Result<Arc<IndexedSnapshot>, ParseFailure> {
         if let Some(analyzed) = self.indexes.open(key, &self.metrics).await {
             return Ok(warmed(Arc::new(analyzed)));
         }
@@ -55,7 +55,7 @@ impl Ingest {
         key: &str,
         early: UploadParse,
         size: u64,
-    ) -> Result<Arc<Analyzed>, ParseFailure> {
+    ) -> Result<Arc<IndexedSnapshot>, ParseFailure> {
         let _shown = self.parser.track(key, early.read(), size);
         match early.finish().await {
             Ok(snapshot) => self.index(key, snapshot, None).await,
@@ -82,14 +82,14 @@ impl Ingest {
         key: &str,
         snapshot: Snapshot,
         stats: Option<SnapshotStats>,
-    ) -> Result<Arc<Analyzed>, ParseFailure> {
+    ) -> Result<Arc<IndexedSnapshot>, ParseFailure> {
         let rows: usize = snapshot.devices.iter().map(|d| d.trace.len()).sum();
         let deferred = rows >= DEFERRED_WRITE_ROWS;
         let built = tokio::task::spawn_blocking(move || {
             if deferred {
-                Analyzed::build_with_stats_deferred(snapshot, stats)
+                IndexedSnapshot::build_with_stats_deferred(snapshot, stats)
             } else {
-                Analyzed::build_with_stats(snapshot, stats)
+                IndexedSnapshot::build_with_stats(snapshot, stats)
             }
         })
         .await
@@ -125,7 +125,7 @@ impl Ingest {
     /// file holds). Not written, the copy stays, as after a failed write.
     /// The copy's layout checkpoints are not warmed: that thread would
     /// keep it alive for seconds after it is let go.
-    async fn persist_behind(&self, key: &str, analyzed: Arc<Analyzed>) {
+    async fn persist_behind(&self, key: &str, analyzed: Arc<IndexedSnapshot>) {
         // First what the answers meanwhile scan for (nearly half of the build).
         let building = Arc::clone(&analyzed);
         if let Err(e) = tokio::task::spawn_blocking(move || building.build_allocation_indexes()).await {
@@ -146,7 +146,7 @@ impl Ingest {
 /// passes over the trace that the first segment timeline would otherwise
 /// wait for. A view that comes first waits for that build rather than
 /// doing it twice.
-fn warmed(analyzed: Arc<Analyzed>) -> Arc<Analyzed> {
+fn warmed(analyzed: Arc<IndexedSnapshot>) -> Arc<IndexedSnapshot> {
     let warm = Arc::clone(&analyzed);
     drop(tokio::task::spawn_blocking(move || warm.build_layout_checkpoints()));
     analyzed

@@ -43,7 +43,7 @@ pub(crate) struct Parts {
     pub(crate) parser: Parser,
     /// The persisted indexes of stored files.
     pub(crate) indexes: IndexFiles,
-    /// Analyzed snapshots in memory, bounded in bytes.
+    /// IndexedSnapshot snapshots in memory, bounded in bytes.
     pub(crate) cache: AnalysisCache,
     /// The server's metrics.
     pub(crate) metrics: Arc<Metrics>,

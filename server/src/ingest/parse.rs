@@ -39,7 +39,7 @@ const UNCLAIMED: Duration = Duration::from_secs(60);
 
 /// The statistics stored with a parsed snapshot (`/stats` serves them),
 /// from [`vramscope_shared::Snapshot::stats`] or an analyzed snapshot's
-/// copy ([`vramscope_shared::analyzed::Analyzed::stats`]).
+/// copy ([`vramscope_shared::indexed::IndexedSnapshot::stats`]).
 pub(crate) fn stats_json(stats: &vramscope_shared::SnapshotStats) -> anyhow::Result<String> {
     serde_json::to_string(&stats.report(String::new())).map_err(|e| anyhow::anyhow!("serializing stats: {e}"))
 }

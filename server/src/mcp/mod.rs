@@ -38,9 +38,9 @@ use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
 use serde_json::{Map, Value};
 use vramscope_shared::ReadOptions;
-use vramscope_shared::analyzed::Analyzed;
 use vramscope_shared::api::SnapshotMeta;
 use vramscope_shared::api::paths;
+use vramscope_shared::indexed::IndexedSnapshot;
 
 /// CPU work handed to a [`Store`]'s pool.
 pub(crate) type Work = Box<dyn FnOnce() + Send>;
@@ -48,7 +48,7 @@ pub(crate) type Work = Box<dyn FnOnce() + Send>;
 /// The stored snapshots of the server the tools run in (`/api/v1/mcp`).
 pub(crate) trait Store: Send + Sync {
     /// A stored snapshot by id: its record and its analysis (the server's cache).
-    fn load(&self, id: String) -> BoxFuture<'static, Result<(SnapshotMeta, Arc<Analyzed>), String>>;
+    fn load(&self, id: String) -> BoxFuture<'static, Result<(SnapshotMeta, Arc<IndexedSnapshot>), String>>;
     /// The newest stored snapshots, of `job` when given.
     fn list(&self, job: Option<String>) -> BoxFuture<'static, Result<Vec<SnapshotMeta>, String>>;
     /// Run `work` in the server's analysis pool, in `snapshot`'s queue.

@@ -11,12 +11,12 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use serde_json::{Map, Value, json};
 use vramscope_shared::analysis::check::CheckBudget;
-use vramscope_shared::analyzed::Analyzed;
 use vramscope_shared::api::paths;
 use vramscope_shared::api::review::PostComment;
 use vramscope_shared::api::snapshots::ListParams;
 use vramscope_shared::api::{Page, SnapshotMeta};
 use vramscope_shared::cli_json;
+use vramscope_shared::indexed::IndexedSnapshot;
 use vramscope_shared::simulate::{SimulateOptions, parse_size};
 use vramscope_shared::views::analysis;
 use vramscope_shared::views::state::{StateParams, state};
@@ -445,7 +445,7 @@ struct Loaded {
 /// A snapshot read for this call, or the server's analysis of a stored one.
 enum Held {
     Read(Box<Snapshot>),
-    Stored(Arc<Analyzed>),
+    Stored(Arc<IndexedSnapshot>),
 }
 
 impl Loaded {
@@ -887,7 +887,7 @@ async fn breakdown(c: Call) -> Result<Answer, String> {
         .answer(&key, move || {
             let label = l.label.clone();
             let analyzed = match l.held {
-                Held::Read(snapshot) => Arc::new(Analyzed::build(*snapshot)),
+                Held::Read(snapshot) => Arc::new(IndexedSnapshot::build(*snapshot)),
                 Held::Stored(analyzed) => analyzed,
             };
             let answer =
@@ -906,7 +906,7 @@ async fn state_at_row(c: Call) -> Result<Answer, String> {
     let answer = c
         .blocking(&key, move || {
             let analyzed = match l.held {
-                Held::Read(snapshot) => Arc::new(Analyzed::build(*snapshot)),
+                Held::Read(snapshot) => Arc::new(IndexedSnapshot::build(*snapshot)),
                 Held::Stored(analyzed) => analyzed,
             };
             let s = state(&analyzed, &params).map_err(|e| format!("{e} ({label})"))?;

@@ -22,7 +22,7 @@ pub(crate) enum ChartFormat {
 /// (`vramscope_plot::plot`), titled with the file's `name`, in SVG text
 /// or PNG bytes. Fails when no device has a trace.
 pub(crate) fn main_chart(
-    analyzed: &vramscope_shared::analyzed::Analyzed,
+    analyzed: &vramscope_shared::indexed::IndexedSnapshot,
     name: &str,
     format: ChartFormat,
 ) -> anyhow::Result<Vec<u8>> {
@@ -75,7 +75,7 @@ pub(crate) fn chart_bytes(
 /// The timeline window of the main chart: the device with the longest
 /// trace, one bucket per pixel of the plot area.
 pub(crate) fn main_window(
-    analyzed: &vramscope_shared::analyzed::Analyzed,
+    analyzed: &vramscope_shared::indexed::IndexedSnapshot,
 ) -> anyhow::Result<vramscope_shared::timeline::TimelineWindow> {
     use vramscope_shared::views::{TimelineParams, timeline};
 

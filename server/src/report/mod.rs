@@ -60,7 +60,7 @@ pub(crate) fn index_report_html(
     name: &str,
     size: u64,
     limit: u64,
-    analyzed: &vramscope_shared::analyzed::Analyzed,
+    analyzed: &vramscope_shared::indexed::IndexedSnapshot,
 ) -> anyhow::Result<String> {
     let findings = findings(Path::new(name), &analyzed.snapshot)?;
     // A snapshot with no trace has no chart; the findings say why.

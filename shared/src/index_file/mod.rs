@@ -1,4 +1,4 @@
-//! The persisted index: everything the views need of an [`Analyzed`]
+//! The persisted index: everything the views need of an [`IndexedSnapshot`]
 //! snapshot, in one file written after the first parse, so that opening
 //! the snapshot again (after a restart, on another server, after the cache
 //! let it go) maps a file instead of parsing the pickle.
@@ -29,10 +29,10 @@
 //! replace the types every view is written against. `bytemuck` (casts) and
 //! `xxhash-rust` (checksums) do the parts a crate does well.
 //!
-//! [`Analyzed`]: crate::analyzed::Analyzed
+//! [`IndexedSnapshot`]: crate::indexed::IndexedSnapshot
 //!
 //! This module is the format alone (columns, checksums, the header);
-//! [`crate::analyzed::persist`] writes and opens an [`Analyzed`] with it.
+//! [`crate::indexed::persist`] writes and opens an [`IndexedSnapshot`] with it.
 
 use std::io::{self, Write};
 

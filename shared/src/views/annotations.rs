@@ -12,8 +12,8 @@ use serde::{Deserialize, Serialize};
 
 use super::segments::span;
 use super::state::rows_before;
-use crate::analyzed::Analyzed;
 use crate::error::ViewError;
+use crate::indexed::IndexedSnapshot;
 use crate::snapshot::AnnotationStage;
 use crate::timeline::Axis;
 
@@ -68,7 +68,7 @@ pub struct AnnotationsAnswer {
 }
 
 /// The `record_function` ranges of a device overlapping a window.
-pub fn annotations(a: &Analyzed, p: &AnnotationsParams) -> Result<AnnotationsAnswer, ViewError> {
+pub fn annotations(a: &IndexedSnapshot, p: &AnnotationsParams) -> Result<AnnotationsAnswer, ViewError> {
     let span = span(a, p.device, p.axis, p.start, p.end)?;
     let d = a.snapshot.device(span.device).ok_or_else(|| ViewError::NotFound(format!("device {}", span.device)))?;
     let x_of = |t: i64| match span.axis {

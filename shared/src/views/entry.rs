@@ -4,8 +4,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::analyzed::Analyzed;
 use crate::error::ViewError;
+use crate::indexed::IndexedSnapshot;
 use crate::snapshot::Action;
 
 /// Query of the entry view.
@@ -49,7 +49,7 @@ pub struct EntryAnswer {
 }
 
 /// The fields of trace row `row`.
-pub fn entry(a: &Analyzed, p: &EntryParams) -> Result<EntryAnswer, ViewError> {
+pub fn entry(a: &IndexedSnapshot, p: &EntryParams) -> Result<EntryAnswer, ViewError> {
     let device = a.device_or_first(p.device)?;
     let trace = &a.snapshot.device(device).ok_or_else(|| ViewError::NotFound(format!("device {device}")))?.trace;
     let row = p.row.ok_or_else(|| ViewError::BadRequest("give row: the trace row to show".to_owned()))?;

@@ -8,8 +8,8 @@ use serde::{Deserialize, Serialize};
 
 use super::segments::{Column, for_each_column, span};
 use super::state::Figures;
-use crate::analyzed::Analyzed;
 use crate::error::ViewError;
+use crate::indexed::IndexedSnapshot;
 use crate::snapshot::PyValue;
 use crate::timeline::Axis;
 
@@ -104,7 +104,7 @@ fn text_of(v: &PyValue) -> String {
 }
 
 /// The snapshot's allocator settings for display.
-pub fn settings(a: &Analyzed) -> SettingsView {
+pub fn settings(a: &IndexedSnapshot) -> SettingsView {
     match &a.snapshot.allocator_settings {
         None => SettingsView::default(),
         Some(s) => SettingsView {
@@ -119,7 +119,7 @@ pub fn settings(a: &Analyzed) -> SettingsView {
 }
 
 /// Reserved, allocated, inactive split and waste per column of a window.
-pub fn fragmentation(a: &Analyzed, p: &FragmentationParams) -> Result<FragmentationAnswer, ViewError> {
+pub fn fragmentation(a: &IndexedSnapshot, p: &FragmentationParams) -> Result<FragmentationAnswer, ViewError> {
     let span = span(a, p.device, p.axis, p.start, p.end)?;
     let mut figures = Vec::new();
     let mut exact = true;

@@ -7,8 +7,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::analyzed::Analyzed;
 use crate::error::ViewError;
+use crate::indexed::IndexedSnapshot;
 use crate::stats::DeviceStats;
 use crate::timeline::MAX_PX;
 
@@ -35,7 +35,7 @@ pub struct HostAnswer {
 }
 
 /// The host's figures and timeline; 404 when the snapshot has none.
-pub fn host(a: &Analyzed, p: &HostParams) -> Result<HostAnswer, ViewError> {
+pub fn host(a: &IndexedSnapshot, p: &HostParams) -> Result<HostAnswer, ViewError> {
     let host = a.snapshot.host.as_ref().ok_or_else(|| {
         ViewError::NotFound(
             "pinned host memory in this snapshot (recorded by PyTorch 2.14+ with record_host=True)".into(),

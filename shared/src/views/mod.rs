@@ -2,7 +2,7 @@
 //! by the server (`/api/v1/snapshots/{id}/…`) and by the browser for a file
 //! opened locally: a timeline window, the allocator state at a row, a stack.
 //!
-//! Each view is a plain function of an [`Analyzed`] snapshot ([`crate::analyzed`]) and a query
+//! Each view is a plain function of an [`IndexedSnapshot`] snapshot ([`crate::indexed`]) and a query
 //! struct that deserializes from the URL's query string, returning a
 //! serializable answer, and is declared once in [`view`] (its path, query
 //! and answer types), where the server, the dashboard and [`route`] find it. The server's handlers are thin wrappers; the
@@ -23,8 +23,8 @@ pub mod view;
 
 use serde::{Deserialize, Serialize};
 
-use crate::analyzed::Analyzed;
 use crate::error::ViewError;
+use crate::indexed::IndexedSnapshot;
 use crate::timeline::{Axis, MAX_PX, TimelineWindow, YSpan};
 
 /// Most allocations a timeline answer lists.
@@ -55,7 +55,7 @@ pub struct TimelineParams {
 
 /// Per-pixel buckets of the curves and the allocations visible at this
 /// zoom; the answer's size depends on `px`, never on the trace's length.
-pub fn timeline(a: &Analyzed, p: &TimelineParams) -> Result<TimelineWindow, ViewError> {
+pub fn timeline(a: &IndexedSnapshot, p: &TimelineParams) -> Result<TimelineWindow, ViewError> {
     let device = a.device_or_first(p.device)?;
     let has_time = a.snapshot.device(device).is_some_and(|d| d.trace.has_time());
     let axis = p.axis.unwrap_or(if has_time { Axis::Time } else { Axis::Event });
@@ -135,7 +135,7 @@ pub struct StateAt {
 }
 
 /// Segments and allocations alive right after trace row `at`.
-pub fn blocks(a: &Analyzed, p: &BlocksParams) -> Result<StateAt, ViewError> {
+pub fn blocks(a: &IndexedSnapshot, p: &BlocksParams) -> Result<StateAt, ViewError> {
     let device = a.device_or_first(p.device)?;
     let index = a.device_index(device)?;
     let rows = a.snapshot.device(device).map_or(0, |d| d.trace.len());
@@ -200,7 +200,7 @@ pub struct FrameJson {
 }
 
 /// The frames of an interned stack, innermost first.
-pub fn stack(a: &Analyzed, stack: u32) -> Result<Vec<FrameJson>, ViewError> {
+pub fn stack(a: &IndexedSnapshot, stack: u32) -> Result<Vec<FrameJson>, ViewError> {
     let frames = &a.snapshot.frames;
     if stack as usize >= frames.stack_count() {
         return Err(ViewError::NotFound(format!("stack {stack}")));
@@ -222,7 +222,7 @@ pub fn stack(a: &Analyzed, stack: u32) -> Result<Vec<FrameJson>, ViewError> {
 mod tests {
     use super::*;
 
-    fn streams() -> Analyzed {
+    fn streams() -> IndexedSnapshot {
         crate::testing::corpus("streams")
     }
 

@@ -16,8 +16,8 @@ use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 
 use super::state::resolve_row;
-use crate::analyzed::Analyzed;
 use crate::error::ViewError;
+use crate::indexed::IndexedSnapshot;
 use crate::pools::{DEFAULT_POOL, PoolId};
 use crate::snapshot::{Action, BlockState};
 use crate::timeline::{Axis, MAX_PX};
@@ -115,7 +115,7 @@ fn bytes(v: i128) -> u64 {
 
 /// Reserved, allocated and their difference per (pool, stream), at a row
 /// and, with `px`, over the trace.
-pub fn pools(a: &Analyzed, p: &PoolsParams) -> Result<PoolsAnswer, ViewError> {
+pub fn pools(a: &IndexedSnapshot, p: &PoolsParams) -> Result<PoolsAnswer, ViewError> {
     let device = a.device_or_first(p.device)?;
     let d = a.snapshot.device(device).ok_or_else(|| ViewError::NotFound(format!("device {device}")))?;
     let at = resolve_row(d, p.at, p.x, p.axis)?;
@@ -241,7 +241,7 @@ mod tests {
     use super::*;
     use crate::testing::{corpus, oracle};
 
-    fn private_bytes(a: &Analyzed) -> u64 {
+    fn private_bytes(a: &IndexedSnapshot) -> u64 {
         let d = a.snapshot.device(0).expect("device 0");
         d.segments.iter().filter(|s| s.pool_id != DEFAULT_POOL).map(|s| s.total_size).sum()
     }

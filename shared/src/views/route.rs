@@ -17,8 +17,8 @@ use super::stack;
 use super::view::{self, View, Visit};
 #[cfg(test)]
 use super::{BlocksParams, TimelineParams, blocks, timeline};
-use crate::analyzed::Analyzed;
 use crate::error::ViewError;
+use crate::indexed::IndexedSnapshot;
 
 /// The JSON answer of a view, as the server would send it for
 /// `GET /api/v1/snapshots/{id}/{route}?{query}`.
@@ -26,7 +26,7 @@ use crate::error::ViewError;
 /// `stats` answers the `vramscope stats --json` object with an empty
 /// `file` (the caller knows the file's name). Unknown routes, and queries
 /// that do not parse, are errors naming what was wrong.
-pub fn answer(a: &Analyzed, route: &str, query: &str) -> Result<String, ViewError> {
+pub fn answer(a: &IndexedSnapshot, route: &str, query: &str) -> Result<String, ViewError> {
     let route = route.trim_matches('/');
     match route.split_once('/') {
         None if route == "stats" => json(&a.stats().report("")),
@@ -45,7 +45,7 @@ pub fn answer(a: &Analyzed, route: &str, query: &str) -> Result<String, ViewErro
 
 /// The declared view at `route`, answered.
 struct Lookup<'a> {
-    analyzed: &'a Analyzed,
+    analyzed: &'a IndexedSnapshot,
     route: &'a str,
     query: &'a str,
     answer: Option<Result<String, ViewError>>,
@@ -65,7 +65,7 @@ impl Visit for Lookup<'_> {
 /// the server answers, and what a file opened in the browser answers when
 /// it is compared with an uploaded snapshot or another local file (the
 /// page's worker reads both), so both agree to the byte.
-pub fn compare(a: &Analyzed, b: &Analyzed, query: &str) -> Result<analysis::DiffAnswer, ViewError> {
+pub fn compare(a: &IndexedSnapshot, b: &IndexedSnapshot, query: &str) -> Result<analysis::DiffAnswer, ViewError> {
     let pairs: Vec<(String, String)> = params("compare", query)?;
     let rest: Vec<(String, String)> = pairs.into_iter().filter(|(k, _)| k != "a" && k != "b").collect();
     let rest = serde_urlencoded::to_string(&rest)
@@ -93,7 +93,7 @@ fn json<T: Serialize>(value: &T) -> Result<String, ViewError> {
 mod tests {
     use super::*;
 
-    fn streams() -> Analyzed {
+    fn streams() -> IndexedSnapshot {
         crate::testing::corpus("streams")
     }
 

@@ -6,8 +6,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::analyzed::Analyzed;
 use crate::error::ViewError;
+use crate::indexed::IndexedSnapshot;
 
 /// Which allocations a query keeps.
 type Filter = Box<dyn Fn(&crate::intervals::Allocation) -> bool>;
@@ -99,7 +99,7 @@ fn parse_size(q: &str) -> Option<u64> {
 }
 
 /// Allocations of a device matching `q`.
-pub fn search(a: &Analyzed, p: &SearchParams) -> Result<SearchAnswer, ViewError> {
+pub fn search(a: &IndexedSnapshot, p: &SearchParams) -> Result<SearchAnswer, ViewError> {
     let device = a.device_or_first(p.device)?;
     let index = a.device_index(device)?;
     let trace = &a.snapshot.device(device).ok_or_else(|| ViewError::NotFound(format!("device {device}")))?.trace;
@@ -159,7 +159,7 @@ mod tests {
     use super::*;
     use crate::testing::corpus;
 
-    fn find(a: &Analyzed, q: &str) -> SearchAnswer {
+    fn find(a: &IndexedSnapshot, q: &str) -> SearchAnswer {
         search(a, &SearchParams { q: Some(q.to_owned()), ..Default::default() }).expect(q)
     }
 

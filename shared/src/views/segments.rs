@@ -7,7 +7,7 @@
 //! right after its last row, rewound from the final segments
 //! ([`crate::analysis::layout::Rewinder`]). One rewinder walks the columns
 //! from the last to the first, starting at the device's nearest layout
-//! checkpoint ([`Analyzed::rewinder`]), so a query costs the rows of its
+//! checkpoint ([`IndexedSnapshot::rewinder`]), so a query costs the rows of its
 //! window plus one layout per column; the first query of a device pays two
 //! passes over the trace to build the checkpoints.
 //!
@@ -22,8 +22,8 @@ use serde::{Deserialize, Serialize};
 
 use super::state::rows_before;
 use crate::analysis::layout::Layout;
-use crate::analyzed::Analyzed;
 use crate::error::ViewError;
+use crate::indexed::IndexedSnapshot;
 use crate::snapshot::BlockState;
 use crate::timeline::Axis;
 
@@ -156,7 +156,7 @@ pub(crate) struct Span {
 
 /// The window asked for, with the timeline's defaults and errors.
 pub(crate) fn span(
-    a: &Analyzed,
+    a: &IndexedSnapshot,
     device: Option<u32>,
     axis: Option<Axis>,
     start: Option<i64>,
@@ -180,7 +180,7 @@ pub(crate) fn span(
 /// `each` with every column and its layout, from the last column to the
 /// first (the order a rewinder goes). Returns the columns left to right.
 pub(crate) fn for_each_column(
-    a: &Analyzed,
+    a: &IndexedSnapshot,
     span: Span,
     n: u32,
     mut each: impl FnMut(usize, &Column, &Layout),
@@ -211,7 +211,7 @@ pub(crate) fn for_each_column(
 }
 
 /// The segments of each column of a window and how each one is split.
-pub fn segments(a: &Analyzed, p: &SegmentsParams) -> Result<SegmentsAnswer, ViewError> {
+pub fn segments(a: &IndexedSnapshot, p: &SegmentsParams) -> Result<SegmentsAnswer, ViewError> {
     let span = span(a, p.device, p.axis, p.start, p.end)?;
     let mut lanes: Vec<SegmentLane> = Vec::new();
     let mut lane_of = std::collections::HashMap::<u64, u32>::new();

@@ -8,8 +8,8 @@
 use serde::{Deserialize, Serialize};
 
 use crate::analysis::layout::Layout;
-use crate::analyzed::Analyzed;
 use crate::error::ViewError;
+use crate::indexed::IndexedSnapshot;
 use crate::snapshot::{BlockState, DeviceSnapshot};
 use crate::timeline::Axis;
 
@@ -209,7 +209,7 @@ pub(crate) fn rows_before(device: &DeviceSnapshot, axis: Axis, x: i64) -> usize 
 }
 
 /// Segments and every block right after trace row `at` (or at `x`).
-pub fn state(a: &Analyzed, p: &StateParams) -> Result<AllocatorState, ViewError> {
+pub fn state(a: &IndexedSnapshot, p: &StateParams) -> Result<AllocatorState, ViewError> {
     let device = a.device_or_first(p.device)?;
     let d = a.snapshot.device(device).ok_or_else(|| ViewError::NotFound(format!("device {device}")))?;
     let row = resolve_row(d, p.at, p.x, p.axis)?;

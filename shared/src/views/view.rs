@@ -26,8 +26,8 @@ use super::search::{SearchAnswer, SearchParams};
 use super::segments::{SegmentsAnswer, SegmentsParams};
 use super::state::{AllocatorState, StateParams};
 use super::{BlocksParams, StateAt, TimelineParams};
-use crate::analyzed::Analyzed;
 use crate::error::ViewError;
+use crate::indexed::IndexedSnapshot;
 use crate::timeline::TimelineWindow;
 
 /// How much work an answer is, which tells the server where to run it
@@ -56,7 +56,7 @@ pub trait View: 'static {
     /// The answer, sent as JSON.
     type Answer: Serialize + DeserializeOwned + Send + 'static;
     /// The answer of `a` to `p`.
-    fn answer(a: &Analyzed, p: &Self::Params) -> Result<Self::Answer, ViewError>;
+    fn answer(a: &IndexedSnapshot, p: &Self::Params) -> Result<Self::Answer, ViewError>;
 }
 
 /// Whoever does something with every declared view (the server mounts
@@ -80,7 +80,7 @@ macro_rules! views {
                 const WORK: Work = Work::$work;
                 type Params = $params;
                 type Answer = $answer;
-                fn answer(a: &Analyzed, p: &$params) -> Result<$answer, ViewError> {
+                fn answer(a: &IndexedSnapshot, p: &$params) -> Result<$answer, ViewError> {
                     $answer_fn(a, p)
                 }
             }

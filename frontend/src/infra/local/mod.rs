@@ -22,8 +22,8 @@
 use std::io::Read;
 
 use serde_json::json;
-use vramscope_shared::analyzed::Analyzed;
 use vramscope_shared::error::ViewError;
+use vramscope_shared::indexed::IndexedSnapshot;
 use vramscope_shared::views::route;
 use vramscope_shared::{ReadOptions, Snapshot, read_snapshot, read_snapshot_bytes, read_snapshot_bytes_with};
 
@@ -79,7 +79,7 @@ pub(crate) fn not_open_message(id: &str) -> String {
 #[derive(Debug)]
 pub(crate) struct Opened {
     /// The snapshot and its indexes.
-    pub(crate) analyzed: Analyzed,
+    pub(crate) analyzed: IndexedSnapshot,
     /// The record, shaped like the server's `GET /api/v1/snapshots/{id}`.
     pub(crate) meta: serde_json::Value,
 }
@@ -138,7 +138,7 @@ fn opened(snapshot: Snapshot, len: u64, id: &str, name: &str, modified_ms: f64) 
         "error": null,
         "local": true,
     });
-    Opened { analyzed: Analyzed::build(snapshot), meta }
+    Opened { analyzed: IndexedSnapshot::build(snapshot), meta }
 }
 
 /// `oom` when a trace recorded an out-of-memory event, else `manual`: what
@@ -165,7 +165,7 @@ impl Opened {
     /// The comparison of this snapshot with `other` (this one is A when
     /// `self_is_a`, else B) for the query of `GET /api/v1/compare`: the
     /// server's answer, computed here (see `route::compare`).
-    pub(crate) fn compare(&self, other: &Analyzed, self_is_a: bool, query: &str) -> Result<String, ViewError> {
+    pub(crate) fn compare(&self, other: &IndexedSnapshot, self_is_a: bool, query: &str) -> Result<String, ViewError> {
         let (a, b) = if self_is_a { (&self.analyzed, other) } else { (other, &self.analyzed) };
         serde_json::to_string(&route::compare(a, b, query)?).map_err(|e| ViewError::BadRequest(e.to_string()))
     }
@@ -173,11 +173,11 @@ impl Opened {
 
 /// Read the other snapshot of a comparison (an uploaded snapshot's file,
 /// or another local file), naming it in the error.
-pub(crate) fn read_other(bytes: &[u8], other_id: &str) -> Result<Analyzed, ViewError> {
+pub(crate) fn read_other(bytes: &[u8], other_id: &str) -> Result<IndexedSnapshot, ViewError> {
     let options = ReadOptions::with_budget(BROWSER_MEMORY_BUDGET);
     let snapshot = read_snapshot_bytes(bytes, &options)
         .map_err(|e| ViewError::BadRequest(format!("reading snapshot {other_id} to compare: {e}")))?;
-    Ok(Analyzed::build(snapshot))
+    Ok(IndexedSnapshot::build(snapshot))
 }
 
 /// Bytes between two progress reports.

@@ -6,7 +6,7 @@ use std::rc::Rc;
 
 use js_sys::{Function, Promise, Reflect};
 use serde_json::json;
-use vramscope_shared::analyzed::Analyzed;
+use vramscope_shared::indexed::IndexedSnapshot;
 use wasm_bindgen::JsCast;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
@@ -54,7 +54,7 @@ thread_local! {
     /// Object URLs made for those files, one per id.
     static FILE_URLS: RefCell<HashMap<String, String>> = RefCell::new(HashMap::new());
     /// A report page's other snapshot of a comparison, by id.
-    static IN_PAGE_OTHER: RefCell<Option<(String, Rc<Analyzed>)>> = const { RefCell::new(None) };
+    static IN_PAGE_OTHER: RefCell<Option<(String, Rc<IndexedSnapshot>)>> = const { RefCell::new(None) };
 }
 
 /// The files opened in this tab, as (id, file name), oldest first: what

@@ -4,8 +4,8 @@
 use std::cell::RefCell;
 use std::io::Read;
 
-use vramscope_shared::analyzed::Analyzed;
 use vramscope_shared::error::ViewError;
+use vramscope_shared::indexed::IndexedSnapshot;
 use wasm_bindgen::JsCast;
 use wasm_bindgen::prelude::*;
 
@@ -15,7 +15,7 @@ thread_local! {
     /// The worker's snapshot (one file per worker).
     static OPENED: RefCell<Option<Opened>> = const { RefCell::new(None) };
     /// The snapshot it was last compared with, by id.
-    static OTHER: RefCell<Option<(String, Analyzed)>> = const { RefCell::new(None) };
+    static OTHER: RefCell<Option<(String, IndexedSnapshot)>> = const { RefCell::new(None) };
 }
 
 fn error_object(e: &ViewError) -> JsValue {

@@ -437,7 +437,7 @@ mod ui {
 
 #[cfg(test)]
 mod tests {
-    use vramscope_shared::analyzed::Analyzed;
+    use vramscope_shared::indexed::IndexedSnapshot;
     use vramscope_shared::timeline::Axis;
     use vramscope_shared::views::analysis::{WhatIfParams, whatif};
 
@@ -445,7 +445,7 @@ mod tests {
 
     use super::*;
 
-    fn oom_leak() -> Analyzed {
+    fn oom_leak() -> IndexedSnapshot {
         vramscope_shared::testing::corpus("oom_leak")
     }
 

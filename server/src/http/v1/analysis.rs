@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use axum::Json;
 use axum::extract::{Path, Query, RawQuery, State};
 use serde::Deserialize;
-use vramscope_shared::analyzed::Analyzed;
+use vramscope_shared::indexed::IndexedSnapshot;
 use vramscope_shared::views::analysis::{
     self, DiffAnswer, SimulatedDevice, TuneAnswer, TuneParams, WhatIfAnswer, WhatIfParams,
 };
@@ -182,7 +182,7 @@ pub(crate) struct CompareIds {
 /// changed from A to B; see [`analysis::diff`].
 ///
 /// Not a declared view: a view answers one snapshot (`View::answer` takes
-/// one `Analyzed`, mounted under `/snapshots/{id}/`), a comparison two, each
+/// one `IndexedSnapshot`, mounted under `/snapshots/{id}/`), a comparison two, each
 /// loaded by its own id. Its query is still read once, by
 /// `vramscope_shared::views::route::compare`, here and in the browser's worker.
 pub(crate) async fn compare(
@@ -193,8 +193,8 @@ pub(crate) async fn compare(
     let (Some(ida), Some(idb)) = (ids.a.filter(|s| !s.is_empty()), ids.b.filter(|s| !s.is_empty())) else {
         return Err(AppError::BadRequest("compare needs two snapshots: ?a=ID&b=ID".to_owned()));
     };
-    let a: Arc<Analyzed> = analyzed(&state, &ida).await?;
-    let b: Arc<Analyzed> = analyzed(&state, &idb).await?;
+    let a: Arc<IndexedSnapshot> = analyzed(&state, &ida).await?;
+    let b: Arc<IndexedSnapshot> = analyzed(&state, &idb).await?;
     // The query parsed as the browser's worker parses it for a local file.
     let query = query.unwrap_or_default();
     Ok(Json(state.analyses.run(&ida, move || Ok(vramscope_shared::views::route::compare(&a, &b, &query)?)).await?))

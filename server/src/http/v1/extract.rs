@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use axum::extract::{FromRequestParts, RawPathParams};
 use axum::http::request::Parts;
-use vramscope_shared::analyzed::Analyzed;
+use vramscope_shared::indexed::IndexedSnapshot;
 use vramscope_shared::views::analysis;
 
 use crate::http::AppState;
@@ -21,14 +21,14 @@ pub(super) async fn record(state: &AppState, id: &str) -> AppResult<SnapshotReco
 }
 
 /// The analyzed snapshot behind an id.
-pub(super) async fn analyzed(state: &AppState, id: &str) -> AppResult<Arc<Analyzed>> {
+pub(super) async fn analyzed(state: &AppState, id: &str) -> AppResult<Arc<IndexedSnapshot>> {
     Ok(analyzed_record(state, id).await?.1)
 }
 
 /// The record and the analyzed snapshot behind an id, from the analysis
 /// cache (or the parse of it under way): a failed parse is 422 with its
 /// reason, and nothing here parses on its own.
-pub(super) async fn analyzed_record(state: &AppState, id: &str) -> AppResult<(SnapshotRecord, Arc<Analyzed>)> {
+pub(super) async fn analyzed_record(state: &AppState, id: &str) -> AppResult<(SnapshotRecord, Arc<IndexedSnapshot>)> {
     let rec = record(state, id).await?;
     if rec.status == SnapshotStatus::Failed {
         return Err(AppError::Unprocessable(rec.meta.error.unwrap_or_else(|| "parse failed".to_owned())));
@@ -44,7 +44,7 @@ pub(crate) struct Snapshot {
     /// The snapshot's id.
     pub(crate) id: String,
     /// The snapshot, analyzed.
-    pub(crate) analyzed: Arc<Analyzed>,
+    pub(crate) analyzed: Arc<IndexedSnapshot>,
 }
 
 impl FromRequestParts<AppState> for Snapshot {

@@ -7,9 +7,9 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use vramscope_shared::ReadOptions;
-use vramscope_shared::analyzed::Analyzed;
 use vramscope_shared::api::SnapshotMeta;
 use vramscope_shared::api::SnapshotStatus;
+use vramscope_shared::indexed::IndexedSnapshot;
 
 use super::extract::{analyzed, record};
 use super::lru::Lru;
@@ -35,7 +35,7 @@ fn message(e: &AppError) -> String {
 }
 
 impl Store for ServerStore {
-    fn load(&self, id: String) -> BoxFuture<'static, Result<(SnapshotMeta, Arc<Analyzed>), String>> {
+    fn load(&self, id: String) -> BoxFuture<'static, Result<(SnapshotMeta, Arc<IndexedSnapshot>), String>> {
         let state = self.0.clone();
         Box::pin(async move {
             let rec = record(&state, &id).await.map_err(|e| message(&e))?;

@@ -12,8 +12,8 @@ use std::sync::Arc;
 
 use axum::Json;
 use axum::extract::{Query, State};
-use vramscope_shared::analyzed::Analyzed;
 use vramscope_shared::api::predict::PredictQuery;
+use vramscope_shared::indexed::IndexedSnapshot;
 use vramscope_shared::predict::{PredictError, PredictOptions, PredictReport, Run, predict as predict_runs};
 
 use super::extract::{alloc_conf, analyzed, capacity};
@@ -102,7 +102,7 @@ pub(crate) async fn predict(
     if let Some(answer) = PREDICTIONS.get(&key) {
         return Ok(Json(PredictReport::clone(&answer)));
     }
-    let mut snapshots: Vec<Arc<Analyzed>> = Vec::with_capacity(key.runs.len());
+    let mut snapshots: Vec<Arc<IndexedSnapshot>> = Vec::with_capacity(key.runs.len());
     for (id, _) in &key.runs {
         snapshots.push(analyzed(&state, id).await?);
     }

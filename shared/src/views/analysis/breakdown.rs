@@ -5,8 +5,8 @@
 use serde::{Deserialize, Serialize};
 
 use crate::analysis::breakdown::{BreakdownSeries, DeviceBreakdown};
-use crate::analyzed::Analyzed;
 use crate::error::ViewError;
+use crate::indexed::IndexedSnapshot;
 use crate::timeline::MAX_PX;
 
 /// Query of the breakdown view.
@@ -41,7 +41,7 @@ pub struct BreakdownAnswer {
 
 /// Live memory by category at `at` on each device asked for. A row past a
 /// device's trace is refused, naming the trace's length.
-pub fn breakdown(a: &Analyzed, p: &BreakdownParams) -> Result<BreakdownAnswer, ViewError> {
+pub fn breakdown(a: &IndexedSnapshot, p: &BreakdownParams) -> Result<BreakdownAnswer, ViewError> {
     let devices: Vec<u32> = match p.device {
         Some(d) => vec![a.device_or_first(Some(d))?],
         None => a.snapshot.devices.iter().map(|d| d.device).collect(),

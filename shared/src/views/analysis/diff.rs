@@ -6,8 +6,8 @@ use serde::{Deserialize, Serialize};
 use super::{MAX_TOP, device_snapshot};
 use crate::analysis::diff::{DeviceDiff, SnapshotDiff};
 use crate::analysis::steps::{StepSource, Steps};
-use crate::analyzed::Analyzed;
 use crate::error::ViewError;
+use crate::indexed::IndexedSnapshot;
 use crate::timeline::{Axis, Bucket, MAX_PX, Range3};
 
 /// How the two timelines of a comparison share their x axis.
@@ -92,10 +92,10 @@ pub struct DiffAnswer {
 
 /// Compare `a` with `b`: memory by stack at the end of each, and their
 /// timelines on one axis.
-pub fn diff(a: &Analyzed, b: &Analyzed, p: &DiffParams) -> Result<DiffAnswer, ViewError> {
+pub fn diff(a: &IndexedSnapshot, b: &IndexedSnapshot, p: &DiffParams) -> Result<DiffAnswer, ViewError> {
     let top = p.top.unwrap_or(20).min(MAX_TOP);
     let d = SnapshotDiff::build(&a.snapshot, &b.snapshot, top);
-    let traced = |x: &Analyzed, asked: Option<u32>| -> Result<Option<u32>, ViewError> {
+    let traced = |x: &IndexedSnapshot, asked: Option<u32>| -> Result<Option<u32>, ViewError> {
         match asked {
             Some(dev) => Ok(Some(x.device_or_first(Some(dev))?)),
             None => Ok(x.snapshot.devices.iter().find(|d| !d.trace.is_empty()).map(|d| d.device)),
@@ -108,9 +108,16 @@ pub fn diff(a: &Analyzed, b: &Analyzed, p: &DiffParams) -> Result<DiffAnswer, Vi
     Ok(DiffAnswer { identical: d.is_empty(), devices: d.devices, timelines })
 }
 
-fn aligned(a: &Analyzed, da: u32, b: &Analyzed, db: u32, align: Align, px: u32) -> Result<AlignedTimelines, ViewError> {
+fn aligned(
+    a: &IndexedSnapshot,
+    da: u32,
+    b: &IndexedSnapshot,
+    db: u32,
+    align: Align,
+    px: u32,
+) -> Result<AlignedTimelines, ViewError> {
     let px = px.clamp(1, MAX_PX);
-    let rows = |x: &Analyzed, d: u32| device_snapshot(x, d).map(|d| d.trace.len());
+    let rows = |x: &IndexedSnapshot, d: u32| device_snapshot(x, d).map(|d| d.trace.len());
     let (rows_a, rows_b) = (rows(a, da)?, rows(b, db)?);
     let steps_a = Steps::find(&a.snapshot, device_snapshot(a, da)?);
     let steps_b = Steps::find(&b.snapshot, device_snapshot(b, db)?);
@@ -118,7 +125,7 @@ fn aligned(a: &Analyzed, da: u32, b: &Analyzed, db: u32, align: Align, px: u32) 
         Align::Event => rows_a.max(rows_b).max(1) as f64,
         Align::Step => steps_a.steps.len().max(steps_b.steps.len()).max(1) as f64,
     };
-    let side = |x: &Analyzed, d: u32, n: usize, steps: Steps| -> Result<AlignedTimeline, ViewError> {
+    let side = |x: &IndexedSnapshot, d: u32, n: usize, steps: Steps| -> Result<AlignedTimeline, ViewError> {
         let buckets = match align {
             // Each trace over its own rows, with its share of the pixels.
             Align::Event => {
@@ -162,7 +169,7 @@ fn aligned(a: &Analyzed, da: u32, b: &Analyzed, db: u32, align: Align, px: u32) 
 }
 
 /// Buckets of rows `[start, end)` of a device on the event axis.
-fn event_buckets(x: &Analyzed, device: u32, start: i64, end: i64, px: u32) -> Result<Vec<Bucket>, ViewError> {
+fn event_buckets(x: &IndexedSnapshot, device: u32, start: i64, end: i64, px: u32) -> Result<Vec<Bucket>, ViewError> {
     if end <= start {
         return Ok(Vec::new());
     }

@@ -6,8 +6,8 @@ use serde::{Deserialize, Serialize};
 use super::device_snapshot;
 use crate::analysis::avoided::avoided_by;
 use crate::analysis::oom::{OomReport, explain_device};
-use crate::analyzed::Analyzed;
 use crate::error::ViewError;
+use crate::indexed::IndexedSnapshot;
 use crate::snapshot::DeviceSnapshot;
 
 /// Query of the explain view.
@@ -31,7 +31,7 @@ pub struct ExplainAnswer {
 
 /// Post-mortems of the `oom` entries, each with the settings the simulator
 /// says would have avoided it.
-pub fn explain(a: &Analyzed, p: &ExplainParams) -> Result<ExplainAnswer, ViewError> {
+pub fn explain(a: &IndexedSnapshot, p: &ExplainParams) -> Result<ExplainAnswer, ViewError> {
     let devices: Vec<&DeviceSnapshot> = match p.device {
         Some(d) => vec![device_snapshot(a, d)?],
         None => a.snapshot.devices.iter().collect(),

@@ -4,8 +4,8 @@ use serde::{Deserialize, Serialize};
 
 use super::{MAX_TOP, device_snapshot};
 use crate::analysis::leaks::DeviceLeaks;
-use crate::analyzed::Analyzed;
 use crate::error::ViewError;
+use crate::indexed::IndexedSnapshot;
 use crate::snapshot::DeviceSnapshot;
 
 /// Query of the leaks view.
@@ -35,7 +35,7 @@ pub struct LeaksAnswer {
 
 /// Allocations alive at the end, grouped by stack and ranked by how
 /// steadily they grew (see [`crate::analysis::leaks`]).
-pub fn leaks(a: &Analyzed, p: &LeaksParams) -> Result<LeaksAnswer, ViewError> {
+pub fn leaks(a: &IndexedSnapshot, p: &LeaksParams) -> Result<LeaksAnswer, ViewError> {
     let top = p.top.unwrap_or(20).min(MAX_TOP);
     let devices: Vec<&DeviceSnapshot> = match p.device {
         Some(d) => vec![device_snapshot(a, d)?],

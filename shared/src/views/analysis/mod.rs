@@ -4,7 +4,7 @@
 //! leak ranking ([`leaks`]), memory by category ([`breakdown`]) and the
 //! comparison of two snapshots ([`diff`]).
 //!
-//! Like the other views, each is a plain function of [`Analyzed`]
+//! Like the other views, each is a plain function of [`IndexedSnapshot`]
 //! snapshots and a query struct read from the URL, answering plain data
 //! whose size depends on the query (`px`, `top`), never on the trace. The
 //! server wraps them (and caches the expensive replay, [`simulate_device`]);
@@ -27,8 +27,8 @@ pub use whatif::{
     whatif, whatif_window,
 };
 
-use crate::analyzed::Analyzed;
 use crate::error::ViewError;
+use crate::indexed::IndexedSnapshot;
 use crate::simulate::{AllocatorConfig, SimError, parse_size};
 use crate::snapshot::DeviceSnapshot;
 
@@ -98,7 +98,7 @@ pub fn check_alloc_conf(conf: Option<&str>) -> Result<(), ViewError> {
     }
 }
 
-pub(super) fn device_snapshot(a: &Analyzed, device: u32) -> Result<&DeviceSnapshot, ViewError> {
+pub(super) fn device_snapshot(a: &IndexedSnapshot, device: u32) -> Result<&DeviceSnapshot, ViewError> {
     a.snapshot.device(device).ok_or_else(|| ViewError::NotFound(format!("device {device}")))
 }
 

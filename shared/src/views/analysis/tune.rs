@@ -4,8 +4,8 @@ use serde::{Deserialize, Serialize};
 
 use super::parse_capacity;
 use crate::analysis::capacity::tune_with_inferred_capacity;
-use crate::analyzed::Analyzed;
 use crate::error::ViewError;
+use crate::indexed::IndexedSnapshot;
 use crate::simulate::tune::{DEFAULT_GRID, TuneRow};
 
 /// Query of the tune view.
@@ -46,7 +46,7 @@ pub struct TuneAnswer {
 }
 
 /// Replay the recorded settings and each of [`DEFAULT_GRID`], and rank them.
-pub fn tune(a: &Analyzed, p: &TuneParams) -> Result<TuneAnswer, ViewError> {
+pub fn tune(a: &IndexedSnapshot, p: &TuneParams) -> Result<TuneAnswer, ViewError> {
     let capacity = parse_capacity(p.capacity.as_deref())?;
     let report = tune_with_inferred_capacity(&a.snapshot, capacity, DEFAULT_GRID)?;
     let rows: Vec<TuneCandidate> =

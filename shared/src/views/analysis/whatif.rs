@@ -5,8 +5,8 @@ use serde::{Deserialize, Serialize};
 
 use super::{check_alloc_conf, device_snapshot, parse_capacity};
 use crate::analysis::capacity::device_replay_capacity;
-use crate::analyzed::Analyzed;
 use crate::error::ViewError;
+use crate::indexed::IndexedSnapshot;
 use crate::simulate::{Replayer, SimOom, settings_for};
 use crate::snapshot::DeviceSnapshot;
 use crate::timeline::{Axis, Bucket, MAX_PX, Range3, TimelineWindow};
@@ -79,7 +79,7 @@ impl SimulatedDevice {
 /// Replay one device's trace with `alloc_conf` (`None`: the recorded
 /// settings) under `capacity` (`None`: unlimited), keeping the curves.
 pub fn simulate_device(
-    a: &Analyzed,
+    a: &IndexedSnapshot,
     device: u32,
     alloc_conf: Option<&str>,
     capacity: Option<u64>,
@@ -181,7 +181,7 @@ pub struct WhatIfAnswer {
 }
 
 /// The recorded window and the simulated curves over its buckets.
-pub fn whatif(a: &Analyzed, p: &WhatIfParams) -> Result<WhatIfAnswer, ViewError> {
+pub fn whatif(a: &IndexedSnapshot, p: &WhatIfParams) -> Result<WhatIfAnswer, ViewError> {
     let device = a.device_or_first(p.device)?;
     check_alloc_conf(p.alloc_conf.as_deref())?;
     let capacity = parse_capacity(p.capacity.as_deref())?;
@@ -190,7 +190,7 @@ pub fn whatif(a: &Analyzed, p: &WhatIfParams) -> Result<WhatIfAnswer, ViewError>
 }
 
 /// [`whatif`] for a replay already done (and cached) by [`simulate_device`].
-pub fn whatif_window(a: &Analyzed, sim: &SimulatedDevice, p: &WhatIfParams) -> Result<WhatIfAnswer, ViewError> {
+pub fn whatif_window(a: &IndexedSnapshot, sim: &SimulatedDevice, p: &WhatIfParams) -> Result<WhatIfAnswer, ViewError> {
     let device = sim.device;
     let d = device_snapshot(a, device)?;
     let timeline = crate::views::TimelineParams {

@@ -1,4 +1,4 @@
-//! A snapshot with its indexes ([`Analyzed`]), the one thing every view
+//! A snapshot with its indexes ([`IndexedSnapshot`]), the one thing every view
 //! and analysis answers from, and its persistence in an index file
 //! ([`persist`]: written after the first parse, opened instead of parsing
 //! again). It stands above the indexes and analyses it assembles and below
@@ -19,7 +19,7 @@ use crate::timeline::{self, TimelineIndex};
 
 /// A snapshot with its indexes, ready for timeline and state queries.
 #[derive(Debug)]
-pub struct Analyzed {
+pub struct IndexedSnapshot {
     /// The model.
     pub snapshot: Snapshot,
     /// Allocation and segment intervals.
@@ -48,7 +48,7 @@ pub struct Analyzed {
 /// trace keeps 23 copies of its layout.
 const CHECKPOINT_ROWS: usize = 1 << 16;
 
-impl Analyzed {
+impl IndexedSnapshot {
     /// About how much memory this holds: the trace columns, intervals,
     /// level-of-detail tables and checkpoints all grow with the trace rows.
     /// An estimate, for caches that hold several: measured as the growth
@@ -84,30 +84,30 @@ impl Analyzed {
 
     /// Build the indexes of a parsed snapshot (CPU work: tens of ms per
     /// million trace entries). The statistics wait for their first ask.
-    pub fn build(snapshot: Snapshot) -> Analyzed {
+    pub fn build(snapshot: Snapshot) -> IndexedSnapshot {
         let (index, timeline) = TimelineIndex::build_with_intervals(&snapshot);
-        Analyzed::from_parts(snapshot, index, timeline, false)
+        IndexedSnapshot::from_parts(snapshot, index, timeline, false)
     }
 
-    /// [`Analyzed::build`] for a caller that needs the statistics as well
+    /// [`IndexedSnapshot::build`] for a caller that needs the statistics as well
     /// (a server stores them when a snapshot becomes ready): `known` when
     /// they were computed already, else computed beside the indexes of a
     /// large trace, whose build leaves a core idle for part of its time.
-    pub fn build_with_stats(snapshot: Snapshot, known: Option<SnapshotStats>) -> Analyzed {
-        Analyzed::build_parts(snapshot, known, false)
+    pub fn build_with_stats(snapshot: Snapshot, known: Option<SnapshotStats>) -> IndexedSnapshot {
+        IndexedSnapshot::build_parts(snapshot, known, false)
     }
 
-    /// [`Analyzed::build_with_stats`] without the timeline's allocation
+    /// [`IndexedSnapshot::build_with_stats`] without the timeline's allocation
     /// indexes, nearly half of a large trace's build: the caller builds them
-    /// with [`Analyzed::build_allocation_indexes`] after its first answers,
+    /// with [`IndexedSnapshot::build_allocation_indexes`] after its first answers,
     /// which meanwhile find a window's largest allocations by a scan (see
     /// [`TimelineIndex::build_with_intervals_deferred`]). Writing the
     /// index file builds them too.
-    pub fn build_with_stats_deferred(snapshot: Snapshot, known: Option<SnapshotStats>) -> Analyzed {
-        Analyzed::build_parts(snapshot, known, true)
+    pub fn build_with_stats_deferred(snapshot: Snapshot, known: Option<SnapshotStats>) -> IndexedSnapshot {
+        IndexedSnapshot::build_parts(snapshot, known, true)
     }
 
-    fn build_parts(snapshot: Snapshot, known: Option<SnapshotStats>, defer: bool) -> Analyzed {
+    fn build_parts(snapshot: Snapshot, known: Option<SnapshotStats>, defer: bool) -> IndexedSnapshot {
         let rows: usize = snapshot.devices.iter().map(|d| d.trace.len()).sum();
         let build = || {
             if defer {
@@ -124,14 +124,14 @@ impl Analyzed {
             }
             None => (build(), None),
         };
-        let analyzed = Analyzed::from_parts(snapshot, index, timeline, false);
+        let analyzed = IndexedSnapshot::from_parts(snapshot, index, timeline, false);
         if let Some(stats) = stats {
             let _ = analyzed.stats.set(stats);
         }
         analyzed
     }
 
-    /// Build what [`Analyzed::build_with_stats_deferred`] left: the
+    /// Build what [`IndexedSnapshot::build_with_stats_deferred`] left: the
     /// timeline's allocation indexes (nothing when they are built).
     pub fn build_allocation_indexes(&self) {
         self.timeline.build_allocation_indexes();
@@ -149,11 +149,20 @@ impl Analyzed {
         index: SnapshotIntervals,
         timeline: TimelineIndex,
         from_index: bool,
-    ) -> Analyzed {
+    ) -> IndexedSnapshot {
         let checkpoints = snapshot.devices.iter().map(|d| (d.device, OnceLock::new())).collect();
         let categories = snapshot.devices.iter().map(|d| (d.device, OnceLock::new())).collect();
         let pools = snapshot.devices.iter().map(|d| (d.device, OnceLock::new())).collect();
-        Analyzed { snapshot, index, timeline, checkpoints, categories, pools, stats: OnceLock::new(), from_index }
+        IndexedSnapshot {
+            snapshot,
+            index,
+            timeline,
+            checkpoints,
+            categories,
+            pools,
+            stats: OnceLock::new(),
+            from_index,
+        }
     }
 
     /// The device asked for, or the first one when none was.
@@ -242,7 +251,7 @@ mod tests {
         for name in ["gpt_long", "oom_leak"] {
             let snapshot = crate::testing::snapshot(name);
             let expected = serde_json::to_string(&snapshot.stats().report("")).expect("json");
-            let analyzed = Analyzed::build_with_stats(snapshot, None);
+            let analyzed = IndexedSnapshot::build_with_stats(snapshot, None);
             assert_eq!(analyzed.stats.get().is_some(), name == "gpt_long", "{name}: built beside the indexes");
             assert_eq!(serde_json::to_string(&analyzed.stats().report("")).expect("json"), expected, "{name}");
         }

@@ -1,4 +1,4 @@
-//! An [`Analyzed`] snapshot to and from an index file: the snapshot's
+//! An [`IndexedSnapshot`] snapshot to and from an index file: the snapshot's
 //! tables and trace columns, its intervals and its timelines. The layout
 //! checkpoints are not written: they are built by the first state or
 //! segment query of a device (see ARCHITECTURE.md for the measured costs).
@@ -8,8 +8,8 @@ use std::io::Write;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
-use crate::analyzed::Analyzed;
 use crate::index_file::{IndexFileError, Reader, Writer, check};
+use crate::indexed::IndexedSnapshot;
 use crate::intervals::{DeviceIndexHeader, SnapshotIntervals};
 use crate::snapshot::frames::{TablesHeader, load_tables, save_tables};
 use crate::snapshot::trace::TraceHeader;
@@ -132,7 +132,7 @@ impl Settings {
 /// Write `analyzed`, parsed from the file whose SHA-256 is
 /// `snapshot_sha256` (hex), as an index file to `out` (front to back, in
 /// one pass, holding no second copy of any column). Returns `out`.
-pub fn write_index<W: Write>(analyzed: &Analyzed, snapshot_sha256: &str, out: W) -> Result<W, IndexFileError> {
+pub fn write_index<W: Write>(analyzed: &IndexedSnapshot, snapshot_sha256: &str, out: W) -> Result<W, IndexFileError> {
     let s = &analyzed.snapshot;
     let mut w = Writer::new(out)?;
     let tables = save_tables(&s.strings, &s.frames, &mut w)?;
@@ -175,7 +175,7 @@ pub fn write_index<W: Write>(analyzed: &Analyzed, snapshot_sha256: &str, out: W)
 /// (hex; else [`IndexFileError::OtherSnapshot`]). The trace and timeline
 /// columns view `bytes` in place; the rest is rebuilt. Every checksum,
 /// offset and id the views follow is checked first.
-pub fn open_index(bytes: Bytes, snapshot_sha256: &str) -> Result<Analyzed, IndexFileError> {
+pub fn open_index(bytes: Bytes, snapshot_sha256: &str) -> Result<IndexedSnapshot, IndexFileError> {
     let (r, header) = Reader::open::<Header>(bytes)?;
     if !header.snapshot_sha256.eq_ignore_ascii_case(snapshot_sha256) {
         return Err(IndexFileError::OtherSnapshot {
@@ -231,5 +231,5 @@ pub fn open_index(bytes: Bytes, snapshot_sha256: &str) -> Result<Analyzed, Index
         host,
         warnings: header.warnings,
     };
-    Ok(Analyzed::from_parts(snapshot, index, timeline, true))
+    Ok(IndexedSnapshot::from_parts(snapshot, index, timeline, true))
 }
