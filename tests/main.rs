@@ -18,6 +18,7 @@ mod browser_newcomer;
 mod browser_predict;
 mod browser_review;
 mod browser_views;
+mod build_scripts;
 mod check;
 mod cli;
 mod docs;
