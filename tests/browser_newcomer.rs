@@ -93,7 +93,7 @@ async fn regression_free_and_unused_figures_name_what_they_count() {
 /// The what-if chart drew "simulated OOM" over "recorded OOM" where the
 /// replay runs out where the recording did: `oom_leak` replayed with its
 /// own settings under the capacity inferred from its OOM. The layout is
-/// checked natively (`pages::analysis::whatif`'s test of the same name,
+/// checked natively (`pages::findings::whatif`'s test of the same name,
 /// which fails with the labels on one row); here the page runs that replay
 /// and draws the markers, for the screenshot.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -138,7 +138,7 @@ async fn regression_whatif_oom_labels_do_not_overlap() {
 /// The leaks chart of `gpt_varlen` drew 3 lines for its 5 stacks, with no
 /// legend. The legend (right of the plot) shows every stack's colour; the
 /// "(same as #k)" wording and the dashes are checked natively
-/// (`pages::analysis::leaks`).
+/// (`pages::findings::leaks`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn regression_leaks_chart_has_a_legend() {
     let (_server, url) = start_server(&scratch("newcomer-leaks"), &[]);

@@ -63,7 +63,7 @@ pub struct BreakdownJson {
     /// The snapshot.
     pub file: String,
     /// One breakdown per device asked for.
-    pub devices: Vec<crate::views::analysis::DeviceBreakdownAnswer>,
+    pub devices: Vec<crate::views::findings::DeviceBreakdownAnswer>,
 }
 
 /// `vramscope breakdown --json`: live memory by category and stage at a row
@@ -74,8 +74,8 @@ pub fn breakdown_json(
     device: Option<u32>,
     at: Option<u32>,
 ) -> Result<BreakdownJson, crate::error::ViewError> {
-    let params = crate::views::analysis::BreakdownParams { device, at, px: None };
-    let answer = crate::views::analysis::breakdown(analyzed, &params)?;
+    let params = crate::views::findings::BreakdownParams { device, at, px: None };
+    let answer = crate::views::findings::breakdown(analyzed, &params)?;
     Ok(BreakdownJson { file: file.to_owned(), devices: answer.devices })
 }
 

@@ -5,7 +5,7 @@
 //! trace. The figures follow the cursor; a click on the chart moves it.
 
 use leptos::prelude::*;
-use vramscope_shared::views::analysis::BreakdownParams;
+use vramscope_shared::views::findings::BreakdownParams;
 use vramscope_shared::views::view::Breakdown;
 use web_sys::MouseEvent;
 

@@ -6,7 +6,7 @@
 
 use vramscope_shared::analysis::diff::Change;
 use vramscope_shared::stats::DeviceStats;
-use vramscope_shared::views::analysis::{AlignedTimeline, AlignedTimelines};
+use vramscope_shared::views::findings::{AlignedTimeline, AlignedTimelines};
 
 use crate::core::chart::{Chart, Column, Curve, Marker, y_top};
 use crate::core::format;
@@ -30,7 +30,7 @@ pub(crate) fn change_label(c: Change) -> &'static str {
 /// One side's chart, on the x range and y scale both sides share; step
 /// boundaries marked when aligned by step.
 pub(crate) fn side_chart(t: &AlignedTimelines, side: &AlignedTimeline) -> Chart {
-    let curve = |pick: fn(&vramscope_shared::views::analysis::AlignedBucket) -> vramscope_shared::timeline::Range3,
+    let curve = |pick: fn(&vramscope_shared::views::findings::AlignedBucket) -> vramscope_shared::timeline::Range3,
                  colour,
                  band| Curve {
         columns: side.buckets.iter().map(|b| Column { x0: b.x0, x1: b.x1, range: pick(b) }).collect(),
@@ -41,7 +41,7 @@ pub(crate) fn side_chart(t: &AlignedTimelines, side: &AlignedTimeline) -> Chart 
         dashed: false,
     };
     let markers = match t.align {
-        vramscope_shared::views::analysis::Align::Step if side.steps.len() <= 40 => (1..side.steps.len())
+        vramscope_shared::views::findings::Align::Step if side.steps.len() <= 40 => (1..side.steps.len())
             .map(|k| Marker { x: k as f64, colour: palette::WINDOW_START.rgb(), label: String::new() })
             .collect(),
         _ => Vec::new(),
@@ -104,7 +104,7 @@ mod ui {
     use leptos::prelude::*;
     use leptos::task::spawn_local;
     use leptos_router::hooks::use_params_map;
-    use vramscope_shared::views::analysis::{Align, DiffAnswer};
+    use vramscope_shared::views::findings::{Align, DiffAnswer};
 
     use super::{change_label, compare_path, figure_cells, figure_rows, side_chart};
     use crate::components::badge::LocalBadge;
@@ -472,7 +472,7 @@ mod ui {
 #[cfg(test)]
 mod tests {
 
-    use vramscope_shared::views::analysis::{Align, DiffParams, diff};
+    use vramscope_shared::views::findings::{Align, DiffParams, diff};
 
     use super::*;
 

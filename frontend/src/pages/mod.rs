@@ -9,8 +9,8 @@
 // Natively only the pure parts are built, for their tests.
 #![cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
 
-pub(crate) mod analysis;
 pub(crate) mod compare;
+pub(crate) mod findings;
 #[cfg(target_arch = "wasm32")]
 pub(crate) mod host;
 pub(crate) mod jobs;

@@ -200,7 +200,7 @@ fn device_views(id: String, d: &DeviceStats, initial: permalink::PageState) -> A
         }
             .into_any()
     } else {
-        view! { <DeviceViews id=id.clone() device=d.device initial=initial/> <crate::pages::analysis::AnalysisPanels id=id device=d.device/> }.into_any()
+        view! { <DeviceViews id=id.clone() device=d.device initial=initial/> <crate::pages::findings::AnalysisPanels id=id device=d.device/> }.into_any()
     }
 }
 

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::auth::{Auth, LinkSigner};
-use crate::ingest::{AnalysisCache, IndexFiles, Ingest, Parser, Parts as IngestParts};
+use crate::ingest::{IndexFiles, Ingest, Parser, Parts as IngestParts, SnapshotCache};
 use crate::metrics::Metrics;
 use crate::settings::Settings;
 use crate::store::{BlobStore, Db};
@@ -56,7 +56,7 @@ impl AppState {
     /// (`Db::shared_secret`).
     pub(crate) fn new(settings: Settings, db: Db, blobs: BlobStore, link_key: Vec<u8>) -> anyhow::Result<AppState> {
         let auth = Auth::new(db.clone(), settings.tokens_required());
-        let cache = AnalysisCache::new(settings.cache_entries, settings.cache_budget());
+        let cache = SnapshotCache::new(settings.cache_entries, settings.cache_budget());
         let parser = Parser::new(
             settings.read_options(),
             Duration::from_secs_f64(settings.parse_timeout_secs),

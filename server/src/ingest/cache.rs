@@ -22,7 +22,7 @@ pub(crate) type Slot = Shared<BoxFuture<'static, Loaded>>;
 /// most `capacity` of them and about `max_bytes` together (the newest is
 /// kept whatever its size). Concurrent requests for the same file share
 /// one parse.
-pub(crate) struct AnalysisCache {
+pub(crate) struct SnapshotCache {
     capacity: usize,
     max_bytes: u64,
     /// Most recently used last.
@@ -38,9 +38,9 @@ fn weight(slot: &Slot) -> u64 {
     }
 }
 
-impl AnalysisCache {
-    pub(crate) fn new(capacity: usize, max_bytes: u64) -> AnalysisCache {
-        AnalysisCache { capacity: capacity.max(1), max_bytes, slots: Mutex::new(Vec::new()) }
+impl SnapshotCache {
+    pub(crate) fn new(capacity: usize, max_bytes: u64) -> SnapshotCache {
+        SnapshotCache { capacity: capacity.max(1), max_bytes, slots: Mutex::new(Vec::new()) }
     }
 
     /// The slot of a file, made with `make` (and marked most recent).

@@ -29,7 +29,7 @@ const DEFERRED_WRITE_ROWS: usize = 1 << 20;
 impl Ingest {
     /// The analyzed snapshot of a stored file: from the cache, or joining
     /// the parse of it under way, or in a task of its own (see
-    /// [`super::AnalysisCache`]): opened from its persisted index, or
+    /// [`super::SnapshotCache`]): opened from its persisted index, or
     /// parsed (and persisted) when it has none.
     pub(crate) async fn load(&self, blob_key: &str) -> Loaded {
         let (ingest, key) = (self.clone(), blob_key.to_owned());

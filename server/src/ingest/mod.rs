@@ -21,7 +21,7 @@ pub(crate) mod parse;
 use std::ops::Deref;
 use std::sync::Arc;
 
-pub(crate) use cache::{AnalysisCache, Loaded};
+pub(crate) use cache::{Loaded, SnapshotCache};
 pub(crate) use index_file::IndexFiles;
 pub(crate) use parse::{ParseFailure, Parser};
 
@@ -44,7 +44,7 @@ pub(crate) struct Parts {
     /// The persisted indexes of stored files.
     pub(crate) indexes: IndexFiles,
     /// IndexedSnapshot snapshots in memory, bounded in bytes.
-    pub(crate) cache: AnalysisCache,
+    pub(crate) cache: SnapshotCache,
     /// The server's metrics.
     pub(crate) metrics: Arc<Metrics>,
     /// Woken each time a parse of this instance ends, ready or failed:

@@ -18,7 +18,7 @@ use vramscope_shared::api::{Page, SnapshotMeta};
 use vramscope_shared::cli_json;
 use vramscope_shared::indexed::IndexedSnapshot;
 use vramscope_shared::simulate::{SimulateOptions, parse_size};
-use vramscope_shared::views::analysis;
+use vramscope_shared::views::findings;
 use vramscope_shared::views::state::{StateParams, state};
 use vramscope_shared::{Snapshot, read_snapshot, read_snapshot_bytes};
 
@@ -506,12 +506,12 @@ impl Call {
     /// `capacity`, as a replay takes it: the HTTP API's check (whole MiB,
     /// 64 MiB to 16 TiB), so that a tool refuses what the route refuses.
     fn capacity(&self) -> Result<Option<u64>, String> {
-        analysis::replay_capacity(self.opt_str("capacity")?.as_deref()).map_err(|e| e.to_string())
+        findings::replay_capacity(self.opt_str("capacity")?.as_deref()).map_err(|e| e.to_string())
     }
 
     /// `alloc_conf`, checked and in one spelling, as the HTTP API takes it.
     fn alloc_conf(&self) -> Result<Option<String>, String> {
-        analysis::replay_alloc_conf(self.opt_str("alloc_conf")?.as_deref()).map_err(|e| e.to_string())
+        findings::replay_alloc_conf(self.opt_str("alloc_conf")?.as_deref()).map_err(|e| e.to_string())
     }
 
     fn server(&self) -> Result<&str, String> {

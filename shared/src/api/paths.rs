@@ -177,7 +177,7 @@ pub fn view_path<Q: Serialize + ?Sized>(
 }
 
 /// The two snapshots of `GET /api/v1/compare` (the rest of its query is
-/// the comparison's [`DiffParams`](crate::views::analysis::DiffParams)).
+/// the comparison's [`DiffParams`](crate::views::findings::DiffParams)).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct CompareIds {
     /// The first (before, or one rank).
@@ -191,7 +191,7 @@ pub struct CompareIds {
 /// [`CompareIds`] and the rest into `DiffParams`).
 pub fn compare_query(
     ids: &CompareIds,
-    diff: &crate::views::analysis::DiffParams,
+    diff: &crate::views::findings::DiffParams,
 ) -> Result<String, serde_urlencoded::ser::Error> {
     let parts = [serde_urlencoded::to_string(ids)?, serde_urlencoded::to_string(diff)?];
     Ok(parts.into_iter().filter(|p| !p.is_empty()).collect::<Vec<_>>().join("&"))
@@ -227,7 +227,7 @@ mod tests {
     #[test]
     fn queries_are_serialised_and_empty_ones_left_out() {
         let ids = CompareIds { a: Some("x y".into()), b: Some("z".into()) };
-        let diff = crate::views::analysis::DiffParams { px: Some(5), ..Default::default() };
+        let diff = crate::views::findings::DiffParams { px: Some(5), ..Default::default() };
         assert_eq!(compare_query(&ids, &diff).expect("query"), "a=x+y&b=z&px=5");
         assert_eq!(compare_query(&ids, &Default::default()).expect("query"), "a=x+y&b=z");
         assert_eq!(COMPARE.path_with([], &ids).expect("query"), "/api/v1/compare?a=x+y&b=z");

@@ -9,9 +9,9 @@
 //! frontend's local mode calls the very same functions, so both sides can
 //! never drift apart.
 
-pub mod analysis;
 pub mod annotations;
 pub mod entry;
+pub mod findings;
 pub mod fragmentation;
 pub mod host;
 pub mod pools;

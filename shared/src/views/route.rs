@@ -12,7 +12,7 @@
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::analysis;
+use super::findings;
 use super::stack;
 use super::view::{self, View, Visit};
 #[cfg(test)]
@@ -65,12 +65,12 @@ impl Visit for Lookup<'_> {
 /// the server answers, and what a file opened in the browser answers when
 /// it is compared with an uploaded snapshot or another local file (the
 /// page's worker reads both), so both agree to the byte.
-pub fn compare(a: &IndexedSnapshot, b: &IndexedSnapshot, query: &str) -> Result<analysis::DiffAnswer, ViewError> {
+pub fn compare(a: &IndexedSnapshot, b: &IndexedSnapshot, query: &str) -> Result<findings::DiffAnswer, ViewError> {
     let pairs: Vec<(String, String)> = params("compare", query)?;
     let rest: Vec<(String, String)> = pairs.into_iter().filter(|(k, _)| k != "a" && k != "b").collect();
     let rest = serde_urlencoded::to_string(&rest)
         .map_err(|e| ViewError::BadRequest(format!("query of compare ({query:?}): {e}")))?;
-    analysis::diff(a, b, &params::<analysis::DiffParams>("compare", &rest)?)
+    findings::diff(a, b, &params::<findings::DiffParams>("compare", &rest)?)
 }
 
 fn unknown(route: &str) -> ViewError {
@@ -122,8 +122,8 @@ mod tests {
     #[test]
     fn compare_answers_the_diff_of_its_query() {
         let (a, b) = (streams(), crate::testing::corpus("oom_leak"));
-        let p = analysis::DiffParams { px: Some(50), align: Some(analysis::Align::Step), ..Default::default() };
-        let direct = serde_json::to_string(&analysis::diff(&a, &b, &p).expect("diff")).expect("json");
+        let p = findings::DiffParams { px: Some(50), align: Some(findings::Align::Step), ..Default::default() };
+        let direct = serde_json::to_string(&findings::diff(&a, &b, &p).expect("diff")).expect("json");
         let routed = compare(&a, &b, "a=local-1&b=0190&align=step&px=50").expect("routed");
         assert_eq!(serde_json::to_string(&routed).expect("json"), direct);
         let bad = compare(&a, &b, "a=x&b=y&px=wide");

@@ -13,12 +13,12 @@
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::analysis::{
+use super::annotations::{AnnotationsAnswer, AnnotationsParams};
+use super::entry::{EntryAnswer, EntryParams};
+use super::findings::{
     BreakdownAnswer, BreakdownParams, ExplainAnswer, ExplainParams, LeaksAnswer, LeaksParams, TuneAnswer, TuneParams,
     WhatIfAnswer, WhatIfParams,
 };
-use super::annotations::{AnnotationsAnswer, AnnotationsParams};
-use super::entry::{EntryAnswer, EntryParams};
 use super::fragmentation::{FragmentationAnswer, FragmentationParams};
 use super::host::{HostAnswer, HostParams};
 use super::pools::{PoolsAnswer, PoolsParams};
@@ -115,14 +115,14 @@ views! {
     Host = "host", HostParams => HostAnswer, super::host::host, Pass;
     /// Memory by pool and stream ([`super::pools::pools`]).
     Pools = "pools", PoolsParams => PoolsAnswer, super::pools::pools, Pass;
-    /// A replay under other allocator settings ([`super::analysis::whatif`]).
-    WhatIf = "whatif", WhatIfParams => WhatIfAnswer, super::analysis::whatif, Analysis;
-    /// Allocator settings ranked ([`super::analysis::tune`]).
-    Tune = "tune", TuneParams => TuneAnswer, super::analysis::tune, Analysis;
-    /// The OOM post-mortems ([`super::analysis::explain`]).
-    Explain = "explain", ExplainParams => ExplainAnswer, super::analysis::explain, Analysis;
-    /// Live allocations ranked by growth ([`super::analysis::leaks`]).
-    Leaks = "leaks", LeaksParams => LeaksAnswer, super::analysis::leaks, Analysis;
-    /// Memory by category ([`super::analysis::breakdown`]).
-    Breakdown = "breakdown", BreakdownParams => BreakdownAnswer, super::analysis::breakdown, Analysis;
+    /// A replay under other allocator settings ([`super::findings::whatif`]).
+    WhatIf = "whatif", WhatIfParams => WhatIfAnswer, super::findings::whatif, Analysis;
+    /// Allocator settings ranked ([`super::findings::tune`]).
+    Tune = "tune", TuneParams => TuneAnswer, super::findings::tune, Analysis;
+    /// The OOM post-mortems ([`super::findings::explain`]).
+    Explain = "explain", ExplainParams => ExplainAnswer, super::findings::explain, Analysis;
+    /// Live allocations ranked by growth ([`super::findings::leaks`]).
+    Leaks = "leaks", LeaksParams => LeaksAnswer, super::findings::leaks, Analysis;
+    /// Memory by category ([`super::findings::breakdown`]).
+    Breakdown = "breakdown", BreakdownParams => BreakdownAnswer, super::findings::breakdown, Analysis;
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use axum::extract::{FromRequestParts, RawPathParams};
 use axum::http::request::Parts;
 use vramscope_shared::indexed::IndexedSnapshot;
-use vramscope_shared::views::analysis;
+use vramscope_shared::views::findings;
 
 use crate::http::AppState;
 use crate::http::error::{AppError, AppResult};
@@ -63,13 +63,13 @@ impl FromRequestParts<AppState> for Snapshot {
     }
 }
 
-/// The capacity of a replay, checked ([`analysis::replay_capacity`]).
+/// The capacity of a replay, checked ([`findings::replay_capacity`]).
 pub(super) fn capacity(text: Option<&str>) -> AppResult<Option<u64>> {
-    Ok(analysis::replay_capacity(text)?)
+    Ok(findings::replay_capacity(text)?)
 }
 
 /// The allocator settings of a replay, checked and in one spelling
-/// ([`analysis::replay_alloc_conf`]).
+/// ([`findings::replay_alloc_conf`]).
 pub(super) fn alloc_conf(text: Option<&str>) -> AppResult<Option<String>> {
-    Ok(analysis::replay_alloc_conf(text)?)
+    Ok(findings::replay_alloc_conf(text)?)
 }

@@ -1,7 +1,7 @@
 //! `/api/v1`: snapshots, their files, statistics and views.
 
-mod analysis;
 mod extract;
+mod findings;
 mod jobs;
 mod lru;
 pub(crate) mod mcp;
@@ -27,7 +27,7 @@ use vramscope_shared::api::paths::{
 use vramscope_shared::views::view::{self, Tune, View, Visit, WhatIf};
 
 use super::AppState;
-pub(crate) use analysis::AnalysisQueue;
+pub(crate) use findings::AnalysisQueue;
 pub(crate) use snapshots::SIGNABLE;
 
 /// The v1 routes. Uploads and file downloads are not under the request
@@ -50,9 +50,9 @@ pub(super) fn routes(timeout: Duration) -> Router<AppState> {
         .route(TOKEN.route(), get(review::token_holder))
         .route(JOBS.route(), get(jobs::list))
         .route(JOB.route(), get(jobs::get_one))
-        .route(COMPARE.route(), get(analysis::compare))
-        .route(SNAPSHOT_CHECK.route(), get(analysis::check_snapshot))
-        .route(JOB_CHECK.route(), get(analysis::check_job))
+        .route(COMPARE.route(), get(findings::compare))
+        .route(SNAPSHOT_CHECK.route(), get(findings::check_snapshot))
+        .route(JOB_CHECK.route(), get(findings::check_job))
         .route(PREDICT.route(), get(predict::predict))
         .layer(TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, timeout));
     let streaming = Router::new()
@@ -70,9 +70,9 @@ struct Mount(Router<AppState>);
 impl Visit for Mount {
     fn visit<V: View>(&mut self) {
         let handler: MethodRouter<AppState> = if V::PATH == WhatIf::PATH {
-            get(analysis::whatif)
+            get(findings::whatif)
         } else if V::PATH == Tune::PATH {
-            get(analysis::tune)
+            get(findings::tune)
         } else {
             get(views::answer::<V>)
         };

@@ -4,7 +4,7 @@
 //! picker of a snapshot to compare with ([`super::compare`], also the
 //! `/compare/:a/:b` page).
 //!
-//! Every figure comes from `vramscope_shared::views::analysis`, asked of
+//! Every figure comes from `vramscope_shared::views::findings`, asked of
 //! the server (or of the local-file worker) through `infra::api`. Each module
 //! keeps its pure part (what to draw, what to say) natively testable; the
 //! components exist on wasm32 only. Charts are drawn by [`crate::core::chart`].

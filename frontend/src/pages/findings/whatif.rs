@@ -6,7 +6,7 @@
 //! replaying it.
 
 use vramscope_shared::timeline::{Bucket, MarkerKind, Range3};
-use vramscope_shared::views::analysis::{SimulatedBucket, TuneCandidate, WhatIfAnswer};
+use vramscope_shared::views::findings::{SimulatedBucket, TuneCandidate, WhatIfAnswer};
 
 use super::change;
 use crate::core::chart::{Chart, Column, Curve, Marker, y_top};
@@ -177,7 +177,7 @@ mod ui {
     use leptos::prelude::*;
     use leptos::task::spawn_local;
     use vramscope_shared::timeline::Axis;
-    use vramscope_shared::views::analysis::{TuneAnswer, TuneParams, WhatIfAnswer, WhatIfParams};
+    use vramscope_shared::views::findings::{TuneAnswer, TuneParams, WhatIfAnswer, WhatIfParams};
     use vramscope_shared::views::view::{self as views, Tune};
 
     use super::{SUGGESTED, figures, replayed, tune_cells, whatif_chart};
@@ -439,7 +439,7 @@ mod ui {
 mod tests {
     use vramscope_shared::indexed::IndexedSnapshot;
     use vramscope_shared::timeline::Axis;
-    use vramscope_shared::views::analysis::{WhatIfParams, whatif};
+    use vramscope_shared::views::findings::{WhatIfParams, whatif};
 
     use vramscope_shared::simulate::tune::TuneRow;
 

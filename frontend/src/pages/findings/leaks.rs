@@ -72,7 +72,7 @@ pub(crate) use ui::LeaksPanel;
 mod ui {
     use leptos::prelude::*;
     use leptos::task::spawn_local;
-    use vramscope_shared::views::analysis::{DeviceLeaksAnswer, LeaksAnswer, LeaksParams};
+    use vramscope_shared::views::findings::{DeviceLeaksAnswer, LeaksAnswer, LeaksParams};
     use vramscope_shared::views::view::Leaks;
 
     use super::{CHARTED, COLOURS, growth_chart, pattern_label};
@@ -203,7 +203,7 @@ mod ui {
 #[cfg(test)]
 mod tests {
 
-    use vramscope_shared::views::analysis::{LeaksParams, leaks};
+    use vramscope_shared::views::findings::{LeaksParams, leaks};
 
     use super::*;
 

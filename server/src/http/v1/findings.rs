@@ -1,6 +1,6 @@
 //! The analyses beside the timeline: what-if replays, the ranking of
 //! allocator settings, OOM post-mortems, leaks, the comparison of two
-//! snapshots, and the memory-budget check of CI (`vramscope check --server`). Thin wrappers over `vramscope_shared::views::analysis` (the
+//! snapshots, and the memory-budget check of CI (`vramscope check --server`). Thin wrappers over `vramscope_shared::views::findings` (the
 //! same functions the dashboard runs for a local file); replays are CPU work
 //! and run on blocking threads. `explain`, `leaks` and `breakdown` are
 //! served by the views' generic handler (`views::answer`); `whatif` and
@@ -19,7 +19,7 @@ use axum::Json;
 use axum::extract::{Path, Query, RawQuery, State};
 use serde::Deserialize;
 use vramscope_shared::indexed::IndexedSnapshot;
-use vramscope_shared::views::analysis::{
+use vramscope_shared::views::findings::{
     self, DiffAnswer, SimulatedDevice, TuneAnswer, TuneParams, WhatIfAnswer, WhatIfParams,
 };
 
@@ -112,7 +112,7 @@ impl AnalysisQueue {
 
 /// `GET /api/v1/snapshots/{id}/whatif?alloc_conf=&capacity=&device=&axis=&start=&end=&px=`:
 /// the trace replayed with other allocator settings, its curves over the
-/// recorded ones; see [`analysis::whatif`].
+/// recorded ones; see [`findings::whatif`].
 pub(crate) async fn whatif(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -130,19 +130,19 @@ pub(crate) async fn whatif(
             let sim = match REPLAYS.get(&key) {
                 Some(sim) => sim,
                 None => {
-                    let sim = Arc::new(analysis::simulate_device(&a, device, key.2.as_deref(), capacity)?);
+                    let sim = Arc::new(findings::simulate_device(&a, device, key.2.as_deref(), capacity)?);
                     REPLAYS.put(key, sim.clone());
                     sim
                 }
             };
-            Ok(analysis::whatif_window(&a, &sim, &p)?)
+            Ok(findings::whatif_window(&a, &sim, &p)?)
         })
         .await?;
     Ok(Json(answer))
 }
 
 /// `GET /api/v1/snapshots/{id}/tune?capacity=`: every candidate setting
-/// replayed and ranked; see [`analysis::tune`].
+/// replayed and ranked; see [`findings::tune`].
 pub(crate) async fn tune(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -161,7 +161,7 @@ pub(crate) async fn tune(
             if let Some(answer) = RANKINGS.get(&key) {
                 return Ok(TuneAnswer::clone(&answer));
             }
-            let answer = analysis::tune(&a, &p)?;
+            let answer = findings::tune(&a, &p)?;
             RANKINGS.put(key, Arc::new(answer.clone()));
             Ok(answer)
         })
@@ -179,7 +179,7 @@ pub(crate) struct CompareIds {
 }
 
 /// `GET /api/v1/compare?a=ID&b=ID&top=&align=&px=&device_a=&device_b=`: what
-/// changed from A to B; see [`analysis::diff`].
+/// changed from A to B; see [`findings::diff`].
 ///
 /// Not a declared view: a view answers one snapshot (`View::answer` takes
 /// one `IndexedSnapshot`, mounted under `/snapshots/{id}/`), a comparison two, each

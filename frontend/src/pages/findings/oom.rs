@@ -158,7 +158,7 @@ mod ui {
     use leptos::prelude::*;
     use leptos::task::spawn_local;
     use vramscope_shared::analysis::oom::OomReport;
-    use vramscope_shared::views::analysis::{ExplainAnswer, ExplainParams};
+    use vramscope_shared::views::findings::{ExplainAnswer, ExplainParams};
     use vramscope_shared::views::view::Explain;
 
     use super::{avoided_by, cards, cause, verdict};
@@ -283,7 +283,7 @@ mod tests {
         );
     }
 
-    use vramscope_shared::views::analysis::{ExplainParams, explain};
+    use vramscope_shared::views::findings::{ExplainParams, explain};
 
     use super::*;
 
