@@ -193,6 +193,19 @@ pub fn open_index(bytes: Bytes, snapshot_sha256: &str) -> Result<IndexedSnapshot
         device.segments = h.segments;
     }
     check(devices.windows(2).all(|w| w[0].device < w[1].device), || "devices out of order".to_owned())?;
+    // Sizes and addresses are numbers of the header, which whoever can
+    // write the file can forge with its checksum: a segment whose sizes
+    // contradict each other (2^63 bytes, a block outside it) is refused;
+    // every real capture's segments agree.
+    let host_segments = header.host.as_ref().map(|h| (h.device, h.segments.as_slice()));
+    let all = devices.iter().map(|d| (d.device, d.segments.as_slice())).chain(host_segments);
+    for (device, segments) in all {
+        for (i, segment) in segments.iter().enumerate() {
+            if let Some(why) = segment.inconsistency() {
+                return Err(IndexFileError::Header(format!("device {device}, segment {i}: {why}")));
+            }
+        }
+    }
     let host = match &header.host {
         Some(h) => Some(DeviceSnapshot {
             device: h.device,

@@ -118,6 +118,58 @@ pub struct Segment {
     pub blocks: Vec<Block>,
 }
 
+/// More bytes than any device's memory (256 TiB, the 48 bits of address
+/// a GPU's memory takes): a bound on sizes that nothing else bounds.
+pub const MAX_DEVICE_BYTES: u64 = 1 << 48;
+
+impl Segment {
+    /// Why the segment's sizes contradict each other, if they do: its end
+    /// past the address space, a block outside it or overlapping the one
+    /// before, blocks that do not end where it ends, a live block asking
+    /// for more than it holds, or a sum over its blocks larger than the
+    /// segment. Every real capture satisfies these;
+    /// a persisted index whose header breaks one was forged or corrupted
+    /// (its checksums can be recomputed by whoever can write the file).
+    pub fn inconsistency(&self) -> Option<String> {
+        let Some(end) = self.address.checked_add(self.total_size) else {
+            return Some(format!("{} bytes at {:#x} run past the address space", self.total_size, self.address));
+        };
+        let mut next = self.address;
+        for (j, b) in self.blocks.iter().enumerate() {
+            let block_end = b.address.checked_add(b.size).filter(|&e| b.address >= next && e <= end);
+            let Some(block_end) = block_end else {
+                return Some(format!(
+                    "block {j} ({} bytes at {:#x}) is not inside the segment after block {}",
+                    b.size,
+                    b.address,
+                    j.wrapping_sub(1) as i64
+                ));
+            };
+            // A free block keeps the request of its last allocation, which
+            // may have been a larger block's before a split: bounded only by
+            // what any device could hold.
+            let most = if b.state.is_active() { b.size } else { MAX_DEVICE_BYTES };
+            if b.requested_size > most {
+                return Some(format!("block {j} requests {} of its {} bytes", b.requested_size, b.size));
+            }
+            next = block_end;
+        }
+        if !self.blocks.is_empty() && next != end {
+            return Some(format!("its blocks end at {next:#x}, the segment at {end:#x}"));
+        }
+        for (name, value) in [
+            ("allocated_size", self.allocated_size),
+            ("active_size", self.active_size),
+            ("requested_size", self.requested_size),
+        ] {
+            if value > self.total_size {
+                return Some(format!("{name} {value} is larger than the segment's {} bytes", self.total_size));
+            }
+        }
+        None
+    }
+}
+
 /// Which pool a segment serves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
