@@ -3,27 +3,33 @@
 
 use vramscope_shared::timeline::Axis;
 
-/// Bytes in binary units with three significant digits or so:
-/// `512 B`, `1.50 KiB`, `270.6 MiB`, `3.94 GiB`.
+/// Bytes as the dashboard prints them, in binary units with three
+/// significant digits or so (figures of one width in tables and axes):
+/// `512 B`, `1.50 KiB`, `270.6 MiB`, `3.94 GiB`. This module is the one
+/// byte formatter of the project: this style and the command line's
+/// ([`bytes_text`]), both through `humansize`, which picks the unit; only
+/// the number of decimals (from the magnitude) is ours.
 pub fn bytes(n: u64) -> String {
-    const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
-    if n < 1024 {
-        return format!("{n} B");
-    }
-    let mut value = n as f64 / 1024.0;
-    let mut unit = 0;
-    while value >= 1024.0 && unit + 1 < UNITS.len() {
+    let mut value = n as f64;
+    while value >= 1024.0 {
         value /= 1024.0;
-        unit += 1;
     }
-    let digits = if value < 10.0 {
+    let places = if n < 1024 {
+        0
+    } else if value < 10.0 {
         2
     } else if value < 100.0 {
         1
     } else {
         0
     };
-    format!("{value:.digits$} {}", UNITS[unit])
+    humansize::format_size(n, humansize::BINARY.decimal_places(places).decimal_zeroes(places))
+}
+
+/// Bytes as the command line and its reports print them: binary units,
+/// two decimals, none for a whole number (`6 GiB`, `640.89 MiB`).
+pub fn bytes_text(n: u64) -> String {
+    humansize::format_size(n, humansize::BINARY)
 }
 
 /// A memory pool by its id: `(0, 0)` is the default pool, anything else a
@@ -168,6 +174,48 @@ pub fn signed_bytes(delta: i64) -> String {
 
 #[cfg(test)]
 mod tests {
+
+    /// The hand-written formatter `bytes` replaced, kept to show the
+    /// crate prints every figure the same.
+    fn bytes_by_hand(n: u64) -> String {
+        const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+        if n < 1024 {
+            return format!("{n} B");
+        }
+        let mut value = n as f64 / 1024.0;
+        let mut unit = 0;
+        while value >= 1024.0 && unit + 1 < UNITS.len() {
+            value /= 1024.0;
+            unit += 1;
+        }
+        let digits = if value < 10.0 {
+            2
+        } else if value < 100.0 {
+            1
+        } else {
+            0
+        };
+        format!("{value:.digits$} {}", UNITS[unit])
+    }
+
+    #[test]
+    fn regression_one_byte_formatter_prints_what_the_hand_written_one_did() {
+        let mut n: u64 = 1;
+        let mut checked = 0;
+        while n < u64::MAX / 3 {
+            for m in [n - 1, n, n + 1, n + n / 3, n - n / 1024, n / 1000 * 999] {
+                assert_eq!(bytes(m), bytes_by_hand(m), "{m}");
+                checked += 1;
+            }
+            n = n * 3 / 2 + 1;
+        }
+        assert!(checked > 500);
+        assert_eq!(bytes(u64::MAX), bytes_by_hand(u64::MAX));
+        assert_eq!(
+            (bytes_text(6 << 30), bytes_text(672_022_528), bytes_text(512)),
+            ("6 GiB".into(), "640.89 MiB".into(), "512 B".into())
+        );
+    }
     use super::*;
 
     #[test]

@@ -21,8 +21,8 @@
 use std::collections::HashMap;
 
 use anyhow::Result;
-use humansize::{BINARY, format_size};
 use serde::Serialize;
+use vramscope_plot::format::bytes_text;
 
 use crate::store::{BlobStore, Db, RetentionItem};
 
@@ -189,9 +189,8 @@ pub(crate) fn plan(policy: &Policy, items: &[RetentionItem], now_ms: i64) -> Pla
             let before = stored;
             for i in 0..order.len() {
                 if !deleted[i] && order[i].blob_key == key {
-                    // Sizes as the commands print them (`report::text::bytes`,
-                    // a layer above this one): `1.50 GiB`.
-                    let (total, limit) = (format_size(before, BINARY), format_size(budget, BINARY));
+                    // Sizes as the commands print them: `1.50 GiB`.
+                    let (total, limit) = (bytes_text(before), bytes_text(budget));
                     let reason = format!(
                         "stored files total {total}, over retention_max_bytes = {limit}: oldest files go first"
                     );

@@ -25,13 +25,11 @@ pub(crate) mod stats;
 
 use std::io::Write;
 
-use humansize::{BINARY, format_size};
 use vramscope_shared::analysis::{FrameText, readable_frames, stack_label};
 
-/// Bytes for people.
-pub(crate) fn bytes(n: u64) -> String {
-    format_size(n, BINARY)
-}
+/// Bytes for people, as every command prints them: the project's one byte
+/// formatter, in its command-line style (`6 GiB`, `640.89 MiB`).
+pub(crate) use vramscope_plot::format::bytes_text as bytes;
 
 /// `n` and its noun, singular or plural: "1 retry", "2 retries".
 pub(crate) fn count(n: impl Into<u64>, one: &str, many: &str) -> String {
