@@ -13,8 +13,11 @@
 //!   timeline's drawing (`plot`) and the one `palette` (these five are the
 //!   `vramscope-plot` crate's, which `vramscope report` draws with too), the
 //!   analysis charts (`chart`, generic over plotters' backends, with `hidpi`
-//!   scaling), the segment and state geometry (`blocks`), the minimap's
-//!   brush (`brush`), a canvas panel's width and paint guard (`panel`),
+//!   scaling), the small canvases' drawing through one `Painter` (`paint`,
+//!   with a recorder for the tests, and `axes`; `segments_chart`,
+//!   `fragmentation`, `track`, `pools_chart`, `breakdown_chart`,
+//!   `host_chart`), the segment and state geometry (`blocks`), the
+//!   minimap's brush (`brush`), a canvas panel's width and paint guard (`panel`),
 //!   "Will it fit?"'s form and chart (`predict`, `predict_chart`), stack
 //!   frames grouped (`frames`), the view in the URL (`permalink`) and
 //!   query strings (`url`).
@@ -22,7 +25,7 @@
 //!   token, handing `local-` ids to the worker), "latest request wins"
 //!   (`latest`), the Web Worker that answers for a file opened without
 //!   uploading it (`local`, whose pure half is built natively too), 2D
-//!   canvases (`canvas`), redraws coalesced into animation frames
+//!   canvases (`canvas`: their setup and the browser's `Painter`), redraws coalesced into animation frames
 //!   (`redraw`), draw timings (`draws`), timers and dates (`clock`).
 //! - `components`: reusable leptos components (the notice bar, stacks).
 //! - `explorer`: the views of one device sharing one `DeviceContext`: the

@@ -1,10 +1,23 @@
-//! What the fragmentation panel says, natively tested: the scale of its
-//! curves, the instant where the most free bytes were stuck in split
-//! segments, and the recorded allocator settings in words.
+//! What the fragmentation panel says and draws, natively tested: the scale
+//! of its curves and the curves themselves (through a [`Painter`]), the
+//! instant where the most free bytes were stuck in split segments, and the
+//! recorded allocator settings in words.
 
 use vramscope_shared::views::fragmentation::{FragmentationAnswer, SettingsView};
+use vramscope_shared::views::state::Figures;
 
+use crate::core::axes;
 use crate::core::format;
+use crate::core::paint::{self, Font, Painter, Point};
+use crate::core::palette::{self, Colour};
+use crate::core::panel::Aligned;
+use crate::core::viewport::Window;
+
+/// Height of the chart.
+pub const HEIGHT: f64 = 190.0;
+
+/// Picks one figure of a column.
+type Pick = fn(&Figures) -> u64;
 
 /// The bytes the top of the chart stands for: the largest reserved figure
 /// of the window (at least 1).
@@ -62,12 +75,46 @@ impl Settings {
     }
 }
 
+/// The four curves of `d` (reserved, allocated, inactive split, rounding
+/// waste) placed at `view` in the plot area `(left, width)`, scaled so that
+/// `top` bytes reach the top: a step per column.
+pub fn draw_curves(p: &mut impl Painter, d: &FragmentationAnswer, view: Window, (left, width): (f64, f64), top: f64) {
+    let y = |b: u64| HEIGHT - 4.0 - b as f64 / top * (HEIGHT - 24.0);
+    p.clip((left, 0.0, width, HEIGHT));
+    let series: [(Colour, Pick); 4] = [
+        (palette::RESERVED, |f| f.reserved),
+        (palette::ALLOCATED, |f| f.allocated),
+        (palette::PENDING, |f| f.inactive_split),
+        (palette::WASTE, |f| f.waste),
+    ];
+    for (colour, value) in series {
+        let mut points: Vec<Point> = Vec::with_capacity(2 * d.columns.len());
+        for c in &d.columns {
+            let yy = y(value(&c.figures));
+            points.push((axes::x_px(view, left, width, c.column.x0 as f64), yy));
+            points.push((axes::x_px(view, left, width, c.column.x1 as f64), yy));
+        }
+        p.stroke_path(colour, 2.0, &points);
+    }
+    p.unclip();
+}
+
+/// Over the curves: the cursor at `cursor` (when in the window) and the
+/// scale, `top` bytes to 0.
+pub fn draw_overlay(p: &mut impl Painter, at: &Aligned, cursor: Option<i64>, top: f64) {
+    let Aligned { view: v, left, width, .. } = *at;
+    if let Some(x) = at.visible(cursor) {
+        paint::vline(p, palette::CURSOR, axes::x_px(v, left, width, x as f64), (0.0, HEIGHT), 1.0);
+    }
+    p.text(Font::label(palette::LABEL), &format::bytes(top as u64), 4.0, 24.0);
+    p.text(Font::label(palette::LABEL), "0", 4.0, HEIGHT - 4.0);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use vramscope_shared::views::fragmentation::FragmentationColumn;
     use vramscope_shared::views::segments::Column;
-    use vramscope_shared::views::state::Figures;
 
     fn column(row: u32, reserved: u64, inactive_split: u64) -> FragmentationColumn {
         let figures =
@@ -129,5 +176,44 @@ mod tests {
             off.map(|s| (s.conf, s.split, s.gc)),
             Some(("x".to_owned(), "unlimited".to_owned(), "off".to_owned()))
         );
+    }
+
+    #[test]
+    fn the_curves_of_oom_leak_step_over_its_columns_scaled_to_the_reservation() {
+        use crate::core::paint::{Op, Recorder};
+        use vramscope_shared::views::fragmentation::FragmentationParams;
+        use vramscope_shared::views::view::{Fragmentation, View};
+        let a = vramscope_shared::testing::corpus("oom_leak");
+        let params = FragmentationParams {
+            axis: Some(vramscope_shared::timeline::Axis::Event),
+            columns: Some(100),
+            ..Default::default()
+        };
+        let d = Fragmentation::answer(&a, &params).expect("fragmentation");
+        let view = Window::new(d.start, d.end);
+        let top = top(&d);
+        let mut p = Recorder::new(1.0);
+        draw_curves(&mut p, &d, view, (62.0, 800.0), top);
+        assert_eq!(p.ops.first(), Some(&Op::Clip((62.0, 0.0, 800.0, HEIGHT))));
+        assert_eq!(p.ops.last(), Some(&Op::Unclip));
+        let n = d.columns.len();
+        for colour in [palette::RESERVED, palette::ALLOCATED, palette::PENDING, palette::WASTE] {
+            let curve = p.strokes(colour);
+            assert_eq!(curve.len(), 1);
+            assert_eq!(curve[0].len(), 2 * n, "two points a column");
+            assert!(
+                curve[0]
+                    .iter()
+                    .all(|&(x, y)| (62.0 - 1e-9..=862.0 + 1e-9).contains(&x) && (20.0..=HEIGHT - 4.0).contains(&y))
+            );
+        }
+        // The largest reservation reaches the top, 20 px down.
+        let highest = p.strokes(palette::RESERVED)[0].iter().map(|pt| pt.1).fold(f64::INFINITY, f64::min);
+        assert!((highest - 20.0).abs() < 1e-9, "{highest}");
+        let at = Aligned { view, left: 62.0, width: 800.0, css_w: 900.0 };
+        let mut p = Recorder::new(1.0);
+        draw_overlay(&mut p, &at, Some(d.start), top);
+        assert_eq!(p.strokes(palette::CURSOR), [&[(62.5, 0.0), (62.5, HEIGHT)][..]]);
+        assert_eq!(p.texts(), [format::bytes(top as u64).as_str(), "0"]);
     }
 }

@@ -9,6 +9,7 @@ use vramscope_shared::views::findings::BreakdownParams;
 use vramscope_shared::views::view::Breakdown;
 use web_sys::MouseEvent;
 
+use crate::core::breakdown_chart::{self, HEIGHT, plot_x};
 use crate::core::format;
 use crate::core::model::{BreakdownSeries, CATEGORIES, DeviceBreakdown, Instant};
 use crate::core::palette;
@@ -16,20 +17,9 @@ use crate::core::panel::MIN_WIDTH;
 use crate::explorer::context::DeviceContext;
 use crate::explorer::panel::PanelCanvas;
 use crate::infra::api;
-use crate::infra::canvas;
+use crate::infra::canvas::{self, Canvas2d};
 use crate::infra::draws;
 
-/// Height of the stacked chart.
-const HEIGHT: f64 = 180.0;
-/// Top of the plot (room for the top label).
-const PLOT_TOP: f64 = 8.0;
-/// Bottom of the plot: the row labels are under it.
-const PLOT_BOTTOM: f64 = HEIGHT - canvas::ROW_AXIS_HEIGHT;
-
-/// The plot's left edge and width on a canvas `width` wide.
-fn plot_x(width: f64) -> (f64, f64) {
-    (canvas::BYTE_AXIS_WIDTH, (width - canvas::BYTE_AXIS_WIDTH - 10.0).max(1.0))
-}
 /// Rows the stacked chart samples over the trace.
 const SERIES_PX: u32 = 600;
 /// Stages listed.
@@ -74,7 +64,7 @@ pub(crate) fn BreakdownPanel(ctx: DeviceContext) -> impl IntoView {
             let Some(s) = s else { return };
             let started = draws::now();
             if let Some(c) = canvas::context(&canvas, width, HEIGHT) {
-                draw_stack(&c, s, width, cursor);
+                breakdown_chart::draw_stack(&mut Canvas2d(&c), s, width, cursor);
             }
             draws::record("breakdown", started);
         });
@@ -175,53 +165,5 @@ fn figures(b: &DeviceBreakdown) -> impl IntoView + use<> {
         </div>
         <p class="hint" id="breakdown-other">{other}</p>
         {notes}
-    }
-}
-
-/// The categories stacked over the trace, the cursor's row marked.
-fn draw_stack(c: &web_sys::CanvasRenderingContext2d, s: &BreakdownSeries, width: f64, cursor: Option<u32>) {
-    let n = s.rows.len();
-    if n == 0 {
-        return;
-    }
-    let columns: [&[u64]; 5] = [&s.parameters, &s.gradients, &s.optimizer_state, &s.activations, &s.other];
-    let totals: Vec<u64> = (0..n).map(|i| columns.iter().map(|col| col[i]).sum()).collect();
-    let top_bytes = totals.iter().copied().max().unwrap_or(1).max(1);
-    let top = (top_bytes + top_bytes / 20) as f64;
-    let last = f64::from(s.rows[n - 1].max(1));
-    let (left, plot_w) = plot_x(width);
-    // Axes first: the bands are drawn over the grid lines.
-    canvas::byte_axis(c, top as u64, left, plot_w, PLOT_TOP, PLOT_BOTTOM, 4);
-    let rows = crate::core::viewport::Window::new(0, i64::from(s.rows[n - 1].max(1)));
-    let axis = canvas::XAxis {
-        axis: vramscope_shared::timeline::Axis::Event,
-        view: rows,
-        origin: 0,
-        left,
-        width: plot_w,
-        y: PLOT_BOTTOM,
-        title: "row",
-    };
-    canvas::x_axis(c, &axis);
-    let x = |i: usize| left + f64::from(s.rows[i]) / last * plot_w;
-    let y = |b: u64| PLOT_BOTTOM - b as f64 / top * (PLOT_BOTTOM - PLOT_TOP);
-    let mut below = vec![0u64; n];
-    for (k, col) in columns.iter().enumerate() {
-        let above: Vec<u64> = below.iter().zip(col.iter()).map(|(a, b)| a + b).collect();
-        c.begin_path();
-        c.move_to(x(0), y(below[0]));
-        for (i, &v) in above.iter().enumerate() {
-            c.line_to(x(i), y(v));
-        }
-        for (i, &v) in below.iter().enumerate().rev() {
-            c.line_to(x(i), y(v));
-        }
-        c.close_path();
-        c.set_fill_style_str(palette::CATEGORIES[k].css());
-        c.fill();
-        below = above;
-    }
-    if let Some(r) = cursor {
-        canvas::vline(c, palette::CURSOR.css(), left + f64::from(r) / last * plot_w, PLOT_TOP, PLOT_BOTTOM, 1.0);
     }
 }

@@ -6,23 +6,15 @@
 use leptos::prelude::*;
 use web_sys::CanvasRenderingContext2d;
 
-use crate::core::format;
-use crate::core::fragmentation::{self, Settings};
+use crate::core::fragmentation::{self, HEIGHT, Settings};
 use crate::core::model::{FragmentationAnswer, Instant, SettingsView};
-use crate::core::palette;
 use crate::core::panel::Aligned;
-use crate::core::viewport::{self, Window};
+use crate::core::viewport;
 use crate::explorer::context::DeviceContext;
 use crate::explorer::fetch::Settled;
 use crate::explorer::panel::PanelCanvas;
 use crate::infra::api;
-use crate::infra::canvas;
-
-/// Picks one figure of a column.
-type Pick = fn(&crate::core::model::Figures) -> u64;
-
-/// Height of the chart.
-const HEIGHT: f64 = 190.0;
+use crate::infra::canvas::{self, Canvas2d};
 
 /// The fragmentation panel of the device of `ctx`.
 #[component]
@@ -86,21 +78,11 @@ impl Panel {
         self.data.with_untracked(|d| {
             let Some(d) = d else { return };
             let top = fragmentation::top(d);
-            let draw = |c: &CanvasRenderingContext2d, at: &Aligned| draw_curves(c, d, at.view, at.plot(), top);
+            let draw = |c: &CanvasRenderingContext2d, at: &Aligned| {
+                fragmentation::draw_curves(&mut Canvas2d(c), d, at.view, at.plot(), top);
+            };
             self.canvas.paint_kept(ctx, kept, (HEIGHT, "fragmentation"), draw, |canvas_ctx, at, _| {
-                let Aligned { view: v, left, width, .. } = *at;
-                if let Some(x) = at.visible(ctx.cursor_x()) {
-                    canvas::vline(
-                        canvas_ctx,
-                        palette::CURSOR.css(),
-                        canvas::x_px(v, left, width, x as f64),
-                        0.0,
-                        HEIGHT,
-                        1.0,
-                    );
-                }
-                canvas::text(canvas_ctx, palette::LABEL.css(), &format::bytes(top as u64), 4.0, 24.0);
-                canvas::text(canvas_ctx, palette::LABEL.css(), "0", 4.0, HEIGHT - 4.0);
+                fragmentation::draw_overlay(&mut Canvas2d(canvas_ctx), at, ctx.cursor_x(), top);
             });
         });
     }
@@ -139,41 +121,4 @@ fn settings_view(s: &SettingsView) -> impl IntoView + use<> {
         </div>
     }
     .into_any()
-}
-
-/// The four curves of `d` placed at `view` in the plot area `(left, width)`
-/// of `ctx`, scaled so that `top` bytes reach the top.
-fn draw_curves(
-    ctx: &CanvasRenderingContext2d,
-    d: &FragmentationAnswer,
-    view: Window,
-    (left, width): (f64, f64),
-    top: f64,
-) {
-    let y = |b: u64| HEIGHT - 4.0 - b as f64 / top * (HEIGHT - 24.0);
-    canvas::clip_plot(ctx, left, width, HEIGHT);
-    let series: [(&str, Pick); 4] = [
-        (palette::RESERVED.css(), |f| f.reserved),
-        (palette::ALLOCATED.css(), |f| f.allocated),
-        (palette::PENDING.css(), |f| f.inactive_split),
-        (palette::WASTE.css(), |f| f.waste),
-    ];
-    for (col, value) in series {
-        ctx.begin_path();
-        for (i, c) in d.columns.iter().enumerate() {
-            let x0 = canvas::x_px(view, left, width, c.column.x0 as f64);
-            let x1 = canvas::x_px(view, left, width, c.column.x1 as f64);
-            let yy = y(value(&c.figures));
-            if i == 0 {
-                ctx.move_to(x0, yy);
-            } else {
-                ctx.line_to(x0, yy);
-            }
-            ctx.line_to(x1, yy);
-        }
-        ctx.set_stroke_style_str(col);
-        ctx.set_line_width(2.0);
-        ctx.stroke();
-    }
-    ctx.restore();
 }

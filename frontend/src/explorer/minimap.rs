@@ -7,6 +7,7 @@ use leptos::prelude::*;
 use leptos::task::spawn_local;
 use web_sys::MouseEvent;
 
+use crate::core::axes;
 use crate::core::brush;
 use crate::core::model::TimelineWindow;
 use crate::core::palette;
@@ -126,7 +127,7 @@ impl MinimapView {
                 canvas::vline(
                     &canvas_ctx,
                     palette::CURSOR.css(),
-                    canvas::x_px(extent, left, width, x as f64),
+                    axes::x_px(extent, left, width, x as f64),
                     0.0,
                     HEIGHT,
                     1.0,

@@ -9,21 +9,14 @@ use vramscope_shared::views::view::Pools;
 use web_sys::MouseEvent;
 
 use crate::core::format;
-use crate::core::model::{BandPoint, Instant, PoolsAnswer};
-use crate::core::palette;
+use crate::core::model::{Instant, PoolsAnswer};
 use crate::core::panel::MIN_WIDTH;
+use crate::core::pools_chart::{self, plot_x};
 use crate::explorer::context::DeviceContext;
 use crate::explorer::panel::PanelCanvas;
 use crate::infra::api;
-use crate::infra::canvas;
+use crate::infra::canvas::{self, Canvas2d};
 
-/// Picks one figure of a band's point.
-type Pick = fn(&BandPoint) -> u64;
-
-/// Height of one band.
-const BAND: f64 = 46.0;
-/// Space above each band for its label.
-const LABEL: f64 = 14.0;
 /// Points of each band's series.
 const SERIES_PX: u32 = 500;
 /// What the table's figures count, beside the snapshot's cards: the trace
@@ -64,9 +57,8 @@ pub(crate) fn PoolsPanel(ctx: DeviceContext) -> impl IntoView {
         let cursor = at.with(|a| a.as_ref().and_then(|a| a.row));
         series.with(|s| {
             let Some(s) = s else { return };
-            let height = s.bands.len() as f64 * (BAND + LABEL) + 4.0 + canvas::ROW_AXIS_HEIGHT;
-            if let Some(c) = canvas::context(&canvas, width, height) {
-                draw_bands(&c, s, width, cursor);
+            if let Some(c) = canvas::context(&canvas, width, pools_chart::height(s)) {
+                pools_chart::draw_bands(&mut Canvas2d(&c), s, width, cursor);
             }
         });
     });
@@ -144,78 +136,5 @@ fn table(a: &PoolsAnswer) -> impl IntoView + use<> {
         </table>
         <p class="hint" id="pools-counts">{COUNTS}</p>
         {inferred.map(|t| view! { <p class="hint">{t}</p> })}
-    }
-}
-
-/// One band per (pool, stream), reserved behind allocated, each scaled to
-/// its own reserved peak.
-/// The bands' left edge and width on a canvas `width` wide (their byte
-/// labels are left of it).
-fn plot_x(width: f64) -> (f64, f64) {
-    (canvas::BYTE_AXIS_WIDTH, (width - canvas::BYTE_AXIS_WIDTH - 10.0).max(1.0))
-}
-
-fn draw_bands(c: &web_sys::CanvasRenderingContext2d, a: &PoolsAnswer, width: f64, cursor: Option<u32>) {
-    let last = f64::from(a.rows.saturating_sub(1).max(1));
-    let (left, width) = plot_x(width);
-    for (k, band) in a.bands.iter().enumerate() {
-        let top = k as f64 * (BAND + LABEL);
-        let base = top + LABEL + BAND;
-        canvas::text(
-            c,
-            palette::LABEL.css(),
-            &format!(
-                "{} · stream {} · peak {}",
-                format::pool(band.pool),
-                format::hex(band.stream),
-                format::bytes(band.reserved_peak)
-            ),
-            left,
-            top + 11.0,
-        );
-        canvas::fill(c, palette::MINIMAP_BACKGROUND.css(), left, top + LABEL, width, BAND);
-        // Each band on its own scale, 0 to its peak: the labels say so.
-        c.set_text_align("right");
-        canvas::text(c, palette::LABEL.css(), &format::bytes(band.reserved_peak), left - 4.0, top + LABEL + 10.0);
-        canvas::text(c, palette::LABEL.css(), "0", left - 4.0, base);
-        c.set_text_align("start");
-        canvas::vline(c, palette::AXIS.css(), left - 1.0, top + LABEL, base, 1.0);
-        let scale = band.reserved_peak.max(1) as f64;
-        let y = |b: u64| base - b as f64 / scale * (BAND - 2.0);
-        let picks: [(Pick, palette::Colour); 2] =
-            [(|p| p.reserved, palette::RESERVED), (|p| p.allocated, palette::ALLOCATED)];
-        for (value, colour) in picks {
-            if band.series.is_empty() {
-                continue;
-            }
-            c.begin_path();
-            c.move_to(left, base);
-            let mut x_prev = left;
-            for p in &band.series {
-                let x = left + f64::from(p.row) / last * width;
-                c.line_to(x_prev, y(value(p)));
-                c.line_to(x, y(value(p)));
-                x_prev = x;
-            }
-            c.line_to(x_prev, base);
-            c.close_path();
-            c.set_fill_style_str(colour.css());
-            c.fill();
-        }
-    }
-    let h = a.bands.len() as f64 * (BAND + LABEL) + 2.0;
-    let rows = crate::core::viewport::Window::new(0, i64::from(a.rows.saturating_sub(1).max(1)));
-    let axis = canvas::XAxis {
-        axis: vramscope_shared::timeline::Axis::Event,
-        view: rows,
-        origin: 0,
-        left,
-        width,
-        y: h,
-        title: "row",
-    };
-    canvas::x_axis(c, &axis);
-    if let Some(r) = cursor {
-        canvas::vline(c, palette::CURSOR.css(), left + f64::from(r) / last * width, 0.0, h, 1.0);
     }
 }

@@ -9,23 +9,16 @@ use leptos::prelude::*;
 use web_sys::{CanvasRenderingContext2d, MouseEvent};
 
 use crate::core::blocks;
-use crate::core::format;
 use crate::core::model::{Instant, SegmentsAnswer};
-use crate::core::palette;
 use crate::core::panel::Aligned;
+use crate::core::segments_chart::{self, HEIGHT, PLOT_TOP};
 use crate::core::viewport::{self, Window};
 use crate::explorer::context::DeviceContext;
 use crate::explorer::fetch::Settled;
 use crate::explorer::panel::PanelCanvas;
 use crate::infra::api;
-use crate::infra::canvas;
+use crate::infra::canvas::{self, Canvas2d};
 
-/// Height of the canvas.
-const HEIGHT: f64 = 188.0;
-/// Top of the x axis' band, under the plot.
-const AXIS_TOP: f64 = HEIGHT - canvas::ROW_AXIS_HEIGHT;
-/// Top of the plot: the labels' band is above it.
-const PLOT_TOP: f64 = 14.0;
 /// Columns per pixel asked for: one column every few pixels.
 const PX_PER_COLUMN: f64 = 3.0;
 
@@ -101,10 +94,13 @@ impl Segments {
             if Some(d.axis) != ctx.axis.get_untracked() {
                 return;
             }
-            let draw = |c: &CanvasRenderingContext2d, at: &Aligned| draw_columns(c, d, at.view, at.plot());
+            let draw = |c: &CanvasRenderingContext2d, at: &Aligned| {
+                segments_chart::draw_columns(&mut Canvas2d(c), d, at.view, at.plot());
+            };
             self.canvas.paint_kept(ctx, kept, (HEIGHT, "segments"), draw, |canvas_ctx, at, image_view| {
                 self.drawn_view.set_value(Some(image_view));
-                overlay(canvas_ctx, ctx, d, at);
+                let origin = ctx.extent.get_untracked().map_or(at.view.start, |e| e.start);
+                segments_chart::draw_overlay(&mut Canvas2d(canvas_ctx), d, at, ctx.cursor_x(), origin);
             });
         });
     }
@@ -117,68 +113,9 @@ impl Segments {
         let px = blocks::px_on_image(self.drawn_view.get_value(), self.ctx.view.get_untracked(), plot, px);
         self.data.with_untracked(|d| {
             let d = d.as_ref()?;
-            let (x, w, h) = placement(d, self.drawn_view.get_value()?, plot);
+            let (x, w, h) = segments_chart::placement(d, self.drawn_view.get_value()?, plot);
             let (column, cell) = blocks::segment_hit(d, x, w, h, px, py - PLOT_TOP)?;
             blocks::segment_hover(d, column, &cell)
         })
     }
-}
-
-/// Over the image: the cursor, the x axis (the main timeline's, drawn
-/// fresh over its band: a moved image stretches the old labels with it)
-/// and the labels.
-fn overlay(canvas_ctx: &CanvasRenderingContext2d, ctx: DeviceContext, d: &SegmentsAnswer, at: &Aligned) {
-    let Aligned { view: v, left, width, css_w } = *at;
-    if let Some(x) = at.visible(ctx.cursor_x()) {
-        canvas::vline(canvas_ctx, palette::CURSOR.css(), canvas::x_px(v, left, width, x as f64), 0.0, AXIS_TOP, 1.0);
-    }
-    canvas::fill(canvas_ctx, palette::BACKGROUND.css(), 0.0, AXIS_TOP, css_w, HEIGHT - AXIS_TOP);
-    let origin = ctx.extent.get_untracked().map_or(v.start, |e| e.start);
-    let title = match d.axis {
-        vramscope_shared::timeline::Axis::Event => "row",
-        vramscope_shared::timeline::Axis::Time => "time",
-    };
-    canvas::x_axis(canvas_ctx, &canvas::XAxis { axis: d.axis, view: v, origin, left, width, y: AXIS_TOP, title });
-    canvas::text(canvas_ctx, palette::LABEL.css(), &format!("{} peak", format::bytes(d.max_reserved)), 4.0, 24.0);
-    canvas::text(canvas_ctx, palette::LABEL.css(), &format!("{} segments", d.segments.len()), 4.0, 38.0);
-}
-
-/// Where the columns of `d` go when placed at `view` in the plot area
-/// `(left, width)`: the plot's left, width and height for
-/// [`blocks::segment_shapes`], under the labels' band.
-fn placement(d: &SegmentsAnswer, view: Window, (left, width): (f64, f64)) -> (f64, f64, f64) {
-    let x0 = canvas::x_px(view, left, width, d.start as f64);
-    let x1 = canvas::x_px(view, left, width, d.end as f64);
-    (x0, x1 - x0, AXIS_TOP - PLOT_TOP - 4.0)
-}
-
-/// Draw the columns of `d` placed at `view` into the plot area `(left,
-/// width)` of `ctx`: as pixels ([`blocks::segment_raster`]), then the
-/// outlines of expandable segments' mapped ranges.
-fn draw_columns(ctx: &CanvasRenderingContext2d, d: &SegmentsAnswer, view: Window, (left, width): (f64, f64)) {
-    let placed = placement(d, view, (left, width));
-    let dpr = canvas::ratio();
-    let raster = blocks::segment_raster(d, placed, (left, width), dpr, |fill| fill.colour().bytes());
-    if let Ok(image) = web_sys::ImageData::new_with_u8_clamped_array_and_sh(
-        wasm_bindgen::Clamped(&raster.rgba),
-        raster.width as u32,
-        raster.height as u32,
-    ) {
-        // In device pixels: putImageData ignores the context's scaling.
-        let _ = ctx.put_image_data(&image, (left * dpr).round(), (PLOT_TOP * dpr).round());
-    }
-    if !d.segments.iter().any(|s| s.expandable) {
-        return;
-    }
-    let (x, w, h) = placed;
-    let shapes = blocks::segment_shapes(d, x, w, h);
-    canvas::clip_plot(ctx, left, width, AXIS_TOP);
-    ctx.set_stroke_style_str(palette::COMMENT.css());
-    ctx.set_line_width(1.0);
-    ctx.begin_path();
-    for r in shapes.iter().filter(|r| d.segments.get(r.segment).is_some_and(|s| s.expandable)) {
-        ctx.rect(r.x + 0.5, r.y + PLOT_TOP + 0.5, r.w, r.h);
-    }
-    ctx.stroke();
-    ctx.restore();
 }

@@ -5,18 +5,16 @@
 
 use leptos::prelude::*;
 use leptos::task::spawn_local;
-use web_sys::{CanvasRenderingContext2d, MouseEvent};
+use web_sys::MouseEvent;
 
+use crate::core::model::AnnotationsAnswer;
 use crate::core::model::review::Comment;
-use crate::core::model::{AnnotationRange, AnnotationsAnswer};
-use crate::core::palette;
-use crate::core::panel::Aligned;
-use crate::core::track::{self, LANE, LEVELS};
+use crate::core::track::{self, Marks};
 use crate::core::viewport::Window;
 use crate::explorer::context::DeviceContext;
 use crate::explorer::panel::PanelCanvas;
 use crate::infra::api;
-use crate::infra::canvas;
+use crate::infra::canvas::{self, Canvas2d};
 use crate::infra::draws;
 use crate::infra::first_view::FirstView;
 
@@ -105,44 +103,19 @@ impl TrackView {
         let ctx = self.ctx;
         let Some((canvas, at)) = self.canvas.aligned(ctx) else { return };
         let Some(axis) = ctx.axis.get() else { return };
+        let marks = Marks {
+            matches: ctx
+                .matches
+                .with(|m| m.iter().flat_map(|m| &m.matches).filter_map(|m| track::match_x(m, axis)).collect()),
+            comments: self.with_comments(|cs| cs.iter().filter_map(|c| track::comment_x(c, axis)).collect()),
+            cursor: ctx.cursor_x(),
+        };
         draws::timed("track", || {
-            let Aligned { view: v, left, width, css_w } = at;
-            let h = self.ranges.with(|r| track::height(r.as_ref()));
-            let canvas_ctx = canvas::context(&canvas, css_w, h)?;
-            canvas::clip_plot(&canvas_ctx, left, width, h);
-            let x_of = |x: i64| canvas::x_px(v, left, width, x as f64);
             self.ranges.with(|r| {
-                for range in r.iter().flat_map(|r| &r.ranges) {
-                    if range.end <= v.start || range.start >= v.end || range.depth >= LEVELS {
-                        continue;
-                    }
-                    let (x0, x1) = (x_of(range.start).max(left - 1.0), x_of(range.end).min(left + width + 1.0));
-                    draw_range(&canvas_ctx, range, (x0, x1), left);
-                }
-            });
-            ctx.matches.with(|m| {
-                for x in m.iter().flat_map(|m| &m.matches).filter_map(|m| track::match_x(m, axis)) {
-                    if at.shows(x) {
-                        canvas::fill(&canvas_ctx, palette::MATCH.css(), x_of(x) - 1.0, 2.0, 2.0, LANE - 4.0);
-                    }
-                }
-            });
-            self.with_comments(|cs| {
-                for x in cs.iter().filter_map(|c| track::comment_x(c, axis)) {
-                    if at.shows(x) {
-                        draw_comment(&canvas_ctx, x_of(x));
-                    }
-                }
-            });
-            if let Some(x) = at.visible(ctx.cursor_x()) {
-                canvas::vline(&canvas_ctx, palette::CURSOR.css(), x_of(x), 0.0, h, 1.0);
-            }
-            canvas_ctx.restore();
-            canvas::text(&canvas_ctx, palette::LABEL.css(), "marks", 4.0, 12.0);
-            if self.ranges.with(|r| r.as_ref().is_some_and(|r| r.levels > 0)) {
-                canvas::text(&canvas_ctx, palette::LABEL.css(), "annotations", 4.0, LANE + 12.0);
-            }
-            Some(())
+                let canvas_ctx = canvas::context(&canvas, at.css_w, track::height(r.as_ref()))?;
+                track::draw(&mut Canvas2d(&canvas_ctx), &at, r.as_ref(), &marks);
+                Some(())
+            })
         });
     }
 
@@ -166,40 +139,4 @@ impl TrackView {
         };
         self.comments.and_then(|c| c.0.try_with(loaded)).unwrap_or_else(|| f(&[]))
     }
-}
-
-/// A range drawn from `x0` to `x1` in its level's lane, named when wide
-/// enough (the name starting at the plot's `left` at the earliest).
-fn draw_range(canvas_ctx: &CanvasRenderingContext2d, range: &AnnotationRange, (x0, x1): (f64, f64), left: f64) {
-    let y = LANE * (1.0 + f64::from(range.depth));
-    canvas::fill(
-        canvas_ctx,
-        palette::LEVELS[range.depth as usize % palette::LEVELS.len()].css(),
-        x0,
-        y + 1.0,
-        (x1 - x0).max(1.0),
-        LANE - 2.0,
-    );
-    canvas_ctx.set_stroke_style_str(palette::AXIS.css());
-    canvas_ctx.set_line_width(1.0);
-    canvas_ctx.stroke_rect(x0 + 0.5, y + 1.5, (x1 - x0 - 1.0).max(0.0), LANE - 3.0);
-    if x1 - x0 > 40.0 {
-        canvas_ctx.save();
-        canvas_ctx.begin_path();
-        canvas_ctx.rect(x0, y, x1 - x0 - 2.0, LANE);
-        canvas_ctx.clip();
-        canvas::text(canvas_ctx, palette::TEXT.css(), &range.name, x0.max(left) + 3.0, y + 12.0);
-        canvas_ctx.restore();
-    }
-}
-
-/// A comment's marker: a triangle pointing down at `px`.
-fn draw_comment(canvas_ctx: &CanvasRenderingContext2d, px: f64) {
-    canvas_ctx.set_fill_style_str(palette::COMMENT.css());
-    canvas_ctx.begin_path();
-    canvas_ctx.move_to(px - 5.0, 1.0);
-    canvas_ctx.line_to(px + 5.0, 1.0);
-    canvas_ctx.line_to(px, LANE - 3.0);
-    canvas_ctx.close_path();
-    canvas_ctx.fill();
 }

@@ -1,8 +1,9 @@
-//! Plain 2D-canvas drawing for the page's small canvases (segment timeline,
-//! allocator state, fragmentation, minimap, track) and the analysis charts: HiDPI backing stores,
-//! the x mapping they share with the main timeline's plot area, and the
-//! last real draw kept off screen ([`Drawn`]), shown shifted and stretched
-//! while the window moves.
+//! The page's canvases: the one setup of a small canvas (HiDPI backing
+//! store, scaled context, cleared: [`context`]), the browser's
+//! [`Painter`] over its 2D context ([`Canvas2d`], which the panels'
+//! drawing in `core` goes through), the analysis charts' plotters canvases,
+//! and the last real draw kept off screen ([`Drawn`]), shown shifted and
+//! stretched while the window moves.
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
@@ -13,7 +14,10 @@ use web_sys::{CanvasRenderingContext2d, Element, HtmlCanvasElement};
 use plotters::prelude::IntoDrawingArea;
 use plotters_canvas::CanvasBackend;
 
+use crate::core::blocks::Raster;
 use crate::core::chart::{self, Area, Chart};
+use crate::core::paint::{Font, Painter, Point, Rect};
+use crate::core::palette::Colour;
 use crate::core::panel;
 use crate::core::predict::Outcome;
 use crate::core::predict_chart;
@@ -47,15 +51,6 @@ pub(crate) fn context(canvas: &HtmlCanvasElement, css_w: f64, css_h: f64) -> Opt
 /// [`panel::MIN_WIDTH`].
 pub(crate) fn css_width(wrap: &Element) -> f64 {
     panel::css_width(wrap.client_width(), panel::MIN_WIDTH)
-}
-
-/// Save the context and clip it to the plot area `left`..`left + width`
-/// (restore it when done).
-pub(crate) fn clip_plot(ctx: &CanvasRenderingContext2d, left: f64, width: f64, height: f64) {
-    ctx.save();
-    ctx.begin_path();
-    ctx.rect(left, 0.0, width, height);
-    ctx.clip();
 }
 
 /// A view's plot area as last drawn from real data, kept in an off-screen
@@ -202,16 +197,6 @@ pub(crate) fn text(ctx: &CanvasRenderingContext2d, colour: &str, s: &str, x: f64
     let _ = ctx.fill_text(s, x, y);
 }
 
-/// Where x lands in a plot area `left`..`left + width` showing `view`.
-pub(crate) fn x_px(view: Window, left: f64, width: f64, x: f64) -> f64 {
-    left + view.fraction_of(x) * width
-}
-
-/// The x under a pixel of that plot area.
-pub(crate) fn x_at(view: Window, left: f64, width: f64, px: f64) -> i64 {
-    (view.start as f64 + (px - left) / width.max(1.0) * view.width() as f64).floor() as i64
-}
-
 /// Draw an analysis chart on `canvas`, sized to `width` × `height` pixels.
 pub(crate) fn paint_chart(
     canvas: &HtmlCanvasElement,
@@ -246,81 +231,85 @@ pub(crate) fn chart_width(wrap: Option<web_sys::HtmlDivElement>) -> u32 {
     wrap.map_or(1000, |w| u32::try_from(w.client_width()).unwrap_or(0)).max(320)
 }
 
-/// Width of the byte labels left of a small chart's plot ([`byte_axis`]).
-pub(crate) const BYTE_AXIS_WIDTH: f64 = 62.0;
-/// Height of the x labels under a small chart's plot ([`x_axis`]).
-pub(crate) const ROW_AXIS_HEIGHT: f64 = 18.0;
+/// The browser's [`Painter`]: a canvas's 2D context, scaled to CSS pixels
+/// (as [`context`] gives it).
+pub(crate) struct Canvas2d<'a>(pub(crate) &'a CanvasRenderingContext2d);
 
-/// A y axis of bytes from 0 to `top`, its plot from `plot_top` down to
-/// `plot_bottom`, at `left` (its labels right-aligned left of it): the
-/// line, a tick and label per round size, and faint grid lines across
-/// `width`.
-pub(crate) fn byte_axis(
-    ctx: &CanvasRenderingContext2d,
-    top: u64,
-    left: f64,
-    width: f64,
-    plot_top: f64,
-    plot_bottom: f64,
-    ticks: u32,
-) {
-    use crate::core::{format, palette};
-    let y = |b: u64| plot_bottom - b as f64 / top.max(1) as f64 * (plot_bottom - plot_top);
-    ctx.set_font("10px sans-serif");
-    ctx.set_text_align("right");
-    ctx.set_text_baseline("middle");
-    for b in format::byte_ticks(top, ticks) {
-        let at = y(b).round() + 0.5;
-        ctx.set_fill_style_str(palette::GRID.css());
-        ctx.fill_rect(left, at, width, 1.0);
-        ctx.set_fill_style_str(palette::LABEL.css());
-        let _ = ctx.fill_text(&format::bytes(b), left - 4.0, at.clamp(plot_top + 4.0, plot_bottom - 4.0));
+impl Canvas2d<'_> {
+    /// A new path through `points`.
+    fn path(&self, points: &[Point]) {
+        self.0.begin_path();
+        for (i, &(x, y)) in points.iter().enumerate() {
+            if i == 0 {
+                self.0.move_to(x, y);
+            } else {
+                self.0.line_to(x, y);
+            }
+        }
     }
-    ctx.set_text_align("start");
-    ctx.set_text_baseline("alphabetic");
-    vline(ctx, palette::AXIS.css(), left - 1.0, plot_top, plot_bottom, 1.0);
+
+    fn stroke_style(&self, colour: Colour, width: f64) {
+        self.0.set_stroke_style_str(colour.css());
+        self.0.set_line_width(width);
+    }
 }
 
-/// An x axis under a plot: where it goes and what it shows.
-pub(crate) struct XAxis<'a> {
-    /// The axis.
-    pub(crate) axis: vramscope_shared::timeline::Axis,
-    /// The window the plot shows.
-    pub(crate) view: Window,
-    /// The trace's start (x labels count from it).
-    pub(crate) origin: i64,
-    /// The plot's left, in CSS pixels.
-    pub(crate) left: f64,
-    /// The plot's width.
-    pub(crate) width: f64,
-    /// Where the axis' line goes; its labels are below.
-    pub(crate) y: f64,
-    /// Said left of the plot (short: the y labels' column is its room).
-    pub(crate) title: &'a str,
-}
-
-/// An x axis under a plot, `left`..`left + width` showing `view` on
-/// `axis` (x = `origin` is the trace's start), its line at `y` and its
-/// labels below: ticks at round numbers, and `title` left of the plot.
-pub(crate) fn x_axis(ctx: &CanvasRenderingContext2d, a: &XAxis<'_>) {
-    let XAxis { axis, view, origin, left, width, y, title } = *a;
-    use crate::core::{format, palette};
-    ctx.set_fill_style_str(palette::AXIS.css());
-    ctx.fill_rect(left, y.round(), width, 1.0);
-    let (ticks, step) = format::x_ticks(view.start, view.end, origin, (width / 110.0).clamp(2.0, 10.0) as u32);
-    ctx.set_font("10px sans-serif");
-    ctx.set_text_baseline("top");
-    ctx.set_text_align("center");
-    for t in ticks {
-        let x = x_px(view, left, width, t as f64);
-        vline(ctx, palette::AXIS.css(), x, y, y + 3.0, 1.0);
-        ctx.set_fill_style_str(palette::LABEL.css());
-        let label = format::x_label(axis, t, origin, step);
-        let _ = ctx.fill_text(&label, x.clamp(left + 14.0, left + width - 14.0), y + 4.0);
+impl Painter for Canvas2d<'_> {
+    fn ratio(&self) -> f64 {
+        ratio()
     }
-    ctx.set_text_align("left");
-    ctx.set_fill_style_str(palette::LABEL.css());
-    let _ = ctx.fill_text(title, 2.0, y + 4.0);
-    ctx.set_text_align("start");
-    ctx.set_text_baseline("alphabetic");
+    fn fill_rect(&mut self, colour: Colour, (x, y, w, h): Rect) {
+        self.0.set_fill_style_str(colour.css());
+        self.0.fill_rect(x, y, w, h);
+    }
+    fn stroke_rect(&mut self, colour: Colour, width: f64, (x, y, w, h): Rect) {
+        self.stroke_style(colour, width);
+        self.0.stroke_rect(x, y, w, h);
+    }
+    fn stroke_rects(&mut self, colour: Colour, width: f64, rects: &[Rect]) {
+        self.stroke_style(colour, width);
+        self.0.begin_path();
+        for &(x, y, w, h) in rects {
+            self.0.rect(x, y, w, h);
+        }
+        self.0.stroke();
+    }
+    fn stroke_path(&mut self, colour: Colour, width: f64, points: &[Point]) {
+        self.stroke_style(colour, width);
+        self.path(points);
+        self.0.stroke();
+    }
+    fn fill_path(&mut self, colour: Colour, points: &[Point]) {
+        self.0.set_fill_style_str(colour.css());
+        self.path(points);
+        self.0.close_path();
+        self.0.fill();
+    }
+    fn text(&mut self, font: Font, text: &str, x: f64, y: f64) {
+        self.0.set_font(&font.css());
+        self.0.set_text_align(font.align.css());
+        self.0.set_text_baseline(font.baseline.css());
+        self.0.set_fill_style_str(font.colour.css());
+        let _ = self.0.fill_text(text, x, y);
+    }
+    fn clip(&mut self, (x, y, w, h): Rect) {
+        self.0.save();
+        self.0.begin_path();
+        self.0.rect(x, y, w, h);
+        self.0.clip();
+    }
+    fn unclip(&mut self) {
+        self.0.restore();
+    }
+    fn image(&mut self, raster: &Raster, x: f64, y: f64) {
+        // An empty image is no image (and `ImageData` refuses it).
+        if let Ok(image) = web_sys::ImageData::new_with_u8_clamped_array_and_sh(
+            wasm_bindgen::Clamped(&raster.rgba),
+            raster.width as u32,
+            raster.height as u32,
+        ) {
+            // In device pixels: putImageData ignores the context's scaling.
+            let _ = self.0.put_image_data(&image, x, y);
+        }
+    }
 }

@@ -8,15 +8,13 @@ use vramscope_shared::views::view::Host;
 
 use crate::components::card::Card;
 use crate::core::format;
-use crate::core::palette;
+use crate::core::host_chart::{self, HEIGHT};
 use crate::core::panel::MIN_WIDTH;
 use crate::explorer::panel::PanelCanvas;
 use crate::infra::api;
-use crate::infra::canvas;
+use crate::infra::canvas::{self, Canvas2d};
 use crate::infra::first_view::after_first_view;
 
-/// Height of the chart.
-const HEIGHT: f64 = 150.0;
 /// Points of the timeline asked for.
 const POINTS: u32 = 800;
 
@@ -37,7 +35,7 @@ pub(crate) fn HostMemory(id: String) -> impl IntoView {
         answer.with(|a| {
             let Some(Ok(a)) = a else { return };
             if let Some(c) = canvas::context(&canvas, width, HEIGHT) {
-                draw(&c, a, width);
+                host_chart::draw(&mut Canvas2d(&c), a, width);
             }
         });
     });
@@ -80,31 +78,4 @@ pub(crate) fn HostMemory(id: String) -> impl IntoView {
             </p>
         </section>
     }
-}
-
-/// Pinned and requested bytes over the host trace's rows.
-fn draw(c: &web_sys::CanvasRenderingContext2d, a: &HostAnswer, width: f64) {
-    let n = a.rows.len();
-    if n == 0 {
-        return;
-    }
-    let top = a.reserved.iter().chain(&a.requested).copied().max().unwrap_or(1).max(1) as f64;
-    let last = f64::from(a.rows[n - 1].max(1));
-    let x = |i: usize| f64::from(a.rows[i]) / last * width;
-    let y = |b: u64| HEIGHT - 2.0 - b as f64 / top * (HEIGHT - 18.0);
-    for (values, colour) in [(&a.reserved, palette::RESERVED), (&a.requested, palette::ALLOCATED)] {
-        c.begin_path();
-        for i in 0..n {
-            if i == 0 {
-                c.move_to(x(i), y(values[i]));
-            } else {
-                c.line_to(x(i), y(values[i - 1]));
-                c.line_to(x(i), y(values[i]));
-            }
-        }
-        c.set_stroke_style_str(colour.css());
-        c.set_line_width(2.0);
-        c.stroke();
-    }
-    canvas::text(c, palette::LABEL.css(), &format::bytes(top as u64), 4.0, 12.0);
 }

@@ -9,11 +9,11 @@ use wasm_bindgen::JsCast;
 use web_sys::{KeyboardEvent, MouseEvent, WheelEvent};
 
 use super::{TimelineState, same};
+use crate::core::axes;
 use crate::core::layout;
 use crate::core::model::{Instant, VisibleAllocation};
 use crate::core::permalink::Selected;
 use crate::core::viewport::Window;
-use crate::infra::canvas;
 
 /// Zoom step of the keyboard and the buttons.
 pub(super) const ZOOM_STEP: f64 = 1.5;
@@ -125,7 +125,7 @@ impl Input {
             && x >= g.left
             && x <= g.left + g.width
         {
-            ctx.instant.set(Some(Instant::X(ax, canvas::x_at(v, g.left, g.width, x))));
+            ctx.instant.set(Some(Instant::X(ax, axes::x_at(v, g.left, g.width, x))));
         }
         match self.allocation_at(x, y) {
             Some(found) => {
