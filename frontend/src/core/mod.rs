@@ -17,6 +17,7 @@ pub mod dates;
 pub mod fragmentation;
 pub mod frames;
 pub mod hidpi;
+pub mod live_chart;
 pub mod host_chart;
 pub mod model;
 pub mod paint;

@@ -11,7 +11,8 @@ use std::rc::Rc;
 use wasm_bindgen::JsCast;
 use web_sys::{CanvasRenderingContext2d, Element, HtmlCanvasElement};
 
-use plotters::prelude::IntoDrawingArea;
+use plotters::coord::Shift;
+use plotters::prelude::{DrawingArea, IntoDrawingArea};
 use plotters_canvas::CanvasBackend;
 
 use crate::core::blocks::Raster;
@@ -197,6 +198,21 @@ pub(crate) fn text(ctx: &CanvasRenderingContext2d, colour: &str, s: &str, x: f64
     let _ = ctx.fill_text(s, x, y);
 }
 
+/// Size `canvas` to `width` × `height` pixels and draw on it with
+/// plotters (`draw`): the one setup of the plotters charts' canvases (the
+/// analysis charts, "Will it fit?", the live page's).
+pub(crate) fn plot_on<T>(
+    canvas: &HtmlCanvasElement,
+    (width, height): (u32, u32),
+    draw: impl FnOnce(&DrawingArea<CanvasBackend, Shift>) -> Result<T, String>,
+) -> Result<T, String> {
+    canvas.set_width(width);
+    canvas.set_height(height);
+    let backend = CanvasBackend::with_canvas_object(canvas.clone())
+        .ok_or_else(|| "this browser gives no 2D drawing context for the canvas".to_owned())?;
+    draw(&backend.into_drawing_area())
+}
+
 /// Draw an analysis chart on `canvas`, sized to `width` × `height` pixels.
 pub(crate) fn paint_chart(
     canvas: &HtmlCanvasElement,
@@ -205,11 +221,7 @@ pub(crate) fn paint_chart(
     chart: &Chart,
     x_label: &dyn Fn(f64) -> String,
 ) -> Result<Area, String> {
-    canvas.set_width(width.max(200));
-    canvas.set_height(height);
-    let backend = CanvasBackend::with_canvas_object(canvas.clone())
-        .ok_or_else(|| "this browser gives no 2D drawing context for the canvas".to_owned())?;
-    chart::draw(&backend.into_drawing_area(), chart, x_label)
+    plot_on(canvas, (width.max(200), height), |root| chart::draw(root, chart, x_label))
 }
 
 /// Draw the "Will it fit?" chart on `canvas`, `width` × `height` pixels.
@@ -219,11 +231,7 @@ pub(crate) fn paint_predict(
     height: u32,
     outcome: &Outcome,
 ) -> Result<(), String> {
-    canvas.set_width(width.max(200));
-    canvas.set_height(height);
-    let backend = CanvasBackend::with_canvas_object(canvas.clone())
-        .ok_or_else(|| "this browser gives no 2D drawing context for the canvas".to_owned())?;
-    predict_chart::draw(&backend.into_drawing_area(), outcome)
+    plot_on(canvas, (width.max(200), height), |root| predict_chart::draw(root, outcome))
 }
 
 /// The width available to a chart inside `wrap`, at least 320 pixels.
