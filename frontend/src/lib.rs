@@ -15,8 +15,9 @@
 //!   analysis charts (`chart`, generic over plotters' backends, with `hidpi`
 //!   scaling), the small canvases' drawing through one `Painter` (`paint`,
 //!   with a recorder for the tests, and `axes`; `segments_chart`,
-//!   `fragmentation`, `track`, `pools_chart`, `breakdown_chart`,
-//!   `host_chart`), the segment and state geometry (`blocks`), the
+//!   `fragmentation`, `track`, `minimap_chart`, `state_chart`,
+//!   `pools_chart`, `breakdown_chart`, `host_chart`), the live page's
+//!   charts (`live_chart`), the segment and state geometry (`blocks`), the
 //!   minimap's brush (`brush`), a canvas panel's width and paint guard (`panel`),
 //!   "Will it fit?"'s form and chart (`predict`, `predict_chart`), stack
 //!   frames grouped (`frames`), the view in the URL (`permalink`) and

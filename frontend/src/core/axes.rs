@@ -111,7 +111,7 @@ mod tests {
     fn an_x_axis_labels_its_ticks_under_the_line_and_says_its_title_left() {
         let mut p = Recorder::new(1.0);
         x_axis(&mut p, &XAxis::rows(999, (62.0, 700.0), 162.0));
-        assert_eq!(p.ops[0], Op::FillRect(palette::AXIS, (62.0, 162.0, 700.0, 1.0)));
+        assert_eq!(p.ops[0], Op::FillRect(palette::AXIS.into(), (62.0, 162.0, 700.0, 1.0)));
         let texts = p.texts();
         assert_eq!(texts.last(), Some(&"row"));
         assert_eq!(texts.len() - 1, p.strokes(palette::AXIS).len(), "one tick per label");

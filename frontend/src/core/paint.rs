@@ -1,6 +1,7 @@
 //! One way to draw the dashboard's small canvases (the segment timeline,
-//! fragmentation, the track, the memory pools, the breakdown's stacked
-//! chart, pinned host memory), tested natively: each panel's drawing is a
+//! fragmentation, the track, the minimap, the allocator state, the memory
+//! pools, the breakdown's stacked chart, pinned host memory), tested
+//! natively: each panel's drawing is a
 //! function of its data into a [`Painter`], which the browser implements
 //! over its 2D context (`infra::canvas::Canvas2d`) and a test with a
 //! [`Recorder`], which lists the shapes drawn.
@@ -16,6 +17,31 @@
 
 use crate::core::blocks::Raster;
 use crate::core::palette::Colour;
+
+/// A colour as drawn: the palette's, solid or see-through.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Ink {
+    /// As it is.
+    Solid(Colour),
+    /// With an opacity from 0 to 1.
+    Translucent(Colour, f64),
+}
+
+impl From<Colour> for Ink {
+    fn from(colour: Colour) -> Ink {
+        Ink::Solid(colour)
+    }
+}
+
+impl Ink {
+    /// The canvas's style: `#rrggbb`, or `rgba(r,g,b,alpha)`.
+    pub fn css(self) -> std::borrow::Cow<'static, str> {
+        match self {
+            Ink::Solid(c) => c.css().into(),
+            Ink::Translucent(c, alpha) => c.css_with_alpha(alpha).into(),
+        }
+    }
+}
 
 /// A point, in CSS pixels.
 pub type Point = (f64, f64);
@@ -110,15 +136,15 @@ pub trait Painter {
     /// Device pixels per CSS pixel (`devicePixelRatio`).
     fn ratio(&self) -> f64;
     /// A filled rectangle.
-    fn fill_rect(&mut self, colour: Colour, rect: Rect);
+    fn fill_rect(&mut self, ink: impl Into<Ink>, rect: Rect);
     /// A rectangle's outline, `width` wide.
-    fn stroke_rect(&mut self, colour: Colour, width: f64, rect: Rect);
+    fn stroke_rect(&mut self, ink: impl Into<Ink>, width: f64, rect: Rect);
     /// Rectangles' outlines, as one path stroked once.
-    fn stroke_rects(&mut self, colour: Colour, width: f64, rects: &[Rect]);
+    fn stroke_rects(&mut self, ink: impl Into<Ink>, width: f64, rects: &[Rect]);
     /// Lines through `points`, `width` wide.
-    fn stroke_path(&mut self, colour: Colour, width: f64, points: &[Point]);
+    fn stroke_path(&mut self, ink: impl Into<Ink>, width: f64, points: &[Point]);
     /// The polygon through `points`, closed and filled.
-    fn fill_path(&mut self, colour: Colour, points: &[Point]);
+    fn fill_path(&mut self, ink: impl Into<Ink>, points: &[Point]);
     /// `text` at `(x, y)`.
     fn text(&mut self, font: Font, text: &str, x: f64, y: f64);
     /// Draw only inside `rect` until the matching [`Painter::unclip`].
@@ -132,7 +158,7 @@ pub trait Painter {
 
 /// A vertical line from `top` to `bottom` at `x`, on the half pixel (crisp
 /// when one pixel wide).
-pub fn vline(p: &mut impl Painter, colour: Colour, x: f64, (top, bottom): (f64, f64), width: f64) {
+pub fn vline(p: &mut impl Painter, colour: impl Into<Ink>, x: f64, (top, bottom): (f64, f64), width: f64) {
     let x = x.round() + 0.5;
     p.stroke_path(colour, width, &[(x, top), (x, bottom)]);
 }
@@ -141,15 +167,15 @@ pub fn vline(p: &mut impl Painter, colour: Colour, x: f64, (top, bottom): (f64, 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Op {
     /// [`Painter::fill_rect`].
-    FillRect(Colour, Rect),
+    FillRect(Ink, Rect),
     /// [`Painter::stroke_rect`].
-    StrokeRect(Colour, f64, Rect),
+    StrokeRect(Ink, f64, Rect),
     /// [`Painter::stroke_rects`].
-    StrokeRects(Colour, f64, Vec<Rect>),
+    StrokeRects(Ink, f64, Vec<Rect>),
     /// [`Painter::stroke_path`].
-    StrokePath(Colour, f64, Vec<Point>),
+    StrokePath(Ink, f64, Vec<Point>),
     /// [`Painter::fill_path`].
-    FillPath(Colour, Vec<Point>),
+    FillPath(Ink, Vec<Point>),
     /// [`Painter::text`].
     Text(Font, String, Point),
     /// [`Painter::clip`].
@@ -179,8 +205,9 @@ impl Recorder {
         self.ops.iter().filter_map(|o| if let Op::Text(_, t, _) = o { Some(t.as_str()) } else { None }).collect()
     }
 
-    /// The paths stroked in `colour`.
-    pub fn strokes(&self, colour: Colour) -> Vec<&[Point]> {
+    /// The paths stroked in `ink`.
+    pub fn strokes(&self, ink: impl Into<Ink>) -> Vec<&[Point]> {
+        let colour = ink.into();
         self.ops
             .iter()
             .filter_map(|o| match o {
@@ -190,8 +217,9 @@ impl Recorder {
             .collect()
     }
 
-    /// The polygons filled in `colour`.
-    pub fn fills(&self, colour: Colour) -> Vec<&[Point]> {
+    /// The polygons filled in `ink`.
+    pub fn fills(&self, ink: impl Into<Ink>) -> Vec<&[Point]> {
+        let colour = ink.into();
         self.ops
             .iter()
             .filter_map(|o| match o {
@@ -201,8 +229,9 @@ impl Recorder {
             .collect()
     }
 
-    /// The rectangles filled in `colour`.
-    pub fn rects(&self, colour: Colour) -> Vec<Rect> {
+    /// The rectangles filled in `ink`.
+    pub fn rects(&self, ink: impl Into<Ink>) -> Vec<Rect> {
+        let colour = ink.into();
         self.ops
             .iter()
             .filter_map(|o| match o {
@@ -217,20 +246,20 @@ impl Painter for Recorder {
     fn ratio(&self) -> f64 {
         self.ratio
     }
-    fn fill_rect(&mut self, colour: Colour, rect: Rect) {
-        self.ops.push(Op::FillRect(colour, rect));
+    fn fill_rect(&mut self, ink: impl Into<Ink>, rect: Rect) {
+        self.ops.push(Op::FillRect(ink.into(), rect));
     }
-    fn stroke_rect(&mut self, colour: Colour, width: f64, rect: Rect) {
-        self.ops.push(Op::StrokeRect(colour, width, rect));
+    fn stroke_rect(&mut self, ink: impl Into<Ink>, width: f64, rect: Rect) {
+        self.ops.push(Op::StrokeRect(ink.into(), width, rect));
     }
-    fn stroke_rects(&mut self, colour: Colour, width: f64, rects: &[Rect]) {
-        self.ops.push(Op::StrokeRects(colour, width, rects.to_vec()));
+    fn stroke_rects(&mut self, ink: impl Into<Ink>, width: f64, rects: &[Rect]) {
+        self.ops.push(Op::StrokeRects(ink.into(), width, rects.to_vec()));
     }
-    fn stroke_path(&mut self, colour: Colour, width: f64, points: &[Point]) {
-        self.ops.push(Op::StrokePath(colour, width, points.to_vec()));
+    fn stroke_path(&mut self, ink: impl Into<Ink>, width: f64, points: &[Point]) {
+        self.ops.push(Op::StrokePath(ink.into(), width, points.to_vec()));
     }
-    fn fill_path(&mut self, colour: Colour, points: &[Point]) {
-        self.ops.push(Op::FillPath(colour, points.to_vec()));
+    fn fill_path(&mut self, ink: impl Into<Ink>, points: &[Point]) {
+        self.ops.push(Op::FillPath(ink.into(), points.to_vec()));
     }
     fn text(&mut self, font: Font, text: &str, x: f64, y: f64) {
         self.ops.push(Op::Text(font, text.to_owned(), (x, y)));

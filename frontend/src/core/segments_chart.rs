@@ -114,7 +114,7 @@ mod tests {
         assert!(matches!(p.ops[0], Op::Image(800, _, (62.0, 14.0))));
         assert_eq!(p.ops[1], Op::Clip((62.0, 0.0, 800.0, AXIS_TOP)));
         let Op::StrokeRects(colour, 1.0, rects) = &p.ops[2] else { panic!("{:?}", p.ops[2]) };
-        assert_eq!(*colour, palette::COMMENT);
+        assert_eq!(*colour, palette::COMMENT.into());
         assert!(!rects.is_empty());
         assert!(rects.iter().all(|&(x, y, _, h)| x.fract() == 0.5 || x >= 62.0 && y >= PLOT_TOP && y + h <= AXIS_TOP));
         assert_eq!(p.ops[3], Op::Unclip);

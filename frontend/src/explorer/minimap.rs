@@ -7,20 +7,15 @@ use leptos::prelude::*;
 use leptos::task::spawn_local;
 use web_sys::MouseEvent;
 
-use crate::core::axes;
 use crate::core::brush;
+use crate::core::minimap_chart::{self, HEIGHT};
 use crate::core::model::TimelineWindow;
-use crate::core::palette;
-use crate::core::panel::Aligned;
 use crate::core::viewport::Window;
 use crate::explorer::context::DeviceContext;
 use crate::explorer::panel::PanelCanvas;
 use crate::infra::api::{self, TimelineQuery};
-use crate::infra::canvas;
+use crate::infra::canvas::{self, Canvas2d};
 use crate::infra::draws;
-
-/// Height of the minimap.
-const HEIGHT: f64 = 44.0;
 
 /// A brush drag in progress.
 #[derive(Clone, Copy)]
@@ -91,48 +86,12 @@ impl MinimapView {
         let Some((canvas, at)) = self.canvas.aligned(ctx) else { return };
         let Some(extent) = ctx.extent.get() else { return };
         draws::timed("minimap", || {
-            let Aligned { view: v, left, width, css_w } = at;
-            let canvas_ctx = canvas::context(&canvas, css_w, HEIGHT)?;
-            canvas::fill(&canvas_ctx, palette::MINIMAP_BACKGROUND.css(), left, 0.0, width, HEIGHT);
+            let canvas_ctx = canvas::context(&canvas, at.css_w, HEIGHT)?;
+            let cursor = ctx.cursor_x();
             self.whole.with(|w| {
-                let Some(w) = w else { return };
-                let [reserved, allocated] = brush::curves(&w.buckets, extent, (left, width), HEIGHT);
-                canvas_ctx.begin_path();
-                canvas_ctx.move_to(left, HEIGHT);
-                for &(x, y) in &reserved {
-                    canvas_ctx.line_to(x, y);
-                }
-                canvas_ctx.line_to(left + width, HEIGHT);
-                canvas_ctx.close_path();
-                canvas_ctx.set_fill_style_str(&palette::RESERVED.css_with_alpha(0.25));
-                canvas_ctx.fill();
-                canvas_ctx.begin_path();
-                canvas_ctx.move_to(left, HEIGHT);
-                for &(x, y) in &allocated {
-                    canvas_ctx.line_to(x, y);
-                }
-                canvas_ctx.set_stroke_style_str(palette::ALLOCATED.css());
-                canvas_ctx.set_line_width(1.0);
-                canvas_ctx.stroke();
+                let whole = w.as_ref().map(|w| w.buckets.as_slice());
+                minimap_chart::draw(&mut Canvas2d(&canvas_ctx), &at, extent, whole, cursor);
             });
-            // Whole pixels, so the outline is crisp (and findable by colour).
-            let (l, r) = brush::brush_px(v, extent, width);
-            let (l, r) = ((left + l).round(), (left + r).round());
-            canvas_ctx.set_fill_style_str(&palette::ALLOCATED.css_with_alpha(0.15));
-            canvas_ctx.fill_rect(l, 0.0, r - l, HEIGHT);
-            canvas_ctx.set_stroke_style_str(palette::BRUSH.css());
-            canvas_ctx.set_line_width(2.0);
-            canvas_ctx.stroke_rect(l + 1.0, 1.0, (r - l - 2.0).max(1.0), HEIGHT - 2.0);
-            if let Some(x) = ctx.cursor_x() {
-                canvas::vline(
-                    &canvas_ctx,
-                    palette::CURSOR.css(),
-                    axes::x_px(extent, left, width, x as f64),
-                    0.0,
-                    HEIGHT,
-                    1.0,
-                );
-            }
             Some(())
         });
     }

@@ -11,11 +11,11 @@ use web_sys::MouseEvent;
 use crate::components::card::Card;
 use crate::core::blocks::{self, Rect};
 use crate::core::model::{AllocatorState, Axis, Frame, Instant};
-use crate::core::palette;
+use crate::core::state_chart;
 use crate::explorer::context::DeviceContext;
 use crate::explorer::panel::PanelCanvas;
 use crate::infra::api;
-use crate::infra::canvas;
+use crate::infra::canvas::{self, Canvas2d};
 use crate::infra::draws;
 
 /// What the mouse (or a click) points at: a segment and a block.
@@ -128,20 +128,7 @@ impl Panel {
             draws::timed("state", || {
                 let (placed, height) = blocks::state_rects(s, css_w);
                 let canvas_ctx = canvas::context(&canvas, css_w, height)?;
-                for r in &placed {
-                    canvas::fill(&canvas_ctx, r.fill.colour().css(), r.x, r.y, r.w.max(0.5), r.h);
-                }
-                for (i, seg) in s.segments.iter().enumerate() {
-                    let y = i as f64 * (blocks::ROW_HEIGHT + blocks::ROW_GAP) + 11.0;
-                    canvas::text(&canvas_ctx, palette::LABEL.css(), &blocks::segment_label(seg), 2.0, y);
-                }
-                if let Some((si, bi)) = shown
-                    && let Some(r) = placed.iter().find(|r| r.segment == si && r.item == bi)
-                {
-                    canvas_ctx.set_stroke_style_str(palette::CURSOR.css());
-                    canvas_ctx.set_line_width(2.0);
-                    canvas_ctx.stroke_rect(r.x - 1.0, r.y - 1.0, r.w.max(1.0) + 2.0, r.h + 2.0);
-                }
+                state_chart::draw(&mut Canvas2d(&canvas_ctx), s, &placed, shown);
                 self.rects.set_value(placed);
                 Some(())
             });

@@ -17,8 +17,7 @@ use plotters_canvas::CanvasBackend;
 
 use crate::core::blocks::Raster;
 use crate::core::chart::{self, Area, Chart};
-use crate::core::paint::{Font, Painter, Point, Rect};
-use crate::core::palette::Colour;
+use crate::core::paint::{Font, Ink, Painter, Point, Rect};
 use crate::core::panel;
 use crate::core::predict::Outcome;
 use crate::core::predict_chart;
@@ -175,29 +174,6 @@ impl Drawn {
     }
 }
 
-/// Fill a rectangle.
-pub(crate) fn fill(ctx: &CanvasRenderingContext2d, colour: &str, x: f64, y: f64, w: f64, h: f64) {
-    ctx.set_fill_style_str(colour);
-    ctx.fill_rect(x, y, w, h);
-}
-
-/// A vertical line from `top` to `bottom`.
-pub(crate) fn vline(ctx: &CanvasRenderingContext2d, colour: &str, x: f64, top: f64, bottom: f64, width: f64) {
-    ctx.set_stroke_style_str(colour);
-    ctx.set_line_width(width);
-    ctx.begin_path();
-    ctx.move_to(x.round() + 0.5, top);
-    ctx.line_to(x.round() + 0.5, bottom);
-    ctx.stroke();
-}
-
-/// Text at a point, 11 px.
-pub(crate) fn text(ctx: &CanvasRenderingContext2d, colour: &str, s: &str, x: f64, y: f64) {
-    ctx.set_font("11px sans-serif");
-    ctx.set_fill_style_str(colour);
-    let _ = ctx.fill_text(s, x, y);
-}
-
 /// Size `canvas` to `width` × `height` pixels and draw on it with
 /// plotters (`draw`): the one setup of the plotters charts' canvases (the
 /// analysis charts, "Will it fit?", the live page's).
@@ -256,8 +232,8 @@ impl Canvas2d<'_> {
         }
     }
 
-    fn stroke_style(&self, colour: Colour, width: f64) {
-        self.0.set_stroke_style_str(colour.css());
+    fn stroke_style(&self, ink: Ink, width: f64) {
+        self.0.set_stroke_style_str(&ink.css());
         self.0.set_line_width(width);
     }
 }
@@ -266,29 +242,29 @@ impl Painter for Canvas2d<'_> {
     fn ratio(&self) -> f64 {
         ratio()
     }
-    fn fill_rect(&mut self, colour: Colour, (x, y, w, h): Rect) {
-        self.0.set_fill_style_str(colour.css());
+    fn fill_rect(&mut self, ink: impl Into<Ink>, (x, y, w, h): Rect) {
+        self.0.set_fill_style_str(&ink.into().css());
         self.0.fill_rect(x, y, w, h);
     }
-    fn stroke_rect(&mut self, colour: Colour, width: f64, (x, y, w, h): Rect) {
-        self.stroke_style(colour, width);
+    fn stroke_rect(&mut self, ink: impl Into<Ink>, width: f64, (x, y, w, h): Rect) {
+        self.stroke_style(ink.into(), width);
         self.0.stroke_rect(x, y, w, h);
     }
-    fn stroke_rects(&mut self, colour: Colour, width: f64, rects: &[Rect]) {
-        self.stroke_style(colour, width);
+    fn stroke_rects(&mut self, ink: impl Into<Ink>, width: f64, rects: &[Rect]) {
+        self.stroke_style(ink.into(), width);
         self.0.begin_path();
         for &(x, y, w, h) in rects {
             self.0.rect(x, y, w, h);
         }
         self.0.stroke();
     }
-    fn stroke_path(&mut self, colour: Colour, width: f64, points: &[Point]) {
-        self.stroke_style(colour, width);
+    fn stroke_path(&mut self, ink: impl Into<Ink>, width: f64, points: &[Point]) {
+        self.stroke_style(ink.into(), width);
         self.path(points);
         self.0.stroke();
     }
-    fn fill_path(&mut self, colour: Colour, points: &[Point]) {
-        self.0.set_fill_style_str(colour.css());
+    fn fill_path(&mut self, ink: impl Into<Ink>, points: &[Point]) {
+        self.0.set_fill_style_str(&ink.into().css());
         self.path(points);
         self.0.close_path();
         self.0.fill();
