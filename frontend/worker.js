@@ -10,7 +10,7 @@
 // Worker -> page: {type: "progress", phase: "reading" | "parsing" | "indexing", read}
 //                 {type: "opened", meta, timing} | {type: "failed", error}
 //                 {type: "answer", seq, json, ms} | {type: "answer", seq, status, error}
-import init, { local_open, local_answer, local_compare } from "./vramscope_frontend.js";
+import init, { local_open, local_answer, local_compare, local_finish_indexes } from "./vramscope_frontend.js";
 
 const started = init();
 // For the dashboard bench: when the module was ready, on this worker's
@@ -61,6 +61,7 @@ self.onmessage = async (event) => {
         opened_at_ms: end,
       };
       self.postMessage({ type: "opened", meta, timing });
+      unfinished = true;
     } catch (e) {
       stopReading();
       self.postMessage({ type: "failed", error: String(e && e.message ? e.message : e) });
@@ -271,9 +272,31 @@ const answerNext = async () => {
     const start = performance.now();
     const json = local_answer(message.route, message.query);
     self.postMessage({ type: "answer", seq: message.seq, json, ms: performance.now() - start, route: message.route });
+    finishSoon();
   } catch (e) {
     const status = e && typeof e.status === "number" ? e.status : 500;
     const error = e && e.error ? e.error : String(e && e.message ? e.message : e);
     self.postMessage({ type: "answer", seq: message.seq, status, error });
   }
+};
+
+// local_open leaves the timeline's allocation indexes (nearly half of the
+// build) for later: the first answers find a window's largest allocations
+// by a scan instead, the same answers. They are built once the first
+// answers are out and no request has waited for SETTLE_MS, while the page
+// draws on its own thread.
+let unfinished = false;
+let finishTimer = null;
+const finishSoon = () => {
+  if (!unfinished) return;
+  if (finishTimer !== null) clearTimeout(finishTimer);
+  finishTimer = setTimeout(() => {
+    finishTimer = null;
+    if (queue.length > 0) {
+      finishSoon();
+      return;
+    }
+    unfinished = false;
+    local_finish_indexes();
+  }, SETTLE_MS);
 };

@@ -89,6 +89,23 @@ impl IndexedSnapshot {
         IndexedSnapshot::from_parts(snapshot, index, timeline, false)
     }
 
+    /// [`IndexedSnapshot::build`] without the timeline's allocation indexes,
+    /// nearly half of the build: the same answers, the first windows found
+    /// by a scan of the intervals until [`IndexedSnapshot::build_allocation_indexes`]
+    /// runs. For a caller on one thread (the browser's worker) whose first
+    /// answer is awaited, which builds them once it has answered.
+    pub fn build_deferred(snapshot: Snapshot) -> IndexedSnapshot {
+        let (index, timeline) = TimelineIndex::build_with_intervals_deferred(&snapshot);
+        IndexedSnapshot::from_parts(snapshot, index, timeline, false)
+    }
+
+    /// Whether the timeline's allocation indexes are built (always, but
+    /// after [`IndexedSnapshot::build_deferred`] and its kin until
+    /// [`IndexedSnapshot::build_allocation_indexes`]).
+    pub fn allocation_indexes_built(&self) -> bool {
+        self.timeline.allocation_indexes_built()
+    }
+
     /// [`IndexedSnapshot::build`] for a caller that needs the statistics as well
     /// (a server stores them when a snapshot becomes ready): `known` when
     /// they were computed already, else computed beside the indexes of a

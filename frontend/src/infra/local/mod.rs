@@ -100,11 +100,14 @@ pub(crate) fn open_bytes(
     let snapshot = read_snapshot_bytes_with(bytes, &options, |at| steps.reached(at)).map_err(|e| e.to_string())?;
     // All read: what follows is building the indexes.
     (steps.progress)(len);
-    Ok(opened(snapshot, len, id, name, modified_ms))
+    Ok(opened(snapshot, len, id, name, modified_ms, false))
 }
 
 /// [`open_bytes`] over a `Read` of `len` bytes: the worker reads the file
-/// a slice at a time, so its bytes are never all in memory at once.
+/// a slice at a time, so its bytes are never all in memory at once. The
+/// timeline's allocation indexes are left for [`Opened::finish_indexes`]:
+/// the worker builds them once its first answers are sent, beside the
+/// page drawing them (see `IndexedSnapshot::build_deferred`).
 pub(crate) fn open_reader(
     input: impl Read,
     len: u64,
@@ -118,11 +121,12 @@ pub(crate) fn open_reader(
     let snapshot = read_snapshot(&mut counted, &options).map_err(|e| e.to_string())?;
     // All read: what follows is building the indexes.
     (counted.steps.progress)(len);
-    Ok(opened(snapshot, len, id, name, modified_ms))
+    Ok(opened(snapshot, len, id, name, modified_ms, true))
 }
 
-/// The snapshot with its indexes, and its record shaped like the server's.
-fn opened(snapshot: Snapshot, len: u64, id: &str, name: &str, modified_ms: f64) -> Opened {
+/// The snapshot with its indexes (`defer`: all but the timeline's
+/// allocation indexes), and its record shaped like the server's.
+fn opened(snapshot: Snapshot, len: u64, id: &str, name: &str, modified_ms: f64, defer: bool) -> Opened {
     let meta = json!({
         "id": id,
         "sha256": "",
@@ -138,7 +142,8 @@ fn opened(snapshot: Snapshot, len: u64, id: &str, name: &str, modified_ms: f64) 
         "error": null,
         "local": true,
     });
-    Opened { analyzed: IndexedSnapshot::build(snapshot), meta }
+    let analyzed = if defer { IndexedSnapshot::build_deferred(snapshot) } else { IndexedSnapshot::build(snapshot) };
+    Opened { analyzed, meta }
 }
 
 /// `oom` when a trace recorded an out-of-memory event, else `manual`: what
@@ -148,6 +153,18 @@ fn trigger_of(snapshot: &Snapshot) -> &'static str {
 }
 
 impl Opened {
+    /// Build what [`open_reader`] left (the timeline's allocation indexes);
+    /// answers whether there was anything to build. Answers are the same
+    /// before and after: until then a window's largest allocations are
+    /// found by a scan.
+    pub(crate) fn finish_indexes(&self) -> bool {
+        if self.analyzed.allocation_indexes_built() {
+            return false;
+        }
+        self.analyzed.build_allocation_indexes();
+        true
+    }
+
     /// The JSON the server would answer for `route?query` of this snapshot.
     pub(crate) fn answer(&self, route: &str, query: &str) -> Result<String, ViewError> {
         let name = self.meta["name"].as_str().unwrap_or_default();
@@ -283,5 +300,30 @@ mod tests {
         assert!(bad.to_string().contains("0190-x"), "{bad}");
         let err = open_bytes(b"\x80\x04K*.", "local-2", "int.pickle", 0.0, |_| {}).expect_err("no snapshot");
         assert!(err.contains("not a PyTorch memory snapshot"), "{err}");
+    }
+
+    /// The worker's file leaves the allocation indexes for later: its
+    /// timeline windows are the same to the byte before they are built (a
+    /// scan), after, and as a file read whole.
+    #[test]
+    fn the_deferred_indexes_change_no_answer() {
+        let bytes = vramscope_shared::testing::corpus_bytes("oom_leak.pickle");
+        let whole = open_bytes(&bytes, "local-1", "oom_leak.pickle", 0.0, |_| {}).expect("reads");
+        let read = open_reader(&bytes[..], bytes.len() as u64, "local-1", "oom_leak.pickle", 0.0, |_| {});
+        let deferred = read.expect("reads");
+        let queries = [
+            "px=300&axis=event&max_allocations=2000",
+            "px=57&axis=event&start=100&end=900&max_allocations=20",
+            "px=900&y_span=1048576&py=300",
+        ];
+        let answers = |o: &Opened| -> Vec<String> {
+            queries.iter().map(|q| o.answer("timeline", q).expect("timeline")).collect()
+        };
+        let before = answers(&deferred);
+        assert!(deferred.finish_indexes(), "left for later");
+        assert!(!deferred.finish_indexes(), "built once");
+        assert_eq!(before, answers(&whole));
+        assert_eq!(answers(&deferred), answers(&whole));
+        assert!(!whole.finish_indexes(), "a file read whole is built at once");
     }
 }

@@ -117,6 +117,15 @@ pub fn local_open(
     Ok(meta)
 }
 
+/// Build the indexes [`local_open`] left for later (the timeline's
+/// allocation indexes: nearly half of the build, which the first answers
+/// do without); answers whether there was anything to build. `worker.js`
+/// calls it once the first answers are sent and no request waits.
+#[wasm_bindgen]
+pub fn local_finish_indexes() -> bool {
+    OPENED.with(|o| o.borrow().as_ref().is_some_and(Opened::finish_indexes))
+}
+
 /// The JSON answer of `route?query` for the open snapshot, or an error
 /// object `{status, error}` (404 or 400, as the server would answer).
 #[wasm_bindgen]
