@@ -227,6 +227,16 @@ impl Server {
         Ok(server)
     }
 
+    /// Stop it, then start `program` on `data_dir` with `env` in its place:
+    /// the old one goes first, as two servers on one folder would share
+    /// its database.
+    pub(crate) fn restart(&mut self, program: &Path, data_dir: &Path, env: &[(&str, String)]) -> Result<(), String> {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        *self = Server::start_program(program, data_dir, env)?;
+        Ok(())
+    }
+
     /// Its process id.
     pub(crate) fn pid(&self) -> u32 {
         self.child.id()
