@@ -17,7 +17,7 @@ use crate::core::panel::MIN_WIDTH;
 use crate::explorer::context::DeviceContext;
 use crate::explorer::panel::PanelCanvas;
 use crate::infra::api;
-use crate::infra::canvas::{self, Canvas2d};
+use crate::infra::canvas;
 use crate::infra::draws;
 
 /// Rows the stacked chart samples over the trace.
@@ -63,9 +63,7 @@ pub(crate) fn BreakdownPanel(ctx: DeviceContext) -> impl IntoView {
         series.with(|s| {
             let Some(s) = s else { return };
             let started = draws::now();
-            if let Some(c) = canvas::context(&canvas, width, HEIGHT) {
-                breakdown_chart::draw_stack(&mut Canvas2d(&c), s, width, cursor);
-            }
+            canvas::paint(&canvas, width, HEIGHT, |p| breakdown_chart::draw_stack(p, s, width, cursor));
             draws::record("breakdown", started);
         });
     });

@@ -4,7 +4,6 @@
 //! allocator settings the snapshot recorded (`PYTORCH_CUDA_ALLOC_CONF`).
 
 use leptos::prelude::*;
-use web_sys::CanvasRenderingContext2d;
 
 use crate::core::fragmentation::{self, HEIGHT, Settings};
 use crate::core::model::{FragmentationAnswer, Instant, SettingsView};
@@ -78,11 +77,11 @@ impl Panel {
         self.data.with_untracked(|d| {
             let Some(d) = d else { return };
             let top = fragmentation::top(d);
-            let draw = |c: &CanvasRenderingContext2d, at: &Aligned| {
-                fragmentation::draw_curves(&mut Canvas2d(c), d, at.view, at.plot(), top);
+            let draw = |p: &mut Canvas2d<'_>, at: &Aligned| {
+                fragmentation::draw_curves(p, d, at.view, at.plot(), top);
             };
-            self.canvas.paint_kept(ctx, kept, (HEIGHT, "fragmentation"), draw, |canvas_ctx, at, _| {
-                fragmentation::draw_overlay(&mut Canvas2d(canvas_ctx), at, ctx.cursor_x(), top);
+            self.canvas.paint_kept(ctx, kept, (HEIGHT, "fragmentation"), draw, |p, at, _| {
+                fragmentation::draw_overlay(p, at, ctx.cursor_x(), top);
             });
         });
     }

@@ -14,7 +14,7 @@ use crate::core::viewport::Window;
 use crate::explorer::context::DeviceContext;
 use crate::explorer::panel::PanelCanvas;
 use crate::infra::api::{self, TimelineQuery};
-use crate::infra::canvas::{self, Canvas2d};
+use crate::infra::canvas;
 use crate::infra::draws;
 
 /// A brush drag in progress.
@@ -86,13 +86,11 @@ impl MinimapView {
         let Some((canvas, at)) = self.canvas.aligned(ctx) else { return };
         let Some(extent) = ctx.extent.get() else { return };
         draws::timed("minimap", || {
-            let canvas_ctx = canvas::context(&canvas, at.css_w, HEIGHT)?;
             let cursor = ctx.cursor_x();
             self.whole.with(|w| {
                 let whole = w.as_ref().map(|w| w.buckets.as_slice());
-                minimap_chart::draw(&mut Canvas2d(&canvas_ctx), &at, extent, whole, cursor);
-            });
-            Some(())
+                canvas::paint(&canvas, at.css_w, HEIGHT, |p| minimap_chart::draw(p, &at, extent, whole, cursor))
+            })
         });
     }
 

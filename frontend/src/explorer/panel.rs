@@ -10,12 +10,12 @@ use std::rc::Rc;
 
 use leptos::html::{Canvas, Div};
 use leptos::prelude::*;
-use web_sys::{CanvasRenderingContext2d, HtmlCanvasElement};
+use web_sys::HtmlCanvasElement;
 
 use crate::core::panel::{self, Aligned};
 use crate::core::viewport::Window;
 use crate::explorer::context::DeviceContext;
-use crate::infra::canvas::{self, Kept};
+use crate::infra::canvas::{self, Canvas2d, Kept};
 use crate::infra::draws;
 use crate::infra::redraw::Redraw;
 
@@ -78,15 +78,19 @@ impl PanelCanvas {
         ctx: DeviceContext,
         kept: &Kept,
         (height, kind): (f64, &str),
-        draw: impl FnOnce(&CanvasRenderingContext2d, &Aligned),
-        overlay: impl FnOnce(&CanvasRenderingContext2d, &Aligned, Window),
+        draw: impl FnOnce(&mut Canvas2d<'_>, &Aligned),
+        overlay: impl FnOnce(&mut Canvas2d<'_>, &Aligned, Window),
     ) {
         let Some((canvas, at)) = self.aligned_untracked(ctx) else { return };
         draws::timed(kind, || {
-            let (canvas_ctx, image_view) =
-                kept.paint(&canvas, at.view, at.plot(), at.css_w, height, |c| draw(c, &at))?;
-            overlay(&canvas_ctx, &at, image_view);
-            Some(())
+            let place = (at.view, at.plot());
+            kept.paint(
+                &canvas,
+                place,
+                (at.css_w, height),
+                |p| draw(p, &at),
+                |p, image_view| overlay(p, &at, image_view),
+            )
         });
     }
 }

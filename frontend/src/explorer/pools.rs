@@ -15,7 +15,7 @@ use crate::core::pools_chart::{self, plot_x};
 use crate::explorer::context::DeviceContext;
 use crate::explorer::panel::PanelCanvas;
 use crate::infra::api;
-use crate::infra::canvas::{self, Canvas2d};
+use crate::infra::canvas;
 
 /// Points of each band's series.
 const SERIES_PX: u32 = 500;
@@ -57,9 +57,7 @@ pub(crate) fn PoolsPanel(ctx: DeviceContext) -> impl IntoView {
         let cursor = at.with(|a| a.as_ref().and_then(|a| a.row));
         series.with(|s| {
             let Some(s) = s else { return };
-            if let Some(c) = canvas::context(&canvas, width, pools_chart::height(s)) {
-                pools_chart::draw_bands(&mut Canvas2d(&c), s, width, cursor);
-            }
+            canvas::paint(&canvas, width, pools_chart::height(s), |p| pools_chart::draw_bands(p, s, width, cursor));
         });
     });
 

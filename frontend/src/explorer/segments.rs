@@ -6,7 +6,7 @@
 //! segment; a click moves the cursor there.
 
 use leptos::prelude::*;
-use web_sys::{CanvasRenderingContext2d, MouseEvent};
+use web_sys::MouseEvent;
 
 use crate::core::blocks;
 use crate::core::model::{Instant, SegmentsAnswer};
@@ -94,13 +94,13 @@ impl Segments {
             if Some(d.axis) != ctx.axis.get_untracked() {
                 return;
             }
-            let draw = |c: &CanvasRenderingContext2d, at: &Aligned| {
-                segments_chart::draw_columns(&mut Canvas2d(c), d, at.view, at.plot());
+            let draw = |p: &mut Canvas2d<'_>, at: &Aligned| {
+                segments_chart::draw_columns(p, d, at.view, at.plot());
             };
-            self.canvas.paint_kept(ctx, kept, (HEIGHT, "segments"), draw, |canvas_ctx, at, image_view| {
+            self.canvas.paint_kept(ctx, kept, (HEIGHT, "segments"), draw, |p, at, image_view| {
                 self.drawn_view.set_value(Some(image_view));
                 let origin = ctx.extent.get_untracked().map_or(at.view.start, |e| e.start);
-                segments_chart::draw_overlay(&mut Canvas2d(canvas_ctx), d, at, ctx.cursor_x(), origin);
+                segments_chart::draw_overlay(p, d, at, ctx.cursor_x(), origin);
             });
         });
     }

@@ -15,7 +15,7 @@ use crate::core::state_chart;
 use crate::explorer::context::DeviceContext;
 use crate::explorer::panel::PanelCanvas;
 use crate::infra::api;
-use crate::infra::canvas::{self, Canvas2d};
+use crate::infra::canvas;
 use crate::infra::draws;
 
 /// What the mouse (or a click) points at: a segment and a block.
@@ -127,8 +127,7 @@ impl Panel {
             let Some(s) = s else { return };
             draws::timed("state", || {
                 let (placed, height) = blocks::state_rects(s, css_w);
-                let canvas_ctx = canvas::context(&canvas, css_w, height)?;
-                state_chart::draw(&mut Canvas2d(&canvas_ctx), s, &placed, shown);
+                canvas::paint(&canvas, css_w, height, |p| state_chart::draw(p, s, &placed, shown))?;
                 self.rects.set_value(placed);
                 Some(())
             });

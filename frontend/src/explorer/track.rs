@@ -14,7 +14,7 @@ use crate::core::viewport::Window;
 use crate::explorer::context::DeviceContext;
 use crate::explorer::panel::PanelCanvas;
 use crate::infra::api;
-use crate::infra::canvas::{self, Canvas2d};
+use crate::infra::canvas;
 use crate::infra::draws;
 use crate::infra::first_view::FirstView;
 
@@ -112,9 +112,8 @@ impl TrackView {
         };
         draws::timed("track", || {
             self.ranges.with(|r| {
-                let canvas_ctx = canvas::context(&canvas, at.css_w, track::height(r.as_ref()))?;
-                track::draw(&mut Canvas2d(&canvas_ctx), &at, r.as_ref(), &marks);
-                Some(())
+                let height = track::height(r.as_ref());
+                canvas::paint(&canvas, at.css_w, height, |p| track::draw(p, &at, r.as_ref(), &marks))
             })
         });
     }

@@ -1,8 +1,9 @@
 //! The page's canvases: the one setup of a small canvas (HiDPI backing
-//! store, scaled context, cleared: [`context`]), the browser's
-//! [`Painter`] over its 2D context ([`Canvas2d`], which the panels'
-//! drawing in `core` goes through), the analysis charts' plotters canvases,
-//! and the last real draw kept off screen ([`Drawn`]), shown shifted and
+//! store, scaled context, cleared: [`context`]) and the only way to draw on
+//! one, [`paint`], through the browser's [`Painter`] over its 2D context
+//! ([`Canvas2d`], which the panels' drawing in `core` goes through); the
+//! one setup of the plotters charts' canvases ([`plot_on`]); and the last
+//! real draw kept off screen ([`Kept`], [`Drawn`]), shown shifted and
 //! stretched while the window moves.
 
 use std::cell::{Cell, RefCell};
@@ -47,6 +48,19 @@ pub(crate) fn context(canvas: &HtmlCanvasElement, css_w: f64, css_h: f64) -> Opt
     Some(ctx)
 }
 
+/// Set `canvas` up as [`context`] does and draw on it with `draw`,
+/// through its [`Painter`]; nothing when the browser gives no 2D context.
+pub(crate) fn paint(
+    canvas: &HtmlCanvasElement,
+    css_w: f64,
+    css_h: f64,
+    draw: impl FnOnce(&mut Canvas2d<'_>),
+) -> Option<()> {
+    let ctx = context(canvas, css_w, css_h)?;
+    draw(&mut Canvas2d(&ctx));
+    Some(())
+}
+
 /// The width of a canvas's container in CSS pixels, at least
 /// [`panel::MIN_WIDTH`].
 pub(crate) fn css_width(wrap: &Element) -> f64 {
@@ -89,27 +103,27 @@ impl Kept {
 
     /// Paints `canvas` for `view`: the kept image, shifted and stretched,
     /// first drawn anew with `draw` (into the off-screen canvas, plot area
-    /// `plot`) when the data changed or the page no longer fits the image.
-    /// The canvas's context, for overlays, and the window the image shows.
+    /// `plot`) when the data changed or the page no longer fits the image;
+    /// then `overlay` over it, given the window the image shows.
     pub(crate) fn paint(
         &self,
         canvas: &HtmlCanvasElement,
-        view: Window,
-        plot: (f64, f64),
-        css_w: f64,
-        height: f64,
-        draw: impl FnOnce(&CanvasRenderingContext2d),
-    ) -> Option<(CanvasRenderingContext2d, Window)> {
+        (view, plot): (Window, (f64, f64)),
+        (css_w, height): (f64, f64),
+        draw: impl FnOnce(&mut Canvas2d<'_>),
+        overlay: impl FnOnce(&mut Canvas2d<'_>, Window),
+    ) -> Option<()> {
         let mut image = self.drawn.borrow_mut();
         if self.fresh.replace(false) || !image.as_ref().is_some_and(|i| i.fits(plot, css_w)) {
             let (next, ctx) = Drawn::start(image.take(), view, plot, css_w, height)?;
-            draw(&ctx);
+            draw(&mut Canvas2d(&ctx));
             *image = Some(next);
         }
         let ctx = context(canvas, css_w, height)?;
         let shown = image.as_ref()?;
         shown.show(&ctx, view);
-        Some((ctx, shown.view))
+        overlay(&mut Canvas2d(&ctx), shown.view);
+        Some(())
     }
 }
 
@@ -217,7 +231,7 @@ pub(crate) fn chart_width(wrap: Option<web_sys::HtmlDivElement>) -> u32 {
 
 /// The browser's [`Painter`]: a canvas's 2D context, scaled to CSS pixels
 /// (as [`context`] gives it).
-pub(crate) struct Canvas2d<'a>(pub(crate) &'a CanvasRenderingContext2d);
+pub(crate) struct Canvas2d<'a>(&'a CanvasRenderingContext2d);
 
 impl Canvas2d<'_> {
     /// A new path through `points`.

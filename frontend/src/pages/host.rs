@@ -12,7 +12,7 @@ use crate::core::host_chart::{self, HEIGHT};
 use crate::core::panel::MIN_WIDTH;
 use crate::explorer::panel::PanelCanvas;
 use crate::infra::api;
-use crate::infra::canvas::{self, Canvas2d};
+use crate::infra::canvas;
 use crate::infra::first_view::after_first_view;
 
 /// Points of the timeline asked for.
@@ -34,9 +34,7 @@ pub(crate) fn HostMemory(id: String) -> impl IntoView {
         let Some((canvas, width)) = panel.sized(MIN_WIDTH) else { return };
         answer.with(|a| {
             let Some(Ok(a)) = a else { return };
-            if let Some(c) = canvas::context(&canvas, width, HEIGHT) {
-                host_chart::draw(&mut Canvas2d(&c), a, width);
-            }
+            canvas::paint(&canvas, width, HEIGHT, |p| host_chart::draw(p, a, width));
         });
     });
     view! {
