@@ -12,8 +12,8 @@
 //! listed) until they are complete and, for small files, parsed; the row
 //! comes last. Leftover staging objects are swept at start-up.
 
-use vramscope_shared::Snapshot;
 use vramscope_shared::api::UploadAnswer;
+use vramscope_shared::{Snapshot, SnapshotStats};
 
 use super::labels::{Labels, check_labels, clean_tags};
 use super::parse::{UploadParse, stats_json};
@@ -207,6 +207,25 @@ impl Ingest {
         };
         state.metrics.bytes_stored.inc_by(staged.size);
         state.metrics.upload("ok");
+        self.index_after_commit(parsed, early, &blob_key, &id, staged.size, !trigger_named);
+        let answer = UploadAnswer { id, sha256: staged.sha256, status, deduplicated: false };
+        Ok(Committed { answer, created: true })
+    }
+
+    /// After a new row: index and persist a snapshot parsed inline, or
+    /// start the load from the upload's own parse and parse the stored
+    /// file in the background.
+    fn index_after_commit(
+        &self,
+        parsed: Option<(Snapshot, SnapshotStats)>,
+        early: Option<UploadParse>,
+        blob_key: &str,
+        id: &str,
+        size: u64,
+        infer_trigger: bool,
+    ) {
+        let state = self;
+        let (blob_key, id) = (blob_key.to_owned(), id.to_owned());
         match parsed {
             // Index and persist it right away, off the answer's path; a view
             // asked for before that ends waits for it instead of parsing again.
@@ -227,15 +246,13 @@ impl Ingest {
                 // answer: a view asked for right after it joins that parse
                 // instead of starting one from the stored file.
                 if let Some(early) = early {
-                    let (ingest, key, size) = (state.clone(), blob_key.clone(), staged.size);
+                    let (ingest, key) = (state.clone(), blob_key.clone());
                     let load = move || async move { ingest.finish_upload_parse(&key, early, size).await };
                     drop(state.cache.start(&blob_key, load));
                 }
-                tokio::spawn(state.clone().parse_in_background(id.clone(), blob_key, !trigger_named));
+                tokio::spawn(state.clone().parse_in_background(id, blob_key, infer_trigger));
             }
         }
-        let answer = UploadAnswer { id, sha256: staged.sha256, status, deduplicated: false };
-        Ok(Committed { answer, created: true })
     }
 }
 
