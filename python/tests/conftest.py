@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import time
+import types
 import urllib.request
 from pathlib import Path
 
@@ -116,3 +117,20 @@ def stored_snapshots(server):
     """The server's library: one dict per stored snapshot (id, job, rank, tags, trigger, ...)."""
     with urllib.request.urlopen(server + "/api/v1/snapshots") as listing:
         return json.load(listing)["items"]
+
+
+@pytest.fixture
+def stand_in_frameworks(monkeypatch):
+    """Minimal `transformers` and `lightning.pytorch` modules: just the base
+    classes the integrations subclass (test_callbacks, test_batch_integrations)."""
+    transformers = types.ModuleType("transformers")
+    transformers.TrainerCallback = type("TrainerCallback", (), {})
+    lightning = types.ModuleType("lightning")
+    lightning_pytorch = types.ModuleType("lightning.pytorch")
+    lightning_pytorch.Callback = type("Callback", (), {})
+    lightning.pytorch = lightning_pytorch
+    for name, module in [("transformers", transformers), ("lightning", lightning), ("lightning.pytorch", lightning_pytorch)]:
+        monkeypatch.setitem(sys.modules, name, module)
+    for name in ("vramscope.integrations.transformers", "vramscope.integrations.lightning"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    return transformers, lightning_pytorch

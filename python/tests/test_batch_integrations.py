@@ -6,27 +6,12 @@ was. `largest_batch` itself is tested in test_batch.py; the frameworks'
 real runs, side by side with their own finders, in
 tests/gpu/batch_finder_job.py."""
 
-import sys
 import types
 
 import pytest
 
 import vramscope.batch
 from vramscope.batch import LargestBatch
-
-
-@pytest.fixture
-def stand_in_frameworks(monkeypatch):
-    transformers = types.ModuleType("transformers")
-    transformers.TrainerCallback = type("TrainerCallback", (), {})
-    lightning = types.ModuleType("lightning")
-    lightning_pytorch = types.ModuleType("lightning.pytorch")
-    lightning_pytorch.Callback = type("Callback", (), {})
-    lightning.pytorch = lightning_pytorch
-    for name, module in [("transformers", transformers), ("lightning", lightning), ("lightning.pytorch", lightning_pytorch)]:
-        monkeypatch.setitem(sys.modules, name, module)
-    for name in ("vramscope.integrations.transformers", "vramscope.integrations.lightning"):
-        monkeypatch.delitem(sys.modules, name, raising=False)
 
 
 @pytest.fixture

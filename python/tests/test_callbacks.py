@@ -178,20 +178,6 @@ def test_a_threshold_outside_0_1_is_refused():
 # -- the framework classes, on stand-in base classes -----------------------
 
 
-@pytest.fixture
-def stand_in_frameworks(monkeypatch):
-    """Minimal `transformers` and `lightning.pytorch` modules: just the base classes."""
-    transformers = types.ModuleType("transformers")
-    transformers.TrainerCallback = type("TrainerCallback", (), {})
-    lightning = types.ModuleType("lightning")
-    lightning_pytorch = types.ModuleType("lightning.pytorch")
-    lightning_pytorch.Callback = type("Callback", (), {})
-    lightning.pytorch = lightning_pytorch
-    for name, module in [("transformers", transformers), ("lightning", lightning), ("lightning.pytorch", lightning_pytorch)]:
-        monkeypatch.setitem(sys.modules, name, module)
-    for name in ("vramscope.integrations.transformers", "vramscope.integrations.lightning"):
-        monkeypatch.delitem(sys.modules, name, raising=False)
-    return transformers, lightning_pytorch
 
 
 def test_the_transformers_callback_drives_the_monitor_from_the_trainers_hooks(tmp_path, fake_cuda, torch_log, stand_in_frameworks):
