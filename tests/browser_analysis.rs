@@ -56,12 +56,6 @@ async fn pixels(client: &Client, id: &str, colours: &[[u8; 3]]) -> Option<(Vec<u
     Some((counts, answer["total"].as_u64()?))
 }
 
-async fn scroll_to(client: &Client, css: &str) {
-    let script = "const e = document.querySelector(arguments[0]); if (e) e.scrollIntoView({block: 'start'});";
-    client.execute(script, vec![json!(css)]).await.expect("scroll");
-    tokio::time::sleep(Duration::from_millis(300)).await;
-}
-
 async fn explore(client: &Client, url: &str, leak: &str, other: &str) {
     let client = client.clone();
     client.goto(&format!("{url}/snapshots/{leak}")).await.expect("open oom_leak");

@@ -15,7 +15,7 @@ use crate::common::browser::*;
 
 use std::time::Duration;
 
-use fantoccini::{Client, Locator};
+use fantoccini::Locator;
 use serde_json::{Value, json};
 
 /// A date as every page writes it: `2026-12-07 20:45`.
@@ -25,25 +25,6 @@ fn is_date_time(text: &str) -> bool {
     b.len() == 16
         && [0, 1, 2, 3, 5, 6, 8, 9, 11, 12, 14, 15].into_iter().all(digit)
         && (b[4], b[7], b[10], b[13]) == (b'-', b'-', b' ', b':')
-}
-
-async fn scroll_to(client: &Client, css: &str) {
-    let script = "const e = document.querySelector(arguments[0]); if (e) e.scrollIntoView({block: 'start'});";
-    client.execute(script, vec![json!(css)]).await.expect("scroll");
-    tokio::time::sleep(Duration::from_millis(300)).await;
-}
-
-async fn upload_with(url: &str, file: &str, query: &str) -> String {
-    let bytes = std::fs::read(crate::common::fixture_corpus().join(file)).expect("fixture");
-    let response = reqwest::Client::new()
-        .post(format!("{url}/api/v1/snapshots?{query}"))
-        .body(bytes)
-        .send()
-        .await
-        .expect("upload");
-    assert_eq!(response.status(), 201, "upload {query}");
-    let answer: Value = response.json().await.expect("json");
-    answer["id"].as_str().expect("id").to_owned()
 }
 
 /// `oom_leak`'s post-mortem said "349 MiB free in 32 blocks" on its card
@@ -56,7 +37,7 @@ async fn upload_with(url: &str, file: &str, query: &str) -> String {
 async fn regression_free_and_unused_figures_name_what_they_count() {
     let (_server, url) = start_server(&scratch("newcomer-figures"), &[]);
     assert_dashboard_built(&url).await;
-    let id = upload_with(&url, "oom_leak.pickle", "name=oom_leak.pickle").await;
+    let id = upload_with_query(&url, crate::common::corpus_bytes("oom_leak.pickle"), "name=oom_leak.pickle").await;
     let (_driver, driver_url) = start_chromedriver();
     let client = connect(&driver_url, "newcomer-figures-profile").await;
     closing(&client, async {
@@ -100,7 +81,7 @@ async fn regression_free_and_unused_figures_name_what_they_count() {
 async fn regression_whatif_oom_labels_do_not_overlap() {
     let (_server, url) = start_server(&scratch("newcomer-whatif"), &[]);
     assert_dashboard_built(&url).await;
-    let id = upload_with(&url, "oom_leak.pickle", "name=oom_leak.pickle").await;
+    let id = upload_with_query(&url, crate::common::corpus_bytes("oom_leak.pickle"), "name=oom_leak.pickle").await;
     let (_driver, driver_url) = start_chromedriver();
     let client = connect(&driver_url, "newcomer-whatif-profile").await;
     closing(&client, async {
@@ -170,7 +151,8 @@ async fn regression_leaks_chart_has_a_legend() {
 async fn regression_dates_and_counts_read_alike() {
     let (_server, url) = start_server(&scratch("newcomer-dates"), &[]);
     assert_dashboard_built(&url).await;
-    let id = upload_with(&url, "streams.pickle", "name=solo.pickle&job=solo-run").await;
+    let id =
+        upload_with_query(&url, crate::common::corpus_bytes("streams.pickle"), "name=solo.pickle&job=solo-run").await;
     let comment = reqwest::Client::new()
         .post(format!("{url}/api/v1/snapshots/{id}/comments"))
         .json(&json!({ "body": "A first look." }))
@@ -289,7 +271,8 @@ async fn regression_a_multi_file_upload_lists_each_file_as_stored() {
 async fn regression_local_files_are_marked_local() {
     let (_server, url) = start_server(&scratch("newcomer-local"), &[]);
     assert_dashboard_built(&url).await;
-    let stored = upload_with(&url, "mlp_train_all.pickle", "name=mlp_train_all.pickle").await;
+    let stored =
+        upload_with_query(&url, crate::common::corpus_bytes("mlp_train_all.pickle"), "name=mlp_train_all.pickle").await;
     let (_driver, driver_url) = start_chromedriver();
     let client = connect(&driver_url, "newcomer-local-profile").await;
     closing(&client, async {

@@ -22,16 +22,7 @@ const LARGEST: [u8; 3] = [26, 127, 55];
 
 async fn upload_tagged(url: &str, name: &str, query: &str) -> String {
     let bytes = std::fs::read(crate::predict::predict_fixture(name)).expect("fixture");
-    let response = reqwest::Client::new()
-        .post(format!("{url}/api/v1/snapshots?name={name}&{query}"))
-        .header("Content-Type", "application/octet-stream")
-        .body(bytes)
-        .send()
-        .await
-        .expect("upload");
-    assert_eq!(response.status(), 201, "upload {name}");
-    let answer: Value = response.json().await.expect("json");
-    answer["id"].as_str().expect("id").to_owned()
+    upload_with_query(url, bytes, &format!("name={name}&{query}")).await
 }
 
 /// Pixels of `#predict-canvas` of each colour.

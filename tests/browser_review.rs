@@ -15,18 +15,6 @@ use std::time::Duration;
 use fantoccini::{Client, Locator};
 use serde_json::Value;
 
-async fn upload(url: &str, bytes: Vec<u8>, query: &str) -> String {
-    let response = reqwest::Client::new()
-        .post(format!("{url}/api/v1/snapshots?{query}"))
-        .body(bytes)
-        .send()
-        .await
-        .expect("upload");
-    assert_eq!(response.status(), 201, "upload {query}");
-    let answer: Value = response.json().await.expect("json");
-    answer["id"].as_str().expect("id").to_owned()
-}
-
 async fn api(url: &str, path: &str) -> Value {
     reqwest::get(format!("{url}/api/v1{path}")).await.expect("get").json().await.expect("json")
 }
@@ -57,7 +45,7 @@ async fn review_a_snapshot(client: &Client, url: &str) {
     let client = client.clone();
     // Not a file of the job below: the same content would be deduplicated
     // into this row.
-    let id = upload(url, fixture("streams.pickle"), "name=streams.pickle").await;
+    let id = upload_with_query(url, fixture("streams.pickle"), "name=streams.pickle").await;
     // The permalink of a moment: the instant at trace row 1200.
     client.goto(&format!("{url}/snapshots/{id}?axis=event&row=1200")).await.expect("open the snapshot");
     until(&client, 30, "the review thread", || text_of(&client, "#no-comments")).await;
@@ -145,13 +133,18 @@ async fn review_a_snapshot(client: &Client, url: &str) {
 async fn compare_the_ranks_of_a_job(client: &Client, url: &str) {
     let client = client.clone();
     let mlp = fixture("mlp_train_all.pickle");
-    let rank0 = upload(url, mlp.clone(), "name=rank0.pickle&job=llama-run7&host=node-0&rank=0").await;
+    let rank0 = upload_with_query(url, mlp.clone(), "name=rank0.pickle&job=llama-run7&host=node-0&rank=0").await;
     // The same run, gzip-compressed as an agent may send it: another file,
     // the same figures.
-    let _rank1 = upload(url, crate::common::gzip(&mlp), "name=rank1.pickle.gz&job=llama-run7&host=node-0&rank=1").await;
-    let rank2 =
-        upload(url, fixture("oom_leak.pickle"), "name=rank2.pickle&job=llama-run7&host=node-1&rank=2&trigger=oom")
+    let _rank1 =
+        upload_with_query(url, crate::common::gzip(&mlp), "name=rank1.pickle.gz&job=llama-run7&host=node-0&rank=1")
             .await;
+    let rank2 = upload_with_query(
+        url,
+        fixture("oom_leak.pickle"),
+        "name=rank2.pickle&job=llama-run7&host=node-1&rank=2&trigger=oom",
+    )
+    .await;
 
     // From the library, the job's name leads to the job page.
     client.goto(&format!("{url}/")).await.expect("library");

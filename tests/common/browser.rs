@@ -386,6 +386,29 @@ pub async fn upload(url: &str, path: &Path) -> String {
     answer["id"].as_str().unwrap_or_else(|| panic!("upload of {name}: no id in {answer}")).to_owned()
 }
 
+/// Uploads `bytes` with the query `query` (labels, tags, a name) and
+/// returns the stored snapshot's id, asserting the server created it.
+pub async fn upload_with_query(url: &str, bytes: Vec<u8>, query: &str) -> String {
+    let response = reqwest::Client::new()
+        .post(format!("{url}/api/v1/snapshots?{query}"))
+        .header("Content-Type", "application/octet-stream")
+        .body(bytes)
+        .send()
+        .await
+        .expect("upload");
+    assert_eq!(response.status(), 201, "upload {query}");
+    let answer: Value = response.json().await.expect("json");
+    answer["id"].as_str().expect("id").to_owned()
+}
+
+/// Scrolls the first element matching `css` to the top of the window and
+/// lets the page settle (a panel draws when it comes into view).
+pub async fn scroll_to(client: &Client, css: &str) {
+    let script = "const e = document.querySelector(arguments[0]); if (e) e.scrollIntoView({block: 'start'});";
+    client.execute(script, vec![serde_json::json!(css)]).await.expect("scroll");
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+}
+
 pub async fn assert_dashboard_built(url: &str) {
     let page = reqwest::get(format!("{url}/")).await.expect("GET /");
     assert_eq!(
