@@ -136,11 +136,13 @@ pub fn draw<DB: DrawingBackend>(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use vramscope_plot::recorder::Recorder;
 
-    fn sample(t_ms: i64, allocated: i64, reserved: i64) -> Sample {
+    /// A sample at `t_ms` with a 1 GiB capacity and no NVML figures (the
+    /// live page's tests take it too).
+    pub(crate) fn sample(t_ms: i64, allocated: i64, reserved: i64) -> Sample {
         Sample {
             t_ms,
             allocated: Some(allocated),

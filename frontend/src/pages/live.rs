@@ -281,16 +281,7 @@ mod page {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn sample(t_ms: i64, allocated: i64, reserved: i64) -> Sample {
-        Sample {
-            t_ms,
-            allocated: Some(allocated),
-            reserved: Some(reserved),
-            capacity: Some(1 << 30),
-            ..Sample::default()
-        }
-    }
+    use crate::core::live_chart::tests::sample;
 
     #[test]
     fn fragmentation_is_the_unallocated_share_of_reserved() {
