@@ -56,36 +56,58 @@ pub struct ReplayCapacity {
     pub source: Option<&'static str>,
 }
 
-/// The capacity a replay of `device` runs under: `given`, else the cap the
-/// capture recorded for it, else the least it had when it ran out.
-pub fn device_replay_capacity(snapshot: &Snapshot, device: &DeviceSnapshot, given: Option<u64>) -> ReplayCapacity {
-    if given.is_some() {
-        return ReplayCapacity { bytes: given, source: Some("given") };
-    }
-    if let Some(recorded) = snapshot.recorded_capacity(device.device) {
-        return ReplayCapacity { bytes: Some(recorded), source: Some("recorded") };
-    }
-    match inferred_device_capacity(snapshot, device) {
-        Some(inferred) => ReplayCapacity { bytes: Some(inferred), source: Some("inferred") },
-        None => ReplayCapacity { bytes: None, source: None },
+impl ReplayCapacity {
+    /// The precedence every replay follows: a given capacity, else the
+    /// recorded cap, else the inferred bound (each looked for only when
+    /// the one before is absent).
+    fn first_of(
+        given: Option<u64>,
+        recorded: impl FnOnce() -> Option<u64>,
+        inferred: impl FnOnce() -> Option<u64>,
+    ) -> ReplayCapacity {
+        let (bytes, source) = if given.is_some() {
+            (given, "given")
+        } else if let Some(recorded) = recorded() {
+            (Some(recorded), "recorded")
+        } else if let Some(inferred) = inferred() {
+            (Some(inferred), "inferred")
+        } else {
+            return ReplayCapacity { bytes: None, source: None };
+        };
+        ReplayCapacity { bytes, source: Some(source) }
     }
 }
 
-/// [`crate::simulate::tune::tune`] under `capacity`, or the recorded cap,
-/// or the inferred one.
+/// The capacity a replay of `device` runs under: `given`, else the cap the
+/// capture recorded for it, else the least it had when it ran out.
+pub fn device_replay_capacity(snapshot: &Snapshot, device: &DeviceSnapshot, given: Option<u64>) -> ReplayCapacity {
+    ReplayCapacity::first_of(
+        given,
+        || snapshot.recorded_capacity(device.device),
+        || inferred_device_capacity(snapshot, device),
+    )
+}
+
+/// The capacity a replay of the whole snapshot runs under (one for every
+/// device): `given`, else the first traced device's recorded cap
+/// ([`recorded_capacity`]), else the least the first device that ran out
+/// had ([`inferred_capacity`]).
+pub fn snapshot_replay_capacity(snapshot: &Snapshot, given: Option<u64>) -> ReplayCapacity {
+    ReplayCapacity::first_of(given, || recorded_capacity(snapshot), || inferred_capacity(snapshot))
+}
+
+/// [`crate::simulate::tune::tune`] under [`snapshot_replay_capacity`]; the report
+/// says where a capacity it was not given came from.
 pub fn tune_with_inferred_capacity(
     snapshot: &Snapshot,
     capacity: Option<u64>,
     grid: &[&str],
 ) -> Result<TuneReport, SimError> {
-    let recorded = capacity.is_none().then(|| recorded_capacity(snapshot)).flatten();
-    let inferred = (capacity.is_none() && recorded.is_none()).then(|| inferred_capacity(snapshot)).flatten();
-    let mut report = crate::simulate::tune::tune(snapshot, capacity.or(recorded).or(inferred), grid)?;
-    report.capacity_inferred = inferred.is_some();
-    if recorded.is_some() {
-        report.capacity_source = Some("recorded");
-    } else if inferred.is_some() {
-        report.capacity_source = Some("inferred");
+    let chosen = snapshot_replay_capacity(snapshot, capacity);
+    let mut report = crate::simulate::tune::tune(snapshot, chosen.bytes, grid)?;
+    report.capacity_inferred = chosen.source == Some("inferred");
+    if capacity.is_none() && chosen.source.is_some() {
+        report.capacity_source = chosen.source;
     }
     Ok(report)
 }
