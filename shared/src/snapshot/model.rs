@@ -139,10 +139,8 @@ impl Segment {
             let block_end = b.address.checked_add(b.size).filter(|&e| b.address >= next && e <= end);
             let Some(block_end) = block_end else {
                 return Some(format!(
-                    "block {j} ({} bytes at {:#x}) is not inside the segment after block {}",
-                    b.size,
-                    b.address,
-                    j.wrapping_sub(1) as i64
+                    "block {j} ({} bytes at {:#x}) is not inside the segment after the block before it (which ends at {next:#x})",
+                    b.size, b.address
                 ));
             };
             // A free block keeps the request of its last allocation, which

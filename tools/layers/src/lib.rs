@@ -589,14 +589,6 @@ impl<'ast> Visit<'ast> for Paths<'_> {
         }
     }
 
-    fn visit_item_extern_crate(&mut self, item: &'ast syn::ItemExternCrate) {
-        if item.ident == "self"
-            && let Some((_, rename)) = &item.rename
-        {
-            self.aliases.insert(rename.to_string(), Vec::new());
-        }
-    }
-
     fn visit_item_macro(&mut self, item: &'ast syn::ItemMacro) {
         if item.mac.path.is_ident("macro_rules")
             && let Some(name) = &item.ident
