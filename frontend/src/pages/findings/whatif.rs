@@ -120,7 +120,7 @@ pub(crate) fn figures(w: &WhatIfAnswer) -> Vec<(&'static str, String, String)> {
         (
             "device calls",
             format::grouped(f.device_allocs + f.device_frees),
-            format!("{} retries", format::grouped(f.alloc_retries)),
+            format::count(f.alloc_retries, "retry", "retries"),
         ),
         ("out of memory", oom.0, oom.1),
     ]
@@ -476,6 +476,18 @@ mod tests {
             format!("Replayed with expandable_segments:True ({} settings), capacity 1.00 GiB.", w.settings)
         );
         assert!(rows[4].1.starts_with("at event"), "{:?}", rows[4]);
+    }
+
+    /// Issue 44, item 30: the figures said "1 retries" for `oom_leak`'s
+    /// replay under its inferred capacity (one retry before the OOM).
+    #[test]
+    fn regression_one_retry_is_said_in_the_singular() {
+        let p = WhatIfParams { axis: Some(Axis::Event), px: Some(100), ..Default::default() };
+        let w = whatif(&oom_leak(), &p).expect("what-if");
+        assert_eq!(w.figures.peaks.alloc_retries, 1);
+        let rows = figures(&w);
+        assert_eq!(rows[3].0, "device calls");
+        assert_eq!(rows[3].2, "1 retry");
     }
 
     /// Issue 44: the what-if chart drew "simulated OOM" over "recorded
