@@ -31,7 +31,7 @@ without OOM, in a fresh process again. One JSON object on stdout (and in
 
 Needs torch with CUDA, the vramscope wheel (or $VRAMSCOPE_BIN and this
 checkout's python/ on PYTHONPATH), and for their rows lightning,
-accelerate and transformers. Written before any GPU run: no results yet.
+accelerate and transformers.
 """
 
 import argparse
@@ -291,6 +291,9 @@ def everything(a):
             row["train_check"] = child(a, "train", "--size", str(row["size"]))
         rows.append(row)
         print(json.dumps(row), file=sys.stderr, flush=True)
+        if a.out:  # after every finder: a run cut short keeps what it finished
+            with open(a.out, "w") as f:
+                f.write(json.dumps({"facts": facts, "finders": rows}) + "\n")
     return {"facts": facts, "finders": rows}
 
 

@@ -30,6 +30,15 @@ of every run's output to OUT/compat-logs.txt. `--device cpu` runs the same
 jobs on the CPU (gloo instead of NCCL; nothing is recorded there), to try
 this script without a GPU.
 
+`--jobs N` runs N set-ups at a time (each set-up's own runs stay one after
+another, so a baseline and its captures see alike neighbours).
+
+    python3 tests/gpu/compat_job.py overhead --wheel ... --out "$OUT" [--only NAME,...]
+
+is the overhead sweep: the median step time of a set-up unrecorded and
+under each of PyTorch's own recording options (`HISTORY_VARIANTS`), one
+run at a time, into OUT/overhead.json.
+
 A run of the job itself: `compat_job.py cell --setup NAME --mode MODE
 --result FILE`; under pytest (`MODES["pytest"]`), `test_cell` is the test.
 """
@@ -329,9 +338,11 @@ def lightning_job(torch, device, options, record, callbacks):
     KEPT.append(module)
 
 
-def run_cell(setup, mode, result_path, device):
+def run_cell(setup, mode, result_path, device, history=None):
     """One run of the job: trains, then takes (or lets the capture take) the
-    snapshot and reads `memory_stats()` at the same moment."""
+    snapshot and reads `memory_stats()` at the same moment. `history`
+    (the overhead sweep, mode `none`): PyTorch's own recording started
+    before training with these options, no vramscope code in the process."""
     import torch
 
     family, _, _, options = SETUPS[setup]
@@ -357,6 +368,9 @@ def run_cell(setup, mode, result_path, device):
         else:
             lightning_job(torch, device, options, record, callbacks)
 
+    if history is not None and device == "cuda":
+        torch.cuda.init()
+        torch.cuda.memory._record_memory_history(max_entries=100000, **history)
     if mode == "recorded_memory":
         import vramscope
 
@@ -438,17 +452,22 @@ class Server:
         self.proc.wait()
 
 
-def launch(setup, mode, work, device, server, timeout_s):
-    """Runs one cell's process; returns (exit code, its result or None, its output)."""
+def launch(setup, mode, work, device, server, timeout_s, history=None, tag=None):
+    """Runs one cell's process; returns (exit code, its result or None, its
+    output). `history`: a name in HISTORY_VARIANTS (mode `none` only);
+    `tag` names the run's files where mode and history do not."""
     _, _, extra_env, _ = SETUPS[setup]
-    result_path = os.path.join(work, "%s-%s.json" % (setup, mode))
-    snapshots = os.path.join(work, "%s-%s-snapshots" % (setup, mode))
+    run = "%s-%s" % (setup, tag or history or mode)
+    result_path = os.path.join(work, "%s.json" % run)
+    snapshots = os.path.join(work, "%s-snapshots" % run)
     os.makedirs(snapshots, exist_ok=True)
-    env = dict(os.environ, CUBLAS_WORKSPACE_CONFIG=":4096:8", COMPAT_SNAPSHOTS=snapshots, COMPAT_TMP=work,
+    scratch = os.path.join(work, "%s-tmp" % run)  # the Trainers' output folders, one a run
+    os.makedirs(scratch, exist_ok=True)
+    env = dict(os.environ, CUBLAS_WORKSPACE_CONFIG=":4096:8", COMPAT_SNAPSHOTS=snapshots, COMPAT_TMP=scratch,
                COMPAT_PORT=str(free_port()), COMPAT_SETUP=setup, COMPAT_RESULT=result_path, COMPAT_DEVICE=device,
                PYTHONUNBUFFERED="1", **extra_env)
     job = [sys.executable, os.path.abspath(__file__), "cell", "--setup", setup, "--mode", mode, "--result",
-           result_path, "--device", device]
+           result_path, "--device", device] + (["--history", history] if history else [])
     if mode == "agent":
         command = ["vramscope", "agent", "--server", server.url, "--job", "compat-%s" % setup,
                    "--spool-dir", os.path.join(work, "spool"), "--drain-timeout", "60s", "--"] + job
@@ -532,13 +551,9 @@ def evaluate(setup, mode, code, result, output, baseline):
     return cell
 
 
-def driver(args):
+def machine_facts():
     import torch
 
-    out = os.path.abspath(args.out)
-    work = os.path.join(out, "work")
-    os.makedirs(work, exist_ok=True)
-    names = args.only.split(",") if args.only else list(SETUPS)
     facts = {
         "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
         "torch": torch.__version__,
@@ -553,29 +568,66 @@ def driver(args):
             facts[module] = __import__(module).__version__
         except ImportError:
             facts[module] = None
-    server = Server(out)
-    cells = {}
-    logs = []
-    try:
-        for setup in names:
-            family = SETUPS[setup][0]
-            row = {}
-            code, baseline, output = launch(setup, "none", work, args.device, server, args.timeout)
-            row["none"] = evaluate(setup, "none", code, baseline, output, None)
-            logs.append(("%s none" % setup, output))
-            for mode in FAMILY_MODES[family]:
-                code, result, output = launch(setup, mode, work, args.device, server, args.timeout)
-                row[mode] = evaluate(setup, mode, code, result, output, baseline)
-                logs.append(("%s %s" % (setup, mode), output))
-                print("%-32s %-20s %s" % (setup, mode, json.dumps({k: row[mode].get(k) for k in (
-                    "pass", "finished", "losses_identical", "step_time_ratio", "snapshot")})), flush=True)
-            cells[setup] = {"family": family, "what": SETUPS[setup][1], "modes": row}
-            # Written after every set-up: a run cut short keeps what it finished.
+    return facts
+
+
+def work_folder(out):
+    """Where the runs write (snapshots, Trainer output): beside OUT, not in
+    it, so that OUT holds only what comes back from the GPU machine."""
+    work = os.path.join(tempfile.gettempdir(), "compat-work-%s" % os.path.basename(os.path.abspath(out)))
+    os.makedirs(work, exist_ok=True)
+    return work
+
+
+def run_setup(setup, work, args, server):
+    """The baseline, then every mode of the set-up's family, one after
+    another: (row of cells, [(run name, output)])."""
+    family = SETUPS[setup][0]
+    row, logs = {}, []
+    code, baseline, output = launch(setup, "none", work, args.device, server, args.timeout)
+    row["none"] = evaluate(setup, "none", code, baseline, output, None)
+    logs.append(("%s none" % setup, output))
+    for mode in FAMILY_MODES[family]:
+        code, result, output = launch(setup, mode, work, args.device, server, args.timeout)
+        row[mode] = evaluate(setup, mode, code, result, output, baseline)
+        logs.append(("%s %s" % (setup, mode), output))
+        print("%-32s %-20s %s" % (setup, mode, json.dumps({k: row[mode].get(k) for k in (
+            "pass", "finished", "losses_identical", "step_time_ratio", "snapshot")})), flush=True)
+    return row, logs
+
+
+def driver(args):
+    import concurrent.futures
+    import threading
+
+    out = os.path.abspath(args.out)
+    os.makedirs(out, exist_ok=True)
+    work = work_folder(out)
+    names = args.only.split(",") if args.only else list(SETUPS)
+    facts = machine_facts()
+    facts["setups_at_a_time"] = args.jobs
+    server = Server(work)
+    cells, logs = {}, {}
+    lock = threading.Lock()
+
+    def one(setup):
+        row, lines = run_setup(setup, work, args, server)
+        with lock:
+            cells[setup] = {"family": SETUPS[setup][0], "what": SETUPS[setup][1], "modes": row}
+            logs[setup] = lines
+            # Written after every set-up, in SETUPS order: a run cut short keeps what it finished.
+            ordered = {name: cells[name] for name in names if name in cells}
             with open(os.path.join(out, "compat.json"), "w") as f:
-                json.dump({"facts": facts, "modes": MODES, "cells": cells}, f, indent=1)
+                json.dump({"facts": facts, "modes": MODES, "cells": ordered}, f, indent=1)
             with open(os.path.join(out, "compat-logs.txt"), "w") as f:
-                for name, output in logs:
-                    f.write("==== %s\n%s\n" % (name, output[-4000:]))
+                for name in names:
+                    for run, output in logs.get(name, []):
+                        f.write("==== %s\n%s\n" % (run, output[-4000:]))
+
+    try:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
+            for future in [pool.submit(one, setup) for setup in names]:
+                future.result()
     finally:
         server.stop()
     failed = [(s, m) for s, c in cells.items() for m, cell in c["modes"].items() if not cell["pass"]]
@@ -583,11 +635,51 @@ def driver(args):
     return 1 if failed else 0
 
 
+#: The overhead sweep's recording options, PyTorch's own
+#: `_record_memory_history` started before training (no vramscope code):
+#: what each choice of ours costs in step time.
+HISTORY_VARIANTS = {
+    "alloc-python-every-thread": {"context": "alloc", "stacks": "python", "global_record_annotations": True},
+    "alloc-python": {"context": "alloc", "stacks": "python"},
+    "all-python": {"context": "all", "stacks": "python"},
+    "state-python": {"context": "state", "stacks": "python"},
+    "no-stacks": {"context": None},
+}
+
+
+def overhead(args):
+    """Median step time of each set-up unrecorded and under each of
+    HISTORY_VARIANTS (one process a run, one run at a time, the baseline
+    again last to see the drift): OUT/overhead.json."""
+    out = os.path.abspath(args.out)
+    os.makedirs(out, exist_ok=True)
+    work = work_folder(out)
+    names = args.only.split(",") if args.only else ["hf_checkpointing_reentrant", "checkpoint_loop"]
+    results = {"facts": machine_facts(), "variants": {k: {a: b for a, b in v.items()} for k, v in
+                                                      HISTORY_VARIANTS.items()}, "setups": {}}
+    for setup in names:
+        row = {}
+        for variant in ["none"] + list(HISTORY_VARIANTS) + ["none-again"]:
+            history = None if variant.startswith("none") else variant
+            code, result, output = launch(setup, "none", work, args.device, None, args.timeout, history=history,
+                                          tag=variant)
+            row[variant] = {"exit_code": code, "median_step_ms": median_ms(result),
+                            "said": output.strip().splitlines()[-3:] if code else []}
+            base = row["none"]["median_step_ms"]
+            if base and row[variant]["median_step_ms"]:
+                row[variant]["ratio"] = round(row[variant]["median_step_ms"] / base, 3)
+            print("%-30s %-28s %s" % (setup, variant, json.dumps(row[variant])), flush=True)
+        results["setups"][setup] = row
+        with open(os.path.join(out, "overhead.json"), "w") as f:
+            json.dump(results, f, indent=1)
+    return 0
+
+
 def installed(wheel, out, argv):
-    """Installs the wheel into OUT/site (pip --target: the machine's torch
-    lives in an environment of its own), puts its package and binary first
-    on PYTHONPATH and PATH, and runs the driver there."""
-    site = os.path.join(os.path.abspath(out), "site")
+    """Installs the wheel into a site folder beside OUT (pip --target: the
+    machine's torch lives in an environment of its own), puts its package
+    and binary first on PYTHONPATH and PATH, and runs the driver there."""
+    site = os.path.join(work_folder(out), "site")
     subprocess.run([sys.executable, "-m", "pip", "install", "--no-index", "--no-deps", "--force-reinstall",
                     "--quiet", "--target", site, wheel], check=True)
     env = dict(os.environ, PATH="%s:%s" % (os.path.join(site, "bin"), os.environ.get("PATH", "")),
@@ -604,25 +696,31 @@ def main():
         parser.add_argument("--mode", required=True, choices=sorted(MODES))
         parser.add_argument("--result", required=True)
         parser.add_argument("--device", default="cuda")
+        parser.add_argument("--history", choices=sorted(HISTORY_VARIANTS))
         a = parser.parse_args()
-        run_cell(a.setup, a.mode, a.result, a.device)
+        run_cell(a.setup, a.mode, a.result, a.device, HISTORY_VARIANTS.get(a.history))
         return 0
+    sweep = len(sys.argv) > 1 and sys.argv[1] == "overhead"
+    if sweep:
+        del sys.argv[1]
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True)
     parser.add_argument("--wheel", help="install this wheel first (the GPU machine has no network)")
     parser.add_argument("--only", help="comma-separated set-ups (default: all)")
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     parser.add_argument("--timeout", type=int, default=300, help="seconds one run may take")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="set-ups run at a time (each set-up's runs stay one after another)")
     args = parser.parse_args()
     if args.wheel:
-        argv = [a for a in sys.argv[1:]]
+        argv = (["overhead"] if sweep else []) + [a for a in sys.argv[1:]]
         i = argv.index("--wheel")
         del argv[i:i + 2]
         return installed(args.wheel, args.out, argv)
     unknown = [n for n in (args.only.split(",") if args.only else []) if n not in SETUPS]
     if unknown:
         parser.error("unknown set-up(s) %s; known: %s" % (", ".join(unknown), ", ".join(SETUPS)))
-    return driver(args)
+    return overhead(args) if sweep else driver(args)
 
 
 if __name__ == "__main__":
