@@ -18,6 +18,7 @@ use plotters_canvas::CanvasBackend;
 
 use crate::core::blocks::Raster;
 use crate::core::chart::{self, Area, Chart};
+use crate::core::hidpi::Scaled;
 use crate::core::paint::{Font, Ink, Painter, Point, Rect};
 use crate::core::panel;
 use crate::core::predict::Outcome;
@@ -188,19 +189,27 @@ impl Drawn {
     }
 }
 
-/// Size `canvas` to `width` × `height` pixels and draw on it with
-/// plotters (`draw`): the one setup of the plotters charts' canvases (the
-/// analysis charts, "Will it fit?", the live page's).
+/// The drawing area of a plotters chart: the canvas's backend, seen at
+/// its CSS size through [`Scaled`].
+pub(crate) type PlotArea = DrawingArea<Scaled<CanvasBackend>, Shift>;
+
+/// Size `canvas` to `css_w` × `css_h` CSS pixels with a backing store of
+/// `devicePixelRatio` times that, and draw on it with plotters (`draw`),
+/// in CSS pixels: the one setup of every plotters canvas (the timeline,
+/// the analysis charts, "Will it fit?", the live page's), so each is sharp
+/// on a high-density screen and its geometry and the mouse agree.
 pub(crate) fn plot_on<T>(
     canvas: &HtmlCanvasElement,
-    (width, height): (u32, u32),
-    draw: impl FnOnce(&DrawingArea<CanvasBackend, Shift>) -> Result<T, String>,
+    (css_w, css_h): (u32, u32),
+    draw: impl FnOnce(&PlotArea) -> Result<T, String>,
 ) -> Result<T, String> {
-    canvas.set_width(width);
-    canvas.set_height(height);
+    let dpr = ratio();
+    canvas.set_width((f64::from(css_w) * dpr).round() as u32);
+    canvas.set_height((f64::from(css_h) * dpr).round() as u32);
+    let _ = canvas.set_attribute("style", &format!("width:{css_w}px;height:{css_h}px"));
     let backend = CanvasBackend::with_canvas_object(canvas.clone())
         .ok_or_else(|| "this browser gives no 2D drawing context for the canvas".to_owned())?;
-    draw(&backend.into_drawing_area())
+    draw(&Scaled::new(backend, dpr).into_drawing_area())
 }
 
 /// Draw an analysis chart on `canvas`, sized to `width` × `height` pixels.

@@ -261,7 +261,8 @@ mod page {
         let failure = RwSignal::new(None::<String>);
         Effect::new(move |_| {
             let Some(canvas) = canvas_ref.get() else { return };
-            let width = canvas.client_width().max(300) as u32;
+            // The frame's width: plot_on fixes the canvas's own to the last draw's.
+            let width = canvas.parent_element().map_or(canvas.client_width(), |p| p.client_width()).max(300) as u32;
             let drawn = canvas::plot_on(&canvas, (width, 260), |root| {
                 samples.with(|s| markers.with(|m| draw(root, chart, s, m)))
             });

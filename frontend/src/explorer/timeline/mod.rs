@@ -27,15 +27,12 @@ mod input;
 use std::sync::Arc;
 
 use leptos::prelude::*;
-use plotters::prelude::IntoDrawingArea;
-use plotters_canvas::CanvasBackend;
 
 use self::details::Details;
 use self::input::ZOOM_STEP;
 use super::minimap::Minimap;
 use super::track::Track;
 use crate::core::format;
-use crate::core::hidpi::Scaled;
 use crate::core::layout::{Bar, Geometry};
 use crate::core::model::{Axis, MarkerKind, TimelineWindow, VisibleAllocation};
 use crate::core::plot::{self, Scene};
@@ -133,12 +130,6 @@ impl TimelineState {
             data.with(|d| {
                 let Some(d) = d else { return };
                 let started = draws::now();
-                // HiDPI: a backing store of devicePixelRatio × the CSS size;
-                // plotters draws in CSS pixels through `Scaled`.
-                let dpr = canvas::ratio();
-                canvas.set_width((f64::from(w) * dpr).round() as u32);
-                canvas.set_height((f64::from(HEIGHT) * dpr).round() as u32);
-                let _ = canvas.set_attribute("style", &format!("width:{w}px;height:{HEIGHT}px"));
                 let highlight = hover.and_then(|a| {
                     d.bars.iter().position(|b| d.window.allocations.get(b.index).is_some_and(|x| same(x, &a)))
                 });
@@ -166,11 +157,7 @@ impl TimelineState {
                     y_range,
                 };
                 y_full.set_value(scene.y_max());
-                let Some(backend) = CanvasBackend::with_canvas_object(canvas.clone()) else {
-                    error.set(Some("this browser gives no 2D drawing context for the canvas".to_owned()));
-                    return;
-                };
-                match plot::draw(&Scaled::new(backend, dpr).into_drawing_area(), &scene) {
+                match canvas::plot_on(&canvas, (w, HEIGHT), |root| plot::draw(root, &scene)) {
                     Ok(g) => {
                         geometry.set_value(Some(g));
                         if ctx.plot.get_untracked() != (g.left, g.width) {
