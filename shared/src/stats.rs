@@ -73,8 +73,14 @@ impl SnapshotStats {
 pub struct DeviceStats {
     /// CUDA device index.
     pub device: u32,
-    /// Segments at snapshot time.
+    /// Segments at snapshot time, expandable ones included.
     pub segments: usize,
+    /// Of `segments`, the expandable ones (`expandable_segments:True`).
+    /// PyTorch's `segment.all.current` counts only the others (an
+    /// expandable segment grows by mapping pages, not by a cudaMalloc):
+    /// it equals `segments - expandable_segments`.
+    #[serde(default)]
+    pub expandable_segments: usize,
     /// Entries in the device's trace.
     pub trace_entries: usize,
     /// The trace does not reach back to an empty allocator: the ring buffer
@@ -256,6 +262,7 @@ impl DeviceStats {
         DeviceStats {
             device: device.device,
             segments: device.segments.len(),
+            expandable_segments: device.segments.iter().filter(|s| s.is_expandable).count(),
             trace_entries: trace.len(),
             trace_wrapped,
             reserved_bytes,

@@ -24,6 +24,11 @@ fn check(dir: &Path, name: &str) {
     assert_eq!(d.requested_bytes, stat("requested_bytes.all.current"), "{name}: requested");
     assert_eq!(d.inactive_split_bytes, stat("inactive_split_bytes.all.current"), "{name}: inactive split");
     assert_eq!(d.ooms as u64, stat("num_ooms"), "{name}: ooms");
+    assert_eq!(
+        (d.segments - d.expandable_segments) as u64,
+        stat("segment.all.current"),
+        "{name}: PyTorch counts the segments that are not expandable"
+    );
     match (d.trace_entries, d.trace_wrapped) {
         (0, _) => {
             assert_eq!(d.reserved_peak_bytes, None, "{name}: no trace, no peak");
