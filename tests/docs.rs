@@ -10,6 +10,8 @@
 //! - Every path ARCHITECTURE.md names exists, and every source folder is on
 //!   its map.
 //! - Every relative link of the README and the docs leads to a file.
+//! - The MCP transcript in `docs/` is what this build answers, and the
+//!   README's compatibility table is the one the GPU results give.
 //!
 //! When a command's output changes on purpose, paste the new output into
 //! the doc (the failure shows it); examples use the small files of
@@ -290,4 +292,48 @@ fn the_path_reader_reads_a_code_map() {
         ]
     );
     assert_eq!(missing, ["`no_such_file.rs` (read in `frontend/src/core/`)"]);
+}
+
+/// `docs/mcp-conversation.out.txt` is what `docs/mcp-conversation.py`
+/// prints with this build: the conversation the docs show is the one an
+/// assistant would have.
+#[test]
+fn the_mcp_conversation_in_the_docs_is_what_vramscope_answers() {
+    let root = workspace();
+    let out = std::process::Command::new("python3")
+        .current_dir(&root)
+        .args(["docs/mcp-conversation.py", "--vramscope", env!("CARGO_BIN_EXE_vramscope")])
+        .arg("tests/fixtures/corpus/oom_leak.pickle")
+        .output()
+        .expect("python3 runs docs/mcp-conversation.py");
+    assert!(out.status.success(), "docs/mcp-conversation.py failed: {}", String::from_utf8_lossy(&out.stderr));
+    let kept = std::fs::read_to_string(root.join("docs/mcp-conversation.out.txt")).expect("the transcript reads");
+    assert!(
+        String::from_utf8_lossy(&out.stdout) == kept,
+        "docs/mcp-conversation.out.txt is not what vramscope answers now; write it anew with\n  python3 \
+         docs/mcp-conversation.py --vramscope target/debug/vramscope tests/fixtures/corpus/oom_leak.pickle > \
+         docs/mcp-conversation.out.txt"
+    );
+}
+
+/// The README's compatibility table is the one the GPU matrix's results
+/// give (`tests/gpu/compat_table.py --check`).
+#[test]
+fn the_readme_compatibility_table_is_the_one_the_gpu_results_give() {
+    let root = workspace();
+    let mut results: Vec<String> = std::fs::read_dir(root.join("tests/gpu/results"))
+        .expect("tests/gpu/results lists")
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|name| name.starts_with("compat-") && name.ends_with(".json"))
+        .map(|name| format!("tests/gpu/results/{name}"))
+        .collect();
+    results.sort();
+    assert!(!results.is_empty(), "no tests/gpu/results/compat-*.json");
+    let out = std::process::Command::new("python3")
+        .current_dir(&root)
+        .args(["tests/gpu/compat_table.py", "--check", "README.md"])
+        .args(&results)
+        .output()
+        .expect("python3 runs tests/gpu/compat_table.py");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }

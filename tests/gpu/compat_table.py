@@ -29,12 +29,19 @@ COLUMNS = [
 
 
 def merged(paths):
-    facts, cells = None, {}
+    """(the first file's facts, the cells set-up by set-up, a later file's
+    set-up replacing an earlier one's), with each later file's facts and
+    the set-ups it gave under `facts["later_runs"]`."""
+    facts, cells, later = None, {}, []
     for path in paths:
         with open(path) as f:
             results = json.load(f)
-        facts = facts or results["facts"]
+        if facts is None:
+            facts = dict(results["facts"])
+        else:
+            later.append((results["facts"], [results["cells"][name]["what"] for name in results["cells"]]))
         cells.update(results["cells"])
+    facts["later_runs"] = later
     return facts, cells
 
 
@@ -74,6 +81,20 @@ def table(facts, cells):
         % (facts["gpu"], facts["torch"], facts["python"], facts.get("transformers"), facts.get("lightning"),
            facts["date"], facts["steps"], facts["warmup_steps"]),
     ]
+    for run, whats in facts.get("later_runs", []):
+        lines += [
+            "",
+            "Run again on %s, %s, one set-up at a time, after a fix: %s."
+            % (run["gpu"], run["date"], "; ".join(whats)),
+        ]
+    if facts.get("setups_at_a_time", 1) > 1:
+        lines += [
+            "",
+            "%d set-ups ran at a time on the one GPU (each set-up's own runs one after another), so a step-time "
+            "ratio carries the neighbours' noise: read it as \"no stall\", not as the cost of recording. That "
+            "cost, measured one run at a time, is in [docs/capture.md](docs/capture.md#what-recording-costs)."
+            % facts["setups_at_a_time"],
+        ]
     return "\n".join(lines) + "\n"
 
 
