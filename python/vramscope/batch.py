@@ -36,7 +36,7 @@ from pathlib import Path
 
 from .cli import predict
 from .errors import VramscopeError
-from .recording import DEFAULT_MAX_ENTRIES, _torch, recording
+from .recording import DEFAULT_MAX_ENTRIES, _torch, clear_cublas_workspaces, recording
 
 __all__ = ["LargestBatch", "largest_batch"]
 
@@ -93,9 +93,15 @@ def _counters(torch, device):
 def _as_fresh_process(torch, device):
     """What a new process's allocator would show: nothing of the last size
     alive (the garbage collector run, so that cycles holding tensors go),
-    the GPU idle, the cache returned to CUDA, the peaks reset."""
+    the GPU idle, cuBLAS's workspaces let go, the cache returned to CUDA,
+    the peaks reset."""
     gc.collect()
     torch.cuda.synchronize()
+    # cuBLAS keeps a workspace per handle and stream in the caching
+    # allocator from its first matmul on (65 MiB seen on an H100): a fresh
+    # process has none, so without this every size after the first starts
+    # with it allocated (and the notes blame the job for it).
+    clear_cublas_workspaces(torch)
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats(device)
 
