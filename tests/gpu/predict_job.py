@@ -15,6 +15,12 @@ flow at every size, only the tensor shapes change):
   (q@k^T/sqrt(d), causal mask, softmax, @v: memory quadratic in the
   sequence length; vocab 8192, d 256, 4 layers, 8 heads), batch 4, AdamW.
   Knob: sequence length.
+- `lstm`: cuDNN's LSTM (2 layers, hidden 512, embedding 256, vocab 1000),
+  batch 32, AdamW. Knob: sequence length.
+- `kvcache`: inference, no backward: the `transformer`'s GPT shape (d 512,
+  4 layers) serving batch 8 from a static KV cache: each step allocates
+  the cache, prefills 64 tokens and decodes 32 over the whole cache under
+  a mask. Knob: the cache's context length.
 
 Modes of one run (`one`):
 
@@ -81,6 +87,9 @@ FAMILIES = {
     "transformer": {"knob": "batch_size", "record": [2, 4, 6], "fixed": {"seq_len": 256}},
     "convnet": {"knob": "batch_size", "record": [8, 16, 24], "fixed": {"image": [3, 64, 64]}},
     "attention": {"knob": "seq_len", "record": [128, 256, 384], "fixed": {"batch_size": 4}},
+    "lstm": {"knob": "seq_len", "record": [64, 128, 192], "fixed": {"batch_size": 32, "hidden": 512, "layers": 2}},
+    "kvcache": {"knob": "context", "record": [256, 512, 768],
+                "fixed": {"batch_size": 8, "prefill": 64, "decode": 32, "inference": True}},
 }
 REAL_MULTIPLES = [4, 8]
 
@@ -208,6 +217,75 @@ def build(family, size):
             x = torch.randn(size, 3, 64, 64, device="cuda", generator=g)
             y = torch.randint(0, 10, (size,), device="cuda", generator=g)
             return x, y
+    elif family == "lstm":
+        # cuDNN's LSTM (2 layers, hidden 512) over embedded tokens; the knob
+        # is the sequence length (cuDNN's workspace and reserve space grow with it).
+        class Lstm(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.tok = nn.Embedding(1000, 256)
+                self.rnn = nn.LSTM(256, 512, num_layers=2, batch_first=True)
+                self.head = nn.Linear(512, 1000)
+
+            def forward(self, idx):
+                return self.head(self.rnn(self.tok(idx))[0])
+
+        model = Lstm().cuda()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+        def batch(g):
+            x = torch.randint(0, 1000, (32, size), device="cuda", generator=g)
+            y = torch.randint(0, 1000, (32, size), device="cuda", generator=g)
+            return x, y
+    elif family == "kvcache":
+        # Inference with a static KV cache of `size` positions (batch 8):
+        # each step allocates the cache, prefills 64 tokens, then decodes 32
+        # one at a time, attending over the whole cache under a mask (as a
+        # static cache does). Memory grows with the cache, not with
+        # activations kept for a backward.
+        d, heads, layers = 512, 8, 4
+        hd = d // heads
+        gpt = Gpt(vocab=8192, d=d, layers=layers, heads=heads, ctx=1 << 14, explicit=False).cuda().eval()
+
+        class Server(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.gpt = gpt
+
+            def attend(self, block, x, cache_k, cache_v, start, valid):
+                b, t, _ = x.shape
+                q, k, v = block.qkv(block.ln1(x)).split(d, dim=2)
+                q, k, v = (z.view(b, t, heads, hd).transpose(1, 2) for z in (q, k, v))
+                cache_k[:, :, start:start + t] = k
+                cache_v[:, :, start:start + t] = v
+                y = F.scaled_dot_product_attention(q, cache_k, cache_v, attn_mask=valid)
+                x = x + block.proj(y.transpose(1, 2).reshape(b, t, d))
+                return x + block.fc2(F.gelu(block.fc1(block.ln2(x))))
+
+            def serve(self, g):
+                b = 8
+                caches = [(torch.zeros(b, heads, size, hd, device="cuda"), torch.zeros(b, heads, size, hd, device="cuda"))
+                          for _ in range(layers)]
+                positions = torch.arange(size, device="cuda")
+                tokens = torch.randint(0, 8192, (b, 64), device="cuda", generator=g)
+                start = 0
+                for _ in range(1 + 32):
+                    t = tokens.shape[1]
+                    x = gpt.tok(tokens) + gpt.pos(torch.arange(start, start + t, device="cuda"))
+                    query_pos = torch.arange(start, start + t, device="cuda").unsqueeze(1)
+                    valid = positions.unsqueeze(0) <= query_pos
+                    for block, (ck, cv) in zip(gpt.blocks, caches):
+                        x = self.attend(block, x, ck, cv, start, valid)
+                    logits = gpt.head(gpt.ln(x[:, -1:]))
+                    start += t
+                    tokens = logits.argmax(-1)
+                return logits
+
+        model = Server()
+        opt = None
+
+        def batch(g):
+            return g, None
     else:
         raise SystemExit("unknown family %r" % family)
     return model, opt, batch
@@ -254,13 +332,18 @@ def one(args):
             failed_step = step
             torch.cuda.synchronize()
             t0 = time.perf_counter()
-            x, y = batch(g)
-            logits = model(x)
-            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
-            loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            del x, y, logits, loss
+            if opt is None:  # inference (kvcache)
+                with torch.no_grad():
+                    del_me = model.serve(g)
+                del del_me
+            else:
+                x, y = batch(g)
+                logits = model(x)
+                loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+                loss.backward()
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+                del x, y, logits, loss
             torch.cuda.synchronize()
             step_times.append(time.perf_counter() - t0)
         failed_step = None
