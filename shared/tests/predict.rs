@@ -260,3 +260,88 @@ fn each_settings_search_from_the_baselines_answer_finds_what_its_own_search_find
         assert_eq!(o.largest_fitting_size, own.largest_fitting_size, "{}", o.alloc_conf);
     }
 }
+
+// -- The H100 truth set (`tests/gpu/new_families_job.py`,
+// `tests/gpu/settings_check_job.py`; `tests/fixtures/predict/h100/`).
+
+fn h100_truth() -> Value {
+    common::json(&common::fixture_predict().join("h100/truth.json"))
+}
+
+/// The H100 records of `family` with their sizes.
+fn h100_recorded(family: &str) -> Vec<(u64, Snapshot)> {
+    h100_truth()["families"][family]["recorded"]
+        .as_array()
+        .expect("recorded runs")
+        .iter()
+        .map(|r| {
+            let file = r["pickle"].as_str().expect("pickle");
+            (r["size"].as_u64().expect("size"), common::read(&common::fixture_predict().join("h100").join(file)))
+        })
+        .collect()
+}
+
+/// Inference from a static KV cache (issue 43, item 6: memory that grows
+/// with the knob through something other than activations kept for a
+/// backward): recorded at contexts 256, 512 and 768 on an H100, the
+/// reserved and allocated peaks at 3072 and 6144 are the real runs' to the
+/// byte.
+#[test]
+fn kv_cache_peaks_at_4x_and_8x_are_the_h100_runs_to_the_byte() {
+    let t = h100_truth();
+    let files = h100_recorded("kvcache");
+    let runs: Vec<Run<'_>> = files.iter().map(|(size, s)| Run { name: "kvcache", size: *size, snapshot: s }).collect();
+    let real = t["families"]["kvcache"]["real"].as_array().expect("real runs");
+    let at: Vec<u64> = real.iter().map(|r| r["size"].as_u64().expect("size")).collect();
+    assert_eq!(at, [3072, 6144]);
+    let report = predict(&runs, &PredictOptions { at, ..Default::default() }, &replay_in_parallel).expect("predicted");
+    for (r, p) in real.iter().zip(&report.predictions) {
+        assert_eq!(Some(p.reserved_peak_bytes), r["max_memory_reserved"].as_u64(), "reserved at {}", p.size);
+        assert_eq!(Some(p.allocated_peak_bytes), r["max_memory_allocated"].as_u64(), "allocated at {}", p.size);
+    }
+}
+
+/// The largest context under the H100 run's cap (2 GiB as
+/// `set_per_process_memory_fraction` gives it: 2^31 - 1 bytes) is 14976,
+/// which fitted there, and 14977 ran out.
+#[test]
+fn kv_cache_the_largest_context_under_2_gib_is_the_one_the_h100_found() {
+    let t = h100_truth();
+    let capped = t["families"]["kvcache"]["capped"].as_array().expect("capped runs");
+    let capacity = capped[0]["capacity"].as_u64().expect("capacity");
+    let outcome: Vec<(u64, bool)> =
+        capped.iter().map(|r| (r["size"].as_u64().expect("size"), r["ok"].as_bool().expect("ok"))).collect();
+    assert_eq!(outcome, [(14976, true), (14977, false)]);
+    let files = h100_recorded("kvcache");
+    let runs: Vec<Run<'_>> = files.iter().map(|(size, s)| Run { name: "kvcache", size: *size, snapshot: s }).collect();
+    let options = PredictOptions { largest: true, capacity: Some(capacity), ..Default::default() };
+    let report = predict(&runs, &options, &replay_in_parallel).expect("predicted");
+    assert_eq!(report.largest_fitting_size, Some(14976));
+}
+
+/// `--largest --settings` checked by real capped runs (issue 43, item 3):
+/// under 6 GiB, for the defaults and the three best settings, the size
+/// predicted from the H200 records is the one that fitted on the H100 with
+/// those settings, the next one ran out, and the reserved peak at it is
+/// the real one to the byte (`h100/settings_6gib.json`; the H100's own
+/// records gave the same answers).
+#[test]
+fn each_top_setting_s_largest_sequence_under_6_gib_is_the_h100_s_and_the_next_runs_out() {
+    let checked = common::json(&common::fixture_predict().join("h100/settings_6gib.json"));
+    let capacity = checked["cap_bytes"].as_u64().expect("cap");
+    let files = recorded("attention");
+    let runs = attention_runs(&files);
+    let options = PredictOptions { largest: true, capacity: Some(capacity), ..Default::default() };
+    let report = predict_by_setting(&runs, &options, default_grid(), &replay_in_parallel, &mut |_, _, _| {})
+        .expect("predicted");
+    let rows = checked["checked"].as_array().expect("checked settings");
+    assert_eq!(rows.len(), 4);
+    for row in rows {
+        let conf = row["alloc_conf"].as_str().expect("alloc_conf");
+        let at = &row["real_at_predicted"];
+        assert_eq!((at["ok"].as_bool(), row["real_one_above"]["ok"].as_bool()), (Some(true), Some(false)), "{conf}");
+        let ours = report.by_setting.iter().find(|o| o.alloc_conf == conf).expect("the setting is in the grid");
+        assert_eq!(ours.largest_fitting_size, at["size"].as_u64(), "{conf}");
+        assert_eq!(ours.reserved_peak_bytes, at["max_memory_reserved"].as_u64(), "{conf}");
+    }
+}
