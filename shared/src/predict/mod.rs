@@ -343,19 +343,21 @@ impl<'a> Model<'a> {
         let one_run = runs.len() == 1;
         let scales = one_run.then(|| scaled_allocations(reference, devices[0], &programs[0]));
         let knobs: Vec<u64> = runs.iter().map(|r| r.size).collect();
-        let fitted = fit_sizes(&matching, &knobs, scales.as_deref());
+        let fitted = fit_sizes(&matching, &knobs, scales.as_deref(), &programs[0].freed_before_the_next_allocation());
         let n = programs[0].allocations.len();
         let most = matching.runs.iter().map(|r| r.allocations).max().unwrap_or(0);
         let matched_count = matching.matched_in_all.iter().filter(|m| **m).count();
         let matched_fraction = if one_run || most == 0 { 1.0 } else { matched_count as f64 / most as f64 };
-        let workspaces = fitted.tolerant.iter().filter(|t| **t).count();
+        let workspaces = fitted.workspaces;
+        let survived = fitted.tolerant.iter().filter(|t| **t).count();
         let mut notes = Vec::new();
         if workspaces > 0 {
             notes.push(format!(
                 "{workspaces} allocations of the reference run follow no polynomial of the size across the runs \
                  (library workspaces chosen per shape, as cuDNN's): each on a line where its sizes in every run lie \
                  on one, else in proportion to the size; under a capacity a failed one is survived, as cuDNN falls \
-                 back to a plan with a smaller workspace"
+                 back to a plan with a smaller workspace, where it is scratch freed before the next allocation \
+                 ({survived} of them; one that others are made beside, as an RNN's reserve space, runs out)"
             ));
         }
         if let Some(scales) = &scales {
@@ -568,16 +570,20 @@ struct Fitted {
     fit_of: Vec<u32>,
     /// Matched allocations by the degree of their fit.
     degrees: Vec<usize>,
-    /// Library workspaces: a failure is survived.
+    /// Library workspaces chosen per shape: a failure is survived.
     tolerant: Vec<bool>,
+    /// Allocations taken for library workspaces (paired by place, or in
+    /// the reference only), survived or not.
+    workspaces: usize,
 }
 
 /// Each reference allocation's size as a function of the knob: the exact
 /// polynomial through the runs that have it; a library workspace (paired by
 /// place, or in the reference only) on a line where its sizes in every run
 /// lie on one, else in proportion to the knob; with one run (`scales`),
-/// what grows with the batch in proportion, the rest constant.
-fn fit_sizes(m: &matching::Matching, knobs: &[u64], scales: Option<&[bool]>) -> Fitted {
+/// what grows with the batch in proportion, the rest constant. `scratch`:
+/// the reference's allocations freed before its next allocation.
+fn fit_sizes(m: &matching::Matching, knobs: &[u64], scales: Option<&[bool]>, scratch: &[bool]) -> Fitted {
     let reference = knobs[0];
     let one_run = knobs.len() == 1;
     let mut ids: FxHashMap<Fit, u32> = FxHashMap::default();
@@ -586,6 +592,7 @@ fn fit_sizes(m: &matching::Matching, knobs: &[u64], scales: Option<&[bool]>) -> 
         fit_of: Vec::with_capacity(m.sizes.len()),
         degrees: Vec::new(),
         tolerant: Vec::new(),
+        workspaces: 0,
     };
     for (a, row) in m.sizes.iter().enumerate() {
         let known: Vec<(u64, u64)> = knobs.iter().zip(row).filter_map(|(&x, s)| Some((x, (*s)?))).collect();
@@ -617,7 +624,16 @@ fn fit_sizes(m: &matching::Matching, knobs: &[u64], scales: Option<&[bool]>) -> 
             next
         });
         out.fit_of.push(id);
-        out.tolerant.push(workspace);
+        out.workspaces += usize::from(workspace);
+        // A failure is survived only for scratch freed before anything else
+        // is allocated (a convolution's workspace: cuDNN tries the next
+        // plan). A workspace-like allocation that others are made beside
+        // holds state the rest of the step needs (cuDNN's RNN reserve
+        // space, made during its forward workspace and kept for the
+        // backward): without it the step cannot go on, so its failure runs
+        // out of memory (the H100's LSTM at 1792 under 2 GiB did, where the
+        // model had survived it).
+        out.tolerant.push(workspace && scratch[a]);
     }
     out
 }

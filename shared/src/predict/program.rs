@@ -114,6 +114,25 @@ impl Program {
         }
         p
     }
+
+    /// For each allocation, whether it was freed before the program asked
+    /// for anything else: the scratch of one library call (a convolution's
+    /// workspace). An allocation that other allocations were made beside
+    /// (cuDNN's RNN reserve space, kept for the backward) holds state.
+    pub(crate) fn freed_before_the_next_allocation(&self) -> Vec<bool> {
+        let mut alone = vec![false; self.allocations.len()];
+        let mut last: Option<u32> = None;
+        for e in &self.events {
+            match e.op {
+                Op::Alloc => last = Some(e.allocation),
+                Op::FreeRequested | Op::FreeCompleted if last == Some(e.allocation) => {
+                    alone[e.allocation as usize] = true;
+                }
+                _ => {}
+            }
+        }
+        alone
+    }
 }
 
 /// Stacks hashed by their frames' text, each stack once.
