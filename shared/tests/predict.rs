@@ -370,3 +370,19 @@ fn lstm_the_largest_sequence_under_2_gib_is_below_the_1792_that_ran_out_on_the_h
     let largest = report.largest_fitting_size.expect("a size fits");
     assert!(largest < 1792, "{largest}");
 }
+
+/// Issue 43, item 2: where a library's plan at the answer cannot be known
+/// from the records (the LSTM's cuDNN workspace grows 352 KiB a step from
+/// 64 to 192 and 256 KiB a step at 768 on the H100), the answer says so
+/// and names the size to record; near the records it says nothing.
+#[test]
+fn regression_a_workspace_far_beyond_the_records_names_the_size_to_record() {
+    let files = h100_recorded("lstm");
+    let runs: Vec<Run<'_>> = files.iter().map(|(size, s)| Run { name: "lstm", size: *size, snapshot: s }).collect();
+    let far = predict(&runs, &PredictOptions { at: vec![768], ..Default::default() }, &replay_in_parallel)
+        .expect("predicted");
+    assert!(far.notes.iter().any(|n| n.ends_with("to be sure, record a run at 768")), "{:?}", far.notes);
+    let near = predict(&runs, &PredictOptions { at: vec![256], ..Default::default() }, &replay_in_parallel)
+        .expect("predicted");
+    assert!(!near.notes.iter().any(|n| n.contains("to be sure")), "{:?}", near.notes);
+}

@@ -323,6 +323,10 @@ pub struct Model<'a> {
     /// library falls back to a plan that needs less).
     tolerant: Vec<bool>,
     one_run: bool,
+    /// Allocations that follow no polynomial of the size (library workspaces).
+    workspaces: usize,
+    /// The largest recorded size.
+    largest_recorded: u64,
     matched_fraction: f64,
     fit_degrees: Vec<usize>,
     runs: Vec<RunSummary>,
@@ -390,6 +394,8 @@ impl<'a> Model<'a> {
             fit_of: fitted.fit_of,
             tolerant: fitted.tolerant,
             one_run,
+            workspaces,
+            largest_recorded: knobs.iter().copied().max().unwrap_or(0),
             matched_fraction,
             fit_degrees: fitted.degrees,
             runs: matching.runs,
@@ -748,6 +754,17 @@ fn predict_with_model(
         if approximate > 0 {
             notes.push(format!("size {}: {approximate} sizes computed in floating point (overflow)", p.size));
         }
+    }
+    // A library picks its plan per shape: a workspace whose sizes lie on a
+    // line across the records may leave it at a size far beyond them (on an
+    // H100, cuDNN's LSTM workspace grew 352 KiB a step from 64 to 192 and
+    // 256 KiB a step at 768 and 1536), and nothing in the records shows it.
+    let farthest = largest_fitting_size.or_else(|| options.at.iter().copied().max());
+    if let Some(size) = farthest.filter(|s| model.workspaces > 0 && *s > 2 * model.largest_recorded) {
+        notes.push(format!(
+            "size {size} is over twice the largest recorded ({}): the {} library workspaces may follow another plan              there, which the records cannot show; to be sure, record a run at {size}",
+            model.largest_recorded, model.workspaces
+        ));
     }
     let max_degree = model.fit_degrees.len().saturating_sub(1);
     Ok(PredictReport {
