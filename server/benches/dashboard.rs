@@ -562,8 +562,12 @@ const api = performance.getEntriesByType("resource").filter((r) => r.name.includ
 const work = (window.__vramscope_draws || []).filter((d) => d.at <= first + 1)
   .map((d) => `${d.kind}${d.what ? " " + d.what : ""} ${d.ms.toFixed(1)} at ${d.at.toFixed(0)}`);
 const nav = performance.getEntriesByType("navigation")[0];
+const statics = performance.getEntriesByType("resource").filter((r) => r.name.includes("/static/") && r.startTime <= first)
+  .map((r) => `${r.name.replace(/^.*\/static\//, "")} ${r.startTime.toFixed(0)}-${r.responseEnd.toFixed(0)}`);
+const marks = performance.getEntriesByType("mark").filter((m) => m.name.startsWith("vramscope-boot") && m.startTime <= first)
+  .map((m) => `${m.name.replace("vramscope-boot-", "")} ${m.startTime.toFixed(0)}`);
 const boot = nav ? `document ${nav.responseEnd.toFixed(0)}, loaded ${nav.loadEventEnd.toFixed(0)}` : "";
-return `${boot}; requests: ${api.join(", ")}; work: ${work.join(", ")}`;
+return `${boot}; files: ${statics.join(", ")}; boot: ${marks.join(", ")}; requests: ${api.join(", ")}; work: ${work.join(", ")}`;
 "#;
 
 async fn before_first_draw(browser: &Client, first: f64) -> Result<String, String> {
