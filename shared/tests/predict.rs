@@ -32,7 +32,7 @@ fn recorded(family: &str) -> Vec<(u64, Snapshot)> {
 
 fn run(family: &str, options: &PredictOptions) -> PredictReport {
     let files = recorded(family);
-    let runs: Vec<Run<'_>> = files.iter().map(|(size, s)| Run { name: family, size: *size, snapshot: s }).collect();
+    let runs = runs_of(family, &files);
     predict(&runs, options, &replay_in_parallel).expect("predicted")
 }
 
@@ -104,8 +104,7 @@ fn the_largest_sequence_that_fits_under_each_of_29_caps_is_the_h200_one() {
     let t = truth();
     let grids = t["families"]["attention"]["grids"].as_object().expect("grids");
     let files = recorded("attention");
-    let runs: Vec<Run<'_>> =
-        files.iter().map(|(size, s)| Run { name: "attention", size: *size, snapshot: s }).collect();
+    let runs = runs_of("attention", &files);
     let mut misses = Vec::new();
     let mut checked = 0;
     for (name, g) in grids.iter().filter(|(_, g)| g["kind"] == "grid") {
@@ -134,8 +133,7 @@ fn the_largest_sequence_that_fits_under_each_of_29_caps_is_the_h200_one() {
 fn a_sequence_that_runs_out_below_one_that_fits_is_predicted_as_the_h200_ran_it() {
     let truth = common::json(&common::fixture_predict().join("nonmonotonic.json"));
     let files = recorded("attention");
-    let runs: Vec<Run<'_>> =
-        files.iter().map(|(size, s)| Run { name: "attention", size: *size, snapshot: s }).collect();
+    let runs = runs_of("attention", &files);
     for grid in truth["grids"].as_array().expect("grids") {
         let capacity = grid["capacity"].as_u64().expect("capacity");
         let points = grid["points"].as_array().expect("points");
@@ -154,7 +152,7 @@ fn a_sequence_that_runs_out_below_one_that_fits_is_predicted_as_the_h200_ran_it(
 
 /// The attention model's runs, as `predict` takes them.
 fn attention_runs(files: &[(u64, Snapshot)]) -> Vec<Run<'_>> {
-    files.iter().map(|(size, s)| Run { name: "attention", size: *size, snapshot: s }).collect()
+    runs_of("attention", files)
 }
 
 /// What would make it fit (issue 43, item 3): under 6 GiB, at step 64, the
@@ -281,6 +279,20 @@ fn h100_recorded(family: &str) -> Vec<(u64, Snapshot)> {
         .collect()
 }
 
+/// `files` as runs of the job `name`.
+fn runs_of<'a>(name: &'a str, files: &'a [(u64, Snapshot)]) -> Vec<Run<'a>> {
+    files.iter().map(|(size, s)| Run { name, size: *size, snapshot: s }).collect()
+}
+
+/// The H100's capped runs of `family`: the capacity they ran under, and
+/// each size with whether it fitted.
+fn h100_capped(family: &str) -> (u64, Vec<(u64, bool)>) {
+    let t = h100_truth();
+    let capped = t["families"][family]["capped"].as_array().expect("capped runs").clone();
+    let capacity = capped[0]["capacity"].as_u64().expect("capacity");
+    (capacity, capped.iter().map(|r| (r["size"].as_u64().expect("size"), r["ok"].as_bool().expect("ok"))).collect())
+}
+
 /// Inference from a static KV cache (issue 43, item 6: memory that grows
 /// with the knob through something other than activations kept for a
 /// backward): recorded at contexts 256, 512 and 768 on an H100, the
@@ -290,7 +302,7 @@ fn h100_recorded(family: &str) -> Vec<(u64, Snapshot)> {
 fn kv_cache_peaks_at_4x_and_8x_are_the_h100_runs_to_the_byte() {
     let t = h100_truth();
     let files = h100_recorded("kvcache");
-    let runs: Vec<Run<'_>> = files.iter().map(|(size, s)| Run { name: "kvcache", size: *size, snapshot: s }).collect();
+    let runs = runs_of("kvcache", &files);
     let real = t["families"]["kvcache"]["real"].as_array().expect("real runs");
     let at: Vec<u64> = real.iter().map(|r| r["size"].as_u64().expect("size")).collect();
     assert_eq!(at, [3072, 6144]);
@@ -306,14 +318,10 @@ fn kv_cache_peaks_at_4x_and_8x_are_the_h100_runs_to_the_byte() {
 /// which fitted there, and 14977 ran out.
 #[test]
 fn kv_cache_the_largest_context_under_2_gib_is_the_one_the_h100_found() {
-    let t = h100_truth();
-    let capped = t["families"]["kvcache"]["capped"].as_array().expect("capped runs");
-    let capacity = capped[0]["capacity"].as_u64().expect("capacity");
-    let outcome: Vec<(u64, bool)> =
-        capped.iter().map(|r| (r["size"].as_u64().expect("size"), r["ok"].as_bool().expect("ok"))).collect();
+    let (capacity, outcome) = h100_capped("kvcache");
     assert_eq!(outcome, [(14976, true), (14977, false)]);
     let files = h100_recorded("kvcache");
-    let runs: Vec<Run<'_>> = files.iter().map(|(size, s)| Run { name: "kvcache", size: *size, snapshot: s }).collect();
+    let runs = runs_of("kvcache", &files);
     let options = PredictOptions { largest: true, capacity: Some(capacity), ..Default::default() };
     let report = predict(&runs, &options, &replay_in_parallel).expect("predicted");
     assert_eq!(report.largest_fitting_size, Some(14976));
@@ -356,14 +364,10 @@ fn each_top_setting_s_largest_sequence_under_6_gib_is_the_h100_s_and_the_next_ru
 /// step in the records at 64 to 192.)
 #[test]
 fn lstm_the_largest_sequence_under_2_gib_is_below_the_1792_that_ran_out_on_the_h100() {
-    let t = h100_truth();
-    let capped = t["families"]["lstm"]["capped"].as_array().expect("capped runs");
-    let capacity = capped[0]["capacity"].as_u64().expect("capacity");
-    let outcome: Vec<(u64, bool)> =
-        capped.iter().map(|r| (r["size"].as_u64().expect("size"), r["ok"].as_bool().expect("ok"))).collect();
+    let (capacity, outcome) = h100_capped("lstm");
     assert_eq!(outcome, [(1792, false), (1793, false)]);
     let files = h100_recorded("lstm");
-    let runs: Vec<Run<'_>> = files.iter().map(|(size, s)| Run { name: "lstm", size: *size, snapshot: s }).collect();
+    let runs = runs_of("lstm", &files);
     let options = PredictOptions { at: vec![1792, 1793], largest: true, capacity: Some(capacity), ..Default::default() };
     let report = predict(&runs, &options, &replay_in_parallel).expect("predicted");
     assert!(report.predictions[..2].iter().all(|p| p.oom), "{:?}", report.predictions);
@@ -378,7 +382,7 @@ fn lstm_the_largest_sequence_under_2_gib_is_below_the_1792_that_ran_out_on_the_h
 #[test]
 fn regression_a_workspace_far_beyond_the_records_names_the_size_to_record() {
     let files = h100_recorded("lstm");
-    let runs: Vec<Run<'_>> = files.iter().map(|(size, s)| Run { name: "lstm", size: *size, snapshot: s }).collect();
+    let runs = runs_of("lstm", &files);
     let far = predict(&runs, &PredictOptions { at: vec![768], ..Default::default() }, &replay_in_parallel)
         .expect("predicted");
     assert!(far.notes.iter().any(|n| n.ends_with("to be sure, record a run at 768")), "{:?}", far.notes);
