@@ -340,8 +340,8 @@ fn each_top_setting_s_largest_sequence_under_6_gib_is_the_h100_s_and_the_next_ru
     let files = recorded("attention");
     let runs = attention_runs(&files);
     let options = PredictOptions { largest: true, capacity: Some(capacity), ..Default::default() };
-    let report = predict_by_setting(&runs, &options, default_grid(), &replay_in_parallel, &mut |_, _, _| {})
-        .expect("predicted");
+    let report =
+        predict_by_setting(&runs, &options, default_grid(), &replay_in_parallel, &mut |_, _, _| {}).expect("predicted");
     let rows = checked["checked"].as_array().expect("checked settings");
     assert_eq!(rows.len(), 4);
     for row in rows {
@@ -368,7 +368,8 @@ fn lstm_the_largest_sequence_under_2_gib_is_below_the_1792_that_ran_out_on_the_h
     assert_eq!(outcome, [(1792, false), (1793, false)]);
     let files = h100_recorded("lstm");
     let runs = runs_of("lstm", &files);
-    let options = PredictOptions { at: vec![1792, 1793], largest: true, capacity: Some(capacity), ..Default::default() };
+    let options =
+        PredictOptions { at: vec![1792, 1793], largest: true, capacity: Some(capacity), ..Default::default() };
     let report = predict(&runs, &options, &replay_in_parallel).expect("predicted");
     assert!(report.predictions[..2].iter().all(|p| p.oom), "{:?}", report.predictions);
     let largest = report.largest_fitting_size.expect("a size fits");

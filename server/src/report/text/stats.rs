@@ -70,7 +70,11 @@ pub(crate) fn write_summary(
             0 => String::new(),
             n => format!(" ({n} expandable)"),
         };
-        writeln!(out, "device {}: {} segments{expandable}, {} trace entries{wrapped}", d.device, d.segments, d.trace_entries)?;
+        writeln!(
+            out,
+            "device {}: {} segments{expandable}, {} trace entries{wrapped}",
+            d.device, d.segments, d.trace_entries
+        )?;
         let peak = |p: Option<u64>| match p {
             Some(p) if d.peak_is_window_only => format!("   peak {} (within the trace window)", bytes(p)),
             Some(p) => format!("   peak {}", bytes(p)),
