@@ -762,7 +762,8 @@ fn predict_with_model(
     let farthest = largest_fitting_size.or_else(|| options.at.iter().copied().max());
     if let Some(size) = farthest.filter(|s| model.workspaces > 0 && *s > 2 * model.largest_recorded) {
         notes.push(format!(
-            "size {size} is over twice the largest recorded ({}): the {} library workspaces may follow another plan              there, which the records cannot show; to be sure, record a run at {size}",
+            "size {size} is over twice the largest recorded ({}): the {} library workspaces may follow another plan \
+             there, which the records cannot show; to be sure, record a run at {size}",
             model.largest_recorded, model.workspaces
         ));
     }
