@@ -193,22 +193,26 @@ def build(family, size):
         def forward(self, x):
             return self.head(self.features(x).mean(dim=(2, 3)))
 
+    def token_batches(vocab, shape):
+        """Inputs and targets of `shape`, token ids below `vocab`, drawn in that order."""
+
+        def batch(g):
+            x = torch.randint(0, vocab, shape, device="cuda", generator=g)
+            y = torch.randint(0, vocab, shape, device="cuda", generator=g)
+            return x, y
+
+        return batch
+
     if family == "transformer":
         model = Gpt(vocab=8192, d=512, layers=4, heads=8, ctx=256, explicit=False).cuda()
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
 
-        def batch(g):
-            x = torch.randint(0, 8192, (size, 256), device="cuda", generator=g)
-            y = torch.randint(0, 8192, (size, 256), device="cuda", generator=g)
-            return x, y
+        batch = token_batches(8192, (size, 256))
     elif family == "attention":
         model = Gpt(vocab=8192, d=256, layers=4, heads=8, ctx=8192, explicit=True).cuda()
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
 
-        def batch(g):
-            x = torch.randint(0, 8192, (4, size), device="cuda", generator=g)
-            y = torch.randint(0, 8192, (4, size), device="cuda", generator=g)
-            return x, y
+        batch = token_batches(8192, (4, size))
     elif family == "convnet":
         model = ConvNet().cuda()
         opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
@@ -233,10 +237,7 @@ def build(family, size):
         model = Lstm().cuda()
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
 
-        def batch(g):
-            x = torch.randint(0, 1000, (32, size), device="cuda", generator=g)
-            y = torch.randint(0, 1000, (32, size), device="cuda", generator=g)
-            return x, y
+        batch = token_batches(1000, (32, size))
     elif family == "kvcache":
         # Inference with a static KV cache of `size` positions (batch 8):
         # each step allocates the cache, prefills 64 tokens, then decodes 32
