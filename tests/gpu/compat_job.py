@@ -658,8 +658,7 @@ def overhead(args):
     os.makedirs(out, exist_ok=True)
     work = work_folder(out)
     names = args.only.split(",") if args.only else ["hf_checkpointing_reentrant", "checkpoint_loop"]
-    results = {"facts": machine_facts(), "variants": {k: {a: b for a, b in v.items()} for k, v in
-                                                      HISTORY_VARIANTS.items()}, "setups": {}}
+    results = {"facts": machine_facts(), "variants": HISTORY_VARIANTS, "setups": {}}
     for setup in names:
         row = {}
         for variant in ["none"] + list(HISTORY_VARIANTS) + ["none-again"]:
