@@ -316,19 +316,41 @@ fn the_mcp_conversation_in_the_docs_is_what_vramscope_answers() {
     );
 }
 
+/// docs/python.md's table of batch-size finders is the one the GPU run's
+/// results give (`tests/gpu/batch_finder_table.py --check`).
+#[test]
+fn the_batch_finders_table_in_the_python_docs_is_the_one_the_gpu_results_give() {
+    let root = workspace();
+    let results = gpu_results(&root, "batch-finders-");
+    let out = std::process::Command::new("python3")
+        .current_dir(&root)
+        .args(["tests/gpu/batch_finder_table.py", "--check", "docs/python.md"])
+        .args(&results)
+        .output()
+        .expect("python3 runs tests/gpu/batch_finder_table.py");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// The GPU results files under tests/gpu/results/ whose names start with
+/// `prefix`, in name order, as paths from the workspace root.
+fn gpu_results(root: &std::path::Path, prefix: &str) -> Vec<String> {
+    let mut results: Vec<String> = std::fs::read_dir(root.join("tests/gpu/results"))
+        .expect("tests/gpu/results lists")
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|name| name.starts_with(prefix) && name.ends_with(".json"))
+        .map(|name| format!("tests/gpu/results/{name}"))
+        .collect();
+    results.sort();
+    assert!(!results.is_empty(), "no tests/gpu/results/{prefix}*.json");
+    results
+}
+
 /// The README's compatibility table is the one the GPU matrix's results
 /// give (`tests/gpu/compat_table.py --check`).
 #[test]
 fn the_readme_compatibility_table_is_the_one_the_gpu_results_give() {
     let root = workspace();
-    let mut results: Vec<String> = std::fs::read_dir(root.join("tests/gpu/results"))
-        .expect("tests/gpu/results lists")
-        .filter_map(|e| e.ok()?.file_name().into_string().ok())
-        .filter(|name| name.starts_with("compat-") && name.ends_with(".json"))
-        .map(|name| format!("tests/gpu/results/{name}"))
-        .collect();
-    results.sort();
-    assert!(!results.is_empty(), "no tests/gpu/results/compat-*.json");
+    let results = gpu_results(&root, "compat-");
     let out = std::process::Command::new("python3")
         .current_dir(&root)
         .args(["tests/gpu/compat_table.py", "--check", "README.md"])

@@ -254,12 +254,15 @@ def train(a):
     import torch
 
     m = model_args(a)
+    t0 = time.perf_counter()
     try:
         train_steps(torch, a.size, a.check_steps, m)
         ok, error = True, None
     except RuntimeError as e:
         ok, error = False, str(e).splitlines()[0][:300]
+    torch.cuda.synchronize()
     return {"size": a.size, "steps": a.check_steps, "ok": ok, "error": error,
+            "wall_s": time.perf_counter() - t0,
             "max_memory_reserved": torch.cuda.max_memory_reserved(), "num_ooms": torch.cuda.memory_stats().get("num_ooms", 0)}
 
 
@@ -283,12 +286,18 @@ def everything(a):
     for name in ("lightning", "accelerate", "transformers"):
         with contextlib.suppress(Exception):
             facts[name] = __import__(name).__version__
-    rows = []
+    rows, checked = [], {}
     for finder in a.finders.split(","):
         row = child(a, "find", finder)
         row.setdefault("finder", finder)
-        if isinstance(row.get("size"), int):
-            row["train_check"] = child(a, "train", "--size", str(row["size"]))
+        size = row.get("size")
+        if isinstance(size, int):
+            # A size another finder picked was trained already, in a fresh
+            # process of the same model: the same run, so it is not repeated.
+            if size not in checked:
+                checked[size] = (finder, child(a, "train", "--size", str(size)))
+            first, check = checked[size]
+            row["train_check"] = dict(check, **({"same_run_as": first} if first != finder else {}))
         rows.append(row)
         print(json.dumps(row), file=sys.stderr, flush=True)
         if a.out:  # after every finder: a run cut short keeps what it finished
