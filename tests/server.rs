@@ -710,3 +710,33 @@ async fn regression_one_file_gets_one_trigger_from_the_page_and_the_cli() {
         assert_eq!(record["trigger"], "manual", "{tag}: named");
     }
 }
+
+/// The page names the dashboard's files under its build's folder, which a
+/// browser keeps for good (a returning page then asks for nothing but
+/// itself, and its WebAssembly comes from the code cache); another build's
+/// folder is refused with the reason, and the old paths still answer,
+/// revalidated on every load.
+#[tokio::test]
+async fn the_dashboard_s_files_are_kept_for_good_under_their_build_s_folder() {
+    let server = TestServer::start("static", &[]);
+    let page = client().get(format!("{}/snapshots/x", server.url)).send().await.expect("get the page");
+    assert_eq!(page.headers()["cache-control"], "no-cache");
+    let page = page.text().await.expect("the page");
+    let at = page.find("/static/v/").expect("the page names a build's folder") + "/static/v/".len();
+    let build = &page[at..at + 16];
+    assert!(build.chars().all(|c| c.is_ascii_hexdigit()), "build id {build:?}");
+    assert_eq!(page.matches("/static/").count(), page.matches(&format!("/static/v/{build}/")).count(), "{page}");
+    assert!(page.contains(&format!("__vramscope_worker_url = \"/static/v/{build}/worker.js\"")), "{page}");
+    for name in ["vramscope_frontend.js", "vramscope_frontend_bg.wasm", "worker.js", "style.css"] {
+        let response = client().get(format!("{}/static/v/{build}/{name}", server.url)).send().await.expect("get");
+        assert_eq!(response.status(), StatusCode::OK, "{name}");
+        assert_eq!(response.headers()["cache-control"], "public, max-age=31536000, immutable", "{name}");
+        assert_eq!(response.headers()["cross-origin-embedder-policy"], "require-corp", "{name}");
+    }
+    let other = client().get(format!("{}/static/v/0123456789abcdef/worker.js", server.url)).send().await.expect("get");
+    assert_eq!(other.status(), StatusCode::NOT_FOUND);
+    assert!(other.text().await.expect("body").contains("another build of the dashboard"));
+    let old = client().get(format!("{}/static/worker.js", server.url)).send().await.expect("get");
+    assert_eq!(old.status(), StatusCode::OK);
+    assert_eq!(old.headers()["cache-control"], "no-cache");
+}

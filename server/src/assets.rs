@@ -83,6 +83,41 @@ pub(crate) fn dashboard_built() -> bool {
     ASSETS.contains_key("index.html")
 }
 
+/// Where the page finds the dashboard's files: under a folder named after
+/// this build (`/static/v/{BUILD}/`), so that the browser may keep them
+/// for good (`immutable`) and never ask again, and the WebAssembly it
+/// compiled once is taken from its code cache. A new binary's page names
+/// another folder, so it is never mixed with an old one's files.
+const VERSIONED_PREFIX: &str = "/static/v/";
+
+/// This build of the dashboard: a hash of every embedded file's name and
+/// content, 16 hex digits.
+pub(crate) fn build_id() -> &'static str {
+    static BUILD: LazyLock<String> = LazyLock::new(|| {
+        let mut names: Vec<&&str> = ASSETS.keys().collect();
+        names.sort();
+        let mut hash = Sha256::new();
+        for name in names {
+            hash.update(name.as_bytes());
+            hash.update(ASSETS[*name].etag.as_bytes());
+        }
+        hex::encode(&hash.finalize()[..8])
+    });
+    &BUILD
+}
+
+/// `index.html` as served: every `/static/` it names moved under this
+/// build's folder ([`VERSIONED_PREFIX`]); `None` without a dashboard.
+pub(crate) fn page() -> Option<&'static Asset> {
+    static TEXT: LazyLock<Option<String>> = LazyLock::new(|| {
+        let raw = std::str::from_utf8(ASSETS.get("index.html")?.bytes).ok()?;
+        Some(raw.replace("/static/", &format!("{VERSIONED_PREFIX}{}/", build_id())))
+    });
+    static PAGE: LazyLock<Option<Asset>> =
+        LazyLock::new(|| TEXT.as_deref().map(|text| Asset::new("index.html", text.as_bytes())));
+    PAGE.as_ref()
+}
+
 /// The embedded file `name` (`index.html`, `worker.js`, `snippets/…`).
 pub(crate) fn asset(name: &str) -> Option<&'static Asset> {
     ASSETS.get(name)

@@ -195,10 +195,15 @@ impl Server {
 
     /// The same with another `vramscope` binary (a baseline build).
     pub(crate) fn start_program(program: &Path, data_dir: &Path, env: &[(&str, String)]) -> Result<Server, String> {
+        Server::start_on(program, data_dir, env, "127.0.0.1:0")
+    }
+
+    /// The same on address `bind`.
+    fn start_on(program: &Path, data_dir: &Path, env: &[(&str, String)], bind: &str) -> Result<Server, String> {
         std::fs::create_dir_all(data_dir).map_err(|e| format!("create {}: {e}", data_dir.display()))?;
         let mut command = Command::new(program);
         command
-            .args(["serve", "--bind", "127.0.0.1:0", "--data-dir"])
+            .args(["serve", "--bind", bind, "--data-dir"])
             .arg(data_dir)
             .env("RUST_LOG", "warn")
             .env_remove("VRAMSCOPE_INLINE_PARSE_MAX_BYTES")
@@ -227,13 +232,17 @@ impl Server {
         Ok(server)
     }
 
-    /// Stop it, then start `program` on `data_dir` with `env` in its place:
-    /// the old one goes first, as two servers on one folder would share
-    /// its database.
+    /// Stop it, then start `program` on `data_dir` with `env` in its place,
+    /// on the same port: the old one goes first, as two servers on one
+    /// folder would share its database. The same port is the same origin,
+    /// so a browser still holds the dashboard's files from before, as a
+    /// user's does when their server restarts (on a new port every file
+    /// was fetched again, and the "cold" first draws paid for it).
     pub(crate) fn restart(&mut self, program: &Path, data_dir: &Path, env: &[(&str, String)]) -> Result<(), String> {
+        let bind = self.url.strip_prefix("http://").unwrap_or("127.0.0.1:0").to_owned();
         let _ = self.child.kill();
         let _ = self.child.wait();
-        *self = Server::start_program(program, data_dir, env)?;
+        *self = Server::start_on(program, data_dir, env, &bind)?;
         Ok(())
     }
 
