@@ -420,3 +420,67 @@ fn reads_the_status_line() {
     assert_eq!(rows_shown("rows 1,000 to 6,680 · 1254 allocations"), Some((1000, 6680)));
     assert_eq!(rows_shown("+0 µs to +5.32 s · 3 allocations"), None);
 }
+
+/// A snapshot page's first requests go out with the page, before its
+/// WebAssembly is ready, and the app takes their answers rather than
+/// asking again: the record, the statistics and the timeline's first
+/// window are each asked once, the window at the width the canvas has.
+/// The dashboard's files come from the browser's cache on the second
+/// visit, without a request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_page_s_first_requests_go_out_with_the_page() {
+    let (_server, url) = start_server(&scratch("early"), &[]);
+    assert_dashboard_built(&url).await;
+    let id = upload(&url, &crate::common::fixture_corpus().join("oom_leak.pickle")).await;
+    let (_driver, driver_url) = start_chromedriver();
+    let client = connect(&driver_url, "profile-early").await;
+    closing(&client, async {
+        for visit in ["first", "second"] {
+            client.goto(&format!("{url}/snapshots/{id}")).await.expect("open the snapshot");
+            until(&client, 30, "the timeline drawn", || async {
+                let p = canvas_pixels(&client).await?;
+                (p.allocated > 0 && client.find(Locator::Css("#timeline-loading")).await.is_err()).then_some(p)
+            })
+            .await;
+            let seen = client
+                .execute(
+                    r#"const wasm = performance.getEntriesByName("vramscope-boot-wasm")[0].startTime;
+                       return performance.getEntriesByType("resource").map(e => {
+                           const u = new URL(e.name);
+                           return [u.pathname + u.search, e.startTime < wasm, e.transferSize];
+                       });"#,
+                    vec![],
+                )
+                .await
+                .expect("the page's requests");
+            let seen: Vec<(String, bool, u64)> = serde_json::from_value(seen).expect("[path, before, bytes]");
+            let api = format!("/api/v1/snapshots/{id}");
+            let asked = |path: &str| seen.iter().filter(|(p, ..)| p == path).collect::<Vec<_>>();
+            for path in [api.clone(), format!("{api}/stats?wait=10")] {
+                let times = asked(&path);
+                assert!(times.len() == 1 && times[0].1, "{visit} visit: {path} asked once, early: {seen:?}");
+            }
+            let early: Vec<_> = seen.iter().filter(|(p, ..)| p.starts_with(&format!("{api}/timeline?px="))).collect();
+            assert!(early.len() == 1 && early[0].1, "{visit} visit: the first window asked once, early: {seen:?}");
+            // The same window asked again with the device named would be
+            // the app not taking the early answer.
+            let query = early[0].0.split_once("?px=").expect("px").1;
+            assert!(
+                !seen.iter().any(|(p, ..)| p.starts_with(&format!("{api}/timeline?device=")) && p.ends_with(query)),
+                "{visit} visit: the first window was asked again: {seen:?}"
+            );
+            let width = client
+                .execute("return document.querySelector('.canvas-wrap').clientWidth", vec![])
+                .await
+                .expect("the canvas's width");
+            let px: u64 = query.split('&').next().and_then(|px| px.parse().ok()).expect("px");
+            assert_eq!(Some(px + 96), width.as_u64(), "{visit} visit: buckets for the plot's width");
+            if visit == "second" {
+                let fetched: Vec<_> =
+                    seen.iter().filter(|(p, _, bytes)| p.starts_with("/static/") && *bytes > 0).collect();
+                assert!(fetched.is_empty(), "the dashboard's files came from the server again: {fetched:?}");
+            }
+        }
+    })
+    .await;
+}

@@ -27,6 +27,8 @@ mod search;
 mod segments;
 mod state;
 mod timeline;
+
+pub(crate) use timeline::early::EarlyWindow;
 pub(crate) mod track;
 
 /// The panels below the timelines: the tab, its button's id and label.

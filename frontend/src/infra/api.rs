@@ -116,8 +116,10 @@ async fn send(what: &str, request: RequestBuilder, body: Option<&serde_json::Val
     .map_err(|e| ApiError::network(what, e))?;
     // A file opened without uploading (`local-` ids) is answered by its
     // worker in this tab, with the JSON the server would send.
-    let response = match local::local_request(&request.url()) {
-        Some(local) => {
+    let early = if request.method() == gloo_net::http::Method::GET { prefetched(&request.url()).await } else { None };
+    let response = match (early, local::local_request(&request.url())) {
+        (Some(early), _) => early,
+        (None, Some(local)) => {
             let (status, body) = local::respond(&local, request.method().as_str()).await;
             Response::builder()
                 .status(status)
@@ -125,9 +127,29 @@ async fn send(what: &str, request: RequestBuilder, body: Option<&serde_json::Val
                 .body(Some(body.as_str()))
                 .map_err(|e| ApiError::network(what, e))?
         }
-        None => request.send().await.map_err(|e| ApiError::network(what, e))?,
+        (None, None) => request.send().await.map_err(|e| ApiError::network(what, e))?,
     };
     if response.ok() { Ok(response) } else { Err(error_of(what, response).await) }
+}
+
+/// The answer to GET `url` that the page's document asked for before this
+/// module was ready (`index.html` sends a snapshot page's first requests
+/// with the page and leaves them in `window.__vramscope_prefetched`, by
+/// absolute URL), taken once; `None` when it asked no such thing, or where a token
+/// is set (its requests carry none) or its request failed (this one is
+/// then sent as usual).
+async fn prefetched(url: &str) -> Option<Response> {
+    let window = web_sys::window()?;
+    let asked = js_sys::Reflect::get(&window, &JsValue::from_str("__vramscope_prefetched")).ok()?;
+    let asked = asked.dyn_into::<js_sys::Object>().ok()?;
+    let key = JsValue::from_str(url);
+    let promise = js_sys::Reflect::get(&asked, &key).ok()?.dyn_into::<js_sys::Promise>().ok()?;
+    let _ = js_sys::Reflect::delete_property(&asked, &key);
+    if token().is_some() {
+        return None;
+    }
+    let response = JsFuture::from(promise).await.ok()?.dyn_into::<web_sys::Response>().ok()?;
+    Some(Response::from(response))
 }
 
 async fn json<T: DeserializeOwned>(what: &str, response: Response) -> Result<T, ApiError> {

@@ -14,10 +14,10 @@ use vramscope_shared::snapshot::CaptureContext;
 
 use crate::components::card::Card;
 use crate::core::format;
-use crate::core::model::{SnapshotMeta, SnapshotStatus, StatsReport};
+use crate::core::model::{Axis, SnapshotMeta, SnapshotStatus, StatsReport};
 use crate::core::permalink;
-use crate::explorer::DeviceViews;
 use crate::explorer::track::PageComments;
+use crate::explorer::{DeviceViews, EarlyWindow};
 use crate::infra::first_view::FirstView;
 use crate::infra::{api, clock, draws};
 
@@ -62,6 +62,22 @@ pub(crate) fn SnapshotView(id: String) -> impl IntoView {
     // The view a link describes (`?device=…&axis=…&start=…`), for the first
     // device shown; a device picked afterwards starts fresh.
     let linked = permalink::parse(&window().location().search().unwrap_or_default());
+    // The timeline's first window, asked for beside the statistics as soon
+    // as the page has its width, unless a link asks for another axis or a
+    // memory zoom.
+    let early = EarlyWindow::provide();
+    let section = NodeRef::<leptos::html::Section>::new();
+    let early_device = linked.device;
+    let early_wanted = linked.axis.is_none_or(|a| a == Axis::Event) && linked.memory.is_none();
+    let early_id = id.clone();
+    Effect::new(move |asked: Option<bool>| {
+        if asked == Some(true) || !early_wanted {
+            return true;
+        }
+        let Some(section) = section.get() else { return false };
+        early.ask(&early_id, early_device, section.client_width());
+        true
+    });
     let initial = StoredValue::new(Some(linked.clone()));
     Effect::new(move |previous: Option<Option<u32>>| {
         let now = device.get();
@@ -110,7 +126,7 @@ pub(crate) fn SnapshotView(id: String) -> impl IntoView {
     // An offline report has no library and no server to keep comments.
     let report = crate::infra::local::in_report();
     view! {
-        <section class="snapshot">
+        <section class="snapshot" node_ref=section>
             {(!report).then(|| view! {
                 <p class="crumbs">
                     <a href="/">"Library"</a>

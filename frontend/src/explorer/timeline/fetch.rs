@@ -12,6 +12,7 @@ use leptos::ev;
 use leptos::prelude::*;
 use leptos::task::spawn_local;
 
+use super::early::EarlyWindow;
 use super::{HEIGHT, Prepared, TimelineState};
 use crate::core::layout;
 use crate::core::model::{Axis, Instant};
@@ -22,7 +23,7 @@ use crate::infra::draws;
 use crate::infra::first_view::after_first_view;
 
 /// Most allocations asked for per window at an ordinary zoom.
-const MAX_ALLOCATIONS: u32 = 2000;
+pub(super) const MAX_ALLOCATIONS: u32 = 2000;
 /// The server's cap, asked for when zoomed on memory or down to single
 /// events: there the window's allocations are bounded by the bytes shown
 /// over the threshold, and the bars outside the byte band are not drawn,
@@ -33,6 +34,17 @@ const REFETCH_DEBOUNCE: Duration = Duration::from_millis(150);
 /// Width of the plot area outside the canvas's plot: the y labels and margins.
 const PLOT_MARGIN_PX: u32 = 96;
 
+/// The canvas's width for a container of client width `client_px`.
+pub(super) fn canvas_width(client_px: i32) -> u32 {
+    u32::try_from(client_px).unwrap_or(0).max(320)
+}
+
+/// Buckets asked for a canvas `width` pixels wide, before its first draw
+/// has measured the plot.
+pub(super) fn plot_px(width: u32) -> u32 {
+    width.saturating_sub(PLOT_MARGIN_PX).max(50)
+}
+
 impl TimelineState {
     /// Ask for a window: `None` for the whole trace on the current axis,
     /// which also sets the extent and resets the view.
@@ -40,10 +52,8 @@ impl TimelineState {
         let TimelineState { ctx, width, geometry, data, loading, error, windows, schedule_fetch, first_view, .. } =
             self;
         let (axis, extent, view, y_zoom) = (ctx.axis, ctx.extent, ctx.view, ctx.memory);
-        let px = geometry
-            .get_value()
-            .map_or_else(|| width.get_untracked().saturating_sub(PLOT_MARGIN_PX), |g| g.width.round() as u32)
-            .max(50);
+        let px =
+            geometry.get_value().map_or_else(|| plot_px(width.get_untracked()), |g| (g.width.round() as u32).max(50));
         // Before the first draw (a link's memory zoom) the plot's height
         // comes from its layout.
         let py = geometry.get_value().map_or(plot::plot_height(HEIGHT), |g| g.height.round() as u32);
@@ -54,7 +64,18 @@ impl TimelineState {
             TimelineQuery { device: ctx.device, axis: axis.get_untracked(), window, px, max_allocations, y_span };
         loading.set(true);
         let snapshot = ctx.id.get_value();
-        windows.run(async move { api::timeline(&snapshot, query).await }, move |answer| {
+        // The page's first window may be on its way already (`early`).
+        let early = window.is_none().then(|| EarlyWindow::take(&query)).flatten();
+        let ask = async move {
+            if let Some(answer) = early
+                && let Ok(answer) = answer.await
+                && answer.as_ref().is_ok_and(|w| w.device == query.device)
+            {
+                return answer;
+            }
+            api::timeline(&snapshot, query).await
+        };
+        windows.run(ask, move |answer| {
             loading.set(false);
             match answer {
                 Ok(w) => {
@@ -178,7 +199,7 @@ impl TimelineState {
     /// Size the canvas to its container; whether its width changed.
     fn measure(self) -> bool {
         let Some(wrap) = self.wrap_ref.get_untracked() else { return false };
-        let w = u32::try_from(wrap.client_width()).unwrap_or(0).max(320);
+        let w = canvas_width(wrap.client_width());
         if w == self.width.get_untracked() {
             return false;
         }

@@ -15,12 +15,14 @@
 //! asked for once the changes pause: the last image stays up while it
 //! loads, and answers to superseded requests are dropped.
 //!
-//! The parts: [`fetch`] (which windows are asked for, and when), [`input`]
+//! The parts: [`fetch`] (which windows are asked for, and when), [`early`]
+//! (the page's first window, asked for before the timeline is built), [`input`]
 //! (mouse, wheel and keys), [`details`] (the allocation shown and its
 //! stack); this module holds their shared state ([`TimelineState`]), the
 //! drawing and the panel's layout.
 
 mod details;
+pub(crate) mod early;
 mod fetch;
 mod input;
 
