@@ -54,6 +54,9 @@
 //! `VRAMSCOPE_BENCH_NO_BIG` skips it, `VRAMSCOPE_BENCH_SCREENSHOT=<png>`
 //! saves the page at its first draw, `VRAMSCOPE_BENCH_FIRST_ONLY` measures
 //! the first draws alone (no zoom and pan steps: a run of a minute).
+//! Before the measured pages one snapshot page is drawn, then the bench
+//! waits `VRAMSCOPE_BENCH_SETTLE_MS` (3000): long enough for V8 to keep
+//! the module's compiled code, as for a user who has looked at a page.
 //!
 //! After those rows the server is started again on the same folder and
 //! each snapshot's page opened once more: the cold first draw, the first
@@ -490,6 +493,12 @@ async fn measure_all(
     if let Some(id) = ids.last() {
         goto(browser, &format!("{url}/snapshots/{id}")).await?;
         wait_number(browser, FIRST_DRAW, 60, "vramscope's first draw (warming up)").await?;
+        // V8 keeps a module's compiled code in the browser's cache once no
+        // new code was compiled for 2 s (`--wasm-caching-timeout-ms`), as
+        // happens to a user who looked at a page; a bench that moved on
+        // at once measured a first visit's compile on every page.
+        let settle = common::env_number("VRAMSCOPE_BENCH_SETTLE_MS", 3000u64);
+        tokio::time::sleep(Duration::from_millis(settle)).await;
     }
     let name = |input: &Path| input.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     for (input, id) in inputs.iter().zip(ids) {
