@@ -88,11 +88,7 @@ async fn explore(client: &Client, url: &str) {
     let summary = until(&client, 30, "the statistics", || text_of(&client, "#stats-summary")).await;
     assert!(summary.contains("OOMS\n1") || summary.contains("OOMs\n1"), "{summary}");
     assert!(client.current_url().await.expect("url").path().starts_with("/snapshots/"));
-    let pixels = until(&client, 30, "the timeline drawn", || async {
-        let p = canvas_pixels(&client).await?;
-        (p.allocated > 0 && client.find(Locator::Css("#timeline-loading")).await.is_err()).then_some(p)
-    })
-    .await;
+    let pixels = timeline_drawn(&client, 30, "the timeline drawn").await;
     screenshot(&client, "3-timeline").await;
     eprintln!("{pixels:?}");
     // The curves and the OOM marker, in their own colours, and bars under them.
@@ -437,11 +433,7 @@ async fn a_snapshot_page_s_first_requests_go_out_with_the_page() {
     closing(&client, async {
         for visit in ["first", "second"] {
             client.goto(&format!("{url}/snapshots/{id}")).await.expect("open the snapshot");
-            until(&client, 30, "the timeline drawn", || async {
-                let p = canvas_pixels(&client).await?;
-                (p.allocated > 0 && client.find(Locator::Css("#timeline-loading")).await.is_err()).then_some(p)
-            })
-            .await;
+            timeline_drawn(&client, 30, "the timeline drawn").await;
             let seen = client
                 .execute(
                     r#"const wasm = performance.getEntriesByName("vramscope-boot-wasm")[0].startTime;

@@ -102,11 +102,7 @@ async fn open_locally(client: &Client, url: &str) {
     assert!(facts.contains("trigger oom") && facts.contains("570 KiB"), "{facts}");
     regression_local_download_offers_the_file(&client, &fixture).await;
     regression_a_local_page_asks_the_server_nothing_about_its_id(&client).await;
-    let pixels = until(&client, 30, "the local timeline drawn", || async {
-        let p = canvas_pixels(&client).await?;
-        (p.allocated > 0 && client.find(Locator::Css("#timeline-loading")).await.is_err()).then_some(p)
-    })
-    .await;
+    let pixels = timeline_drawn(&client, 30, "the local timeline drawn").await;
     screenshot(&client, "local-2-timeline").await;
     // The same curves as the uploaded file shows in tests/browser.rs.
     assert!(pixels.reserved >= 400 && pixels.allocated >= 400 && pixels.oom >= 300, "{pixels:?}");

@@ -137,11 +137,7 @@ async fn explore(client: &Client, url: &str) {
 
     client.goto(&format!("{url}/snapshots/{id}")).await.expect("open the snapshot");
     // The timeline and the segment timeline, drawn.
-    until(&client, 60, "the timeline drawn", || async {
-        let p = canvas_pixels(&client).await?;
-        (p.allocated > 0 && client.find(Locator::Css("#timeline-loading")).await.is_err()).then_some(p)
-    })
-    .await;
+    timeline_drawn(&client, 60, "the timeline drawn").await;
     let (painted, seg) = until(&client, 60, "the segment timeline drawn", || async {
         let (painted, c) = colours(&client, "segments", &[SEG_ALLOCATED, SEG_INACTIVE]).await?;
         (c[0] > 500).then_some((painted, c))

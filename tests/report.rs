@@ -97,11 +97,7 @@ async fn open_report(client: &Client, html: &std::path::Path) {
     client.goto(url.as_str()).await.expect("open the report");
     let summary = until(&client, 60, "the report's statistics", || text_of(&client, "#stats-summary")).await;
     assert!(summary.contains("OOMS\n1") || summary.contains("OOMs\n1"), "{summary}");
-    let pixels = until(&client, 60, "the report's timeline drawn", || async {
-        let p = canvas_pixels(&client).await?;
-        (p.allocated > 0 && client.find(Locator::Css("#timeline-loading")).await.is_err()).then_some(p)
-    })
-    .await;
+    let pixels = timeline_drawn(&client, 60, "the report's timeline drawn").await;
     screenshot(&client, "report-1-timeline").await;
     assert!(pixels.reserved >= 400 && pixels.allocated >= 400 && pixels.oom >= 300, "{pixels:?}");
     let findings = text_of(&client, "#report-findings").await.expect("findings");
@@ -228,11 +224,7 @@ async fn regression_offline_report_shows_only_what_works_offline() {
     closing(&client, async {
         let url = Url::from_file_path(&html).expect("file URL");
         client.goto(url.as_str()).await.expect("open the report");
-        until(&client, 60, "the report's timeline drawn", || async {
-            let p = canvas_pixels(&client).await?;
-            (p.allocated > 0 && client.find(Locator::Css("#timeline-loading")).await.is_err()).then_some(p)
-        })
-        .await;
+        timeline_drawn(&client, 60, "the report's timeline drawn").await;
         // The analysis panels have loaded (the compare picker lived there).
         until(&client, 60, "the OOM post-mortem", || text_of(&client, "#oom-panel")).await;
         tokio::time::sleep(std::time::Duration::from_secs(2)).await;

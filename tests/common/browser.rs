@@ -270,6 +270,16 @@ pub struct Pixels {
     pub oom: u64,
 }
 
+/// Wait up to `secs` for the timeline to be drawn (curves on its canvas,
+/// nothing loading), saying `what` if it never is; its pixels.
+pub async fn timeline_drawn(client: &Client, secs: u64, what: &str) -> Pixels {
+    until(client, secs, what, || async {
+        let p = canvas_pixels(client).await?;
+        (p.allocated > 0 && client.find(Locator::Css("#timeline-loading")).await.is_err()).then_some(p)
+    })
+    .await
+}
+
 pub async fn canvas_pixels(client: &Client) -> Option<Pixels> {
     let script = r#"
         const c = document.getElementById("timeline");

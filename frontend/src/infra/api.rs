@@ -116,8 +116,13 @@ async fn send(what: &str, request: RequestBuilder, body: Option<&serde_json::Val
     .map_err(|e| ApiError::network(what, e))?;
     // A file opened without uploading (`local-` ids) is answered by its
     // worker in this tab, with the JSON the server would send.
-    let early = if request.method() == gloo_net::http::Method::GET { prefetched(&request.url()).await } else { None };
-    let response = match (early, local::local_request(&request.url())) {
+    let local = local::local_request(&request.url());
+    let early = if local.is_none() && request.method() == gloo_net::http::Method::GET {
+        prefetched(&request.url()).await
+    } else {
+        None
+    };
+    let response = match (early, local) {
         (Some(early), _) => early,
         (None, Some(local)) => {
             let (status, body) = local::respond(&local, request.method().as_str()).await;
