@@ -16,6 +16,8 @@ import json
 import re
 import sys
 
+import doc_table
+
 BEGIN = "<!-- batch-finders: begin -->"
 END = "<!-- batch-finders: end -->"
 
@@ -89,17 +91,8 @@ def main():
     if not args.check:
         sys.stdout.write(text)
         return 0
-    with open(args.check) as f:
-        doc = f.read()
-    if BEGIN not in doc or END not in doc:
-        print("%s: no %s ... %s lines" % (args.check, BEGIN, END), file=sys.stderr)
-        return 1
-    inside = doc.split(BEGIN, 1)[1].split(END, 1)[0].strip("\n") + "\n"
-    if inside != text:
-        print("%s: the batch finders' table differs from %s; write it anew with:\n  python3 "
-              "tests/gpu/batch_finder_table.py %s" % (args.check, newest, newest), file=sys.stderr)
-        return 1
-    return 0
+    return doc_table.check(args.check, BEGIN, END, text, "the batch finders' table",
+                           "python3 tests/gpu/batch_finder_table.py %s" % newest)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,8 @@ import argparse
 import json
 import sys
 
+import doc_table
+
 BEGIN = "<!-- compat-table: begin -->"
 END = "<!-- compat-table: end -->"
 
@@ -107,17 +109,8 @@ def main():
     if not args.check:
         sys.stdout.write(text)
         return 0
-    with open(args.check) as f:
-        readme = f.read()
-    if BEGIN not in readme or END not in readme:
-        print("%s: no %s ... %s lines" % (args.check, BEGIN, END), file=sys.stderr)
-        return 1
-    inside = readme.split(BEGIN, 1)[1].split(END, 1)[0].strip("\n") + "\n"
-    if inside != text:
-        print("%s: the compatibility table differs from %s; write it anew with:\n  python3 tests/gpu/compat_table.py %s"
-              % (args.check, ", ".join(args.results), " ".join(args.results)), file=sys.stderr)
-        return 1
-    return 0
+    return doc_table.check(args.check, BEGIN, END, text, "the compatibility table",
+                           "python3 tests/gpu/compat_table.py %s" % " ".join(args.results))
 
 
 if __name__ == "__main__":
