@@ -62,22 +62,7 @@ pub(crate) fn SnapshotView(id: String) -> impl IntoView {
     // The view a link describes (`?device=…&axis=…&start=…`), for the first
     // device shown; a device picked afterwards starts fresh.
     let linked = permalink::parse(&window().location().search().unwrap_or_default());
-    // The timeline's first window, asked for beside the statistics as soon
-    // as the page has its width, unless a link asks for another axis or a
-    // memory zoom.
-    let early = EarlyWindow::provide();
-    let section = NodeRef::<leptos::html::Section>::new();
-    let early_device = linked.device;
-    let early_wanted = linked.axis.is_none_or(|a| a == Axis::Event) && linked.memory.is_none();
-    let early_id = id.clone();
-    Effect::new(move |asked: Option<bool>| {
-        if asked == Some(true) || !early_wanted {
-            return true;
-        }
-        let Some(section) = section.get() else { return false };
-        early.ask(&early_id, early_device, section.client_width());
-        true
-    });
+    let section = ask_first_window_early(&id, &linked);
     let initial = StoredValue::new(Some(linked.clone()));
     Effect::new(move |previous: Option<Option<u32>>| {
         let now = device.get();
@@ -172,6 +157,27 @@ pub(crate) fn SnapshotView(id: String) -> impl IntoView {
             {review(timeline_id.get_value(), report, meta, comments)}
         </section>
     }
+}
+
+/// The timeline's first window of snapshot `id`, asked for beside the
+/// statistics as soon as the page's section (the node returned) is on
+/// screen and so has its width, unless the link (`linked`) asks for
+/// another axis or a memory zoom ([`EarlyWindow`]).
+fn ask_first_window_early(id: &str, linked: &permalink::PageState) -> NodeRef<leptos::html::Section> {
+    let early = EarlyWindow::provide();
+    let section = NodeRef::<leptos::html::Section>::new();
+    let device = linked.device;
+    let wanted = linked.axis.is_none_or(|a| a == Axis::Event) && linked.memory.is_none();
+    let id = id.to_owned();
+    Effect::new(move |asked: Option<bool>| {
+        if asked == Some(true) || !wanted {
+            return true;
+        }
+        let Some(section) = section.get() else { return false };
+        early.ask(&id, device, section.client_width());
+        true
+    });
+    section
 }
 
 /// Ask for the statistics of snapshot `id` until the server has parsed it
