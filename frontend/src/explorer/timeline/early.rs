@@ -14,7 +14,7 @@ use leptos::prelude::*;
 use vramscope_shared::views::TimelineParams;
 use vramscope_shared::views::view::Timeline;
 
-use super::fetch::{MAX_ALLOCATIONS, canvas_width, plot_px};
+use super::{MAX_ALLOCATIONS, canvas_width, plot_px};
 use crate::core::model::{Axis, TimelineWindow};
 use crate::infra::api::{self, ApiError, TimelineQuery};
 

@@ -13,7 +13,7 @@ use leptos::prelude::*;
 use leptos::task::spawn_local;
 
 use super::early::EarlyWindow;
-use super::{HEIGHT, Prepared, TimelineState};
+use super::{HEIGHT, MAX_ALLOCATIONS, Prepared, TimelineState, canvas_width, plot_px};
 use crate::core::layout;
 use crate::core::model::{Axis, Instant};
 use crate::core::plot;
@@ -22,8 +22,6 @@ use crate::infra::api::{self, TimelineQuery};
 use crate::infra::draws;
 use crate::infra::first_view::after_first_view;
 
-/// Most allocations asked for per window at an ordinary zoom.
-pub(super) const MAX_ALLOCATIONS: u32 = 2000;
 /// The server's cap, asked for when zoomed on memory or down to single
 /// events: there the window's allocations are bounded by the bytes shown
 /// over the threshold, and the bars outside the byte band are not drawn,
@@ -31,19 +29,6 @@ pub(super) const MAX_ALLOCATIONS: u32 = 2000;
 const SERVER_MAX_ALLOCATIONS: u32 = 5000;
 /// How long zooming and panning must pause before a new window is fetched.
 const REFETCH_DEBOUNCE: Duration = Duration::from_millis(150);
-/// Width of the plot area outside the canvas's plot: the y labels and margins.
-const PLOT_MARGIN_PX: u32 = 96;
-
-/// The canvas's width for a container of client width `client_px`.
-pub(super) fn canvas_width(client_px: i32) -> u32 {
-    u32::try_from(client_px).unwrap_or(0).max(320)
-}
-
-/// Buckets asked for a canvas `width` pixels wide, before its first draw
-/// has measured the plot.
-pub(super) fn plot_px(width: u32) -> u32 {
-    width.saturating_sub(PLOT_MARGIN_PX).max(50)
-}
 
 impl TimelineState {
     /// Ask for a window: `None` for the whole trace on the current axis,

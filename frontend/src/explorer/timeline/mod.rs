@@ -49,6 +49,23 @@ use crate::infra::redraw;
 /// Canvas height in pixels.
 const HEIGHT: u32 = 440;
 
+/// Most allocations asked for per window at an ordinary zoom.
+const MAX_ALLOCATIONS: u32 = 2000;
+
+/// Width of the plot area outside the canvas's plot: the y labels and margins.
+const PLOT_MARGIN_PX: u32 = 96;
+
+/// The canvas's width for a container of client width `client_px`.
+fn canvas_width(client_px: i32) -> u32 {
+    u32::try_from(client_px).unwrap_or(0).max(320)
+}
+
+/// Buckets asked for a canvas `width` pixels wide, before its first draw
+/// has measured the plot (`fetch`, and the page's early first window).
+fn plot_px(width: u32) -> u32 {
+    width.saturating_sub(PLOT_MARGIN_PX).max(50)
+}
+
 /// A window from the API with its allocations stacked.
 #[derive(Debug)]
 struct Prepared {
