@@ -320,14 +320,19 @@ fn the_mcp_conversation_in_the_docs_is_what_vramscope_answers() {
 /// results give (`tests/gpu/batch_finder_table.py --check`).
 #[test]
 fn the_batch_finders_table_in_the_python_docs_is_the_one_the_gpu_results_give() {
+    assert_the_table_is_the_results("tests/gpu/batch_finder_table.py", "docs/python.md", "batch-finders-");
+}
+
+/// `script --check doc` passes on the GPU results files whose names start
+/// with `prefix`: the table `doc` keeps is the one they give.
+fn assert_the_table_is_the_results(script: &str, doc: &str, prefix: &str) {
     let root = workspace();
-    let results = gpu_results(&root, "batch-finders-");
     let out = std::process::Command::new("python3")
         .current_dir(&root)
-        .args(["tests/gpu/batch_finder_table.py", "--check", "docs/python.md"])
-        .args(&results)
+        .args([script, "--check", doc])
+        .args(gpu_results(&root, prefix))
         .output()
-        .expect("python3 runs tests/gpu/batch_finder_table.py");
+        .unwrap_or_else(|e| panic!("python3 runs {script}: {e}"));
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
@@ -349,13 +354,5 @@ fn gpu_results(root: &std::path::Path, prefix: &str) -> Vec<String> {
 /// give (`tests/gpu/compat_table.py --check`).
 #[test]
 fn the_readme_compatibility_table_is_the_one_the_gpu_results_give() {
-    let root = workspace();
-    let results = gpu_results(&root, "compat-");
-    let out = std::process::Command::new("python3")
-        .current_dir(&root)
-        .args(["tests/gpu/compat_table.py", "--check", "README.md"])
-        .args(&results)
-        .output()
-        .expect("python3 runs tests/gpu/compat_table.py");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_the_table_is_the_results("tests/gpu/compat_table.py", "README.md", "compat-");
 }
