@@ -30,10 +30,14 @@ fn recorded(family: &str) -> Vec<(u64, Snapshot)> {
         .collect()
 }
 
+/// The prediction of `options` from the H200 records of `family`.
 fn run(family: &str, options: &PredictOptions) -> PredictReport {
-    let files = recorded(family);
-    let runs = runs_of(family, &files);
-    predict(&runs, options, &replay_in_parallel).expect("predicted")
+    predicted(family, &recorded(family), options)
+}
+
+/// The prediction of `options` from `files`, recorded runs of `family`.
+fn predicted(family: &str, files: &[(u64, Snapshot)], options: &PredictOptions) -> PredictReport {
+    predict(&runs_of(family, files), options, &replay_in_parallel).expect("predicted")
 }
 
 /// The one known miss: the conv net at 8× (batch 192) comes out 3.37 %
@@ -279,6 +283,11 @@ fn h100_recorded(family: &str) -> Vec<(u64, Snapshot)> {
         .collect()
 }
 
+/// The prediction of `options` from the H100 records of `family`.
+fn h100_predicted(family: &str, options: &PredictOptions) -> PredictReport {
+    predicted(family, &h100_recorded(family), options)
+}
+
 /// `files` as runs of the job `name`.
 fn runs_of<'a>(name: &'a str, files: &'a [(u64, Snapshot)]) -> Vec<Run<'a>> {
     files.iter().map(|(size, s)| Run { name, size: *size, snapshot: s }).collect()
@@ -301,12 +310,10 @@ fn h100_capped(family: &str) -> (u64, Vec<(u64, bool)>) {
 #[test]
 fn kv_cache_peaks_at_4x_and_8x_are_the_h100_runs_to_the_byte() {
     let t = h100_truth();
-    let files = h100_recorded("kvcache");
-    let runs = runs_of("kvcache", &files);
     let real = t["families"]["kvcache"]["real"].as_array().expect("real runs");
     let at: Vec<u64> = real.iter().map(|r| r["size"].as_u64().expect("size")).collect();
     assert_eq!(at, [3072, 6144]);
-    let report = predict(&runs, &PredictOptions { at, ..Default::default() }, &replay_in_parallel).expect("predicted");
+    let report = h100_predicted("kvcache", &PredictOptions { at, ..Default::default() });
     for (r, p) in real.iter().zip(&report.predictions) {
         assert_eq!(Some(p.reserved_peak_bytes), r["max_memory_reserved"].as_u64(), "reserved at {}", p.size);
         assert_eq!(Some(p.allocated_peak_bytes), r["max_memory_allocated"].as_u64(), "allocated at {}", p.size);
@@ -320,10 +327,8 @@ fn kv_cache_peaks_at_4x_and_8x_are_the_h100_runs_to_the_byte() {
 fn kv_cache_the_largest_context_under_2_gib_is_the_one_the_h100_found() {
     let (capacity, outcome) = h100_capped("kvcache");
     assert_eq!(outcome, [(14976, true), (14977, false)]);
-    let files = h100_recorded("kvcache");
-    let runs = runs_of("kvcache", &files);
     let options = PredictOptions { largest: true, capacity: Some(capacity), ..Default::default() };
-    let report = predict(&runs, &options, &replay_in_parallel).expect("predicted");
+    let report = h100_predicted("kvcache", &options);
     assert_eq!(report.largest_fitting_size, Some(14976));
 }
 
@@ -366,11 +371,9 @@ fn each_top_setting_s_largest_sequence_under_6_gib_is_the_h100_s_and_the_next_ru
 fn lstm_the_largest_sequence_under_2_gib_is_below_the_1792_that_ran_out_on_the_h100() {
     let (capacity, outcome) = h100_capped("lstm");
     assert_eq!(outcome, [(1792, false), (1793, false)]);
-    let files = h100_recorded("lstm");
-    let runs = runs_of("lstm", &files);
     let options =
         PredictOptions { at: vec![1792, 1793], largest: true, capacity: Some(capacity), ..Default::default() };
-    let report = predict(&runs, &options, &replay_in_parallel).expect("predicted");
+    let report = h100_predicted("lstm", &options);
     assert!(report.predictions[..2].iter().all(|p| p.oom), "{:?}", report.predictions);
     let largest = report.largest_fitting_size.expect("a size fits");
     assert!(largest < 1792, "{largest}");
