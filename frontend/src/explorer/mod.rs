@@ -27,9 +27,9 @@ mod search;
 mod segments;
 mod state;
 mod timeline;
+pub(crate) mod track;
 
 pub(crate) use timeline::early::EarlyWindow;
-pub(crate) mod track;
 
 /// The panels below the timelines: the tab, its button's id and label.
 const TABS: [(Tab, &str, &str); 4] = [
